@@ -1,0 +1,3 @@
+from nnbench.cli import main
+
+main()

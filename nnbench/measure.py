@@ -1,0 +1,101 @@
+"""The timer and the verifier that every suite uses; no suite writes its own timing loop.
+
+Timer (after nvbench's "cold"/"hot" measurements):
+- a warm-up launch first, so module load and first-touch costs stay out of the numbers;
+- each sample times `reps` back-to-back launches between two CUDA events (reps = 1 with --cold,
+  where L2 is flushed before every sample by overwriting a buffer allocated once);
+- samples repeat until the relative noise is at most `max_noise` (after `min_samples`), or the
+  time budget is spent; the median and IQR are reported;
+- noise is a robust relative spread: IQR / 1.349 / median, which equals the relative standard
+  deviation for normally distributed samples but is not moved by a few outliers (a context
+  switch, a clock step);
+- the SM clock is read after the samples, while the GPU is still warm.
+
+Verifier: ||out - ref|| / ||ref|| in float64, with NaN or inf anywhere counted as an infinite error.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
+
+
+@dataclass(frozen=True)
+class TimingSettings:
+    budget_s: float = 0.5
+    min_samples: int = 10
+    max_noise: float = 0.01
+    cold: bool = False
+    max_samples: int = 100_000
+    min_sample_ms: float = 0.05  # hot mode batches launches so one sample spans at least this
+
+
+@dataclass
+class Stats:
+    median_ms: float
+    iqr_ms: float
+    q1_ms: float
+    q3_ms: float
+    min_ms: float
+    mean_ms: float
+    samples: int
+    noise: float  # robust relative spread, see module docstring
+    reps: int = 1  # launches per sample
+    converged: bool = True  # noise reached max_noise before the budget ran out
+    sm_clock_mhz: float | None = None
+
+    @property
+    def iqr_pct(self) -> float:
+        return 100 * self.iqr_ms / self.median_ms if self.median_ms > 0 else math.nan
+
+
+def summarize(samples_ms: list[float] | np.ndarray) -> Stats:
+    x = np.asarray(samples_ms, dtype=np.float64)
+    if x.size == 0:
+        raise ValueError("no samples")
+    q1, med, q3 = np.percentile(x, [25, 50, 75])
+    noise = (q3 - q1) / ROBUST_SIGMA / med if med > 0 else math.inf
+    return Stats(float(med), float(q3 - q1), float(q1), float(q3), float(x.min()), float(x.mean()),
+                 int(x.size), float(noise))
+
+
+def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Stats:
+    """Time `launch` (a no-argument callable that enqueues one kernel) on `backend`."""
+    backend.timed(launch, 1)  # warm-up
+    reps = 1
+    if not settings.cold:
+        est = backend.timed(launch, 1)
+        reps = max(1, min(1000, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+    samples: list[float] = []
+    t_end = time.perf_counter() + settings.budget_s
+    converged = False
+    while len(samples) < settings.max_samples:
+        if settings.cold:
+            backend.flush_l2()
+        samples.append(backend.timed(launch, reps))
+        if len(samples) >= settings.min_samples:
+            if summarize(samples).noise <= settings.max_noise:
+                converged = True
+                break
+            if time.perf_counter() >= t_end:
+                break
+    stats = summarize(samples)
+    stats.reps, stats.converged = reps, converged
+    stats.sm_clock_mhz = backend.sm_clock_mhz()
+    return stats
+
+
+def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
+    """||out - ref|| / ||ref|| (Frobenius), in float64; any NaN or inf in `out` gives inf."""
+    out64 = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(out64)):
+        return math.inf
+    ref64 = np.asarray(ref, dtype=np.float64)
+    denom = np.linalg.norm(ref64)
+    num = np.linalg.norm(out64 - ref64)
+    return float(num / denom) if denom > 0 else float(num)

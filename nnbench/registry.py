@@ -1,0 +1,226 @@
+"""Every kernel variant nnbench can run, described once, as data.
+
+The CLI builds its options from this table, sweeps expand its parameters, tests compile and verify
+every entry, and the docs list it. Constraints, launch geometry and shared-memory footprints are
+expressions in `nnbench.expr`'s safe language over the parameters and the shape (M, N, K), so the
+same text can be checked before compiling, printed in an error, and read in the docs.
+
+GEMM layout, for the whole ladder: column-major, C = alpha*A*B + beta*C with A (M x K), B (K x N),
+C (M x N), A(m, k) = A[m + k*M], as in cuBLAS and the seed lecture.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from nnbench import expr
+from nnbench.errors import NnbenchError
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str  # the -D macro, named as the seeds and their sources name it (TS, WPT, TSM, ...)
+    default: int
+    choices: tuple[int, ...]
+    help: str
+
+    @property
+    def option(self) -> str:
+        return "--" + self.name.lower()
+
+
+@dataclass(frozen=True)
+class Rule:
+    expr: str  # must hold (true) for a valid parameter set
+    why: str
+
+
+@dataclass(frozen=True)
+class Variant:
+    suite: str
+    name: str
+    step: int
+    summary: str
+    source: str | None  # under kernels_cu/; None for CPU-only variants
+    params: tuple[Param, ...] = ()
+    derived: tuple[tuple[str, str], ...] = ()  # (NAME, expr) computed from params, usable in rules
+    rules: tuple[Rule, ...] = ()
+    block: str = "(1, 1, 1)"
+    grid: str = "(1, 1, 1)"  # may use M, N, K
+    smem: str = "0"  # static shared memory in bytes, for refusing a case before it is compiled
+    backend: str = "cuda"
+    kernel: str = "gemm"
+    tags: tuple[str, ...] = field(default=())
+
+    def param(self, name: str) -> Param | None:
+        return next((p for p in self.params if p.name == name), None)
+
+    def defaults(self) -> dict[str, int]:
+        return {p.name: p.default for p in self.params}
+
+    def env(self, params: dict[str, int], shape: dict[str, int] | None = None) -> dict[str, float]:
+        env: dict[str, float] = {**params, **(shape or {})}
+        for name, text in self.derived:
+            env[name] = expr.evaluate(text, env)
+        return env
+
+    def problems(self, params: dict[str, int]) -> list[str]:
+        """Why this parameter set is invalid for the variant (empty if it is valid)."""
+        out = []
+        for p in self.params:
+            if params.get(p.name) not in p.choices:
+                out.append(f"{p.option} {params.get(p.name)}: {self.name} allows {p.name} in "
+                           f"{{{', '.join(map(str, p.choices))}}}")
+        if out:
+            return out
+        env = self.env(params)
+        for r in self.rules:
+            if not expr.evaluate(r.expr, env):
+                vals = ", ".join(f"{k}={_fmt(env[k])}" for k in sorted(expr.names(r.expr)) if k in env)
+                out.append(f"{self.name} needs {r.expr} ({r.why}); got {vals}")
+        return out
+
+    def threads(self, params: dict[str, int]) -> int:
+        bx, by, bz = self.launch_block(params)
+        return bx * by * bz
+
+    def launch_block(self, params: dict[str, int]) -> tuple[int, int, int]:
+        return _dim3(expr.evaluate(self.block, self.env(params)))
+
+    def launch_grid(self, params: dict[str, int], shape: dict[str, int]) -> tuple[int, int, int]:
+        return _dim3(expr.evaluate(self.grid, self.env(params, shape)))
+
+    def smem_bytes(self, params: dict[str, int]) -> int:
+        return int(expr.evaluate(self.smem, self.env(params)))
+
+
+def _fmt(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else f"{v:g}"
+
+
+def _dim3(t) -> tuple[int, int, int]:
+    t = tuple(int(x) for x in (t if isinstance(t, tuple) else (t,)))
+    return (t + (1, 1, 1))[:3]  # type: ignore[return-value]
+
+
+def _p(name: str, default: int, choices: tuple[int, ...], help: str) -> Param:
+    return Param(name, default, choices, help)
+
+
+_WARPTILE_PARAMS = (
+    _p("BM", 128, (64, 128, 256), "block tile rows (m)"),
+    _p("BN", 128, (64, 128, 256), "block tile columns (n)"),
+    _p("BK", 16, (8, 16, 32), "k-slice staged in shared memory"),
+    _p("WM", 64, (16, 32, 64, 128), "warp tile rows"),
+    _p("WN", 32, (16, 32, 64, 128), "warp tile columns"),
+    _p("WNITER", 2, (1, 2, 4, 8), "warp sub-tiles along n"),
+    _p("TM", 8, (4, 8), "thread tile rows"),
+    _p("TN", 4, (4, 8), "thread tile columns"),
+)
+_WARPTILE_DERIVED = (
+    ("THREADS", "32 * (BM // WM) * (BN // WN)"),
+    ("WMITER", "(WM * WN) // (32 * TM * TN * WNITER)"),
+)
+_WARPTILE_RULES = (
+    Rule("BM % WM == 0 and BN % WN == 0", "warp tiles must cover the block tile"),
+    Rule("THREADS <= 1024", "at most 1024 threads per block"),
+    Rule("WMITER >= 1 and WMITER * 32 * TM * TN * WNITER == WM * WN",
+         "a warp tile must split into whole 32-lane sub-tiles"),
+    Rule("WM % WMITER == 0 and WN % WNITER == 0", "sub-tiles must divide the warp tile"),
+    Rule("(WM // WMITER) % TM == 0 and (WN // WNITER) % TN == 0 "
+         "and ((WM // WMITER) // TM) * ((WN // WNITER) // TN) == 32", "a sub-tile must hold exactly 32 lanes"),
+    Rule("(BM * BK // 4) % THREADS == 0 and (BN * BK // 4) % THREADS == 0",
+         "threads must share the tile's float4 loads evenly"),
+)
+
+GEMM: tuple[Variant, ...] = (
+    Variant(
+        "gemm", "naive", 1, "one thread per C element, operands from global memory",
+        "gemm/01_naive.cu",
+        block="(32, 8)", grid="(cdiv(M, 32), cdiv(N, 8))",
+    ),
+    Variant(
+        "gemm", "tiled", 2, "shared-memory tiling, the seed's GEMM1",
+        "gemm/02_tiled.cu",
+        params=(_p("TS", 32, (8, 16, 32), "tile edge; TS*TS threads per block"),),
+        block="(TS, TS)", grid="(cdiv(M, TS), cdiv(N, TS))", smem="2 * TS * TS * 4",
+    ),
+    Variant(
+        "gemm", "coarsened", 3, "thread coarsening, the seed's GEMM2: WPT outputs per thread",
+        "gemm/03_coarsened.cu",
+        params=(_p("TS", 32, (16, 32, 64), "tile edge"),
+                _p("WPT", 8, (1, 2, 4, 8, 16, 32), "work per thread (outputs along n)")),
+        rules=(Rule("TS % WPT == 0", "WPT must divide TS"),
+               Rule("TS * TS // WPT <= 1024", "at most 1024 threads per block")),
+        block="(TS, TS // WPT)", grid="(cdiv(M, TS), cdiv(N, TS))", smem="2 * TS * TS * 4",
+    ),
+    Variant(
+        "gemm", "register_2d", 4, "2D register blocking: a WPTM x WPTN outer product per thread",
+        "gemm/04_register_2d.cu",
+        params=(_p("TSM", 128, (32, 64, 128), "block tile rows"),
+                _p("TSN", 128, (32, 64, 128), "block tile columns"),
+                _p("TSK", 8, (8, 16, 32), "k-slice staged in shared memory"),
+                _p("WPTM", 8, (2, 4, 8), "outputs per thread along m"),
+                _p("WPTN", 8, (2, 4, 8), "outputs per thread along n")),
+        derived=(("THREADS", "(TSM // WPTM) * (TSN // WPTN)"),),
+        rules=(Rule("THREADS <= 1024", "at most 1024 threads per block"),
+               Rule("(TSM * TSK) % THREADS == 0 and (TSK * TSN) % THREADS == 0",
+                    "threads must share the tile loads evenly")),
+        block="(TSM // WPTM, TSN // WPTN)", grid="(cdiv(M, TSM), cdiv(N, TSN))",
+        smem="(TSK * TSM + TSK * (TSN + 1)) * 4",
+    ),
+    Variant(
+        "gemm", "vectorized", 5, "float4 global and shared accesses, B transposed into shared memory",
+        "gemm/05_vectorized.cu",
+        params=(_p("TSM", 128, (64, 128), "block tile rows"),
+                _p("TSN", 128, (64, 128), "block tile columns"),
+                _p("TSK", 8, (8, 16, 32), "k-slice staged in shared memory"),
+                _p("WPTM", 8, (4, 8), "outputs per thread along m"),
+                _p("WPTN", 8, (4, 8), "outputs per thread along n")),
+        derived=(("THREADS", "(TSM // WPTM) * (TSN // WPTN)"),),
+        rules=(Rule("THREADS <= 1024", "at most 1024 threads per block"),
+               Rule("(TSM * TSK // 4) % THREADS == 0 and (TSN * TSK // 4) % THREADS == 0",
+                    "threads must share the tile's float4 loads evenly")),
+        block="(THREADS,)", grid="(cdiv(M, TSM), cdiv(N, TSN))",
+        smem="(TSK * TSM + TSK * (TSN + 4)) * 4",
+    ),
+    Variant(
+        "gemm", "warptile", 6, "hierarchical block / warp / thread tiling (CME 213)",
+        "gemm/06_warptile.cu",
+        params=_WARPTILE_PARAMS, derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
+        block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="(BK * BM + BK * (BN + 4)) * 4",
+    ),
+    Variant(
+        "gemm", "double_buffered", 7, "warp tiling with two shared stages, next tile prefetched into registers",
+        "gemm/07_double_buffered.cu",
+        params=_WARPTILE_PARAMS, derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
+        block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * BM + BK * (BN + 4)) * 4",
+    ),
+    Variant(
+        "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",
+        None, backend="cpu",
+    ),
+)
+
+ALL: tuple[Variant, ...] = GEMM
+
+
+def suite_variants(suite: str, backend: str | None = None) -> list[Variant]:
+    return [v for v in ALL if v.suite == suite and (backend is None or v.backend == backend)]
+
+
+def get(suite: str, name: str) -> Variant:
+    for v in ALL:
+        if v.suite == suite and v.name == name:
+            return v
+    names = ", ".join(v.name for v in ALL if v.suite == suite)
+    raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {names}")
+
+
+def all_param_names(suite: str) -> list[Param]:
+    """One Param per distinct name across the suite (the first declaration's help), for the CLI."""
+    seen: dict[str, Param] = {}
+    for v in suite_variants(suite):
+        for p in v.params:
+            seen.setdefault(p.name, p)
+    return list(seen.values())

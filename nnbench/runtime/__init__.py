@@ -1,0 +1,29 @@
+"""The runtime seam: compile, load, launch, time, copy. It knows nothing about GEMM or MLPs.
+
+Two backends share one small interface (after Kernel Tuner's backends): `cuda` (PyCUDA on the
+device's primary context) and `cpu` (NumPy). `open_backend` picks one; `auto` takes CUDA when it
+works and says so when it falls back.
+"""
+
+from __future__ import annotations
+
+from nnbench.errors import BackendUnavailable
+
+INSTALL_HINT = "install the GPU extra with `pip install -e '.[gpu]'` on a machine with an NVIDIA GPU and the CUDA toolkit"
+
+
+def open_backend(name: str, device: int = 0):
+    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU."""
+    if name == "cpu":
+        from nnbench.runtime.cpu import CpuBackend
+        return CpuBackend(), None
+    if name in ("cuda", "auto"):
+        try:
+            from nnbench.runtime.cuda import CudaBackend
+            return CudaBackend(device), None
+        except BackendUnavailable as e:
+            if name == "cuda":
+                raise
+            from nnbench.runtime.cpu import CpuBackend
+            return CpuBackend(), f"no GPU backend ({e}); running the NumPy CPU path"
+    raise BackendUnavailable(f"--backend {name}: choose from cuda, cpu, auto")

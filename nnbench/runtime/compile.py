@@ -1,0 +1,186 @@
+"""nvcc to cubin, with a content-addressed cache on disk.
+
+Kept free of PyCUDA on purpose: CI has nvcc but no GPU, and the compile tests must run this exact
+code. A cubin is keyed by the kernel source plus every local header it includes, the -D parameters,
+the flags, the target arch and the nvcc version, so editing a header or upgrading CUDA can never
+serve a stale binary. ptxas's resource report (-v) is kept beside each cubin, so registers, shared
+memory and spills are known even on a machine that cannot load the cubin.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+
+from nnbench import paths
+from nnbench.errors import CompileError, NnbenchError
+
+BASE_FLAGS = ("-O3", "-std=c++17")
+_INCLUDE = re.compile(r'^\s*#\s*include\s*"([^"]+)"', re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class CompileRequest:
+    source: Path
+    params: tuple[tuple[str, int], ...]  # sorted (NAME, value): the -D macros
+    arch: str  # "sm_90"
+
+    @staticmethod
+    def make(source: Path, params: dict[str, int], arch: str) -> CompileRequest:
+        return CompileRequest(Path(source), tuple(sorted(params.items())), arch)
+
+    def label(self) -> str:
+        ps = " ".join(f"{k}={v}" for k, v in self.params) or "(no parameters)"
+        return f"{self.source.relative_to(paths.ROOT) if self.source.is_relative_to(paths.ROOT) else self.source} [{ps}] for {self.arch}"
+
+
+@dataclass
+class PtxasReport:
+    """What ptxas -v says about one kernel: the numbers that decide occupancy and spills."""
+
+    registers: int = 0
+    smem_bytes: int = 0
+    stack_bytes: int = 0
+    spill_store_bytes: int = 0
+    spill_load_bytes: int = 0
+
+
+@dataclass
+class Compiled:
+    request: CompileRequest
+    cubin: Path
+    key: str
+    seconds: float  # nvcc wall time; 0 on a cache hit
+    cached: bool
+    ptxas: dict[str, PtxasReport] = field(default_factory=dict)  # per kernel name
+
+
+@lru_cache(maxsize=1)
+def nvcc_path() -> str:
+    exe = shutil.which("nvcc") or (
+        "/usr/local/cuda/bin/nvcc" if Path("/usr/local/cuda/bin/nvcc").exists() else None
+    )
+    if not exe:
+        raise NnbenchError("nvcc not found on PATH: install the CUDA toolkit or add its bin/ folder to PATH")
+    return exe
+
+
+@lru_cache(maxsize=1)
+def nvcc_version() -> str:
+    out = subprocess.run([nvcc_path(), "--version"], capture_output=True, text=True, check=False).stdout
+    m = re.search(r"release ([\d.]+), (V[\d.]+)", out)
+    return m.group(2) if m else out.strip().splitlines()[-1]
+
+
+def _sources_closure(source: Path) -> list[Path]:
+    """The file and every quoted #include it reaches, resolved like nvcc's -I kernels_cu."""
+    seen: list[Path] = []
+    todo = [source.resolve()]
+    while todo:
+        f = todo.pop()
+        if f in seen:
+            continue
+        seen.append(f)
+        for inc in _INCLUDE.findall(f.read_text()):
+            for base in (f.parent, paths.KERNELS):
+                cand = (base / inc).resolve()
+                if cand.exists():
+                    todo.append(cand)
+                    break
+    return seen
+
+
+def cache_key(req: CompileRequest) -> str:
+    h = hashlib.sha256()
+    for f in _sources_closure(req.source):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    h.update(repr((req.params, req.arch, BASE_FLAGS, nvcc_version())).encode())
+    return h.hexdigest()[:32]
+
+
+_PTXAS_FUNC = re.compile(r"Compiling entry function '(\w+)'")
+_PTXAS_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+
+
+def parse_ptxas(text: str) -> dict[str, PtxasReport]:
+    """Parse `ptxas -v` output into a report per kernel (entry functions only)."""
+    reports: dict[str, PtxasReport] = {}
+    current: PtxasReport | None = None
+    for line in text.splitlines():
+        if m := _PTXAS_FUNC.search(line):
+            current = reports.setdefault(m.group(1), PtxasReport())
+        elif current is not None and (m := _PTXAS_PROPS.search(line)):
+            current.stack_bytes, current.spill_store_bytes, current.spill_load_bytes = map(int, m.groups())
+        elif current is not None and (m := _PTXAS_USED.search(line)):
+            current.registers = int(m.group(1))
+            current.smem_bytes = int(m.group(2) or 0)
+    return reports
+
+
+def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
+    """Compile one (source, params, arch) into the cache, or return the cached cubin."""
+    cache = cache or paths.cache_dir()
+    key = cache_key(req)
+    cubin = cache / f"{key}.cubin"
+    meta = cache / f"{key}.json"
+    if cubin.exists() and meta.exists():
+        info = json.loads(meta.read_text())
+        return Compiled(req, cubin, key, 0.0, True, {k: PtxasReport(**v) for k, v in info["ptxas"].items()})
+
+    cache.mkdir(parents=True, exist_ok=True)
+    defines = [f"-D{k}={v}" for k, v in req.params]
+    with tempfile.TemporaryDirectory(dir=cache) as tmp:
+        out = Path(tmp) / "k.cubin"
+        cmd = [nvcc_path(), "-cubin", *BASE_FLAGS, f"-arch={req.arch}", "-Xptxas", "-v",
+               f"-I{paths.KERNELS}", *defines, "-o", str(out), str(req.source)]
+        t0 = time.perf_counter()
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        seconds = time.perf_counter() - t0
+        if proc.returncode != 0:
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+            raise CompileError(f"nvcc failed on {req.label()}: {first.strip()}")
+        reports = parse_ptxas(proc.stderr)
+        # Rename is atomic, so parallel compiles of the same key never expose a half-written cubin.
+        tmp_meta = Path(tmp) / "k.json"
+        tmp_meta.write_text(json.dumps({
+            "source": str(req.source), "params": dict(req.params), "arch": req.arch,
+            "nvcc": nvcc_version(), "seconds": seconds,
+            "ptxas": {k: vars(v) for k, v in reports.items()},
+        }))
+        os.replace(out, cubin)
+        os.replace(tmp_meta, meta)
+    return Compiled(req, cubin, key, seconds, False, reports)
+
+
+def compile_many(reqs: list[CompileRequest], jobs: int | None = None, cache: Path | None = None,
+                 return_errors: bool = False) -> list[Compiled | CompileError]:
+    """Compile distinct requests in parallel, one nvcc process per core; order is preserved.
+
+    With return_errors, a failed compile is returned in its place instead of raised, so one bad
+    parameter set does not stop the others."""
+    unique = list(dict.fromkeys(reqs))
+    jobs = max(1, min(jobs or os.cpu_count() or 1, len(unique) or 1))
+
+    def one(req: CompileRequest) -> Compiled | CompileError:
+        try:
+            return compile_cubin(req, cache)
+        except CompileError as e:
+            if not return_errors:
+                raise
+            return e
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        done = dict(zip(unique, pool.map(one, unique)))
+    return [done[r] for r in reqs]

@@ -1,0 +1,53 @@
+"""The NumPy backend: the same seam as the CUDA one, so tables and CSV work on any machine."""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+
+import numpy as np
+
+
+class CpuBackend:
+    name = "cpu"
+    device = None  # no DeviceInfo: no GPU peaks, no occupancy
+
+    def __init__(self) -> None:
+        self._flush: np.ndarray | None = None
+
+    def upload(self, host: np.ndarray) -> np.ndarray:
+        return np.array(host, copy=True, order="K")
+
+    def write(self, buf: np.ndarray, host: np.ndarray) -> None:
+        buf[...] = host
+
+    def fill_nan(self, buf: np.ndarray, count: int = 0) -> None:
+        buf.fill(np.nan)
+
+    def download(self, buf: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
+        return np.array(buf, copy=True, order="K")
+
+    def synchronize(self) -> None:
+        pass
+
+    def timed(self, fn, reps: int) -> float:
+        """Milliseconds per call over `reps` back-to-back calls."""
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) * 1e3 / reps
+
+    def flush_l2(self) -> None:
+        # Touching a buffer well past the last-level cache evicts the operands, as the GPU flush does.
+        if self._flush is None:
+            self._flush = np.empty(64 << 20, dtype=np.uint8)
+        self._flush.fill(1)
+
+    def sm_clock_mhz(self) -> float | None:
+        return None
+
+    def environment(self) -> dict:
+        return {"backend": "cpu", "gpu": "cpu", "cc": "", "sms": os.cpu_count(), "driver": "",
+                "cuda": "", "device_name": platform.machine(),
+                "max_sm_clock_mhz": None, "fp32_peak_tflops": None, "dram_peak_gbs": None}

@@ -1,0 +1,256 @@
+"""The CUDA backend: PyCUDA on the device's primary context.
+
+Using the primary context (not `pycuda.autoinit`, which creates a private one) is what lets CuPy
+and PyTorch, which both use the primary context, see the same allocations: the cuBLAS baseline
+runs on nnbench's buffers without a copy.
+
+Kernels are compiled by `runtime.compile` (our nvcc call and content-addressed cache) and loaded
+with `module_from_buffer`; that is what PyCUDA's SourceModule does inside, minus its private cache.
+"""
+
+from __future__ import annotations
+
+import atexit
+import gc
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+import numpy as np
+
+from nnbench.errors import BackendUnavailable, KernelFault
+from nnbench.runtime import INSTALL_HINT
+from nnbench.runtime.compile import Compiled, nvcc_version
+from nnbench.runtime.device import DeviceInfo, occupancy
+
+try:
+    import pycuda.driver as drv
+except ImportError as e:  # pragma: no cover - exercised on machines without PyCUDA
+    raise BackendUnavailable(f"PyCUDA is not installed: {INSTALL_HINT}") from e
+
+NAN_BITS = 0x7FC00000  # a quiet float32 NaN, for memset_d32
+
+
+@dataclass
+class KernelInfo:
+    """What the driver says about one loaded kernel, plus occupancy for its launch."""
+
+    registers: int
+    smem_bytes: int
+    local_bytes: int  # per-thread local memory: spills and stack arrays
+    max_threads: int
+
+
+class Kernel:
+    def __init__(self, module, func, info: KernelInfo) -> None:
+        self.module, self.func, self.info = module, func, info
+
+
+class CudaBackend:
+    name = "cuda"
+
+    def __init__(self, ordinal: int = 0) -> None:
+        try:
+            drv.init()
+            count = drv.Device.count()
+        except drv.Error as e:
+            raise BackendUnavailable(f"CUDA driver not usable ({e}): {INSTALL_HINT}") from None
+        if count == 0:
+            raise BackendUnavailable(f"no CUDA GPU found: {INSTALL_HINT}")
+        if not 0 <= ordinal < count:
+            raise BackendUnavailable(f"--device {ordinal}: this machine has GPUs 0..{count - 1}")
+        self.dev = drv.Device(ordinal)
+        self.ctx = self.dev.retain_primary_context()
+        self.ctx.push()
+        atexit.register(self.close)
+        self.device = device_info(self.dev)
+        self._flush = None
+        self._nvml = _Nvml(self.dev.pci_bus_id())
+
+    def close(self) -> None:
+        gc.collect()  # free device buffers while the context is still current
+        try:
+            self.ctx.pop()
+        except drv.Error:
+            pass
+
+    @property
+    def arch(self) -> str:
+        return self.device.arch
+
+    def environment(self) -> dict:
+        d = self.device
+        return {
+            "backend": "cuda", "gpu": d.name, "cc": f"{d.cc[0]}.{d.cc[1]}", "sms": d.sm_count,
+            "driver": self._nvml.driver_version() or _fmt_cuda_version(drv.get_driver_version()),
+            "cuda": _fmt_cuda_version(drv.get_driver_version()), "nvcc": nvcc_version(),
+            "device_name": d.name, "max_sm_clock_mhz": d.sm_clock_mhz,
+            "fp32_peak_tflops": d.fp32_peak_flops / 1e12, "dram_peak_gbs": d.dram_peak_bytes / 1e9,
+        }
+
+    # -- kernels ------------------------------------------------------------------------------
+    def load(self, compiled: Compiled, name: str) -> Kernel:
+        module = drv.module_from_buffer(compiled.cubin.read_bytes())
+        func = module.get_function(name)
+        fa = drv.function_attribute
+        info = KernelInfo(
+            registers=func.get_attribute(fa.NUM_REGS),
+            smem_bytes=func.get_attribute(fa.SHARED_SIZE_BYTES),
+            local_bytes=func.get_attribute(fa.LOCAL_SIZE_BYTES),
+            max_threads=func.get_attribute(fa.MAX_THREADS_PER_BLOCK),
+        )
+        return Kernel(module, func, info)
+
+    def occupancy(self, kernel: Kernel, threads: int):
+        return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes)
+
+    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str):
+        """A no-argument callable that launches the kernel: prepared once, so the per-launch
+        Python cost is one call (about 5 us on the H100 host here)."""
+        kernel.func.prepare(signature)
+        grid2 = (int(grid[0]), int(grid[1]), int(grid[2]) if len(grid) > 2 else 1)
+        block3 = tuple(int(b) for b in block)
+        fn = kernel.func.prepared_call
+        return lambda: fn(grid2, block3, *args)
+
+    # -- memory -------------------------------------------------------------------------------
+    def upload(self, host: np.ndarray):
+        buf = drv.mem_alloc(max(host.nbytes, 4))
+        drv.memcpy_htod(buf, np.ascontiguousarray(host) if host.flags.c_contiguous else np.asfortranarray(host))
+        return buf
+
+    def write(self, buf, host: np.ndarray) -> None:
+        drv.memcpy_htod(buf, host)
+
+    def fill_nan(self, buf, count: int) -> None:
+        drv.memset_d32(buf, NAN_BITS, count)
+
+    def download(self, buf, like: np.ndarray) -> np.ndarray:
+        out = np.empty_like(like)
+        drv.memcpy_dtoh(out, buf)
+        return out
+
+    def ptr(self, buf) -> int:
+        return int(buf)
+
+    def synchronize(self) -> None:
+        try:
+            self.ctx.synchronize()
+        except drv.Error as e:
+            raise KernelFault(str(e)) from None
+
+    # -- timing -------------------------------------------------------------------------------
+    def timed(self, fn, reps: int) -> float:
+        """Milliseconds per launch over `reps` back-to-back launches, between two CUDA events."""
+        start, end = drv.Event(), drv.Event()
+        try:
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+        except drv.Error as e:
+            raise KernelFault(str(e)) from None
+        return start.time_till(end) / reps
+
+    def flush_l2(self) -> None:
+        """Overwrite a buffer twice the size of L2 (allocated once), so the next launch starts cold."""
+        n = max(2 * self.device.l2_bytes, 8 << 20) // 4
+        if self._flush is None:
+            self._flush = drv.mem_alloc(n * 4)
+        drv.memset_d32(self._flush, 0, n)
+
+    def sm_clock_mhz(self) -> float | None:
+        return self._nvml.clock("sm")
+
+
+def device_count() -> int:
+    try:
+        drv.init()
+        return drv.Device.count()
+    except drv.Error:
+        return 0
+
+
+def device_info(dev) -> DeviceInfo:
+    """DeviceInfo from the driver's attributes; needs no context."""
+    attrs = {str(k): v for k, v in dev.get_attributes().items()}
+    a = lambda name, default=0: attrs.get(name, default)
+    nv = _Nvml(dev.pci_bus_id())
+    # CUDA 13 dropped the clock attributes from the runtime; NVML knows them either way.
+    sm_clock = a("CLOCK_RATE") / 1e3 or nv.max_clock("sm") or 0.0
+    mem_clock = a("MEMORY_CLOCK_RATE") / 1e3 or nv.max_clock("mem") or 0.0
+    return DeviceInfo(
+        name=dev.name(), cc=dev.compute_capability(), sm_count=a("MULTIPROCESSOR_COUNT"),
+        sm_clock_mhz=sm_clock, mem_clock_mhz=mem_clock, bus_width_bits=a("GLOBAL_MEMORY_BUS_WIDTH"),
+        mem_bytes=dev.total_memory(), l2_bytes=a("L2_CACHE_SIZE"),
+        max_threads_per_block=a("MAX_THREADS_PER_BLOCK", 1024),
+        max_threads_per_sm=a("MAX_THREADS_PER_MULTIPROCESSOR", 2048),
+        max_blocks_per_sm=a("MAX_BLOCKS_PER_MULTIPROCESSOR", 32),
+        regs_per_sm=a("MAX_REGISTERS_PER_MULTIPROCESSOR", 65536),
+        regs_per_block=a("MAX_REGISTERS_PER_BLOCK", 65536),
+        smem_per_sm=a("MAX_SHARED_MEMORY_PER_MULTIPROCESSOR", 233472),
+        smem_per_block=a("MAX_SHARED_MEMORY_PER_BLOCK", 49152),
+        smem_per_block_optin=a("MAX_SHARED_MEMORY_PER_BLOCK_OPTIN", 49152),
+        reserved_smem_per_block=a("RESERVED_SHARED_MEMORY_PER_BLOCK", 1024),
+        warp_size=a("WARP_SIZE", 32),
+    )
+
+
+def _fmt_cuda_version(v: int) -> str:
+    return f"{v // 1000}.{(v % 1000) // 10}"
+
+
+class _Nvml:
+    """SM clock and driver version through NVML (nvidia-ml-py) or, failing that, nvidia-smi."""
+
+    def __init__(self, pci_bus_id: str) -> None:
+        self.bus = pci_bus_id
+        self.handle = None
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            self.nvml = pynvml
+            self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
+        except Exception:  # noqa: BLE001 - NVML is optional; every reader below has a fallback
+            self.nvml = None
+
+    def _smi(self, field: str) -> str | None:
+        if not shutil.which("nvidia-smi"):
+            return None
+        try:
+            out = subprocess.run(["nvidia-smi", f"--id={self.bus}", f"--query-gpu={field}",
+                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            return out.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    def clock(self, which: str) -> float | None:
+        if self.handle is not None:
+            kind = self.nvml.NVML_CLOCK_SM if which == "sm" else self.nvml.NVML_CLOCK_MEM
+            try:
+                return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, kind))
+            except Exception:  # noqa: BLE001
+                pass
+        v = self._smi("clocks.sm" if which == "sm" else "clocks.mem")
+        return float(v) if v and v.replace(".", "").isdigit() else None
+
+    def max_clock(self, which: str) -> float | None:
+        if self.handle is not None:
+            kind = self.nvml.NVML_CLOCK_SM if which == "sm" else self.nvml.NVML_CLOCK_MEM
+            try:
+                return float(self.nvml.nvmlDeviceGetMaxClockInfo(self.handle, kind))
+            except Exception:  # noqa: BLE001
+                pass
+        v = self._smi("clocks.max.sm" if which == "sm" else "clocks.max.mem")
+        return float(v) if v and v.replace(".", "").isdigit() else None
+
+    def driver_version(self) -> str | None:
+        if self.nvml is not None:
+            try:
+                v = self.nvml.nvmlSystemGetDriverVersion()
+                return v.decode() if isinstance(v, bytes) else v
+            except Exception:  # noqa: BLE001
+                pass
+        return self._smi("driver_version")

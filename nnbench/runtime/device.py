@@ -1,0 +1,106 @@
+"""What a GPU is and what it can do in theory: limits, peaks, and occupancy.
+
+Pure Python, so the arithmetic is tested on machines without a GPU. The CUDA backend fills a
+DeviceInfo from the driver's attributes; `for_arch` gives the documented limits of an architecture
+so a case can be refused (too many threads, too much shared memory) before anything is compiled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# FP32 lanes per SM by compute capability (CUDA C Programming Guide, "Arithmetic Instructions").
+_FP32_LANES = {(6, 0): 64, (6, 1): 128, (7, 0): 64, (7, 5): 64, (8, 0): 64, (8, 6): 128, (8, 7): 128,
+               (8, 9): 128, (9, 0): 128, (10, 0): 128, (10, 3): 128, (12, 0): 128, (12, 1): 128}
+
+
+def fp32_lanes_per_sm(cc: tuple[int, int]) -> int:
+    return _FP32_LANES.get(tuple(cc), 128 if cc[0] >= 8 else 64)
+
+
+@dataclass
+class DeviceInfo:
+    name: str
+    cc: tuple[int, int]
+    sm_count: int
+    sm_clock_mhz: float  # the maximum (boost) clock the driver reports
+    mem_clock_mhz: float
+    bus_width_bits: int
+    mem_bytes: int
+    l2_bytes: int
+    max_threads_per_block: int = 1024
+    max_threads_per_sm: int = 2048
+    max_blocks_per_sm: int = 32
+    regs_per_sm: int = 65536
+    regs_per_block: int = 65536
+    smem_per_sm: int = 233472
+    smem_per_block: int = 49152  # static limit; more needs the opt-in dynamic attribute
+    smem_per_block_optin: int = 232448
+    reserved_smem_per_block: int = 1024
+    warp_size: int = 32
+
+    @property
+    def arch(self) -> str:
+        return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    @property
+    def fp32_peak_flops(self) -> float:
+        """FMA = 2 FLOPs per lane per clock at the maximum SM clock."""
+        return self.sm_count * fp32_lanes_per_sm(self.cc) * 2 * self.sm_clock_mhz * 1e6
+
+    @property
+    def dram_peak_bytes(self) -> float:
+        """Double data rate: two transfers per memory clock across the bus."""
+        return 2 * self.mem_clock_mhz * 1e6 * self.bus_width_bits / 8
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["arch"] = self.arch
+        d["fp32_peak_tflops"] = self.fp32_peak_flops / 1e12
+        d["dram_peak_gbs"] = self.dram_peak_bytes / 1e9
+        return d
+
+
+# Documented per-architecture limits, for validating a case before a device is opened.
+_ARCH_LIMITS = {
+    "sm_80": dict(max_threads_per_sm=2048, max_blocks_per_sm=32, smem_per_sm=167936, smem_per_block_optin=166912),
+    "sm_86": dict(max_threads_per_sm=1536, max_blocks_per_sm=16, smem_per_sm=102400, smem_per_block_optin=101376),
+    "sm_89": dict(max_threads_per_sm=1536, max_blocks_per_sm=24, smem_per_sm=102400, smem_per_block_optin=101376),
+    "sm_90": dict(max_threads_per_sm=2048, max_blocks_per_sm=32, smem_per_sm=233472, smem_per_block_optin=232448),
+}
+
+
+def for_arch(arch: str) -> DeviceInfo:
+    """A DeviceInfo with an architecture's documented limits (no clocks): for checks, not peaks."""
+    cc = (int(arch[3:-1]), int(arch[-1]))
+    return DeviceInfo(name=arch, cc=cc, sm_count=0, sm_clock_mhz=0, mem_clock_mhz=0, bus_width_bits=0,
+                      mem_bytes=0, l2_bytes=0, **_ARCH_LIMITS.get(arch, {}))
+
+
+@dataclass
+class Occupancy:
+    blocks_per_sm: int
+    warps_per_sm: int
+    occupancy: float  # active warps / maximum warps per SM
+    limiter: str  # "threads", "blocks", "registers" or "shared memory"
+
+
+def occupancy(dev: DeviceInfo, threads: int, regs_per_thread: int, smem_bytes: int) -> Occupancy:
+    """Theoretical occupancy, as the CUDA occupancy calculator computes it.
+
+    Registers are allocated per warp in units of 256; shared memory per block in units of 128
+    bytes plus the per-block reservation (1 KiB on sm_80 and later). The limiter is the resource
+    that allows the fewest resident blocks (ties resolved in the order listed).
+    """
+    warps = -(-threads // dev.warp_size)
+    max_warps = dev.max_threads_per_sm // dev.warp_size
+    limits = {"threads": max_warps // warps, "blocks": dev.max_blocks_per_sm}
+    if regs_per_thread > 0:
+        regs_per_warp = -(-regs_per_thread * dev.warp_size // 256) * 256
+        limits["registers"] = (dev.regs_per_sm // regs_per_warp) // warps
+    if smem_bytes > 0:
+        per_block = -(-(smem_bytes + dev.reserved_smem_per_block) // 128) * 128
+        limits["shared memory"] = dev.smem_per_sm // per_block
+    limiter = min(limits, key=lambda k: limits[k])
+    blocks = limits[limiter]
+    return Occupancy(blocks, blocks * warps, blocks * warps / max_warps, limiter)

@@ -1,0 +1,1 @@
+"""Workloads: what to run, its reference, its FLOP and byte counts. No click, no rich."""

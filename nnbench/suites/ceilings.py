@@ -1,0 +1,43 @@
+"""Measured device ceilings: the FP32 FMA rate and device-to-device copy bandwidth, with our own
+kernels (kernels_cu/common/ceilings.cu), for `nnbench devices --measure` and the roofline."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnbench import measure, paths
+from nnbench.runtime.compile import CompileRequest, compile_cubin
+
+CHAINS, UNROLL = 8, 16  # must match ceilings.cu
+FMA_ITERS = 4096
+FMA_THREADS = 256
+COPY_BYTES = 1 << 30  # far past any L2, so the copy streams from DRAM
+
+
+def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingSettings()) -> dict:
+    dev = backend.device
+    comp = compile_cubin(CompileRequest.make(paths.KERNELS / "common/ceilings.cu", {"CHAINS": CHAINS}, backend.arch))
+
+    fma = backend.load(comp, "fma_peak")
+    occ = backend.occupancy(fma, FMA_THREADS)
+    blocks = dev.sm_count * occ.blocks_per_sm
+    out = backend.upload(np.zeros(blocks * FMA_THREADS, dtype=np.float32))
+    launch = backend.launcher(fma, (blocks, 1, 1), (FMA_THREADS, 1, 1),
+                              (backend.ptr(out), np.int32(FMA_ITERS), np.float32(0.999), np.float32(1e-3)), "Piff")
+    st = measure.measure(backend, launch, settings)
+    flops = 2.0 * CHAINS * UNROLL * FMA_ITERS * blocks * FMA_THREADS
+    fma_tflops = flops / (st.median_ms * 1e-3) / 1e12
+
+    cp = backend.load(comp, "copy_bw")
+    n4 = COPY_BYTES // 16
+    src = backend.upload(np.ones(COPY_BYTES // 4, dtype=np.float32))
+    dst = backend.upload(np.zeros(COPY_BYTES // 4, dtype=np.float32))
+    launch = backend.launcher(cp, (dev.sm_count * 8, 1, 1), (512, 1, 1),
+                              (backend.ptr(src), backend.ptr(dst), np.int64(n4)), "PPq")
+    st2 = measure.measure(backend, launch, settings)
+    copy_gbs = 2.0 * COPY_BYTES / (st2.median_ms * 1e-3) / 1e9
+    return {
+        "fma_tflops": fma_tflops, "fma_pct_theory": 100 * fma_tflops * 1e12 / dev.fp32_peak_flops,
+        "fma_sm_clock_mhz": st.sm_clock_mhz,
+        "copy_gbs": copy_gbs, "copy_pct_theory": 100 * copy_gbs * 1e9 / dev.dram_peak_bytes,
+    }

@@ -1,0 +1,63 @@
+"""On the GPU: every ladder step and every shipped parameter set against the float64 reference,
+at the edge sizes (1x1x1, odd, not multiples of any tile or of 4), 4096^3 and the config's sizes."""
+
+import numpy as np
+import pytest
+
+from nnbench import config, paths
+from nnbench.measure import TimingSettings
+from nnbench.suites import gemm
+
+pytestmark = pytest.mark.gpu
+
+CFG = config.load_gemm(paths.CONFIGS / "gemm.yaml")
+SIZES = list(dict.fromkeys([gemm.Shape(1, 1, 1), gemm.Shape(127, 255, 63), gemm.Shape(1000, 777, 1234),
+                            gemm.Shape(4096, 4096, 4096), *CFG.sizes]))
+QUICK = TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0)  # verification is what is tested here
+
+
+@pytest.mark.parametrize("shape", SIZES, ids=lambda s: s.label)
+def test_every_step_matches_reference(cuda_backend, shape):
+    records = list(gemm.run(cuda_backend, CFG.cases, [shape], QUICK, with_cublas=True))
+    bad = [(r["variant"], r["params"], r.get("rel_err"), r.get("error")) for r in records if r["status"] != "PASS"]
+    assert not bad, bad
+    # every shipped case and the cuBLAS baseline produced a row
+    assert len(records) == len(CFG.cases) + 1
+    for r in records:
+        assert r["rel_err"] < gemm.DEFAULT_RTOL
+
+
+def test_cublas_is_fp32_not_tf32(cuda_backend):
+    """A silent TF32 baseline would land near 3e-4; fp32 at K=4096 lands near 3e-6."""
+    rec = next(gemm.run(cuda_backend, [], [gemm.Shape(512, 512, 4096)], QUICK))
+    assert rec["variant"] == "cublas" and rec["rel_err"] < 2e-5
+
+
+def test_occupancy_matches_driver(cuda_backend):
+    """Our occupancy arithmetic against the driver's own calculator (through CuPy), on real kernels."""
+    cupy = pytest.importorskip("cupy")
+    from cupy.cuda import driver
+
+    cases = {c.variant.name: c for c in CFG.cases}
+    compiled = gemm.compile_cases(cuda_backend, list(cases.values()))
+    for case, comp in compiled.items():
+        threads = case.variant.threads(case.param_dict)
+        ours = cuda_backend.occupancy(cuda_backend.load(comp, "gemm"), threads).blocks_per_sm
+        mod = cupy.RawModule(path=str(comp.cubin))
+        fn = mod.get_function("gemm")
+        theirs = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, 0)
+        assert ours == theirs, (case.variant.name, ours, theirs)
+
+
+def test_poisoned_output_catches_unwritten_elements(cuda_backend):
+    """The NaN poison must make a kernel that skips elements fail: run naive on a grid too small."""
+    prob = gemm.Problem.make(gemm.Shape(70, 50, 30), np.random.default_rng(1))
+    bufs = gemm._Buffers(cuda_backend, prob)
+    case = next(c for c in CFG.cases if c.variant.name == "naive")
+    comp = gemm.compile_cases(cuda_backend, [case])[case]
+    k = cuda_backend.load(comp, "gemm")
+    pa, pb, pc = bufs.ptrs()
+    launch = lambda a, b: cuda_backend.launcher(  # noqa: E731 - half the grid along m
+        k, (1, 7, 1), (32, 8, 1), (np.int32(70), np.int32(50), np.int32(30), np.float32(a), pa, pb, np.float32(b), pc),
+        gemm.SIGNATURE)
+    assert gemm._verify(bufs, launch) == float("inf")
