@@ -26,7 +26,7 @@ class Param:
 
     @property
     def option(self) -> str:
-        return "--" + self.name.lower()
+        return "--" + self.name.lower().replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -117,6 +117,7 @@ _WARPTILE_PARAMS = (
     _p("TM", 8, (4, 8), "thread tile rows"),
     _p("TN", 4, (4, 8), "thread tile columns"),
 )
+_MIN_BLOCKS = _p("MIN_BLOCKS", 1, (1, 2), "resident blocks per SM asked of the register allocator (__launch_bounds__)")
 _WARPTILE_DERIVED = (
     ("THREADS", "32 * (BM // WM) * (BN // WN)"),
     ("WMITER", "(WM * WN) // (32 * TM * TN * WNITER)"),
@@ -193,8 +194,25 @@ GEMM: tuple[Variant, ...] = (
     Variant(
         "gemm", "double_buffered", 7, "warp tiling with two shared stages, next tile prefetched into registers",
         "gemm/07_double_buffered.cu",
-        params=_WARPTILE_PARAMS, derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
+        params=(*_WARPTILE_PARAMS, Param("MIN_BLOCKS", 2, _MIN_BLOCKS.choices, _MIN_BLOCKS.help)), derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
         block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * BM + BK * (BN + 4)) * 4",
+    ),
+    Variant(
+        "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
+        "gemm/08_tf32x3.cu",
+        params=(_p("BM", 128, (64, 128), "block tile rows (m)"),
+                _p("BN", 128, (64, 128), "block tile columns (n)"),
+                _p("BK", 16, (8, 16), "k-slice staged in shared memory"),
+                _p("WM", 64, (16, 32, 64), "warp tile rows (whole m16 tiles)"),
+                _p("WN", 32, (8, 16, 32, 64), "warp tile columns (whole n8 tiles)"),
+                _MIN_BLOCKS),
+        derived=(("THREADS", "32 * (BM // WM) * (BN // WN)"),),
+        rules=(Rule("BM % WM == 0 and BN % WN == 0", "warp tiles must cover the block tile"),
+               Rule("THREADS <= 1024", "at most 1024 threads per block"),
+               Rule("(BM * BK // 4) % THREADS == 0 and (BN * BK // 4) % THREADS == 0",
+                    "threads must share the tile's float4 loads evenly")),
+        block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * (BM + 8) + BK * (BN + 8)) * 4",
+        tags=("tensor-core",),
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",

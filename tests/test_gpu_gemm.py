@@ -45,7 +45,7 @@ def test_occupancy_matches_driver(cuda_backend):
         ours = cuda_backend.occupancy(cuda_backend.load(comp, "gemm"), threads).blocks_per_sm
         mod = cupy.RawModule(path=str(comp.cubin))
         fn = mod.get_function("gemm")
-        theirs = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.ptr, threads, 0)
+        theirs = driver.occupancyMaxActiveBlocksPerMultiprocessor(fn.kernel.ptr, threads, 0)
         assert ours == theirs, (case.variant.name, ours, theirs)
 
 

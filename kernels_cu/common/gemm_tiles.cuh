@@ -15,7 +15,8 @@
 // (which walk k) over all 32 banks.
 #define BS_PAD 4
 
-template <int ROWS, int DEPTH, int NT>
+// PAD: extra floats per shared row (a multiple of 4, to keep float4 alignment).
+template <int ROWS, int DEPTH, int NT, int PAD = 0>
 struct TileA {
     static_assert((ROWS * DEPTH / 4) % NT == 0, "threads must share the A tile's float4 loads evenly");
     static constexpr int PER_THREAD = ROWS * DEPTH / 4 / NT;
@@ -31,7 +32,7 @@ struct TileA {
             r[i] = gk < K ? load4_guarded(A + (size_t)gk * M, m0 + mq * 4, M, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
-    __device__ __forceinline__ void stash(float (*As)[ROWS], int tid) const {
+    __device__ __forceinline__ void stash(float (*As)[ROWS + PAD], int tid) const {
 #pragma unroll
         for (int i = 0; i < PER_THREAD; ++i) {
             const int idx = tid + i * NT;
@@ -41,7 +42,7 @@ struct TileA {
     }
 };
 
-template <int COLS, int DEPTH, int NT>
+template <int COLS, int DEPTH, int NT, int PAD = BS_PAD>
 struct TileB {
     static_assert(DEPTH % 4 == 0, "DEPTH must be a multiple of 4 for float4 loads of B");
     static_assert((COLS * DEPTH / 4) % NT == 0, "threads must share the B tile's float4 loads evenly");
@@ -58,7 +59,7 @@ struct TileB {
             r[i] = gn < N ? load4_guarded(B + (size_t)gn * K, k0 + kq * 4, K, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
         }
     }
-    __device__ __forceinline__ void stash(float (*Bs)[COLS + BS_PAD], int tid) const {
+    __device__ __forceinline__ void stash(float (*Bs)[COLS + PAD], int tid) const {
 #pragma unroll
         for (int i = 0; i < PER_THREAD; ++i) {
             const int idx = tid + i * NT;

@@ -9,12 +9,17 @@
 //         transpose, and B must be transposed in column-major; the register path keeps one layout.
 // Source: the prefetching scheme of Volkov & Demmel (2008) and CUTLASS's "double buffered"
 //         mainloop; siboehm/SGEMM_CUDA kernel 11.
-// Params: as step 6; shared memory doubles to 2 * (BK*BM + BK*(BN+4)) * 4 bytes (<= 48 KiB).
+// Params: as step 6, plus MIN_BLOCKS in {1, 2}: resident blocks per SM asked of the register
+//         allocator (2 caps registers at 128 for 256 threads); shared memory doubles to 2 * (BK*BM + BK*(BN+4)) * 4 bytes (<= 48 KiB).
 // Sizes:  any M, N, K >= 1.
 // Launch: 1-D blocks of THREADS; grid (ceil(M/BM), ceil(N/BN)).
 #include "common/gemm_warptile.cuh"
 
-extern "C" __global__ void __launch_bounds__(THREADS)
+#ifndef MIN_BLOCKS
+#define MIN_BLOCKS 1
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, MIN_BLOCKS)
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B,
      float beta, float* __restrict__ C) {
     const int tid = threadIdx.x;

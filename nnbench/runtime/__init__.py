@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from nnbench.errors import BackendUnavailable
 
-INSTALL_HINT = "install the GPU extra with `pip install -e '.[gpu]'` on a machine with an NVIDIA GPU and the CUDA toolkit"
+INSTALL_HINT = ("install the GPU extra with `pip install -e '.[gpu]'` on a machine with an NVIDIA GPU and the CUDA "
+                "toolkit, or run the NumPy path with --backend cpu")
 
 
 def open_backend(name: str, device: int = 0):

@@ -1,0 +1,96 @@
+"""CLI behaviour through CliRunner: one-line errors with exit code 2, the CPU path end to end,
+and exit code 1 on a failed verification."""
+
+import csv
+
+import pytest
+from click.testing import CliRunner
+
+from nnbench import results
+from nnbench.cli import cli
+from nnbench.runtime.device import for_arch
+from nnbench.suites import gemm as gemm_suite
+
+from .conftest import gpu_available
+
+
+def run(*args):
+    return CliRunner().invoke(cli, list(args))
+
+
+def one_line_error(res, *needles):
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("nnbench: error:"), res.output
+    assert "Traceback" not in res.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["gemm", "--variant", "bogus"], ["--variant bogus", "naive", "tf32x3"]),
+    (["gemm", "-v", "tiled", "--ts", "64"], ["--ts 64", "{8, 16, 32}"]),
+    (["gemm", "-v", "coarsened", "--ts", "16", "--wpt", "32"], ["TS % WPT == 0", "TS=16", "WPT=32"]),
+    (["gemm", "-v", "coarsened", "--wpt", "3"], ["--wpt 3", "{1, 2, 4, 8, 16, 32}"]),
+    (["gemm", "-v", "naive", "--wpt", "8"], ["--wpt 8", "coarsened"]),
+    (["gemm", "--size", "0"], ["--size", ">=1"]),
+    (["gemm", "--m", "-3", "--n", "4", "--k", "4"], ["--m"]),
+    (["gemm", "--m", "10"], ["--m, --n and --k"]),
+    (["gemm", "--size", "65536"], ["32-bit index"]),
+    (["gemm", "--ts", "abc"], ["--ts", "abc"]),
+    (["gemm", "--backend", "tpu"], ["--backend", "cuda"]),
+    (["gemm", "--backend", "cpu", "-v", "warptile"], ["needs the cuda backend", "numpy"]),
+    (["gemm", "--budget", "0"], ["--budget"]),
+    (["nosuch"], ["nosuch"]),
+])
+def test_bad_input_is_one_line_exit_2(args, needles):
+    one_line_error(run(*args), *needles)
+
+
+def test_device_limits_are_refused():
+    """Parameter sets that pass the rules but not the device: static shared memory over 48 KiB."""
+    from nnbench.errors import NnbenchError
+    big = {"BM": 256, "BN": 256, "BK": 32, "WM": 128, "WN": 128, "WNITER": 2}
+    with pytest.raises(NnbenchError, match=r"66,048 bytes of static shared memory.*49,152"):
+        gemm_suite.plan(["warptile"], big, for_arch("sm_90"))
+
+
+@pytest.mark.skipif(gpu_available(), reason="this machine has a GPU")
+def test_no_gpu_says_how_to_install():
+    one_line_error(run("gemm", "--size", "64"), "pip install", "--backend cpu")
+
+
+def test_cpu_path_table_and_csv(tmp_path):
+    path = tmp_path / "out.csv"
+    res = run("gemm", "--backend", "cpu", "--size", "67", "--size", "33", "--budget", "0.01", "--csv", str(path))
+    assert res.exit_code == 0, res.output
+    assert "numpy" in res.output and "PASS" in res.output and "cuBLAS: not available" in res.output
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0].keys()) == results.FIELDS
+    assert [r["shape"] for r in rows] == ["67×67×67", "33×33×33"]
+    for r in rows:
+        assert r["status"] == "PASS" and float(r["rel_err"]) < 1e-6 and float(r["median_ms"]) > 0
+        assert r["nnbench_version"] and r["git_sha"] and r["timestamp"] and r["backend"] == "cpu"
+        assert int(r["samples"]) >= 10
+
+
+def test_auto_backend_says_it_fell_back(tmp_path):
+    if gpu_available():
+        pytest.skip("this machine has a GPU")
+    res = run("gemm", "--backend", "auto", "--size", "16", "--budget", "0.01", "--csv", str(tmp_path / "a.csv"))
+    assert res.exit_code == 0 and "running the NumPy CPU path" in res.output
+
+
+def test_failed_verification_exits_1_and_keeps_results(tmp_path):
+    path = tmp_path / "f.csv"
+    res = run("gemm", "--backend", "cpu", "--size", "50", "--budget", "0.01", "--rtol", "1e-15", "--csv", str(path))
+    assert res.exit_code == 1, res.output
+    assert "FAIL" in res.output
+    rows = list(csv.DictReader(path.open()))
+    assert rows[0]["status"] == "FAIL"
+
+
+def test_help_and_version():
+    assert run("--version").exit_code == 0
+    res = run("gemm", "--help")
+    assert res.exit_code == 0 and "--ts" in res.output and "--wpt" in res.output and "--min-blocks" in res.output

@@ -1,0 +1,67 @@
+"""The GEMM suite on the NumPy backend: reference, verification, records and their schema."""
+
+import numpy as np
+
+from nnbench import measure, registry, results
+from nnbench.runtime.cpu import CpuBackend
+from nnbench.suites import gemm
+
+QUICK = measure.TimingSettings(budget_s=0.001, min_samples=3, max_noise=1.0)
+
+
+def test_inputs_are_fresh_nonzero_and_column_major():
+    rng = np.random.default_rng()
+    p = gemm.Problem.make(gemm.Shape(7, 5, 3), rng)
+    assert p.A.flags.f_contiguous and p.A.dtype == np.float32 and p.A.shape == (7, 3)
+    assert np.all(np.abs(p.A) >= 0.1) and np.all(np.abs(p.B) >= 0.1)
+    q = gemm.Problem.make(gemm.Shape(7, 5, 3), rng)
+    assert not np.array_equal(p.A, q.A)
+
+
+def test_reference_is_blas_semantics():
+    p = gemm.Problem.make(gemm.Shape(4, 3, 2), np.random.default_rng(0))
+    A, B, C = (x.astype(np.float64) for x in (p.A, p.B, p.C0))
+    np.testing.assert_allclose(p.reference(0.75, -1.5), 0.75 * A @ B - 1.5 * C)
+    np.testing.assert_allclose(p.reference(1.0, 0.0), A @ B)
+
+
+def test_verify_catches_wrong_and_unwritten_results():
+    be = CpuBackend()
+    prob = gemm.Problem.make(gemm.Shape(9, 11, 13), np.random.default_rng(3))
+    bufs = gemm._Buffers(be, prob)
+    assert gemm._verify(bufs, lambda a, b: gemm._numpy_launcher(bufs, a, b)) < 1e-6
+    # forgets the last column: stays NaN in the beta = 0 check
+    def partial(a, b):
+        return lambda: bufs.C.__setitem__((slice(None), slice(0, -1)), (a * (bufs.A @ bufs.B))[:, :-1])
+    assert gemm._verify(bufs, partial) == float("inf")
+    # ignores beta
+    assert gemm._verify(bufs, lambda a, b: gemm._numpy_launcher(bufs, a, 0.0)) > 1e-2
+
+
+def test_run_yields_schema_records():
+    be = CpuBackend()
+    cases = gemm.plan([], {}, None, "cpu")
+    recs = list(gemm.run(be, cases, [gemm.Shape(31, 17, 9)], QUICK, env=results.environment(be)))
+    assert len(recs) == 1
+    r = recs[0]
+    assert r["status"] == "PASS" and r["variant"] == "numpy" and r["flops"] == 2 * 31 * 17 * 9
+    assert r["gflops"] == r["flops"] / (r["median_ms"] * 1e-3) / 1e9
+    assert set(r) - set(results.FIELDS) <= {"seed"}
+
+
+def test_every_registered_variant_is_consistent():
+    for v in registry.ALL:
+        p = v.defaults()
+        assert not v.problems(p), (v.name, v.problems(p))
+        if v.source:
+            assert (gemm.paths.KERNELS / v.source).exists()
+            assert 0 < v.threads(p) <= 1024
+            assert v.smem_bytes(p) <= 48 * 1024
+            grid = v.launch_grid(p, {"M": 1000, "N": 777, "K": 1})
+            assert grid[0] >= 1 and grid[1] >= 1
+
+
+def test_flop_and_byte_counts():
+    s = gemm.Shape(4096, 4096, 4096)
+    assert s.flops == 2 * 4096**3
+    assert s.bytes == 4 * 3 * 4096**2

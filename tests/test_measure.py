@@ -1,0 +1,65 @@
+import math
+
+import numpy as np
+import pytest
+
+from nnbench import measure
+
+
+class FakeBackend:
+    """Returns scripted sample times; counts flushes and launches."""
+
+    def __init__(self, times):
+        self.times = iter(times)
+        self.flushes = 0
+        self.calls = []
+
+    def timed(self, fn, reps):
+        self.calls.append(reps)
+        return next(self.times)
+
+    def flush_l2(self):
+        self.flushes += 1
+
+    def sm_clock_mhz(self):
+        return 1980.0
+
+
+def test_summarize_median_iqr_noise():
+    s = measure.summarize([1.0, 2.0, 3.0, 4.0, 5.0])
+    assert s.median_ms == 3.0 and s.q1_ms == 2.0 and s.q3_ms == 4.0 and s.iqr_ms == 2.0
+    assert s.noise == pytest.approx(2.0 / 1.349 / 3.0)
+    assert s.iqr_pct == pytest.approx(200 / 3)
+
+
+def test_stops_at_min_samples_when_quiet():
+    be = FakeBackend([1.0] * 100)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10))
+    assert s.samples == 10 and s.converged and s.sm_clock_mhz == 1980.0
+
+
+def test_noisy_runs_until_budget_but_at_least_min_samples():
+    rng = np.random.default_rng(0)
+    be = FakeBackend(list(1.0 + rng.uniform(0, 1, 10_000)))
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=0.0))
+    assert s.samples == 10 and not s.converged
+
+
+def test_cold_flushes_before_every_sample_and_never_batches():
+    be = FakeBackend([1.0] * 100)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(cold=True))
+    assert be.flushes == s.samples and s.reps == 1 and set(be.calls) == {1}
+
+
+def test_hot_batches_short_kernels():
+    be = FakeBackend([0.001] * 100)  # 1 us per launch: batch to reach min_sample_ms
+    s = measure.measure(be, lambda: None, measure.TimingSettings(min_sample_ms=0.05))
+    assert s.reps == 50
+
+
+def test_rel_err():
+    ref = np.array([3.0, 4.0])
+    assert measure.rel_err(ref, ref) == 0.0
+    assert measure.rel_err(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
+    assert math.isinf(measure.rel_err(np.array([np.nan, 4.0]), ref))
+    assert math.isinf(measure.rel_err(np.array([np.inf, 4.0]), ref))
