@@ -11,7 +11,7 @@ C (M x N), A(m, k) = A[m + k*M], as in cuBLAS and the seed lecture.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
@@ -122,16 +122,20 @@ _WARPTILE_DERIVED = (
     ("THREADS", "32 * (BM // WM) * (BN // WN)"),
     ("WMITER", "(WM * WN) // (32 * TM * TN * WNITER)"),
 )
+# Rules every warp-tiled step shares (steps 6, 7 and 8).
+_WARPS_COVER_BLOCK = Rule("BM % WM == 0 and BN % WN == 0", "warp tiles must cover the block tile")
+_THREADS_FIT = Rule("THREADS <= 1024", "at most 1024 threads per block")
+_FLOAT4_LOADS_SHARED = Rule("(BM * BK // 4) % THREADS == 0 and (BN * BK // 4) % THREADS == 0",
+                            "threads must share the tile's float4 loads evenly")
 _WARPTILE_RULES = (
-    Rule("BM % WM == 0 and BN % WN == 0", "warp tiles must cover the block tile"),
-    Rule("THREADS <= 1024", "at most 1024 threads per block"),
+    _WARPS_COVER_BLOCK,
+    _THREADS_FIT,
     Rule("WMITER >= 1 and WMITER * 32 * TM * TN * WNITER == WM * WN",
          "a warp tile must split into whole 32-lane sub-tiles"),
     Rule("WM % WMITER == 0 and WN % WNITER == 0", "sub-tiles must divide the warp tile"),
     Rule("(WM // WMITER) % TM == 0 and (WN // WNITER) % TN == 0 "
          "and ((WM // WMITER) // TM) * ((WN // WNITER) // TN) == 32", "a sub-tile must hold exactly 32 lanes"),
-    Rule("(BM * BK // 4) % THREADS == 0 and (BN * BK // 4) % THREADS == 0",
-         "threads must share the tile's float4 loads evenly"),
+    _FLOAT4_LOADS_SHARED,
 )
 
 GEMM: tuple[Variant, ...] = (
@@ -194,7 +198,8 @@ GEMM: tuple[Variant, ...] = (
     Variant(
         "gemm", "double_buffered", 7, "warp tiling with two shared stages, next tile prefetched into registers",
         "gemm/07_double_buffered.cu",
-        params=(*_WARPTILE_PARAMS, Param("MIN_BLOCKS", 2, _MIN_BLOCKS.choices, _MIN_BLOCKS.help)), derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
+        params=(*_WARPTILE_PARAMS, replace(_MIN_BLOCKS, default=2)),
+        derived=_WARPTILE_DERIVED, rules=_WARPTILE_RULES,
         block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * BM + BK * (BN + 4)) * 4",
     ),
     Variant(
@@ -207,10 +212,7 @@ GEMM: tuple[Variant, ...] = (
                 _p("WN", 32, (8, 16, 32, 64), "warp tile columns (whole n8 tiles)"),
                 _MIN_BLOCKS),
         derived=(("THREADS", "32 * (BM // WM) * (BN // WN)"),),
-        rules=(Rule("BM % WM == 0 and BN % WN == 0", "warp tiles must cover the block tile"),
-               Rule("THREADS <= 1024", "at most 1024 threads per block"),
-               Rule("(BM * BK // 4) % THREADS == 0 and (BN * BK // 4) % THREADS == 0",
-                    "threads must share the tile's float4 loads evenly")),
+        rules=(_WARPS_COVER_BLOCK, _THREADS_FIT, _FLOAT4_LOADS_SHARED),
         block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * (BM + 8) + BK * (BN + 8)) * 4",
         tags=("tensor-core",),
     ),
