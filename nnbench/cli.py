@@ -6,13 +6,15 @@ code 2; a failed verification or a kernel fault exits 1 after the results are wr
 
 from __future__ import annotations
 
+import re
 import sys
+from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from nnbench import __version__, measure, registry, results
+from nnbench import __version__, measure, registry, results, tables
 from nnbench.errors import NnbenchError
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm as gemm_suite
@@ -197,7 +199,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed
 
     mode = "cold L2" if cold else "hot L2"
     clock = "CUDA events" if be.name == "cuda" else "perf_counter"
-    out.print(results.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
+    out.print(tables.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
                                           f"{budget:g} s/case · rtol {rtol:g}"))
     if be.name == "cuda" and not no_cublas and not any(r["variant"] == "cublas" for r in records):
         out.print(f"cuBLAS: not available ({gemm_suite.Cublas(be).reason})")
@@ -210,3 +212,224 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed
     out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
+
+
+# -- sweep ----------------------------------------------------------------------------------------
+class _SweepView:
+    """Renders a sweep's events: a progress bar with ETA on stderr, one line per worker restart."""
+
+    def __init__(self) -> None:
+        self.progress = None
+        self.task = None
+        self.failed = 0
+
+    def __call__(self, kind: str, **data) -> None:
+        if kind == "compiled":
+            err.print(_compile_line(data["stats"]))
+        elif kind == "start":
+            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                                       TimeRemainingColumn)
+            if data["resumed"]:
+                err.print(f"resuming {data['path']}: {data['resumed']} cases already done")
+            self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                     TextColumn("{task.description}"), console=err, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=data["total"])
+        elif kind == "job" and self.progress:
+            self.progress.update(self.task, description=data["label"])
+        elif kind == "record" and self.progress:
+            rec = data["rec"]
+            if rec is not None and rec["status"] in results.FAILED:
+                self.failed += 1
+                self.progress.console.print(f"[red]{rec['status']}[/] {rec['variant']} {rec['params']} "
+                                            f"{rec['shape']}: {rec.get('error') or 'rel_err ' + format(rec['rel_err'], '.2e')}")
+            self.progress.advance(self.task)
+        elif kind == "worker" and data["restart"] and self.progress:
+            self.progress.console.print(f"[yellow]started a fresh worker (pid {data['pid']})[/]")
+
+    def stop(self) -> None:
+        if self.progress:
+            self.progress.stop()
+
+
+def _compile_line(st) -> str:
+    if not st.kernels:
+        return "compile: nothing to compile"
+    line = (f"compile: {st.kernels} kernels for {st.arch} · {st.compiled} compiled, {st.cached} cached, "
+            f"{st.failed} failed{f', {st.skipped} beyond the device limits' if st.skipped else ''} · "
+            f"{st.wall_s:.1f} s wall on {st.jobs} jobs")
+    if st.compiled:
+        line += f" · nvcc CPU {st.nvcc_cpu_s:.1f} s ({st.cpu_per_core_s:.1f} s per job) · wall/ideal {st.wall_vs_ideal:.2f}"
+    if st.load_s is not None:
+        line += f" · loaded into the GPU context in {st.load_s:.2f} s"
+    return line
+
+
+def _run_sweep(spec, backend: str, out_path, fresh: bool, jobs, load_only: bool = False):
+    from nnbench import sweep as sweep_mod
+    view = _SweepView()
+    try:
+        outcome = sweep_mod.execute(spec, backend, out_path, fresh, jobs, load_only=load_only, events=view)
+    finally:
+        view.stop()
+    return outcome
+
+
+@cli.command()
+@click.argument("config_path", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Result CSV (default: resume the newest results/<sweep>-<gpu>-*.csv, or start a new one).")
+@click.option("--fresh", is_flag=True, help="Start a new result file instead of resuming.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel nvcc processes (default: one per core).")
+@click.option("--watchdog", type=click.FloatRange(min=0.0, min_open=True),
+              help="Seconds without progress before a case counts as hung (overrides timing.watchdog).")
+@click.option("--dry-run", is_flag=True, help="Print the expanded plan and stop; needs no GPU.")
+@click.option("--compile-only", is_flag=True,
+              help="Compile (and, with a GPU, load) every kernel of the sweep, report the times, and stop.")
+@click.option("--arch", help="With --compile-only and no GPU: the target, e.g. sm_90.")
+@backend_option
+def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, backend) -> None:
+    """Sweep a YAML config: every point of its axes, at every shape; resumable.
+
+    \b
+    Examples:
+      nnbench sweep configs/gemm_sweep.yaml
+      nnbench sweep configs/gemm_sweep.yaml --dry-run
+      nnbench sweep configs/gemm_sweep.yaml --compile-only --arch sm_90
+    """
+    from dataclasses import replace
+
+    from nnbench import config
+    if out_path and fresh and Path(out_path).exists():
+        raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
+    spec = config.load_sweep(config_path)
+    if watchdog:
+        spec = replace(spec, watchdog_s=watchdog)
+    if arch and not compile_only:
+        raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
+    if arch and not re.fullmatch(r"sm_\d{2,3}", arch):
+        raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
+    n_shapes = len(spec.shapes)
+    out.print(f"sweep {spec.name} ({spec.path}) · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
+    out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and the "
+                                                       "variants' rules exclude"))
+    if dry_run:
+        return
+    if compile_only:
+        if arch:
+            from nnbench import sweep as sweep_mod
+            out.print(_compile_line(sweep_mod.compile_only(spec, arch, jobs)))
+        else:
+            outcome = _run_sweep(spec, backend, None, True, jobs, load_only=True)
+            out.print(_compile_line(outcome.compile))
+        return
+    outcome = _run_sweep(spec, backend, out_path, fresh, jobs)
+    _print_outcome(spec, outcome)
+    if outcome.failed:
+        sys.exit(1)
+
+
+def _case_label(case) -> str:
+    return f"{case.variant.name} {case.param_label}".strip() if case else "none"
+
+
+def _print_outcome(spec, outcome) -> None:
+    clock = "CUDA events" if outcome.backend == "cuda" else "perf_counter"
+    title = (f"sweep {spec.name} · best parameters per shape · median of ≥{spec.settings.min_samples} samples "
+             f"({clock}), {'cold' if spec.settings.cold else 'hot'} cache")
+    out.print(tables.sweep_table(outcome.summary.rows(), spec.baseline.variant.name if spec.baseline else None,
+                                 title))
+    line = f"ran {outcome.jobs} cases in {outcome.wall_s:.1f} s"
+    if outcome.resumed:
+        line += f" ({outcome.resumed} resumed from the file)"
+    if outcome.skipped:
+        line += f" · {outcome.skipped} skipped for this device"
+    if outcome.failed:
+        line += f" · {outcome.failed} failed"
+    if outcome.restarts:
+        line += f" · {outcome.restarts} worker restarts"
+    if outcome.overhead is not None:
+        line += (f" · kernel time {outcome.gpu_s:.1f} s, overhead outside kernels "
+                 f"{100 * outcome.overhead:.1f}% of wall")
+    out.print(line)
+    out.print(f"CSV: {outcome.path}")
+
+
+# -- check ----------------------------------------------------------------------------------------
+class Tolerance(click.ParamType):
+    name = "TOLERANCE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            v = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r}: expected a fraction or a percentage, e.g. 0.05 or 5%", param, ctx)
+        if not 0 <= v < 10:
+            self.fail(f"{value!r}: expected 0% to 1000%", param, ctx)
+        return v
+
+
+@cli.command()
+@click.argument("files", nargs=-1, metavar="[BASELINE.csv CURRENT.csv]", type=click.Path(dir_okay=False))
+@click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
+              help="A slowdown smaller than this is SAME (e.g. 5% or 0.05).")
+@click.option("--run", "run_config", type=click.Path(dir_okay=False),
+              help="Run this sweep config now (fresh) and check it against --baseline.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="With --run: the baseline CSV (default: results/baselines/<gpu>.csv).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="With --run: where the new CSV goes.")
+@click.option("--all", "show_all", is_flag=True, help="List SAME cases too.")
+@click.option("--any-gpu", is_flag=True, help="Compare even when the two files come from different GPUs.")
+@backend_option
+def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, backend) -> None:
+    """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, MISSING or NEW per case.
+
+    Exits 1 on any SLOWER case or any failed verification.
+
+    \b
+    Examples:
+      nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
+      nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
+    """
+    from nnbench import config, paths, verdict
+    if run_config:
+        if files:
+            raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
+        if baseline_path and not Path(baseline_path).is_file():
+            raise NnbenchError(f"--baseline {baseline_path}: no such file")
+        spec = config.load_sweep(run_config)
+        outcome = _run_sweep(spec, backend, out_path, True, None)
+        _print_outcome(spec, outcome)
+        current = outcome.path
+        if not baseline_path:
+            gpu = verdict.gpus(verdict.load(current))
+            name = results.slug(next(iter(gpu))) if gpu else "cpu"
+            baseline_path = paths.RESULTS / "baselines" / f"{name}.csv"
+            if not baseline_path.is_file():
+                raise NnbenchError(f"no baseline for this GPU at {baseline_path}; make one with: nnbench sweep "
+                                   f"{run_config} --fresh --out {baseline_path}")
+    else:
+        if len(files) != 2:
+            raise NnbenchError("check needs BASELINE.csv and CURRENT.csv, or --run CONFIG.yaml")
+        if baseline_path or out_path:
+            raise NnbenchError("--baseline and --out apply only with --run")
+        baseline_path, current = files
+    base, cur = verdict.load(Path(baseline_path)), verdict.load(Path(current))
+    gb, gc = verdict.gpus(base), verdict.gpus(cur)
+    if gb and gc and gb != gc and not any_gpu:
+        raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "
+                           f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
+    verdicts = verdict.compare(base, cur, tolerance)
+    counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
+    out.print(tables.verdict_table(verdicts, tolerance, f"check {current} against {baseline_path} · tolerance "
+                                                        f"{100 * tolerance:g}% or the combined IQR, whichever is larger",
+                                   show_same=show_all))
+    out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
+    if verdict.gated(verdicts):
+        out.print("[bold red]regression gate: FAILED[/] (a case is SLOWER or failed verification)")
+        sys.exit(1)
+    out.print("[green]regression gate: passed[/]")

@@ -6,63 +6,18 @@ line it came from; a bad key, type or value is reported as `file:line: key: prob
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from nnbench import registry
+from nnbench import expr, measure, nets, paths, registry, space
 from nnbench.errors import NnbenchError
+from nnbench.suites import gemm as gemm_suite
 from nnbench.suites.gemm import Case, Shape
-
-
-class ConfigError(NnbenchError):
-    pass
-
-
-def _where(path: Path, node: yaml.Node) -> str:
-    return f"{path}:{node.start_mark.line + 1}"
-
-
-def compose(path: Path) -> yaml.Node:
-    try:
-        node = yaml.compose(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
-    if node is None:
-        raise ConfigError(f"{path}: the file is empty")
-    return node
-
-
-def mapping(path: Path, node: yaml.Node, what: str, allowed: list[str] | None = None) -> dict[str, tuple]:
-    """A mapping node as {key: (key_node, value_node)}, rejecting unknown keys."""
-    if not isinstance(node, yaml.MappingNode):
-        raise ConfigError(f"{_where(path, node)}: {what}: expected a mapping")
-    out = {}
-    for k, v in node.value:
-        if allowed is not None and k.value not in allowed:
-            raise ConfigError(f"{_where(path, k)}: {what}: unknown key {k.value!r}; allowed: {', '.join(allowed)}")
-        out[k.value] = (k, v)
-    return out
-
-
-def sequence(path: Path, node: yaml.Node, what: str) -> list[yaml.Node]:
-    if not isinstance(node, yaml.SequenceNode):
-        raise ConfigError(f"{_where(path, node)}: {what}: expected a list")
-    return node.value
-
-
-def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) -> int:
-    if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":int")):
-        raise ConfigError(f"{_where(path, node)}: {what}: expected an integer, got {node.value!r}")
-    v = int(node.value, 0)
-    if minimum is not None and v < minimum:
-        raise ConfigError(f"{_where(path, node)}: {what}: {v} is below the minimum {minimum}")
-    return v
+from nnbench.yamlnodes import (ConfigError, boolean, compose, fail, integer, mapping, number, scalar, sequence, string,
+                               where)
 
 
 @dataclass
@@ -87,12 +42,234 @@ def load_gemm(path: Path) -> GemmConfig:
                     params[pname] = integer(path, pv, f"variants.{name}.{pname}")
                 problems = v.problems(params)
                 if problems:
-                    raise ConfigError(f"{_where(path, item)}: variants.{name}: {problems[0]}")
+                    raise ConfigError(f"{where(path, item)}: variants.{name}: {problems[0]}")
                 cases.append(Case(v, tuple(params.items())))
     sizes: list[Shape] = []
     for item in sequence(path, top["sizes"][1], "sizes") if "sizes" in top else []:
         dims = sequence(path, item, "sizes")
         if len(dims) != 3:
-            raise ConfigError(f"{_where(path, item)}: sizes: expected [M, N, K], got {len(dims)} values")
+            raise ConfigError(f"{where(path, item)}: sizes: expected [M, N, K], got {len(dims)} values")
         sizes.append(Shape(*(integer(path, d, "sizes", minimum=1) for d in dims)))
     return GemmConfig(cases, sizes)
+
+
+# -- sweeps ---------------------------------------------------------------------------------------
+SWEEP_KEYS = ["name", "suite", "description", "baseline", "cublas", "seed", "shapes", "timing", "variants"]
+SWEEP_SUITES = ["gemm"]  # train and conv join as their suites land
+TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog"]
+AXIS_FORMS = "a value, a list, {start, stop, step} or {pow2: [lo, hi]}"
+
+
+@dataclass
+class VariantCount:
+    """How one variant's axes became cases: the product, minus restrictions, minus its own rules."""
+
+    variant: str
+    product: int = 0
+    restricted: int = 0  # excluded by the sweep's restrictions
+    invalid: int = 0  # excluded by the variant's rules in the registry
+    cases: int = 0
+
+
+@dataclass
+class SweepSpec:
+    name: str
+    suite: str
+    path: Path
+    cases: list[Case]  # the baseline first, when it is not also a swept point
+    shapes: list[Shape]
+    baseline: Case | None
+    cublas: bool
+    settings: measure.TimingSettings
+    rtol: float
+    watchdog_s: float
+    seed: int
+    counts: list[VariantCount]
+    description: str = ""
+
+
+def load_sweep(path: Path) -> SweepSpec:
+    """A sweep config: suite, variants with axes and restrictions, shapes, timing. See configs/gemm_sweep.yaml."""
+    path = Path(path)
+    top = mapping(path, compose(path), "top level", SWEEP_KEYS, required=("suite", "variants", "shapes"))
+    name = string(path, top["name"][1], "name") if "name" in top else path.stem
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise fail(path, top["name"][1], f"name: {name!r} may use only letters, digits, '_', '-' and '.'")
+    suite = string(path, top["suite"][1], "suite", SWEEP_SUITES)
+
+    cases: list[Case] = []
+    counts: list[VariantCount] = []
+    vnode = top["variants"][1]
+    names = [v.name for v in registry.suite_variants(suite)]
+    for vname, (knode, body) in mapping(path, vnode, "variants", names).items():
+        got, count = _variant_cases(path, registry.get(suite, vname), body)
+        cases += got
+        counts.append(count)
+    if not cases:
+        raise fail(path, vnode, "variants: every point was excluded; nothing to run")
+
+    baseline = None
+    if "baseline" in top:
+        baseline = _baseline(path, suite, top["baseline"][1])
+        if baseline in cases:  # it runs first for each shape, so every later row can carry its speedup
+            cases.remove(baseline)
+        cases.insert(0, baseline)
+
+    shapes = list(dict.fromkeys(s for item in sequence(path, top["shapes"][1], "shapes")
+                                for s in _shapes(path, item)))
+    if not shapes:
+        raise fail(path, top["shapes"][1], "shapes: the list is empty")
+    for s in shapes:
+        try:
+            gemm_suite.validate_shape(s)
+        except NnbenchError as e:
+            raise fail(path, top["shapes"][1], f"shapes: {e}") from None
+
+    timing = mapping(path, top["timing"][1], "timing", TIMING_KEYS) if "timing" in top else {}
+    t = {k: v for k, (_, v) in timing.items()}
+    settings = measure.TimingSettings(
+        budget_s=number(path, t["budget"], "timing.budget", positive=True) if "budget" in t else 0.5,
+        cold=boolean(path, t["cold"], "timing.cold") if "cold" in t else False,
+        min_samples=integer(path, t["min_samples"], "timing.min_samples", minimum=1) if "min_samples" in t else 10,
+        max_noise=number(path, t["max_noise"], "timing.max_noise", positive=True) if "max_noise" in t else 0.01,
+        min_sample_ms=number(path, t["min_sample_ms"], "timing.min_sample_ms", positive=True)
+        if "min_sample_ms" in t else 0.05,
+    )
+    rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else gemm_suite.DEFAULT_RTOL
+    watchdog = number(path, t["watchdog"], "timing.watchdog", positive=True) if "watchdog" in t else 60.0
+    seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
+    cublas = boolean(path, top["cublas"][1], "cublas") if "cublas" in top else True
+    desc = scalar(path, top["description"][1], "description") if "description" in top else ""
+    return SweepSpec(name, suite, path, cases, shapes, baseline, cublas, settings, rtol, watchdog, seed, counts, desc)
+
+
+def _variant_cases(path: Path, v: registry.Variant, body) -> tuple[list[Case], VariantCount]:
+    what = f"variants.{v.name}"
+    count = VariantCount(v.name)
+    spec = {} if _is_null(body) else mapping(path, body, what, ["axes", "restrict"])
+    by_lower = {p.name.lower(): p for p in v.params}
+    axes: dict[str, tuple[int, ...]] = {}
+    if "axes" in spec:
+        for aname, (anode, vals) in mapping(path, spec["axes"][1], f"{what}.axes").items():
+            p = by_lower.get(str(aname).lower())
+            if p is None:
+                allowed = ", ".join(q.name for q in v.params) or "(none: this variant has no parameters)"
+                raise fail(path, anode, f"{what}.axes: {v.name} has no parameter {aname!r}; allowed: {allowed}")
+            values = _axis_values(path, vals, f"{what}.axes.{aname}")
+            for val, node in values:
+                if val not in p.choices:
+                    raise fail(path, node, f"{what}.axes.{aname}: {val} is not allowed; {v.name} allows {p.name} in "
+                                           f"{{{', '.join(map(str, p.choices))}}}")
+            axes[p.name] = tuple(dict.fromkeys(val for val, _ in values))
+    for p in v.params:  # an axis not given stays at the variant's default
+        axes.setdefault(p.name, (p.default,))
+    restrictions = []
+    if "restrict" in spec:
+        rnode = spec["restrict"][1]
+        items = [rnode] if isinstance(rnode, yaml.ScalarNode) else sequence(path, rnode, f"{what}.restrict")
+        for item in items:
+            text = scalar(path, item, f"{what}.restrict")
+            try:
+                expr.parse(text)
+                space.check_names(space.Restriction(text), list(axes))
+            except NnbenchError as e:
+                raise fail(path, item, f"{what}.restrict: {e}") from None
+            restrictions.append(space.Restriction(text, where(path, item)))
+    try:
+        exp = space.expand(axes, restrictions)
+    except NnbenchError as e:
+        raise fail(path, body, f"{what}.restrict: {e}") from None
+    count.product, count.restricted = exp.total, exp.restricted
+    cases = []
+    for point in exp.points:
+        if v.problems(point):
+            count.invalid += 1
+        else:
+            cases.append(Case(v, tuple(point.items())))
+    count.cases = len(cases)
+    return cases, count
+
+
+def _axis_values(path: Path, node, what: str) -> list[tuple[int, yaml.Node]]:
+    """An axis's values, each with the node to blame in an error."""
+    if isinstance(node, yaml.ScalarNode):
+        return [(integer(path, node, what), node)]
+    if isinstance(node, yaml.SequenceNode):
+        if not node.value:
+            raise fail(path, node, f"{what}: the list is empty")
+        return [(integer(path, n, what), n) for n in node.value]
+    keys = mapping(path, node, what, ["start", "stop", "step", "pow2"])
+    try:
+        if "pow2" in keys:
+            if len(keys) > 1:
+                raise fail(path, node, f"{what}: pow2 stands alone; write {{pow2: [lo, hi]}}")
+            bounds = sequence(path, keys["pow2"][1], f"{what}.pow2")
+            if len(bounds) != 2:
+                raise fail(path, keys["pow2"][1], f"{what}.pow2: expected [lo, hi]")
+            vals = space.powers_of_two(*(integer(path, b, f"{what}.pow2", minimum=1) for b in bounds))
+        else:
+            if "start" not in keys or "stop" not in keys:
+                raise fail(path, node, f"{what}: expected {AXIS_FORMS}")
+            step = integer(path, keys["step"][1], f"{what}.step", minimum=1) if "step" in keys else 1
+            vals = space.int_range(integer(path, keys["start"][1], f"{what}.start"),
+                                   integer(path, keys["stop"][1], f"{what}.stop"), step)
+    except space.SpaceError as e:
+        raise fail(path, node, f"{what}: {e}") from None
+    return [(v, node) for v in vals]
+
+
+def _baseline(path: Path, suite: str, node) -> Case:
+    """`baseline: naive` (its defaults) or `baseline: {variant: tiled, params: {TS: 32}}`."""
+    names = [v.name for v in registry.suite_variants(suite)]
+    if isinstance(node, yaml.ScalarNode):
+        v = registry.get(suite, string(path, node, "baseline", names))
+        return Case(v, tuple(v.defaults().items()))
+    keys = mapping(path, node, "baseline", ["variant", "params"], required=("variant",))
+    v = registry.get(suite, string(path, keys["variant"][1], "baseline.variant", names))
+    params = v.defaults()
+    if "params" in keys:
+        for pname, (pk, pv) in mapping(path, keys["params"][1], "baseline.params", [p.name for p in v.params]).items():
+            params[pname] = integer(path, pv, f"baseline.params.{pname}")
+    problems = v.problems(params)
+    if problems:
+        raise fail(path, node, f"baseline: {problems[0]}")
+    return Case(v, tuple(params.items()))
+
+
+def _shapes(path: Path, node) -> list[Shape]:
+    """[M, N, K], {set: square|skinny|odd} (configs/shapes.yaml), or {set: mlp, nets: [..], batch: B}."""
+    if isinstance(node, yaml.SequenceNode):
+        dims = node.value
+        if len(dims) != 3:
+            raise fail(path, node, f"shapes: expected [M, N, K], got {len(dims)} values")
+        return [Shape(*(integer(path, d, "shapes", minimum=1) for d in dims))]
+    named = shape_sets()
+    keys = mapping(path, node, "shapes", ["set", "nets", "batch"], required=("set",))
+    which = string(path, keys["set"][1], "shapes.set", [*named, "mlp"])
+    if which != "mlp":
+        extra = [k for k in keys if k != "set"]
+        if extra:
+            raise fail(path, keys[extra[0]][0], f"shapes: {extra[0]!r} applies only to set: mlp")
+        return named[which]
+    known = nets.load()
+    chosen = list(known)
+    if "nets" in keys:
+        chosen = [str(integer(path, n, "shapes.nets")) if n.tag.endswith(":int") else scalar(path, n, "shapes.nets")
+                  for n in sequence(path, keys["nets"][1], "shapes.nets")]
+        for n, item in zip(chosen, keys["nets"][1].value):
+            if n not in known:
+                raise fail(path, item, f"shapes.nets: no net {n!r}; nets: {', '.join(known)}")
+    batch = integer(path, keys["batch"][1], "shapes.batch", minimum=1) if "batch" in keys else 256
+    return [Shape(m, n, k) for name in chosen for _, m, n, k in known[name].training_gemms(batch)]
+
+
+def shape_sets(path: Path = paths.CONFIGS / "shapes.yaml") -> dict[str, list[Shape]]:
+    top = mapping(path, compose(path), "top level", ["sets"], required=("sets",))
+    out = {}
+    for name, (_, body) in mapping(path, top["sets"][1], "sets").items():
+        out[name] = [s for item in sequence(path, body, f"sets.{name}") for s in _shapes(path, item)]
+    return out
+
+
+def _is_null(node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null")

@@ -48,6 +48,12 @@ class Stats:
     reps: int = 1  # launches per sample
     converged: bool = True  # noise reached max_noise before the budget ran out
     sm_clock_mhz: float | None = None
+    gpu_ms: float = 0.0  # every event-timed millisecond of the kernel, warm-up included
+
+    def as_record(self) -> dict:
+        return dict(median_ms=self.median_ms, iqr_ms=self.iqr_ms, q1_ms=self.q1_ms, q3_ms=self.q3_ms,
+                    min_ms=self.min_ms, mean_ms=self.mean_ms, samples=self.samples, reps=self.reps,
+                    noise=self.noise, converged=self.converged, sm_clock_mhz=self.sm_clock_mhz, gpu_ms=self.gpu_ms)
 
     @property
     def iqr_pct(self) -> float:
@@ -66,10 +72,11 @@ def summarize(samples_ms: list[float] | np.ndarray) -> Stats:
 
 def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Stats:
     """Time `launch` (a no-argument callable that enqueues one kernel) on `backend`."""
-    backend.timed(launch, 1)  # warm-up
+    gpu_ms = backend.timed(launch, 1)  # warm-up
     reps = 1
     if not settings.cold:
         est = backend.timed(launch, 1)
+        gpu_ms += est
         reps = max(1, min(1000, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
     samples: list[float] = []
     t_end = time.perf_counter() + settings.budget_s
@@ -86,6 +93,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
                 break
     stats = summarize(samples)
     stats.reps, stats.converged = reps, converged
+    stats.gpu_ms = gpu_ms + reps * float(np.sum(samples))
     stats.sm_clock_mhz = backend.sm_clock_mhz()
     return stats
 
@@ -96,6 +104,11 @@ def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
     if not np.all(np.isfinite(out64)):
         return math.inf
     ref64 = np.asarray(ref, dtype=np.float64)
-    denom = np.linalg.norm(ref64)
-    num = np.linalg.norm(out64 - ref64)
-    return float(num / denom) if denom > 0 else float(num)
+    return rel_err_from_sums(float(np.sum((out64 - ref64) ** 2)), float(np.sum(ref64 ** 2)))
+
+
+def rel_err_from_sums(err_sq: float, ref_sq: float) -> float:
+    """The same ratio from sum((out-ref)^2) and sum(ref^2), as the GPU verifier returns them."""
+    if not math.isfinite(err_sq):
+        return math.inf
+    return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else math.sqrt(err_sq)

@@ -74,10 +74,29 @@ class Variant:
         if out:
             return out
         env = self.env(params)
-        for r in self.rules:
-            if not expr.evaluate(r.expr, env):
+        for r in self.rules:  # in order: a later rule may divide by what an earlier one checks
+            try:
+                ok = expr.evaluate(r.expr, env)
+            except expr.ExprError:
+                ok = False
+            if not ok:
                 vals = ", ".join(f"{k}={_fmt(env[k])}" for k in sorted(expr.names(r.expr)) if k in env)
-                out.append(f"{self.name} needs {r.expr} ({r.why}); got {vals}")
+                return [f"{self.name} needs {r.expr} ({r.why}); got {vals}"]
+        return out
+
+    def device_problems(self, params: dict[str, int], device, registers: int | None = None) -> list[str]:
+        """Why this launch cannot run on `device` (a DeviceInfo): threads, static shared memory and,
+        once ptxas has said how many registers a thread needs, registers per block."""
+        threads, smem = self.threads(params), self.smem_bytes(params)
+        out = []
+        if threads > device.max_threads_per_block:
+            out.append(f"{threads} threads per block; {device.name} allows at most {device.max_threads_per_block}")
+        if smem > device.smem_per_block:
+            out.append(f"{smem:,} bytes of static shared memory per block; {device.name} allows at most "
+                       f"{device.smem_per_block:,}")
+        if registers is not None and registers * threads > device.regs_per_block:
+            out.append(f"{registers} registers x {threads} threads = {registers * threads:,} registers per block; "
+                       f"{device.name} allows at most {device.regs_per_block:,}")
         return out
 
     def threads(self, params: dict[str, int]) -> int:

@@ -17,17 +17,15 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from rich.table import Table
-from rich.text import Text
-
 from nnbench import __version__, paths
 
-IDENTITY = ["suite", "variant", "step", "params", "shape", "M", "N", "K"]
+IDENTITY = ["suite", "variant", "step", "params", "shape", "M", "N", "K", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
-               "converged", "cold", "sm_clock_mhz"]
-DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup_vs_naive"]
+               "converged", "cold", "sm_clock_mhz", "gpu_ms"]
+DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup",
+           "speedup_over"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
-VERIFICATION = ["rel_err", "rtol", "status", "error"]
+VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
 ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
                "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + ENVIRONMENT
@@ -35,6 +33,7 @@ FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + ENVIRONME
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
 FAILED = {"FAIL", "ERROR"}
+STATUSES = {"PASS", "FAIL", "ERROR", "SKIP"}
 
 
 @lru_cache(maxsize=1)
@@ -74,14 +73,21 @@ def default_path(suite: str, gpu: str) -> Path:
 
 
 class CsvSink:
-    """Appends one row per finished case and forces it to disk before returning."""
+    """Appends one row per finished case and forces it to disk before returning. With `append`,
+    adds to an existing file of the same schema (a resumed sweep); otherwise the file must be new."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, append: bool = False) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "w", newline="")
+        self._f = open(self.path, "a" if append else "w", newline="")
+        if append and self._f.tell() > 0:
+            with open(self.path, "rb") as f:
+                f.seek(-1, os.SEEK_END)
+                if f.read(1) != b"\n":  # a row cut short by a kill: end it, so ours starts clean
+                    self._f.write("\n")
         self._w = csv.DictWriter(self._f, fieldnames=FIELDS, extrasaction="ignore")
-        self._w.writeheader()
+        if not append or self._f.tell() == 0:
+            self._w.writeheader()
         self._sync()
 
     def append(self, record: dict) -> None:
@@ -96,52 +102,42 @@ class CsvSink:
         self._f.close()
 
 
+def case_key(suite: str, variant: str, params: str, shape: str, cold) -> str:
+    """What makes two rows the same case, for resuming a sweep and for regression verdicts."""
+    mode = "cold" if str(cold).lower() in ("true", "1") else "hot"
+    return f"{suite}|{variant}|{params}|{shape}|{mode}"
+
+
+def case_key_of(row: dict) -> str:
+    # cuBLAS's params text says which library called it; the case is the same either way.
+    params = "" if row.get("variant") == "cublas" else (row.get("params") or "")
+    return case_key(row.get("suite") or "", row.get("variant") or "", params, row.get("shape") or "", row.get("cold"))
+
+
+NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "flops",
+           "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup", "occupancy", "rel_err", "rtol",
+           "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs"}
+
+
+def parse_row(row: dict) -> dict:
+    """A CSV row back into a record: numbers as floats, empty cells as None."""
+    out = {}
+    for k, v in row.items():
+        if v in ("", None):
+            out[k] = None
+        elif k in NUMERIC:
+            try:
+                out[k] = float(v)
+            except ValueError:
+                out[k] = None
+        else:
+            out[k] = v
+    return out
+
+
 def _csv_value(v):
     if v is None:
         return ""
     if isinstance(v, float) and math.isinf(v):
         return "inf"
     return v
-
-
-# -- tables ---------------------------------------------------------------------------------------
-def _num(v, fmt: str, missing: str = "—") -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return missing
-    return format(v, fmt)
-
-
-def _status(rec: dict) -> Text:
-    style = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow"}.get(rec["status"], "")
-    return Text(rec["status"], style=style)
-
-
-def gemm_table(records: list[dict], title: str) -> Table:
-    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for name, justify in [("variant", "left"), ("params", "left"), ("M×N×K", "left"), ("median ms", "right"),
-                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%cuBLAS", "right"),
-                          ("×naive", "right"), ("regs", "right"), ("smem", "right"), ("spill", "right"),
-                          ("occ", "right"), ("rel_err", "right"), ("", "left")]:
-        t.add_column(name, justify=justify, no_wrap=name in ("variant", "M×N×K"))
-    for r in records:
-        t.add_row(
-            f"{r['step']:>2} {r['variant']}" if r.get("step") not in (None, "") else r["variant"],
-            r.get("params") or "",
-            r.get("shape") or "",
-            _num(r.get("median_ms"), ".4f"),
-            _num(None if r.get("median_ms") is None else 100 * r["iqr_ms"] / r["median_ms"], ".1f") + "%"
-            if r.get("median_ms") else "—",
-            _num(r.get("gflops"), ",.0f"),
-            _num(r.get("pct_peak"), ".1f"),
-            _num(r.get("pct_cublas"), ".1f"),
-            _num(r.get("speedup_vs_naive"), ".1f"),
-            _num(r.get("registers"), "d"),
-            _num(r.get("smem_bytes") / 1024 if r.get("smem_bytes") is not None else None, ".1f", "—") + "K"
-            if r.get("smem_bytes") is not None else "—",
-            _num(r.get("local_bytes"), "d"),
-            _num(100 * r["occupancy"] if r.get("occupancy") is not None else None, ".0f") + "%"
-            if r.get("occupancy") is not None else "—",
-            _num(r.get("rel_err"), ".1e"),
-            _status(r),
-        )
-    return t

@@ -8,7 +8,7 @@ import argparse
 
 from rich.console import Console
 
-from nnbench import config, measure, paths, results
+from nnbench import config, measure, paths, results, tables
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm
 
@@ -28,4 +28,4 @@ for r in gemm.run(be, cases, [gemm.Shape(a.size, a.size, a.size)], measure.Timin
     sink.append(r)
     recs.append(r)
 sink.close()
-Console(width=180).print(results.gemm_table(recs, f"shipped parameter sets at {a.size}^3 on {env['gpu']}"))
+Console(width=180).print(tables.gemm_table(recs, f"shipped parameter sets at {a.size}^3 on {env['gpu']}"))

@@ -42,6 +42,12 @@ def one_line_error(res, *needles):
     (["gemm", "--backend", "cpu", "-v", "warptile"], ["needs the cuda backend", "numpy"]),
     (["gemm", "--budget", "0"], ["--budget"]),
     (["nosuch"], ["nosuch"]),
+    (["sweep", "configs/nope.yaml"], ["configs/nope.yaml: no such config file"]),
+    (["sweep", "configs/gemm.yaml"], ["configs/gemm.yaml:", "unknown key 'sizes'"]),
+    (["sweep", "configs/ci.yaml", "--arch", "sm_90"], ["--arch applies only with --compile-only"]),
+    (["sweep", "configs/ci.yaml", "--compile-only", "--arch", "hopper"], ["--arch hopper", "sm_90"]),
+    (["sweep", "configs/ci.yaml", "--fresh", "--out", "configs/ci.yaml"], ["--fresh would overwrite"]),
+    (["sweep", "configs/ci.yaml", "--jobs", "0"], ["--jobs"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, needles):
     one_line_error(run(*args), *needles)
@@ -94,3 +100,19 @@ def test_help_and_version():
     assert run("--version").exit_code == 0
     res = run("gemm", "--help")
     assert res.exit_code == 0 and "--ts" in res.output and "--wpt" in res.output and "--min-blocks" in res.output
+
+
+def test_sweep_dry_run_needs_no_gpu():
+    res = run("sweep", "configs/gemm_sweep.yaml", "--dry-run")
+    assert res.exit_code == 0, res.output
+    assert "coarsened" in res.output and "restricted" in res.output and "total" in res.output
+
+
+def test_sweep_on_the_cpu_backend(tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("name: t\nsuite: gemm\nshapes: [[9, 8, 7]]\ntiming: {budget: 0.01}\nvariants: {numpy: }\n")
+    res = run("sweep", str(cfg), "--backend", "cpu", "--out", str(tmp_path / "r.csv"))
+    assert res.exit_code == 0, res.output
+    assert "★ numpy" in res.output and "perf_counter" in res.output
+    again = run("sweep", str(cfg), "--backend", "cpu", "--out", str(tmp_path / "r.csv"))
+    assert "ran 0 cases" in again.output and "1 resumed" in again.output

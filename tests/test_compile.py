@@ -19,6 +19,8 @@ def cache(tmp_path_factory):
 def test_every_shipped_kernel_compiles(arch, cache):
     reqs = [cc.CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, arch) for c in CFG.cases]
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/ceilings.cu", {"CHAINS": 8}, arch))
+    reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, arch))
+    reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
     assert not errors, errors
@@ -76,3 +78,22 @@ ptxas info    : Used 128 registers, used 1 barriers, 33280 bytes smem, 400 bytes
     rep = cc.parse_ptxas(text)["gemm"]
     assert (rep.registers, rep.smem_bytes, rep.stack_bytes, rep.spill_store_bytes, rep.spill_load_bytes) == (
         128, 33280, 8, 4, 12)
+
+
+def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
+    """A sample of the shipped sweep across every step: compiled by parallel nvcc processes into a
+    fresh cache, then found in it. (How fast is a benchmark: nnbench sweep --compile-only.)"""
+    from dataclasses import replace
+
+    from nnbench import sweep
+    monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path))
+    spec = config.load_sweep(paths.CONFIGS / "gemm_sweep.yaml")
+    sample = replace(spec, cases=spec.cases[::16])
+    assert {c.variant.name for c in sample.cases} >= {"tiled", "warptile", "double_buffered", "tf32x3"}
+    cold = sweep.compile_only(sample, "sm_90", jobs=2)
+    n = len(sample.cases) - cold.skipped
+    assert cold.skipped == 2  # BM=256 BN=128 BK=16 double-buffered needs 49,664 B of static smem: over 48 KiB
+    assert (cold.kernels, cold.compiled, cold.cached, cold.failed) == (n, n, 0, 0)
+    assert cold.jobs == 2 and cold.nvcc_cpu_s > 0 and cold.wall_s > 0
+    warm = sweep.compile_only(sample, "sm_90", jobs=2)
+    assert (warm.compiled, warm.cached) == (0, n)

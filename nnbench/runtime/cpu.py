@@ -8,6 +8,8 @@ import time
 
 import numpy as np
 
+from nnbench import measure
+
 
 class CpuBackend:
     name = "cpu"
@@ -22,11 +24,17 @@ class CpuBackend:
     def write(self, buf: np.ndarray, host: np.ndarray) -> None:
         buf[...] = host
 
+    def copy(self, dst: np.ndarray, src: np.ndarray, nbytes: int = 0) -> None:
+        np.copyto(dst, src)
+
     def fill_nan(self, buf: np.ndarray, count: int = 0) -> None:
         buf.fill(np.nan)
 
     def download(self, buf: np.ndarray, like: np.ndarray | None = None) -> np.ndarray:
         return np.array(buf, copy=True, order="K")
+
+    def rel_err(self, out: np.ndarray, ref: np.ndarray, count: int = 0) -> float:
+        return measure.rel_err(out, ref)
 
     def synchronize(self) -> None:
         pass

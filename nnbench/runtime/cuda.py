@@ -20,7 +20,9 @@ import numpy as np
 
 from nnbench.errors import BackendUnavailable, KernelFault
 from nnbench.runtime import INSTALL_HINT
-from nnbench.runtime.compile import Compiled, nvcc_version
+from nnbench import paths
+from nnbench.measure import rel_err_from_sums
+from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import DeviceInfo, occupancy
 
 try:
@@ -65,6 +67,7 @@ class CudaBackend:
         atexit.register(self.close)
         self.device = device_info(self.dev)
         self._flush = None
+        self._verifier = None
         self._nvml = _Nvml(self.dev.pci_bus_id())
 
     def close(self) -> None:
@@ -122,6 +125,9 @@ class CudaBackend:
     def write(self, buf, host: np.ndarray) -> None:
         drv.memcpy_htod(buf, host)
 
+    def copy(self, dst, src, nbytes: int) -> None:
+        drv.memcpy_dtod(dst, src, nbytes)
+
     def fill_nan(self, buf, count: int) -> None:
         drv.memset_d32(buf, NAN_BITS, count)
 
@@ -129,6 +135,25 @@ class CudaBackend:
         out = np.empty_like(like)
         drv.memcpy_dtoh(out, buf)
         return out
+
+    def rel_err(self, out, ref, count: int) -> float:
+        """||out - ref|| / ||ref|| for float32 `out` against a float64 `ref` already on the device,
+        reduced on the GPU (kernels_cu/common/verify.cu) so C never has to come back to the host."""
+        if self._verifier is None:
+            comp = compile_cubin(CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, self.arch))
+            kernel = self.load(comp, "sq_err")
+            kernel.func.prepare("PPiP")
+            self._verifier = (kernel.func, drv.mem_alloc(16))
+        func, acc = self._verifier
+        drv.memset_d32(acc, 0, 4)
+        blocks = max(1, min(-(-count // 256), 8 * self.device.sm_count))
+        func.prepared_call((blocks, 1, 1), (256, 1, 1), int(out), int(ref), np.int32(count), int(acc))
+        sums = np.empty(2, dtype=np.float64)
+        try:
+            drv.memcpy_dtoh(sums, acc)
+        except drv.Error as e:
+            raise KernelFault(str(e)) from None
+        return rel_err_from_sums(float(sums[0]), float(sums[1]))
 
     def ptr(self, buf) -> int:
         return int(buf)

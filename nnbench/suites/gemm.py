@@ -115,14 +115,10 @@ def plan(variant_names: list[str], overrides: dict[str, int], device=None, backe
 
 
 def fit_device(v: Variant, params: dict[str, int], device) -> None:
-    threads, smem = v.threads(params), v.smem_bytes(params)
-    opts = " ".join(f"--{k.lower()} {val}" for k, val in params.items())
-    if threads > device.max_threads_per_block:
-        raise NnbenchError(f"{v.name} {opts}: {threads} threads per block; {device.name} allows at most "
-                           f"{device.max_threads_per_block}")
-    if smem > device.smem_per_block:
-        raise NnbenchError(f"{v.name} {opts}: {smem:,} bytes of static shared memory per block; {device.name} "
-                           f"allows at most {device.smem_per_block:,}")
+    problems = v.device_problems(params, device)
+    if problems:
+        opts = " ".join(f"--{k.lower()} {val}" for k, val in params.items())
+        raise NnbenchError(f"{v.name} {opts}: {problems[0]}")
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -207,14 +203,96 @@ def _torch_view(torch, ptr: int, rows: int, cols: int):
 
 
 # -- running --------------------------------------------------------------------------------------
+class Session:
+    """One backend's workspace for GEMM cases: the current shape's operands and float64 references
+    on the device, and cuBLAS. `gemm` runs it in-process; a sweep runs one per worker process.
+
+    Each shape's inputs come from a generator seeded by (seed, M, N, K): a fresh worker that
+    replaces a crashed one rebuilds exactly the same problem."""
+
+    def __init__(self, backend, settings: measure.TimingSettings, rtol: float = DEFAULT_RTOL,
+                 seed: int | None = None, env: dict | None = None) -> None:
+        self.backend, self.settings, self.rtol = backend, settings, rtol
+        self.seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
+        self.env = env or {}
+        self.device = getattr(backend, "device", None)
+        self._cublas: Cublas | None = None
+        self._shape: Shape | None = None
+        self._bufs: _Buffers | None = None
+
+    def buffers(self, shape: Shape) -> _Buffers:
+        if shape != self._shape:
+            self._bufs = None  # free the previous shape's device memory first
+            rng = np.random.default_rng([self.seed, shape.M, shape.N, shape.K])
+            self._bufs, self._shape = _Buffers(self.backend, Problem.make(shape, rng)), shape
+        return self._bufs
+
+    def base_record(self, shape: Shape) -> dict:
+        return dict(suite="gemm", shape=shape.label, **shape.as_dict(), flops=shape.flops, bytes=shape.bytes,
+                    rtol=self.rtol, cold=self.settings.cold, seed=self.seed, **self.env)
+
+    @property
+    def cublas(self) -> Cublas:
+        if self._cublas is None:
+            self._cublas = Cublas(self.backend)
+        return self._cublas
+
+    def run_cublas(self, shape: Shape) -> dict | None:
+        """cuBLAS's record for this shape, or None where cuBLAS is not available (see `cublas.reason`)."""
+        if not self.cublas.via:
+            return None
+        bufs = self.buffers(shape)
+        pa, pb, pc = bufs.ptrs()
+        rec = dict(self.base_record(shape), variant="cublas", step="", params=f"sgemm via {self.cublas.via}, TF32 off")
+        return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b))
+
+    def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
+        """Verify then time one case. A kernel fault comes back as an ERROR record with `fault`
+        set: the context is poisoned and the caller must stop using this backend."""
+        v = case.variant
+        bufs = self.buffers(shape)
+        rec = dict(self.base_record(shape), variant=v.name, step=v.step, params=case.param_label)
+        if v.backend == "cpu":
+            return self._timed(rec, bufs, lambda a, b: _numpy_launcher(bufs, a, b))
+        if isinstance(compiled, CompileError):
+            return dict(rec, status="ERROR", error=str(compiled))
+        params = case.param_dict
+        kernel = self.backend.load(compiled, v.kernel)
+        occ = self.backend.occupancy(kernel, v.threads(params))
+        rec.update(threads=v.threads(params), registers=kernel.info.registers, smem_bytes=kernel.info.smem_bytes,
+                   local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
+        grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
+        pa, pb, pc = bufs.ptrs()
+        M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
+        return self._timed(rec, bufs, lambda a, b: self.backend.launcher(
+            kernel, grid, block, (M, N, K, np.float32(a), pa, pb, np.float32(b), pc), SIGNATURE))
+
+    def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
+        try:
+            err, verify_ms = _verify(bufs, launch_for)
+            stats = measure.measure(self.backend, launch_for(1.0, 0.0), self.settings)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        t = stats.median_ms * 1e-3
+        shape = bufs.prob.shape
+        rec.update(stats.as_record(), gflops=shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
+                   status="PASS" if err <= self.rtol else "FAIL")
+        rec["gpu_ms"] += verify_ms
+        if self.device is not None and self.device.fp32_peak_flops:
+            rec["pct_peak"] = 100 * shape.flops / t / self.device.fp32_peak_flops
+        return rec
+
+
 class _Buffers:
-    """Device copies of one problem's operands; C is rewritten before every check."""
+    """Device copies of one problem's operands and references; C is rewritten before every check."""
 
     def __init__(self, backend, prob: Problem) -> None:
         self.backend, self.prob = backend, prob
         self.A, self.B = backend.upload(prob.A), backend.upload(prob.B)
         self.C = backend.upload(prob.C0)
+        self.C0 = backend.upload(prob.C0)  # kept on the device: a reset is a device copy, not an upload
         self.count = prob.C0.size
+        self.refs = {(a, b): backend.upload(np.asfortranarray(prob.reference(a, b))) for a, b in CHECKS}
 
     def ptrs(self) -> tuple:
         b = self.backend
@@ -224,21 +302,23 @@ class _Buffers:
         self.backend.fill_nan(self.C, self.count)
 
     def reset(self) -> None:
-        self.backend.write(self.C, self.prob.C0)
+        self.backend.copy(self.C, self.C0, self.prob.C0.nbytes)
 
-    def result(self) -> np.ndarray:
-        return self.backend.download(self.C, self.prob.C0)
+    def rel_err(self, alpha: float, beta: float) -> float:
+        return self.backend.rel_err(self.C, self.refs[alpha, beta], self.count)
 
 
-def _verify(bufs: _Buffers, make_launch) -> float:
-    """Run both checks; return the larger relative error."""
-    errs = []
-    for alpha, beta in ((1.0, 0.0), (VERIFY_ALPHA, VERIFY_BETA)):
+CHECKS = ((1.0, 0.0), (VERIFY_ALPHA, VERIFY_BETA))
+
+
+def _verify(bufs: _Buffers, make_launch) -> tuple[float, float]:
+    """Run both checks; return the larger relative error and the checks' kernel milliseconds."""
+    errs, ms = [], 0.0
+    for alpha, beta in CHECKS:
         bufs.poison() if beta == 0 else bufs.reset()
-        make_launch(alpha, beta)()
-        bufs.backend.synchronize()
-        errs.append(measure.rel_err(bufs.result(), bufs.prob.reference(alpha, beta)))
-    return max(errs)
+        ms += bufs.backend.timed(make_launch(alpha, beta), 1)
+        errs.append(bufs.rel_err(alpha, beta))
+    return max(errs), ms
 
 
 def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
@@ -248,83 +328,43 @@ def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
     return lambda: np.copyto(C, (alpha * (A @ B) + beta * C).astype(np.float32))
 
 
-def compile_cases(backend, cases: list[Case]) -> dict[Case, object]:
+def compile_cases(arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
     """Compile every distinct kernel up front, in parallel; each value is a Compiled or a CompileError."""
     todo = [c for c in cases if c.variant.source]
-    reqs = [CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, backend.arch) for c in todo]
-    return dict(zip(todo, compile_many(reqs, return_errors=True)))
+    return dict(zip(todo, compile_many([compile_request(c, arch) for c in todo], jobs=jobs, return_errors=True)))
+
+
+def compile_request(case: Case, arch: str) -> CompileRequest:
+    return CompileRequest.make(paths.KERNELS / case.variant.source, case.param_dict, arch)
+
+
+def derive(rec: dict, cublas_ms: float | None, baseline_ms: float | None, baseline: str | None) -> dict:
+    """Fill the comparisons that need other records: % of cuBLAS and speedup over the baseline."""
+    ms = rec.get("median_ms")
+    if ms and rec.get("status") in ("PASS", "FAIL"):
+        rec["pct_cublas"] = 100 * cublas_ms / ms if cublas_ms else None
+        if baseline_ms:
+            rec["speedup"], rec["speedup_over"] = baseline_ms / ms, baseline
+    return rec
 
 
 def run(backend, cases: list[Case], shapes: list[Shape], settings: measure.TimingSettings,
         rtol: float = DEFAULT_RTOL, with_cublas: bool = True, seed: int | None = None, env: dict | None = None):
     """Yield one record per (shape, case), cuBLAS first for each shape. A kernel fault ends the run
     after its ERROR record: the context is poisoned, and everything before it is already yielded."""
-    seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
-    rng = np.random.default_rng(seed)
-    env = env or {}
-    compiled = compile_cases(backend, cases) if backend.name == "cuda" else {}
-    cublas = Cublas(backend) if with_cublas and backend.name == "cuda" else None
-    device = getattr(backend, "device", None)
-
+    session = Session(backend, settings, rtol, seed, env)
+    compiled = compile_cases(backend.arch, cases) if backend.name == "cuda" else {}
     for shape in shapes:
-        prob = Problem.make(shape, rng)
-        bufs = _Buffers(backend, prob)
-        base = dict(suite="gemm", shape=shape.label, **shape.as_dict(), flops=shape.flops, bytes=shape.bytes,
-                    rtol=rtol, cold=settings.cold, seed=seed, **env)
         cublas_ms = naive_ms = None
-
-        if cublas is not None and cublas.via:
-            pa, pb, pc = bufs.ptrs()
-            rec = dict(base, variant="cublas", step="", params=f"sgemm via {cublas.via}, TF32 off")
-            rec.update(_verify_and_time(backend, bufs, lambda a, b: cublas.launcher(shape, pa, pb, pc, a, b),
-                                        settings, rtol, device))
-            if rec["status"] == "PASS":
-                cublas_ms = rec["median_ms"]
-            yield rec
-
+        if with_cublas and backend.name == "cuda":
+            rec = session.run_cublas(shape)
+            if rec is not None:
+                cublas_ms = rec.get("median_ms") if rec["status"] == "PASS" else None
+                yield rec
         for case in cases:
-            v = case.variant
-            rec = dict(base, variant=v.name, step=v.step, params=case.param_label)
-            if v.backend == "cpu":
-                launch_for = lambda a, b: _numpy_launcher(bufs, a, b)  # noqa: E731
-            else:
-                comp = compiled[case]
-                if isinstance(comp, CompileError):
-                    yield dict(rec, status="ERROR", error=str(comp))
-                    continue
-                kernel = backend.load(comp, v.kernel)
-                occ = backend.occupancy(kernel, v.threads(case.param_dict))
-                rec.update(threads=v.threads(case.param_dict), registers=kernel.info.registers,
-                           smem_bytes=kernel.info.smem_bytes, local_bytes=kernel.info.local_bytes,
-                           occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
-                grid = v.launch_grid(case.param_dict, shape.as_dict())
-                block = v.launch_block(case.param_dict)
-                pa, pb, pc = bufs.ptrs()
-                launch_for = lambda a, b, k=kernel, g=grid, bl=block: backend.launcher(  # noqa: E731
-                    k, g, bl, (np.int32(shape.M), np.int32(shape.N), np.int32(shape.K), np.float32(a), pa, pb,
-                               np.float32(b), pc), SIGNATURE)
-            try:
-                rec.update(_verify_and_time(backend, bufs, launch_for, settings, rtol, device))
-            except KernelFault as e:
-                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
-                return
-            if v.name == "naive" and rec["status"] == "PASS":
+            rec = session.run_case(case, shape, compiled.get(case))
+            if case.variant.name == "naive" and rec["status"] == "PASS":
                 naive_ms = rec["median_ms"]
-            rec["pct_cublas"] = 100 * cublas_ms / rec["median_ms"] if cublas_ms else None
-            rec["speedup_vs_naive"] = naive_ms / rec["median_ms"] if naive_ms else None
-            yield rec
-
-
-def _verify_and_time(backend, bufs: _Buffers, launch_for, settings, rtol, device) -> dict:
-    err = _verify(bufs, launch_for)
-    stats = measure.measure(backend, launch_for(1.0, 0.0), settings)
-    t = stats.median_ms * 1e-3
-    shape = bufs.prob.shape
-    out = dict(median_ms=stats.median_ms, iqr_ms=stats.iqr_ms, q1_ms=stats.q1_ms, q3_ms=stats.q3_ms,
-               min_ms=stats.min_ms, mean_ms=stats.mean_ms, samples=stats.samples, reps=stats.reps,
-               noise=stats.noise, converged=stats.converged, sm_clock_mhz=stats.sm_clock_mhz,
-               gflops=shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9,
-               rel_err=err, status="PASS" if err <= rtol else "FAIL")
-    if device is not None and device.fp32_peak_flops:
-        out["pct_peak"] = 100 * shape.flops / t / device.fp32_peak_flops
-    return out
+            yield derive(rec, cublas_ms, naive_ms, "naive")
+            if rec.get("fault"):
+                return

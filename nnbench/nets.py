@@ -1,0 +1,72 @@
+"""The seed's character-recognition MLPs (Nets 1-8) as data, and the GEMMs that training them runs.
+
+`configs/nets.yaml` holds the layer sizes; this module validates them and derives what other parts
+need: neuron totals and multiply-add counts (checked against the seed in the tests), and the GEMM
+shapes of one mini-batch training step, which the GEMM sweeps use as a named shape set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from nnbench import paths
+from nnbench.errors import NnbenchError
+from nnbench.yamlnodes import compose, fail, integer, mapping, sequence
+
+NETS_FILE = paths.CONFIGS / "nets.yaml"
+
+
+@dataclass(frozen=True)
+class Net:
+    name: str
+    layers: tuple[int, ...]  # input width first, output width last
+
+    @property
+    def neurons(self) -> int:
+        return sum(self.layers)
+
+    @property
+    def feedforward_macs(self) -> int:
+        """Multiply-adds of one feedforward: every neuron reads every neuron of the layer before."""
+        return sum(a * b for a, b in zip(self.layers, self.layers[1:]))
+
+    @property
+    def widest_hidden(self) -> int:
+        return max(self.layers[1:-1]) if len(self.layers) > 2 else 0
+
+    def training_gemms(self, batch: int) -> list[tuple[str, int, int, int]]:
+        """(role, M, N, K) of each GEMM in one training step over `batch` samples, column-major,
+        activations stored as (features x batch):
+          forward          Y  (out x B)  = W   (out x in) . X  (in x B)      M=out N=B  K=in
+          backward (data)  dX (in x B)   = W^T (in x out) . dY (out x B)     M=in  N=B  K=out
+          backward (grad)  dW (out x in) = dY  (out x B)  . X^T (B x in)     M=out N=in K=B
+        The first layer's input gradient is never needed, so it has no data-backward GEMM."""
+        out = []
+        for i, (n_in, n_out) in enumerate(zip(self.layers, self.layers[1:])):
+            out.append((f"L{i + 1} forward", n_out, batch, n_in))
+            if i > 0:
+                out.append((f"L{i + 1} backward-data", n_in, batch, n_out))
+            out.append((f"L{i + 1} backward-weights", n_out, n_in, batch))
+        return out
+
+
+@lru_cache(maxsize=4)
+def load(path: Path = NETS_FILE) -> dict[str, Net]:
+    top = mapping(path, compose(path), "top level", ["nets"], required=("nets",))
+    nets = {}
+    for name, (knode, vnode) in mapping(path, top["nets"][1], "nets").items():
+        layers = tuple(integer(path, n, f"nets.{name}", minimum=1) for n in sequence(path, vnode, f"nets.{name}"))
+        if len(layers) < 2:
+            raise fail(path, vnode, f"nets.{name}: a net needs at least an input and an output layer")
+        nets[str(name)] = Net(str(name), layers)
+    return nets
+
+
+def get(name: str | int) -> Net:
+    nets = load()
+    key = str(name)
+    if key not in nets:
+        raise NnbenchError(f"net {name}: unknown; choose from {', '.join(nets)} ({NETS_FILE.name})")
+    return nets[key]

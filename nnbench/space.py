@@ -1,0 +1,93 @@
+"""Parameter spaces: axes as data, their product, and restrictions over it (after Kernel Tuner).
+
+An axis is a name and an ordered tuple of values; the space is the cartesian product of its axes,
+walked lazily, so a space of millions of points costs nothing until it is filtered. Restrictions
+are `nnbench.expr` expressions (`ts % wpt == 0`, `ts * ts / wpt <= 1024`): parsed, never `eval`ed,
+and limited to the axis names plus a few functions. Axis names are matched without regard to case,
+so a config may write `ts` for the kernel's `TS`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from nnbench import expr
+from nnbench.errors import NnbenchError
+
+
+class SpaceError(NnbenchError):
+    pass
+
+
+def int_range(start: int, stop: int, step: int = 1) -> tuple[int, ...]:
+    """start, start+step, ... up to and including stop (a tuning range names both ends)."""
+    if step <= 0:
+        raise SpaceError(f"range step must be >= 1, got {step}")
+    if stop < start:
+        raise SpaceError(f"range stop {stop} is below start {start}")
+    return tuple(range(start, stop + 1, step))
+
+
+def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
+    """Every power of two in [lo, hi]; both ends must be powers of two themselves."""
+    for v in (lo, hi):
+        if v < 1 or v & (v - 1):
+            raise SpaceError(f"powers of two need power-of-two bounds, got {v}")
+    if hi < lo:
+        raise SpaceError(f"pow2 upper bound {hi} is below the lower bound {lo}")
+    out, v = [], lo
+    while v <= hi:
+        out.append(v)
+        v *= 2
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class Restriction:
+    text: str
+    where: str = ""  # file:line, for messages
+
+    def names(self) -> set[str]:
+        return expr.names(self.text)
+
+
+def expression_env(point: dict[str, int]) -> dict[str, int]:
+    """A point under both spellings of each name (TS and ts), so restrictions can use either."""
+    env = dict(point)
+    env.update({k.lower(): v for k, v in point.items()})
+    return env
+
+
+def check_names(restriction: Restriction, axis_names: list[str]) -> None:
+    """Refuse a restriction that reads a name that is not an axis, before any point is evaluated."""
+    known = set(expression_env(dict.fromkeys(axis_names, 0)))
+    unknown = sorted(restriction.names() - known)
+    if unknown:
+        where = f"{restriction.where}: " if restriction.where else ""
+        raise SpaceError(f"{where}restriction {restriction.text!r} uses {', '.join(unknown)}; "
+                         f"allowed names: {', '.join(axis_names)} (either case)")
+
+
+@dataclass
+class Expansion:
+    points: list[dict[str, int]]
+    total: int  # the full product
+    restricted: int  # points a restriction excluded
+
+
+def expand(axes: dict[str, tuple[int, ...]], restrictions: list[Restriction] = ()) -> Expansion:
+    """Every point of the product that satisfies all restrictions, in axis order."""
+    for r in restrictions:
+        expr.parse(r.text)
+        check_names(r, list(axes))
+    names = list(axes)
+    kept, total = [], 0
+    for values in itertools.product(*axes.values()):
+        total += 1
+        point = dict(zip(names, values))
+        env = expression_env(point)
+        if all(expr.evaluate(r.text, env) for r in restrictions):
+            kept.append(point)
+    return Expansion(kept, total, total - len(kept))
+

@@ -1,0 +1,317 @@
+"""A sweep: a config's cases over its shapes, compiled in parallel, run in a replaceable worker,
+streamed to a CSV that a re-run resumes.
+
+The order of work, and why:
+1. Start the worker first: it owns the GPU and says which arch to compile for and what the
+   device's limits are. The parent process never touches CUDA, so it survives any kernel.
+2. Refuse what cannot run here (wrong backend, threads, static shared memory) as SKIP rows.
+3. Compile every distinct (source, params, arch) in parallel, one nvcc per core, into the
+   content-addressed cache. After ptxas reports registers, refuse what needs more registers per
+   block than the device has (SKIP). A failed compile is an ERROR row for its cases.
+4. Run the rest one job at a time: per shape, cuBLAS first, then the baseline, then the swept
+   cases, so each record can carry % of cuBLAS and speedup the moment it is written.
+Every record is appended to the CSV and fsync'ed before the next job starts. A re-run of the same
+sweep on the same GPU finds the newest matching CSV and skips every case already in it.
+"""
+
+from __future__ import annotations
+
+import csv
+import os
+import resource
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nnbench import paths, results
+from nnbench.config import SweepSpec
+from nnbench.errors import CompileError, NnbenchError
+from nnbench.runtime.compile import compile_many
+from nnbench.runtime.device import for_arch
+from nnbench.suites import gemm as gemm_suite
+from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
+
+Events = Callable[..., None]
+
+
+@dataclass
+class CompileStats:
+    kernels: int = 0  # distinct (source, params, arch)
+    cached: int = 0
+    compiled: int = 0
+    failed: int = 0
+    skipped: int = 0  # beyond the device's limits: never compiled
+    jobs: int = 1
+    wall_s: float = 0.0
+    nvcc_cpu_s: float = 0.0  # user + system time of every nvcc and its children
+    load_s: float | None = None  # loading every cubin into the worker's context
+    arch: str = ""
+
+    @property
+    def cpu_per_core_s(self) -> float:
+        return self.nvcc_cpu_s / max(1, self.jobs)
+
+    @property
+    def wall_vs_ideal(self) -> float | None:
+        """Compile wall time over (nvcc CPU time / cores): 1.0 is perfect parallel scaling."""
+        return self.wall_s / self.cpu_per_core_s if self.compiled and self.cpu_per_core_s > 0 else None
+
+
+@dataclass
+class Outcome:
+    path: Path
+    backend: str = "cuda"
+    resumed: int = 0  # cases already in the file
+    jobs: int = 0  # jobs run now
+    skipped: int = 0
+    failed: int = 0
+    restarts: int = 0
+    wall_s: float = 0.0
+    gpu_s: float = 0.0
+    compile: CompileStats = field(default_factory=CompileStats)
+    summary: Summary | None = None
+
+    @property
+    def overhead(self) -> float | None:
+        """The share of the sweep's wall time spent outside kernels (event-timed GPU time)."""
+        return 1.0 - self.gpu_s / self.wall_s if self.wall_s > 0 and self.jobs else None
+
+
+# -- the result file ------------------------------------------------------------------------------
+def result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tuple[Path, bool]:
+    """(path, resume). `--out` names the file; otherwise the newest results/<sweep>-<gpu>-*.csv is
+    resumed, or a new timestamped one is made. An existing file is never overwritten."""
+    if out is not None:
+        out = Path(out)
+        if out.exists() and fresh:
+            raise NnbenchError(f"--out {out}: the file exists and --fresh would overwrite it; name a new file")
+        return out, out.exists()
+    if not fresh:
+        prefix = f"{spec.name}-{results.slug(gpu)}-"
+        olds = sorted(p for p in paths.RESULTS.glob(f"{prefix}*.csv") if p.name[len(prefix):len(prefix) + 1].isdigit())
+        if olds:
+            return olds[-1], True
+    return results.default_path(spec.name, gpu), False
+
+
+def _done_rows(path: Path):
+    with open(path, newline="") as f:
+        reader = csv.DictReader(f)
+        if reader.fieldnames != results.FIELDS:
+            raise NnbenchError(f"{path}: written with another result schema; start anew with --fresh")
+        for row in reader:
+            # A row cut short by a kill has no valid status; its case simply runs again.
+            if row.get("status") in results.STATUSES:
+                yield results.parse_row(row)
+
+
+# -- the summary, kept flat: the best record per (shape, variant), never every record ------------
+class Summary:
+    KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "gflops", "pct_peak", "pct_cublas", "speedup",
+            "speedup_over", "status")
+
+    def __init__(self) -> None:
+        self.best: dict[tuple[str, str], dict] = {}
+        self.tally: dict[tuple[str, str], dict[str, int]] = {}
+        self.shapes: list[str] = []
+
+    def add(self, rec: dict) -> None:
+        shape, variant = rec.get("shape", ""), rec.get("variant", "")
+        if shape not in self.shapes:
+            self.shapes.append(shape)
+        t = self.tally.setdefault((shape, variant), {})
+        t[rec.get("status", "")] = t.get(rec.get("status", ""), 0) + 1
+        if rec.get("status") == "PASS" and rec.get("median_ms"):
+            cur = self.best.get((shape, variant))
+            if cur is None or rec["median_ms"] < cur["median_ms"]:
+                self.best[(shape, variant)] = {k: rec.get(k) for k in self.KEEP}
+
+    def rows(self) -> list[dict]:
+        """Per shape, each variant's best, fastest first; `best` marks the fastest nnbench kernel."""
+        out = []
+        for shape in self.shapes:
+            keys = [k for k in self.tally if k[0] == shape]
+            rows = []
+            for k in keys:
+                row = dict(self.best.get(k) or {"variant": k[1], "shape": shape, "params": ""})
+                row["tally"] = self.tally[k]
+                rows.append(row)
+            rows.sort(key=lambda r: r.get("median_ms") or float("inf"))
+            ours = [r for r in rows if r["variant"] != "cublas" and r.get("median_ms")]
+            for r in rows:
+                r["best"] = bool(ours) and r is ours[0]
+            out += rows
+        return out
+
+
+# -- the sweep ------------------------------------------------------------------------------------
+def plan_jobs(spec: SweepSpec, with_cublas: bool) -> list[Job]:
+    jobs = []
+    for shape in spec.shapes:
+        if with_cublas:
+            jobs.append(Job("cublas", shape))
+        jobs += [Job("case", shape, case) for case in spec.cases]
+    return jobs
+
+
+def job_key(spec: SweepSpec, job: Job) -> str:
+    variant, params = ("cublas", "") if job.kind == "cublas" else (job.case.variant.name, job.case.param_label)
+    return results.case_key(spec.suite, variant, params, job.shape.label, spec.settings.cold)
+
+
+def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
+    rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, **job.shape.as_dict(),
+               flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
+               seed=spec.seed)
+    if job.kind == "cublas":
+        return dict(rec, variant="cublas", step="", params="")
+    return dict(rec, variant=job.case.variant.name, step=job.case.variant.step, params=job.case.param_label)
+
+
+def compile_only(spec: SweepSpec, arch: str, jobs: int | None = None) -> CompileStats:
+    """Compile the sweep's kernels for `arch` without a GPU (the cold-cache benchmark, CI). Cases
+    beyond the arch's documented limits are left out, as a run on that GPU would skip them."""
+    limits = for_arch(arch)
+    cases = [c for c in spec.cases if c.variant.source and not c.variant.device_problems(c.param_dict, limits)]
+    stats, _ = _compile(cases, arch, jobs)
+    stats.skipped = len([c for c in spec.cases if c.variant.source]) - len(cases)
+    return stats
+
+
+def _compile(cases, arch: str, jobs: int | None):
+    reqs = list(dict.fromkeys(gemm_suite.compile_request(c, arch) for c in cases))
+    stats = CompileStats(kernels=len(reqs), jobs=max(1, min(jobs or os.cpu_count() or 1, len(reqs) or 1)), arch=arch)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = dict(zip(reqs, compile_many(reqs, jobs=stats.jobs, return_errors=True)))
+    stats.wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    stats.nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    for comp in done.values():
+        if isinstance(comp, CompileError):
+            stats.failed += 1
+        elif comp.cached:
+            stats.cached += 1
+        else:
+            stats.compiled += 1
+    return stats, {c: done[gemm_suite.compile_request(c, arch)] for c in cases}
+
+
+def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
+            jobs: int | None = None, load_only: bool = False, events: Events | None = None) -> Outcome:
+    """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc."""
+    emit = events or (lambda *a, **k: None)
+    t_start = time.perf_counter()
+    settings = spec.settings
+    worker = Worker(backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name})
+    emit("worker", pid=worker.pid, restart=False)
+    try:
+        info = worker.info
+        env, device, arch = info["env"], info["device"], info["arch"]
+        on_gpu = env["backend"] == "cuda"
+        path, resume = result_file(spec, env["gpu"], out, fresh)
+        outcome = Outcome(path, backend=env["backend"])
+        summary = outcome.summary = Summary()
+        cublas_ms: dict[str, float] = {}
+        baseline_ms: dict[str, float] = {}
+        baseline_label = f"{spec.baseline.variant.name} {spec.baseline.param_label}".strip() if spec.baseline else None
+
+        def remember(rec: dict) -> None:
+            if rec.get("status") != "PASS":
+                return
+            if rec["variant"] == "cublas":
+                cublas_ms[rec["shape"]] = rec["median_ms"]
+            elif spec.baseline and rec["variant"] == spec.baseline.variant.name \
+                    and rec["params"] == spec.baseline.param_label:
+                baseline_ms[rec["shape"]] = rec["median_ms"]
+
+        done: set[str] = set()
+        if resume:
+            for row in _done_rows(path):
+                done.add(results.case_key_of(row))
+                remember(row)
+                summary.add(row)
+        all_jobs = plan_jobs(spec, with_cublas=spec.cublas and on_gpu)
+        todo = [j for j in all_jobs if job_key(spec, j) not in done]
+        outcome.resumed = len(all_jobs) - len(todo)
+
+        # Refuse, before compiling, what this backend or device cannot run.
+        skip: dict[int, str] = {}
+        for j in todo:
+            if j.kind != "case":
+                continue
+            v = j.case.variant
+            if v.backend != env["backend"]:
+                skip[id(j)] = f"{v.name} runs on the {v.backend} backend; this sweep runs on {env['backend']}"
+            elif device is not None and (why := v.device_problems(j.case.param_dict, device)):
+                skip[id(j)] = why[0]
+        compiled: dict = {}
+        if on_gpu:
+            stats, compiled = _compile({j.case: None for j in todo if j.kind == "case" and id(j) not in skip
+                                        and j.case.variant.source}, arch, jobs)
+            outcome.compile = stats
+            for j in todo:
+                comp = compiled.get(j.case) if j.kind == "case" else None
+                if comp is not None and not isinstance(comp, CompileError):
+                    regs = comp.ptxas.get(j.case.variant.kernel)
+                    why = j.case.variant.device_problems(j.case.param_dict, device, regs.registers if regs else None)
+                    if why:
+                        skip[id(j)] = why[0]
+        emit("compiled", stats=outcome.compile)
+        if load_only:
+            kernels = {(c.cubin, c.request): (c, case.variant.kernel) for case, c in compiled.items()
+                       if not isinstance(c, CompileError)}
+            reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
+            outcome.compile.load_s = reply["load_s"]
+            return outcome
+
+        sink = results.CsvSink(path, append=resume)
+        try:
+            emit("start", total=len(todo), resumed=outcome.resumed, path=path)
+            for j in todo:
+                base = _base_record(spec, j, env)
+                if id(j) in skip:
+                    rec = dict(base, status="SKIP", error=skip[id(j)])
+                    outcome.skipped += 1
+                else:
+                    if worker is None:
+                        worker = Worker(backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name})
+                        outcome.restarts += 1
+                        emit("worker", pid=worker.pid, restart=True)
+                    emit("job", label=f"{base['variant']} {base['params']} {base['shape']}")
+                    try:
+                        rec = worker.run("run", Job(j.kind, j.shape, j.case, compiled.get(j.case)),
+                                         spec.watchdog_s, on_progress=lambda what: emit("phase", what=what))
+                    except (WorkerDied, WorkerHung) as e:
+                        kind = "watchdog" if isinstance(e, WorkerHung) else "worker died"
+                        rec = dict(base, status="ERROR", error=f"{kind}: {e}")
+                        worker.kill()
+                        worker = None
+                    if rec is None:  # cuBLAS is not available here
+                        emit("record", rec=None)
+                        continue
+                    if rec.get("fault"):
+                        worker.close()
+                        worker = None
+                    rec = dict(base, **rec)
+                    remember(rec)
+                    gemm_suite.derive(rec, cublas_ms.get(rec["shape"]), baseline_ms.get(rec["shape"]),
+                                      baseline_label)
+                    outcome.jobs += 1
+                    outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
+                if rec["status"] in results.FAILED:
+                    outcome.failed += 1
+                sink.append(rec)
+                summary.add(rec)
+                emit("record", rec=rec)
+        finally:
+            sink.close()
+        outcome.wall_s = time.perf_counter() - t_start
+        return outcome
+    finally:
+        if worker is not None:
+            worker.close()
+
+
+HELLO_WATCHDOG_S = 600.0  # loading hundreds of modules is slow only on a cold driver

@@ -1,0 +1,110 @@
+"""Rich tables for every command: the GEMM ladder, a sweep's plan and summary, regression verdicts.
+
+Records in, tables out; nothing here measures or decides anything.
+"""
+
+from __future__ import annotations
+
+import math
+
+from rich.table import Table
+from rich.text import Text
+
+STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow", "SLOWER": "bold red",
+                "FAILED": "bold red", "FASTER": "green", "SAME": "", "MISSING": "yellow", "NEW": "cyan",
+                "SKIPPED": "yellow"}
+
+
+def _num(v, fmt: str, missing: str = "—") -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return missing
+    return format(v, fmt)
+
+
+def _status(word: str) -> Text:
+    return Text(word, style=STATUS_STYLE.get(word, ""))
+
+
+def gemm_table(records: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name, justify in [("variant", "left"), ("params", "left"), ("M×N×K", "left"), ("median ms", "right"),
+                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%cuBLAS", "right"),
+                          ("×naive", "right"), ("regs", "right"), ("smem", "right"), ("spill", "right"),
+                          ("occ", "right"), ("rel_err", "right"), ("", "left")]:
+        t.add_column(name, justify=justify, no_wrap=name in ("variant", "M×N×K"))
+    for r in records:
+        t.add_row(
+            f"{r['step']:>2} {r['variant']}" if r.get("step") not in (None, "") else r["variant"],
+            r.get("params") or "",
+            r.get("shape") or "",
+            _num(r.get("median_ms"), ".4f"),
+            _num(None if r.get("median_ms") is None else 100 * r["iqr_ms"] / r["median_ms"], ".1f") + "%"
+            if r.get("median_ms") else "—",
+            _num(r.get("gflops"), ",.0f"),
+            _num(r.get("pct_peak"), ".1f"),
+            _num(r.get("pct_cublas"), ".1f"),
+            _num(r.get("speedup"), ".1f"),
+            _num(r.get("registers"), "d"),
+            _num(r.get("smem_bytes") / 1024 if r.get("smem_bytes") is not None else None, ".1f", "—") + "K"
+            if r.get("smem_bytes") is not None else "—",
+            _num(r.get("local_bytes"), "d"),
+            _num(100 * r["occupancy"] if r.get("occupancy") is not None else None, ".0f") + "%"
+            if r.get("occupancy") is not None else "—",
+            _num(r.get("rel_err"), ".1e"),
+            _status(r["status"]),
+        )
+    return t
+
+
+def _pct_iqr(r: dict) -> str:
+    return f"{100 * r['iqr_ms'] / r['median_ms']:.1f}%" if r.get("median_ms") and r.get("iqr_ms") is not None else "—"
+
+
+def plan_table(counts, shapes: int, title: str) -> Table:
+    """How each variant's axes became cases: the product, what restrictions and rules excluded."""
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("variant", "product", "restricted", "invalid", "cases", "× shapes"):
+        t.add_column(name, justify="left" if name == "variant" else "right")
+    tot = [0, 0, 0, 0]
+    for c in counts:
+        t.add_row(c.variant, str(c.product), str(c.restricted), str(c.invalid), str(c.cases), str(c.cases * shapes))
+        tot = [a + b for a, b in zip(tot, (c.product, c.restricted, c.invalid, c.cases))]
+    t.add_row("total", *map(str, tot), str(tot[3] * shapes), style="bold")
+    return t
+
+
+def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
+    """Per shape, each variant's best parameters; ★ marks the fastest nnbench kernel."""
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name, justify in [("M×N×K", "left"), ("variant", "left"), ("best params", "left"), ("median ms", "right"),
+                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%cuBLAS", "right"),
+                          (f"×{baseline}" if baseline else "speedup", "right"), ("cases", "right")]:
+        t.add_column(name, justify=justify, no_wrap=name in ("M×N×K", "variant"))
+    last = None
+    for r in rows:
+        tally = r.get("tally", {})
+        cases = f"{tally.get('PASS', 0)}/{sum(tally.values())}"
+        bad = {k: n for k, n in tally.items() if k != "PASS" and n}
+        if bad:
+            cases += " (" + ", ".join(f"{n} {k}" for k, n in sorted(bad.items())) + ")"
+        t.add_row(r["shape"] if r["shape"] != last else "", ("★ " if r.get("best") else "  ") + r["variant"],
+                  r.get("params") or "", _num(r.get("median_ms"), ".4f"), _pct_iqr(r), _num(r.get("gflops"), ",.0f"),
+                  _num(r.get("pct_peak"), ".1f"), _num(r.get("pct_cublas"), ".1f"), _num(r.get("speedup"), ".2f"),
+                  cases, end_section=False)
+        last = r["shape"]
+    return t
+
+
+def verdict_table(verdicts, tolerance: float, title: str, show_same: bool = True) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("M×N×K", "left"),
+                          ("baseline ms", "right"), ("current ms", "right"), ("change", "right"),
+                          ("noise ms", "right"), ("note", "left")]:
+        t.add_column(name, justify=justify, no_wrap=name in ("verdict", "variant", "M×N×K"))
+    for v in verdicts:
+        if v.verdict == "SAME" and not show_same:
+            continue
+        change = v.change
+        t.add_row(_status(v.verdict), v.variant, v.params, v.shape, _num(v.base_ms, ".4f"), _num(v.cur_ms, ".4f"),
+                  f"{100 * change:+.1f}%" if change is not None else "—", _num(v.noise_ms, ".4f"), v.why)
+    return t

@@ -1,0 +1,211 @@
+"""A GPU worker in its own process, and the parent's handle on it, with a watchdog.
+
+Why a process: a kernel that faults (illegal address, launch failure) leaves a sticky error that
+poisons the CUDA context for good, and a kernel that hangs never returns. Either way the only cure
+is a new process. The parent never touches CUDA; it sends one job at a time over a pipe and reads
+back progress and a record. If the worker goes silent past the watchdog, the parent kills it; if it
+dies, the parent sees the pipe close. Either way the parent records the case as failed, starts a
+fresh worker, and goes on. Nothing already written to disk is touched.
+
+Protocol (parent -> worker): ("run", job_id, Job) | ("load", job_id, [(Compiled, kernel)]) | None (exit).
+Worker -> parent: ("hello", info) once, then ("progress", job_id, what) and ("record", job_id, rec).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+
+from nnbench import paths
+
+from nnbench.errors import NnbenchError
+
+HELLO_TIMEOUT_S = 120.0  # importing PyCUDA and creating a context, on a cold machine
+
+
+@dataclass
+class Job:
+    kind: str  # "case" or "cublas"
+    shape: object
+    case: object = None
+    compiled: object = None  # a Compiled, a CompileError, or None for CPU variants
+
+
+def main(argv: list[str]) -> None:
+    """`python -m nnbench.worker IN_FD OUT_FD`: started by Worker, never by hand."""
+    inbox = Connection(int(argv[0]), writable=False)
+    conn = _Duplex(inbox, Connection(int(argv[1]), readable=False))
+    try:
+        serve(conn, *inbox.recv())
+    except (EOFError, BrokenPipeError):
+        pass  # the parent is gone: nobody is left to report to
+
+
+class _Duplex:
+    """Two one-way pipes as one connection."""
+
+    def __init__(self, inbox: Connection, outbox: Connection) -> None:
+        self.inbox, self.outbox = inbox, outbox
+
+    def send(self, obj) -> None:
+        self.outbox.send(obj)
+
+    def recv(self):
+        return self.inbox.recv()
+
+    def poll(self, timeout: float) -> bool:
+        return self.inbox.poll(timeout)
+
+    def close(self) -> None:
+        self.inbox.close()
+        self.outbox.close()
+
+
+def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict) -> None:
+    """The worker's main loop (runs in the child process)."""
+    from nnbench import results
+    from nnbench.runtime import open_backend
+    from nnbench.suites import session_for
+
+    try:
+        backend, _ = open_backend(backend_name)
+    except NnbenchError as e:
+        conn.send(("error", str(e)))
+        return
+    env = dict(results.environment(backend), **env_extra)
+    conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
+                         "arch": getattr(backend, "arch", None)}))
+    session = session_for(suite, backend, settings, rtol, seed, env)
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        kind, job_id, job = msg
+        if kind == "load":
+            t0 = time.perf_counter()
+            for comp, kernel_name in job:
+                backend.load(comp, kernel_name)
+            conn.send(("record", job_id, {"load_s": time.perf_counter() - t0, "modules": len(job)}))
+            continue
+        conn.send(("progress", job_id, "preparing inputs"))
+        session.buffers(job.shape)
+        conn.send(("progress", job_id, "running"))
+        rec = session.run_cublas(job.shape) if job.kind == "cublas" else session.run_case(job.case, job.shape,
+                                                                                         job.compiled)
+        conn.send(("record", job_id, rec))
+        if rec is not None and rec.get("fault"):
+            return  # the context is poisoned; the parent starts a fresh worker
+
+
+class WorkerDied(Exception):
+    pass
+
+
+class WorkerHung(Exception):
+    pass
+
+
+class Worker:
+    """The parent's side: start, hand over one job, wait for its record under the watchdog."""
+
+    def __init__(self, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict) -> None:
+        # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
+        # undefined, and multiprocessing's spawn would re-import the caller's __main__ script.
+        p2c_r, p2c_w = os.pipe()
+        c2p_r, c2p_w = os.pipe()
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
+                                                                        os.environ.get("PYTHONPATH")])))
+        self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.worker", str(p2c_r), str(c2p_w)],
+                                     pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
+        os.close(p2c_r)
+        os.close(c2p_w)
+        self.conn = _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
+        self.conn.send((backend_name, suite, settings, rtol, seed, env_extra))
+        self._next = 0
+        try:
+            kind, info = self._recv(HELLO_TIMEOUT_S)
+        except (WorkerDied, WorkerHung) as e:
+            self.kill()
+            raise NnbenchError(f"the benchmark worker did not start: {e}") from None
+        if kind == "error":
+            self.kill()
+            raise NnbenchError(info)
+        self.info = info
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def _recv(self, timeout: float):
+        if not self.conn.poll(timeout):
+            if not self.alive():
+                raise WorkerDied(self._death())
+            raise WorkerHung(f"no word from the worker for {timeout:g} s")
+        try:
+            return self.conn.recv()
+        except (EOFError, OSError):
+            self._wait(5)
+            raise WorkerDied(self._death()) from None
+
+    def _wait(self, seconds: float) -> None:
+        try:
+            self.proc.wait(seconds)
+        except subprocess.TimeoutExpired:
+            pass
+
+    def _death(self) -> str:
+        code = self.proc.poll()
+        if code is None:
+            return "the worker stopped answering"
+        if code < 0:
+            try:
+                return f"the worker was killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"the worker was killed by signal {-code}"
+        return f"the worker exited with code {code}"
+
+    def run(self, kind: str, payload, watchdog_s: float, on_progress=None):
+        """Send one job; return its reply. Raises WorkerHung (after killing the worker) or WorkerDied."""
+        self._next += 1
+        job_id = self._next
+        try:
+            self.conn.send((kind, job_id, payload))
+        except (BrokenPipeError, OSError):
+            raise WorkerDied(self._death()) from None
+        while True:
+            try:
+                msg = self._recv(watchdog_s)
+            except WorkerHung:
+                self.kill()
+                raise
+            if msg[0] == "progress" and on_progress:
+                on_progress(msg[2])
+            elif msg[0] == "record" and msg[1] == job_id:
+                return msg[2]
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.alive():
+            try:
+                self.conn.send(None)
+            except (BrokenPipeError, OSError):
+                pass
+            self._wait(10)
+        self.kill()
+
+    def kill(self) -> None:
+        if self.alive():
+            self.proc.kill()
+        self._wait(10)
+        self.conn.close()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,112 @@
+"""Reading YAML with the line of every value kept, so each error can say `file:line: key: problem`.
+
+YAML is composed, not constructed: `yaml.compose` builds plain nodes (safe: it never makes
+objects), and each node knows where it starts. Callers walk the nodes with the helpers below, which
+reject a wrong type, an unknown key or an out-of-range value with the allowed values in the message.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from nnbench.errors import NnbenchError
+
+
+class ConfigError(NnbenchError):
+    pass
+
+
+def where(path: Path, node: yaml.Node) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+def fail(path: Path, node: yaml.Node, message: str) -> ConfigError:
+    return ConfigError(f"{where(path, node)}: {message}")
+
+
+def compose(path: Path) -> yaml.Node:
+    try:
+        node = yaml.compose(Path(path).read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        line = f":{mark.line + 1}" if mark else ""
+        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+    if node is None:
+        raise ConfigError(f"{path}: the file is empty")
+    return node
+
+
+def mapping(path: Path, node: yaml.Node, what: str, allowed: list[str] | None = None,
+            required: tuple[str, ...] = ()) -> dict[str, tuple]:
+    """A mapping node as {key: (key_node, value_node)}, rejecting unknown and missing keys."""
+    if not isinstance(node, yaml.MappingNode):
+        raise fail(path, node, f"{what}: expected a mapping")
+    out = {}
+    for k, v in node.value:
+        if allowed is not None and k.value not in allowed:
+            raise fail(path, k, f"{what}: unknown key {k.value!r}; allowed: {', '.join(allowed)}")
+        if k.value in out:
+            raise fail(path, k, f"{what}: key {k.value!r} appears twice")
+        out[k.value] = (k, v)
+    for key in required:
+        if key not in out:
+            raise fail(path, node, f"{what}: missing key {key!r}")
+    return out
+
+
+def sequence(path: Path, node: yaml.Node, what: str) -> list[yaml.Node]:
+    if not isinstance(node, yaml.SequenceNode):
+        raise fail(path, node, f"{what}: expected a list")
+    return node.value
+
+
+def scalar(path: Path, node: yaml.Node, what: str) -> str:
+    if not isinstance(node, yaml.ScalarNode):
+        raise fail(path, node, f"{what}: expected a single value")
+    return node.value
+
+
+def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) -> int:
+    if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":int")):
+        raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
+    v = int(node.value, 0)
+    if minimum is not None and v < minimum:
+        raise fail(path, node, f"{what}: {v} is below the minimum {minimum}")
+    return v
+
+
+def number(path: Path, node: yaml.Node, what: str, positive: bool = False) -> float:
+    # PyYAML reads `5e-5` (no dot) as a string, so plain scalars that parse as numbers count too.
+    try:
+        if not isinstance(node, yaml.ScalarNode) or node.tag.endswith(":bool") or node.style:
+            raise ValueError
+        v = float(node.value)
+    except ValueError:
+        raise fail(path, node, f"{what}: expected a number, got {_shown(node)}") from None
+    if positive and not v > 0:
+        raise fail(path, node, f"{what}: {node.value} must be > 0")
+    return v
+
+
+def boolean(path: Path, node: yaml.Node, what: str) -> bool:
+    if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":bool")):
+        raise fail(path, node, f"{what}: expected true or false, got {_shown(node)}")
+    return bool(yaml.safe_load(node.value))
+
+
+def string(path: Path, node: yaml.Node, what: str, choices: list[str] | None = None) -> str:
+    if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":str")):
+        raise fail(path, node, f"{what}: expected a name, got {_shown(node)}")
+    if choices is not None and node.value not in choices:
+        raise fail(path, node, f"{what}: {node.value!r} is not one of {', '.join(choices)}")
+    return node.value
+
+
+def _shown(node: yaml.Node) -> str:
+    if isinstance(node, yaml.ScalarNode):
+        return repr(node.value)
+    return "a list" if isinstance(node, yaml.SequenceNode) else "a mapping"

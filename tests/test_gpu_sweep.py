@@ -1,0 +1,93 @@
+"""On the GPU: a small real sweep end to end, and planted failures (an illegal address, a hang)
+that are recorded with their CUDA error while the sweep goes on in a fresh worker."""
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from nnbench import config, measure, sweep
+from nnbench.registry import Param, Variant
+from nnbench.suites import gemm
+
+pytestmark = pytest.mark.gpu
+
+SMALL = """
+name: gpu_small
+suite: gemm
+baseline: naive
+seed: 11
+shapes:
+  - [127, 255, 63]
+  - [256, 256, 256]
+timing: {budget: 0.05, min_samples: 5, watchdog: 30}
+variants:
+  naive:
+  tiled:
+    axes: {ts: {pow2: [8, 32]}}
+  coarsened:
+    axes: {ts: 32, wpt: [2, 4, 8]}
+    restrict: [ts * ts / wpt >= 128]
+"""
+
+PLANTED = Path(__file__).parent / "kernels" / "planted.cu"
+
+
+def rows(path):
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def test_small_sweep_end_to_end(tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(SMALL)
+    spec = config.load_sweep(cfg)
+    out = tmp_path / "r.csv"
+    outcome = sweep.execute(spec, "cuda", out)
+    got = rows(out)
+    # per shape: cuBLAS, naive, tiled x3 (TS 8, 16, 32), coarsened x3 (WPT 2, 4, 8: 512, 256, 128 threads)
+    assert len(got) == 2 * (1 + 1 + 3 + 3)
+    assert all(r["status"] == "PASS" for r in got), [(r["variant"], r["error"]) for r in got]
+    assert all(float(r["rel_err"]) < gemm.DEFAULT_RTOL for r in got)
+    ours = [r for r in got if r["variant"] != "cublas"]
+    assert all(r["pct_cublas"] and r["speedup"] and r["speedup_over"] == "naive" for r in ours)
+    assert all(float(r["gpu_ms"]) > 0 and r["gpu"] for r in got)
+    assert outcome.compile.kernels == 7 and outcome.restarts == 0
+    best = [r for r in outcome.summary.rows() if r.get("best")]
+    assert len(best) == 2 and all(r["variant"] != "naive" for r in best)
+
+
+def test_planted_fault_and_hang_are_recorded_and_survived(tmp_path):
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text(SMALL)
+    spec = config.load_sweep(cfg)
+    planted = Variant("gemm", "planted", 99, "planted failures", str(PLANTED),
+                      params=(Param("MODE", 1, (1, 2), "1 illegal address, 2 hang"),), block="(32,)", grid="(1,)")
+    naive, tiled = spec.cases[0], next(c for c in spec.cases if c.variant.name == "tiled")
+    cases = [naive, gemm.Case(planted, (("MODE", 1),)), tiled, gemm.Case(planted, (("MODE", 2),)),
+             gemm.Case(tiled.variant, (("TS", 8),))]
+    spec = replace(spec, cases=cases, shapes=[gemm.Shape(64, 64, 64)], cublas=False, watchdog_s=10.0)
+    out = tmp_path / "r.csv"
+    outcome = sweep.execute(spec, "cuda", out)
+    got = {(r["variant"], r["params"]): r for r in rows(out)}
+    assert len(got) == 5
+    fault = got["planted", "MODE=1"]
+    assert fault["status"] == "ERROR" and "illegal" in fault["error"].lower(), fault["error"]
+    hang = got["planted", "MODE=2"]
+    assert hang["status"] == "ERROR" and hang["error"].startswith("watchdog"), hang["error"]
+    for key in (("naive", ""), ("tiled", "TS=32"), ("tiled", "TS=8")):
+        assert got[key]["status"] == "PASS", got[key]
+    assert outcome.restarts == 2 and outcome.failed == 2
+
+
+def test_device_rel_err_matches_numpy(cuda_backend):
+    rng = np.random.default_rng(5)
+    ref = rng.standard_normal((300, 77))
+    out = (ref + 1e-4 * rng.standard_normal(ref.shape)).astype(np.float32)
+    d_out, d_ref = cuda_backend.upload(out), cuda_backend.upload(ref)
+    assert cuda_backend.rel_err(d_out, d_ref, out.size) == pytest.approx(measure.rel_err(out, ref), rel=1e-9)
+    out[7, 3] = np.nan
+    cuda_backend.write(d_out, out)
+    assert cuda_backend.rel_err(d_out, d_ref, out.size) == float("inf")

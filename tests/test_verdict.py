@@ -1,0 +1,105 @@
+"""Regression verdicts on synthetic CSVs, and `nnbench check` through CliRunner."""
+
+import csv
+
+import pytest
+from click.testing import CliRunner
+
+from nnbench import results, verdict
+from nnbench.cli import cli
+
+
+def row(variant, median, iqr=0.0, status="PASS", params="", shape="64×64×64", gpu="GPU-A", **kw):
+    r = dict(suite="gemm", variant=variant, params=params, shape=shape, cold=False, median_ms=median, iqr_ms=iqr,
+             status=status, gpu=gpu, rtol=5e-5, rel_err=1e-7)
+    r.update(kw)
+    return r
+
+
+def write(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=results.FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for r in rows:
+            w.writerow({k: ("" if r.get(k) is None else r.get(k)) for k in results.FIELDS})
+    return path
+
+
+BASE = [
+    row("naive", 10.0, 0.1),
+    row("tiled", 5.0, 0.05, params="TS=32"),
+    row("coarsened", 2.0, 0.02, params="TS=32 WPT=8"),
+    row("noisy", 1.0, 0.4),
+    row("gone", 1.0),
+    row("vectorized", 1.0),
+    row("warptile", 1.0),
+    row("cublas", 0.5, params="sgemm via cupy, TF32 off"),
+]
+CURRENT = [
+    row("naive", 10.3, 0.1),  # +3%: inside the 5% tolerance
+    row("tiled", 6.0, 0.05, params="TS=32"),  # +20%, far outside the noise: SLOWER
+    row("coarsened", 1.5, 0.02, params="TS=32 WPT=8"),  # -25%: FASTER
+    row("noisy", 1.3, 0.5),  # +30%, but the IQRs are wider than that: SAME
+    row("vectorized", 1.0, status="FAIL", rel_err=3e-4),
+    row("warptile", 1.0, status="ERROR", error="kernel fault: illegal address"),
+    row("newcomer", 1.0),
+    row("cublas", 0.5, params="sgemm via torch, TF32 off"),  # same case whichever library ran it
+]
+
+
+def verdicts(tmp_path, base=BASE, cur=CURRENT, tol=0.05):
+    b = verdict.load(write(tmp_path / "b.csv", base))
+    c = verdict.load(write(tmp_path / "c.csv", cur))
+    return {v.variant: v for v in verdict.compare(b, c, tol)}
+
+
+def test_each_verdict(tmp_path):
+    v = verdicts(tmp_path)
+    assert {k: x.verdict for k, x in v.items()} == {
+        "naive": "SAME", "tiled": "SLOWER", "coarsened": "FASTER", "noisy": "SAME", "gone": "MISSING",
+        "vectorized": "FAILED", "warptile": "FAILED", "newcomer": "NEW", "cublas": "SAME"}
+    assert v["noisy"].why == "inside the combined noise"
+    assert v["tiled"].change == pytest.approx(0.2)
+    assert "rel_err 3.00e-04" in v["vectorized"].why and "illegal address" in v["warptile"].why
+    assert verdict.gated(list(v.values()))
+
+
+def test_tolerance_moves_the_line(tmp_path):
+    assert verdicts(tmp_path, tol=0.25)["tiled"].verdict == "SAME"
+    assert verdicts(tmp_path, tol=0.01)["naive"].verdict == "SLOWER"
+
+
+def test_last_row_of_a_case_wins(tmp_path):
+    cur = [row("naive", 20.0), row("naive", 10.0)]
+    assert verdicts(tmp_path, base=[row("naive", 10.0)], cur=cur)["naive"].verdict == "SAME"
+
+
+def test_cli_check_exit_codes(tmp_path):
+    b, c = write(tmp_path / "b.csv", BASE), write(tmp_path / "c.csv", CURRENT)
+    res = CliRunner().invoke(cli, ["check", str(b), str(c), "--tolerance", "5%"])
+    assert res.exit_code == 1, res.output
+    assert "SLOWER" in res.output and "regression gate: FAILED" in res.output
+    ok = write(tmp_path / "ok.csv", BASE[:3])
+    res = CliRunner().invoke(cli, ["check", str(ok), str(ok)])
+    assert res.exit_code == 0 and "3 SAME" in res.output and "passed" in res.output
+
+
+@pytest.mark.parametrize("args, needles", [
+    (["check", "a.csv"], ["BASELINE.csv and CURRENT.csv"]),
+    (["check", "{b}", "{other}"], ["from GPU-A", "GPU-B", "--any-gpu"]),
+    (["check", "{b}", "{b}", "--tolerance", "lots"], ["--tolerance", "5%"]),
+    (["check", "{b}", "{junk}"], ["missing columns"]),
+    (["check", "{b}", "nope.csv"], ["nope.csv: no such result file"]),
+    (["check", "--run", "configs/ci.yaml", "--baseline", "nope.csv"], ["--baseline nope.csv: no such file"]),
+    (["check", "{b}", "{b}", "--baseline", "{b}"], ["apply only with --run"]),
+])
+def test_cli_check_errors_are_one_line(tmp_path, args, needles):
+    files = {"b": write(tmp_path / "b.csv", BASE), "other": write(tmp_path / "o.csv", [row("naive", 1, gpu="GPU-B")])}
+    (tmp_path / "junk.csv").write_text("a,b\n1,2\n")
+    files["junk"] = tmp_path / "junk.csv"
+    res = CliRunner().invoke(cli, [a.format(**files) for a in args])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and lines[0].startswith("nnbench: error:"), res.output
+    for n in needles:
+        assert n in lines[0], lines[0]
