@@ -99,7 +99,10 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
                                                                                          job.compiled)
         conn.send(("record", job_id, rec))
         if rec is not None and rec.get("fault"):
-            return  # the context is poisoned; the parent starts a fresh worker
+            # The context is poisoned: every clean-up call would fail and print a warning. Leave at
+            # once; the driver reclaims the context with the process, and the parent starts anew.
+            conn.close()
+            os._exit(0)
 
 
 class WorkerDied(Exception):

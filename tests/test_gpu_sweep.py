@@ -65,9 +65,9 @@ def test_planted_fault_and_hang_are_recorded_and_survived(tmp_path):
     spec = config.load_sweep(cfg)
     planted = Variant("gemm", "planted", 99, "planted failures", str(PLANTED),
                       params=(Param("MODE", 1, (1, 2), "1 illegal address, 2 hang"),), block="(32,)", grid="(1,)")
-    naive, tiled = spec.cases[0], next(c for c in spec.cases if c.variant.name == "tiled")
-    cases = [naive, gemm.Case(planted, (("MODE", 1),)), tiled, gemm.Case(planted, (("MODE", 2),)),
-             gemm.Case(tiled.variant, (("TS", 8),))]
+    naive, tiled = spec.cases[0], next(c for c in spec.cases if c.variant.name == "tiled").variant
+    cases = [naive, gemm.Case(planted, (("MODE", 1),)), gemm.Case(tiled, (("TS", 32),)),
+             gemm.Case(planted, (("MODE", 2),)), gemm.Case(tiled, (("TS", 8),))]
     spec = replace(spec, cases=cases, shapes=[gemm.Shape(64, 64, 64)], cublas=False, watchdog_s=10.0)
     out = tmp_path / "r.csv"
     outcome = sweep.execute(spec, "cuda", out)
