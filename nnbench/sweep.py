@@ -111,10 +111,10 @@ class Summary:
     KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "gflops", "pct_peak", "pct_cublas", "speedup",
             "speedup_over", "status")
 
-    def __init__(self) -> None:
+    def __init__(self, shapes: list[str] = ()) -> None:
         self.best: dict[tuple[str, str], dict] = {}
         self.tally: dict[tuple[str, str], dict[str, int]] = {}
-        self.shapes: list[str] = []
+        self.shapes: list[str] = list(shapes)  # the config's order, whatever order they ran in
 
     def add(self, rec: dict) -> None:
         shape, variant = rec.get("shape", ""), rec.get("variant", "")
@@ -147,12 +147,23 @@ class Summary:
 
 # -- the sweep ------------------------------------------------------------------------------------
 def plan_jobs(spec: SweepSpec, with_cublas: bool) -> list[Job]:
+    """Smallest shape first: the first shape's inputs and reference are built while nothing else
+    runs, and every later one is built in the background while the GPU times the one before."""
     jobs = []
-    for shape in spec.shapes:
+    for shape in sorted(spec.shapes, key=lambda s: s.flops):
         if with_cublas:
             jobs.append(Job("cublas", shape))
         jobs += [Job("case", shape, case) for case in spec.cases]
     return jobs
+
+
+def link_shapes(jobs: list[Job]) -> None:
+    """Tell each job which shape comes after its own, so the worker can prepare it early."""
+    following = None
+    for i in range(len(jobs) - 1, -1, -1):
+        jobs[i].next_shape = following
+        if i > 0 and jobs[i - 1].shape != jobs[i].shape:
+            following = jobs[i].shape
 
 
 def job_key(spec: SweepSpec, job: Job) -> str:
@@ -212,7 +223,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         on_gpu = env["backend"] == "cuda"
         path, resume = result_file(spec, env["gpu"], out, fresh)
         outcome = Outcome(path, backend=env["backend"])
-        summary = outcome.summary = Summary()
+        summary = outcome.summary = Summary([s.label for s in spec.shapes])
         cublas_ms: dict[str, float] = {}
         baseline_ms: dict[str, float] = {}
         baseline_label = f"{spec.baseline.variant.name} {spec.baseline.param_label}".strip() if spec.baseline else None
@@ -234,6 +245,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 summary.add(row)
         all_jobs = plan_jobs(spec, with_cublas=spec.cublas and on_gpu)
         todo = [j for j in all_jobs if job_key(spec, j) not in done]
+        link_shapes(todo)
         outcome.resumed = len(all_jobs) - len(todo)
 
         # Refuse, before compiling, what this backend or device cannot run.
@@ -281,7 +293,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                         emit("worker", pid=worker.pid, restart=True)
                     emit("job", label=f"{base['variant']} {base['params']} {base['shape']}")
                     try:
-                        rec = worker.run("run", Job(j.kind, j.shape, j.case, compiled.get(j.case)),
+                        rec = worker.run("run", Job(j.kind, j.shape, j.case, compiled.get(j.case), j.next_shape),
                                          spec.watchdog_s, on_progress=lambda what: emit("phase", what=what))
                     except (WorkerDied, WorkerHung) as e:
                         kind = "watchdog" if isinstance(e, WorkerHung) else "worker died"

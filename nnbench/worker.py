@@ -34,6 +34,7 @@ class Job:
     shape: object
     case: object = None
     compiled: object = None  # a Compiled, a CompileError, or None for CPU variants
+    next_shape: object = None  # the shape after this one's cases, to prepare in the background
 
 
 def main(argv: list[str]) -> None:
@@ -81,6 +82,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
                          "arch": getattr(backend, "arch", None)}))
     session = session_for(suite, backend, settings, rtol, seed, env)
+    session.warm_up()
     while True:
         msg = conn.recv()
         if msg is None:
@@ -94,6 +96,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
             continue
         conn.send(("progress", job_id, "preparing inputs"))
         session.buffers(job.shape)
+        session.prefetch(job.next_shape)
         conn.send(("progress", job_id, "running"))
         rec = session.run_cublas(job.shape) if job.kind == "cublas" else session.run_case(job.case, job.shape,
                                                                                          job.compiled)
@@ -123,6 +126,10 @@ class Worker:
         c2p_r, c2p_w = os.pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
                                                                         os.environ.get("PYTHONPATH")])))
+        # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores.
+        blas = str(max(1, (os.cpu_count() or 1) - 2))
+        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+            env.setdefault(var, blas)
         self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.worker", str(p2c_r), str(c2p_w)],
                                      pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
         os.close(p2c_r)

@@ -11,7 +11,10 @@
 // Source: the 3xTF32 technique of CUTLASS (examples/27_ampere_3xtf32_fast_accurate_tensorop_gemm)
 //         and Ootomo & Yokota (2022); PTX ISA mma.sync.m16n8k8 fragment layouts.
 // Params: BM, BN in {64, 128}: block tile; BK in {8, 16}; WM (multiple of 16), WN (multiple of
-//         8): warp tile. MIN_BLOCKS in {1, 2}: resident blocks per SM asked of the register allocator. Threads = 32*(BM/WM)*(BN/WN). Two shared stages as in step 7, rows padded
+//         8): warp tile. MIN_BLOCKS in {1, 2}: resident blocks per SM asked of the register
+//         allocator. Threads = 32*(BM/WM)*(BN/WN). Defaults BM=128 BN=64 WM=32 WN=64 (4 warps, each
+//         32x64) won the configs/gemm_sweep.yaml sweep at 4096^3 on the H100 (docs/RESULTS.md).
+//         Two shared stages as in step 7, rows padded
 //         by 8 floats so the fragment loads (lane -> row t, column g) hit 32 distinct banks.
 // Sizes:  any M, N, K >= 1 (zero-filled edges; float4 loads where the leading dimension allows).
 // Launch: 1-D blocks of THREADS; grid (ceil(M/BM), ceil(N/BN)). Needs sm_80 or later.
@@ -21,16 +24,16 @@
 #define BM 128
 #endif
 #ifndef BN
-#define BN 128
+#define BN 64
 #endif
 #ifndef BK
 #define BK 16
 #endif
 #ifndef WM
-#define WM 64
+#define WM 32
 #endif
 #ifndef WN
-#define WN 32
+#define WN 64
 #endif
 #ifndef MIN_BLOCKS
 #define MIN_BLOCKS 1

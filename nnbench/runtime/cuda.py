@@ -11,6 +11,7 @@ with `module_from_buffer`; that is what PyCUDA's SourceModule does inside, minus
 from __future__ import annotations
 
 import atexit
+import ctypes
 import gc
 import shutil
 import subprocess
@@ -227,19 +228,22 @@ def _fmt_cuda_version(v: int) -> str:
 
 
 class _Nvml:
-    """SM clock and driver version through NVML (nvidia-ml-py) or, failing that, nvidia-smi."""
+    """SM clock and driver version, read per case, so it must be cheap: NVML through ctypes on the
+    driver's own libnvidia-ml (microseconds, nothing to install), else nvidia-smi (tens of ms)."""
+
+    SM, MEM = 1, 2  # nvmlClockType_t
 
     def __init__(self, pci_bus_id: str) -> None:
         self.bus = pci_bus_id
-        self.handle = None
+        self.lib = self.handle = None
         try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self.nvml = pynvml
-            self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
-        except Exception:  # noqa: BLE001 - NVML is optional; every reader below has a fallback
-            self.nvml = None
+            lib = ctypes.CDLL("libnvidia-ml.so.1")
+            handle = ctypes.c_void_p()
+            if lib.nvmlInit_v2() == 0 and lib.nvmlDeviceGetHandleByPciBusId_v2(
+                    pci_bus_id.encode(), ctypes.byref(handle)) == 0:
+                self.lib, self.handle = lib, handle
+        except (OSError, AttributeError):
+            pass  # no NVML library: nvidia-smi below, or nothing
 
     def _smi(self, field: str) -> str | None:
         if not shutil.which("nvidia-smi"):
@@ -251,31 +255,24 @@ class _Nvml:
         except (OSError, subprocess.SubprocessError):
             return None
 
-    def clock(self, which: str) -> float | None:
-        if self.handle is not None:
-            kind = self.nvml.NVML_CLOCK_SM if which == "sm" else self.nvml.NVML_CLOCK_MEM
-            try:
-                return float(self.nvml.nvmlDeviceGetClockInfo(self.handle, kind))
-            except Exception:  # noqa: BLE001
-                pass
-        v = self._smi("clocks.sm" if which == "sm" else "clocks.mem")
+    def _clock(self, getter: str, which: str, smi_field: str) -> float | None:
+        if self.lib is not None:
+            mhz = ctypes.c_uint()
+            if getattr(self.lib, getter)(self.handle, self.SM if which == "sm" else self.MEM, ctypes.byref(mhz)) == 0:
+                return float(mhz.value)
+        v = self._smi(smi_field)
         return float(v) if v and v.replace(".", "").isdigit() else None
+
+    def clock(self, which: str) -> float | None:
+        return self._clock("nvmlDeviceGetClockInfo", which, "clocks.sm" if which == "sm" else "clocks.mem")
 
     def max_clock(self, which: str) -> float | None:
-        if self.handle is not None:
-            kind = self.nvml.NVML_CLOCK_SM if which == "sm" else self.nvml.NVML_CLOCK_MEM
-            try:
-                return float(self.nvml.nvmlDeviceGetMaxClockInfo(self.handle, kind))
-            except Exception:  # noqa: BLE001
-                pass
-        v = self._smi("clocks.max.sm" if which == "sm" else "clocks.max.mem")
-        return float(v) if v and v.replace(".", "").isdigit() else None
+        return self._clock("nvmlDeviceGetMaxClockInfo", which,
+                           "clocks.max.sm" if which == "sm" else "clocks.max.mem")
 
     def driver_version(self) -> str | None:
-        if self.nvml is not None:
-            try:
-                v = self.nvml.nvmlSystemGetDriverVersion()
-                return v.decode() if isinstance(v, bytes) else v
-            except Exception:  # noqa: BLE001
-                pass
+        if self.lib is not None:
+            buf = ctypes.create_string_buffer(96)
+            if self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0:
+                return buf.value.decode()
         return self._smi("driver_version")
