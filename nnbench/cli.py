@@ -340,7 +340,7 @@ def _print_outcome(spec, outcome) -> None:
              f"({clock}), {'cold' if spec.settings.cold else 'hot'} cache")
     out.print(tables.sweep_table(outcome.summary.rows(), spec.baseline.variant.name if spec.baseline else None,
                                  title))
-    line = f"ran {outcome.jobs} cases in {outcome.wall_s:.1f} s"
+    line = f"ran {outcome.jobs} cases in {outcome.run_s:.1f} s ({outcome.wall_s:.1f} s with start-up and compilation)"
     if outcome.resumed:
         line += f" ({outcome.resumed} resumed from the file)"
     if outcome.skipped:
@@ -350,8 +350,8 @@ def _print_outcome(spec, outcome) -> None:
     if outcome.restarts:
         line += f" · {outcome.restarts} worker restarts"
     if outcome.overhead is not None:
-        line += (f" · kernel time {outcome.gpu_s:.1f} s, overhead outside kernels "
-                 f"{100 * outcome.overhead:.1f}% of wall")
+        line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
+                 f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
     out.print(line)
     out.print(f"CSV: {outcome.path}")
 

@@ -67,14 +67,21 @@ class Outcome:
     skipped: int = 0
     failed: int = 0
     restarts: int = 0
-    wall_s: float = 0.0
+    wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
+    run_s: float = 0.0  # the jobs alone, compilation excluded
     gpu_s: float = 0.0
     compile: CompileStats = field(default_factory=CompileStats)
     summary: Summary | None = None
 
     @property
     def overhead(self) -> float | None:
-        """The share of the sweep's wall time spent outside kernels (event-timed GPU time)."""
+        """The share of the run phase (compilation is reported on its own) spent outside kernels,
+        where kernel time is the event-timed GPU time of every launch of every case."""
+        return 1.0 - self.gpu_s / self.run_s if self.run_s > 0 and self.jobs else None
+
+    @property
+    def overhead_total(self) -> float | None:
+        """The same share of the whole command's wall time: worker start and compilation included."""
         return 1.0 - self.gpu_s / self.wall_s if self.wall_s > 0 and self.jobs else None
 
 
@@ -279,6 +286,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             return outcome
 
         sink = results.CsvSink(path, append=resume)
+        t_run = time.perf_counter()
         try:
             emit("start", total=len(todo), resumed=outcome.resumed, path=path)
             for j in todo:
@@ -319,6 +327,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 emit("record", rec=rec)
         finally:
             sink.close()
+        outcome.run_s = time.perf_counter() - t_run
         outcome.wall_s = time.perf_counter() - t_start
         return outcome
     finally:

@@ -20,6 +20,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs = [cc.CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, arch) for c in CFG.cases]
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/ceilings.cu", {"CHAINS": 8}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, arch))
+    reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/blocking.cu", {}, arch))
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
