@@ -3,8 +3,10 @@
 Timer (after nvbench's "cold"/"hot" measurements):
 - a warm-up launch first, so module load and first-touch costs stay out of the numbers;
 - each sample times `reps` back-to-back launches between two CUDA events (reps = 1 with --cold,
-  where L2 is flushed before every sample by overwriting a buffer allocated once); the CUDA
-  backend queues the whole sample behind a blocking kernel, so host launch latency is never timed;
+  where L2 is flushed before every sample by overwriting a buffer allocated once);
+- hot samples are queued in batches of up to 10 behind a blocking kernel (nvbench's technique):
+  the GPU runs them back to back, so neither host launch latency nor the host's own work between
+  samples is timed or leaves the GPU idle; the stop rule is checked after each batch;
 - samples repeat until the relative noise is at most `max_noise` (after `min_samples`), or the
   time budget is spent; the median and IQR are reported;
 - noise is a robust relative spread: IQR / 1.349 / median, which equals the relative standard
@@ -24,7 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 
 ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
-MAX_REPS = 512  # launches per hot sample; the CUDA backend queues them all behind its blocking kernel
+MAX_QUEUED = 512  # launches the CUDA backend queues behind its blocking kernel at once
+MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
+BATCH = 10  # hot samples per blocking kernel
 
 
 @dataclass(frozen=True)
@@ -80,13 +84,16 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
         est = backend.timed(launch, 1)
         gpu_ms += est
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+    # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
+    # since the L2 flush between samples is host-issued.
+    batch = 1 if settings.cold else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
     samples: list[float] = []
     t_end = time.perf_counter() + settings.budget_s
     converged = False
     while len(samples) < settings.max_samples:
         if settings.cold:
             backend.flush_l2()
-        samples.append(backend.timed(launch, reps))
+        samples += backend.timed_samples(launch, reps, min(batch, settings.max_samples - len(samples)))
         if len(samples) >= settings.min_samples:
             if summarize(samples).noise <= settings.max_noise:
                 converged = True

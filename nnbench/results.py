@@ -21,7 +21,7 @@ from nnbench import __version__, paths
 
 IDENTITY = ["suite", "variant", "step", "params", "shape", "M", "N", "K", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
-               "converged", "cold", "sm_clock_mhz", "gpu_ms"]
+               "converged", "cold", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup",
            "speedup_over"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
@@ -114,7 +114,8 @@ def case_key_of(row: dict) -> str:
     return case_key(row.get("suite") or "", row.get("variant") or "", params, row.get("shape") or "", row.get("cold"))
 
 
-NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "flops",
+NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
+           "setup_ms", "flops",
            "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup", "occupancy", "rel_err", "rtol",
            "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs"}
 

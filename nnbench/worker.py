@@ -95,11 +95,15 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
             conn.send(("record", job_id, {"load_s": time.perf_counter() - t0, "modules": len(job)}))
             continue
         conn.send(("progress", job_id, "preparing inputs"))
+        t0 = time.perf_counter()
         session.buffers(job.shape)
         session.prefetch(job.next_shape)
+        setup_ms = 1e3 * (time.perf_counter() - t0)
         conn.send(("progress", job_id, "running"))
         rec = session.run_cublas(job.shape) if job.kind == "cublas" else session.run_case(job.case, job.shape,
                                                                                          job.compiled)
+        if rec is not None:
+            rec["setup_ms"] = setup_ms
         conn.send(("record", job_id, rec))
         if rec is not None and rec.get("fault"):
             # The context is poisoned: every clean-up call would fail and print a warning. Leave at

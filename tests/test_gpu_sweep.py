@@ -94,8 +94,19 @@ def test_device_rel_err_matches_numpy(cuda_backend):
 
 
 def test_host_delay_inside_a_sample_is_not_timed(cuda_backend):
-    """The blocking kernel holds the stream until the whole sample is queued: a 20 ms host stall
-    between the two events must not show up in the measured time."""
+    """The blocking kernel holds the stream until the whole batch is queued: a 20 ms host stall
+    between the events of a sample must not show up in the measured time."""
     import time
-    assert cuda_backend.timed(lambda: time.sleep(0.02), 1) < 1.0
-    assert cuda_backend.timed(lambda: None, 5) < 1.0  # and the flag is re-armed for the next sample
+    assert max(cuda_backend.timed_samples(lambda: time.sleep(0.02), 1, 3)) < 1.0
+    assert max(cuda_backend.timed_samples(lambda: None, 5, 10)) < 1.0  # the flag is re-armed
+
+
+def test_a_launch_that_synchronizes_falls_back_to_unblocked_timing(cuda_backend):
+    """A launch that waits for the stream would wait for the blocking kernel: the kernel gives up
+    after its timeout, those samples are thrown away, and that launch is never blocked again."""
+    def syncing():
+        cuda_backend.synchronize()
+
+    assert len(cuda_backend.timed_samples(syncing, 1, 3)) == 3
+    assert id(syncing) in cuda_backend._syncing
+    assert len(cuda_backend.timed_samples(syncing, 1, 3)) == 3

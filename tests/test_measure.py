@@ -13,10 +13,15 @@ class FakeBackend:
         self.times = iter(times)
         self.flushes = 0
         self.calls = []
+        self.batches = []
 
     def timed(self, fn, reps):
         self.calls.append(reps)
         return next(self.times)
+
+    def timed_samples(self, fn, reps, count):
+        self.batches.append(count)
+        return [self.timed(fn, reps) for _ in range(count)]
 
     def flush_l2(self):
         self.flushes += 1
@@ -48,13 +53,22 @@ def test_noisy_runs_until_budget_but_at_least_min_samples():
 def test_cold_flushes_before_every_sample_and_never_batches():
     be = FakeBackend([1.0] * 100)
     s = measure.measure(be, lambda: None, measure.TimingSettings(cold=True))
-    assert be.flushes == s.samples and s.reps == 1 and set(be.calls) == {1}
+    assert be.flushes == s.samples and s.reps == 1 and set(be.calls) == {1} and set(be.batches) == {1}
 
 
 def test_hot_batches_short_kernels():
     be = FakeBackend([0.001] * 100)  # 1 us per launch: batch to reach min_sample_ms
     s = measure.measure(be, lambda: None, measure.TimingSettings(min_sample_ms=0.05))
     assert s.reps == 50
+
+
+def test_hot_samples_come_in_batches_and_the_stop_rule_runs_after_each():
+    be = FakeBackend([1.0] * 100)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10, min_samples=25))
+    assert be.batches == [10, 10, 10] and s.samples == 30 and s.converged
+    big = FakeBackend([0.0001] * 10_000)  # reps near the queue limit: one sample per batch
+    s = measure.measure(big, lambda: None, measure.TimingSettings(min_sample_ms=1.0, budget_s=10))
+    assert s.reps == measure.MAX_REPS and set(big.batches) == {1}
 
 
 def test_rel_err():

@@ -46,6 +46,9 @@ class CpuBackend:
             fn()
         return (time.perf_counter() - t0) * 1e3 / reps
 
+    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
+        return [self.timed(fn, reps) for _ in range(count)]
+
     def flush_l2(self) -> None:
         # Touching a buffer well past the last-level cache evicts the operands, as the GPU flush does.
         if self._flush is None:
