@@ -227,8 +227,14 @@ class _SweepView:
         if kind == "compiled":
             err.print(_compile_line(data["stats"]))
         elif kind == "start":
-            from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                                       TimeRemainingColumn)
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
             if data["resumed"]:
                 err.print(f"resuming {data['path']}: {data['resumed']} cases already done")
             self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
@@ -242,8 +248,9 @@ class _SweepView:
             rec = data["rec"]
             if rec is not None and rec["status"] in results.FAILED:
                 self.failed += 1
+                why = rec.get("error") or f"rel_err {rec['rel_err']:.2e}"
                 self.progress.console.print(f"[red]{rec['status']}[/] {rec['variant']} {rec['params']} "
-                                            f"{rec['shape']}: {rec.get('error') or 'rel_err ' + format(rec['rel_err'], '.2e')}")
+                                            f"{rec['shape']}: {why}")
             self.progress.advance(self.task)
         elif kind == "worker" and data["restart"] and self.progress:
             self.progress.console.print(f"[yellow]started a fresh worker (pid {data['pid']})[/]")
@@ -260,7 +267,8 @@ def _compile_line(st) -> str:
             f"{st.failed} failed{f', {st.skipped} beyond the device limits' if st.skipped else ''} · "
             f"{st.wall_s:.1f} s wall on {st.jobs} jobs")
     if st.compiled:
-        line += f" · nvcc CPU {st.nvcc_cpu_s:.1f} s ({st.cpu_per_core_s:.1f} s per job) · wall/ideal {st.wall_vs_ideal:.2f}"
+        line += (f" · nvcc CPU {st.nvcc_cpu_s:.1f} s ({st.cpu_per_core_s:.1f} s per job) · "
+                 f"wall/ideal {st.wall_vs_ideal:.2f}")
     if st.load_s is not None:
         line += f" · loaded into the GPU context in {st.load_s:.2f} s"
     return line
@@ -425,9 +433,9 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
                            f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
     verdicts = verdict.compare(base, cur, tolerance)
     counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
-    out.print(tables.verdict_table(verdicts, tolerance, f"check {current} against {baseline_path} · tolerance "
-                                                        f"{100 * tolerance:g}% or the combined IQR, whichever is larger",
-                                   show_same=show_all))
+    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% or the combined IQR, "
+             "whichever is larger")
+    out.print(tables.verdict_table(verdicts, title, show_same=show_all))
     out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
     if verdict.gated(verdicts):
         out.print("[bold red]regression gate: FAILED[/] (a case is SLOWER or failed verification)")

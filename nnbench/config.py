@@ -16,8 +16,19 @@ from nnbench import expr, measure, nets, paths, registry, space
 from nnbench.errors import NnbenchError
 from nnbench.suites import gemm as gemm_suite
 from nnbench.suites.gemm import Case, Shape
-from nnbench.yamlnodes import (ConfigError, boolean, compose, fail, integer, mapping, number, scalar, sequence, string,
-                               where)
+from nnbench.yamlnodes import (
+    ConfigError,
+    boolean,
+    compose,
+    fail,
+    integer,
+    mapping,
+    number,
+    scalar,
+    sequence,
+    string,
+    where,
+)
 
 
 @dataclass
@@ -33,12 +44,12 @@ def load_gemm(path: Path) -> GemmConfig:
     cases: list[Case] = []
     if "variants" in top:
         names = [v.name for v in registry.suite_variants("gemm", "cuda")]
-        for name, (knode, vnode) in mapping(path, top["variants"][1], "variants", names).items():
+        for name, (_, vnode) in mapping(path, top["variants"][1], "variants", names).items():
             v = registry.get("gemm", name)
             for item in sequence(path, vnode, f"variants.{name}"):
                 pnames = [p.name for p in v.params]
                 params = v.defaults()
-                for pname, (pk, pv) in mapping(path, item, f"variants.{name}", pnames).items():
+                for pname, (_, pv) in mapping(path, item, f"variants.{name}", pnames).items():
                     params[pname] = integer(path, pv, f"variants.{name}.{pname}")
                 problems = v.problems(params)
                 if problems:
@@ -101,7 +112,7 @@ def load_sweep(path: Path) -> SweepSpec:
     counts: list[VariantCount] = []
     vnode = top["variants"][1]
     names = [v.name for v in registry.suite_variants(suite)]
-    for vname, (knode, body) in mapping(path, vnode, "variants", names).items():
+    for vname, (_, body) in mapping(path, vnode, "variants", names).items():
         got, count = _variant_cases(path, registry.get(suite, vname), body)
         cases += got
         counts.append(count)
@@ -228,7 +239,7 @@ def _baseline(path: Path, suite: str, node) -> Case:
     v = registry.get(suite, string(path, keys["variant"][1], "baseline.variant", names))
     params = v.defaults()
     if "params" in keys:
-        for pname, (pk, pv) in mapping(path, keys["params"][1], "baseline.params", [p.name for p in v.params]).items():
+        for pname, (_, pv) in mapping(path, keys["params"][1], "baseline.params", [p.name for p in v.params]).items():
             params[pname] = integer(path, pv, f"baseline.params.{pname}")
     problems = v.problems(params)
     if problems:

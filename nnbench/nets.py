@@ -56,7 +56,7 @@ class Net:
 def load(path: Path = NETS_FILE) -> dict[str, Net]:
     top = mapping(path, compose(path), "top level", ["nets"], required=("nets",))
     nets = {}
-    for name, (knode, vnode) in mapping(path, top["nets"][1], "nets").items():
+    for name, (_, vnode) in mapping(path, top["nets"][1], "nets").items():
         layers = tuple(integer(path, n, f"nets.{name}", minimum=1) for n in sequence(path, vnode, f"nets.{name}"))
         if len(layers) < 2:
             raise fail(path, vnode, f"nets.{name}: a net needs at least an input and an output layer")

@@ -54,7 +54,7 @@ def git_sha() -> str:
 def environment(backend) -> dict:
     env = dict(backend.environment())
     env.update(nnbench_version=__version__, git_sha=git_sha(), host=socket.gethostname(),
-               timestamp=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+               timestamp=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"))
     return {k: env.get(k) for k in ENVIRONMENT}
 
 

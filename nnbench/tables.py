@@ -95,7 +95,7 @@ def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
     return t
 
 
-def verdict_table(verdicts, tolerance: float, title: str, show_same: bool = True) -> Table:
+def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("M×N×K", "left"),
                           ("baseline ms", "right"), ("current ms", "right"), ("change", "right"),

@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 
 from nnbench import paths
-
 from nnbench.errors import NnbenchError
 
 HELLO_TIMEOUT_S = 120.0  # importing PyCUDA and creating a context, on a cold machine

@@ -82,17 +82,11 @@ def test_shipped_sweeps_load_with_counts():
     assert {c.variant.name for c in ci.cases} >= {"naive", "double_buffered", "tf32x3"}
 
 
-def test_mlp_shape_set_comes_from_the_nets():
-    p = write(tmp_path_factory_dir(), "suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: mlp, nets: [1], batch: 32}\n")
+def test_mlp_shape_set_comes_from_the_nets(tmp_path):
+    p = write(tmp_path, "suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: mlp, nets: [1], batch: 32}\n")
     shapes = {(s.M, s.N, s.K) for s in config.load_sweep(p).shapes}
     # Net 1 is 60-60-60-7: forward (out, B, in), backward data (in, B, out), weight grads (out, in, B)
     assert shapes == {(60, 32, 60), (60, 60, 32), (7, 32, 60), (60, 32, 7), (7, 60, 32)}
-
-
-def tmp_path_factory_dir():
-    import tempfile
-    from pathlib import Path
-    return Path(tempfile.mkdtemp())
 
 
 BASE = "suite: gemm\nshapes:\n  - [8, 8, 8]\n"

@@ -41,7 +41,8 @@ class CompileRequest:
 
     def label(self) -> str:
         ps = " ".join(f"{k}={v}" for k, v in self.params) or "(no parameters)"
-        return f"{self.source.relative_to(paths.ROOT) if self.source.is_relative_to(paths.ROOT) else self.source} [{ps}] for {self.arch}"
+        src = self.source.relative_to(paths.ROOT) if self.source.is_relative_to(paths.ROOT) else self.source
+        return f"{src} [{ps}] for {self.arch}"
 
 
 @dataclass

@@ -19,10 +19,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnbench.errors import BackendUnavailable, KernelFault
-from nnbench.runtime import INSTALL_HINT
 from nnbench import paths
+from nnbench.errors import BackendUnavailable, KernelFault
 from nnbench.measure import rel_err_from_sums
+from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import DeviceInfo, occupancy
 
