@@ -441,3 +441,149 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         out.print("[bold red]regression gate: FAILED[/] (a case is SLOWER or failed verification)")
         sys.exit(1)
     out.print("[green]regression gate: passed[/]")
+
+
+# -- train ----------------------------------------------------------------------------------------
+def _layers_option(text: str) -> tuple[int, ...]:
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise NnbenchError(f"--layers {text}: expected comma-separated widths, input first, e.g. 120,300,7") from None
+    if len(layers) < 2 or min(layers) < 1:
+        raise NnbenchError(f"--layers {text}: needs at least an input and an output layer, every width >= 1")
+    return layers
+
+
+@cli.command()
+@click.option("--net", help="One of the seed's Nets 1-8 (configs/nets.yaml).")
+@click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
+@click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
+              help="Version to train (repeatable, or `all`). Default: the fastest GPU version (kcm-mass), or "
+                   "sequential without a GPU. Choices: " + ", ".join(v.name for v in registry.suite_variants("mlp")))
+@click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
+                                          "net's input width (default: that width).")
+@click.option("--rate", type=float, default=None, help="Learning rate (default 0.3).")
+@click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default 0.8).")
+@click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
+                                                           "most this (default 1e-5, as in the seed).")
+@click.option("--max-iterations", type=int, default=None, help="Stop after this many samples (default 200,000).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
+@click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Held-out noisy copies of each letter in the test set.")
+@click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
+@click.option("--torch-iterations", type=click.IntRange(min=10), default=2000, show_default=True,
+              help="Iterations of each PyTorch row (its time per iteration is what is compared).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/train-<gpu>-<time>.csv).")
+@click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
+@backend_option
+def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed,
+          test_per_letter, compare, torch_iterations, csv_path, letters, backend) -> None:
+    """Train the seed's character-recognition MLP per sample, verify each version, and compare.
+
+    \b
+    Examples:
+      nnbench train --net 8                    # the fastest GPU version, to convergence
+      nnbench train --net 1 -V all --compare torch
+      nnbench train --layers 120,300,7 -V mass --max-iterations 5000
+    """
+    from nnbench import nets as nets_mod
+    from nnbench.suites import mlp
+    if net and layers_text:
+        raise NnbenchError("--net and --layers are exclusive: use one of them")
+    if layers_text:
+        layers, label = _layers_option(layers_text), "custom"
+    else:
+        known = nets_mod.load()
+        name = str(net or 8)
+        if name not in known:
+            raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
+        layers, label = known[name].layers, f"Net {name}"
+    if encoding is not None and encoding not in (60, 120):
+        raise NnbenchError(f"--encoding {encoding}: choose from 60, 120")
+    if layers[0] not in (60, 120):
+        raise NnbenchError(f"{label} takes {layers[0]} inputs; the glyph encodings are 60 or 120 bits")
+    if encoding is not None and encoding != layers[0]:
+        raise NnbenchError(f"--encoding {encoding} does not match {label}'s input width {layers[0]}")
+    if layers[-1] != 7:
+        raise NnbenchError(f"{label} has {layers[-1]} outputs; the targets are 7-bit ASCII codes, so it needs 7")
+    hyper = mlp.Hyper(mlp.DEFAULT_RATE if rate is None else rate,
+                      mlp.DEFAULT_MOMENTUM if momentum is None else momentum,
+                      mlp.DEFAULT_TOLERANCE if tolerance is None else tolerance,
+                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed)
+    hyper.check()
+    names = list(version_names)
+    if names == ["all"]:
+        names = [v.name for v in mlp.versions()]
+    for n in names:
+        if n not in [v.name for v in mlp.versions()]:
+            raise NnbenchError(f"--version {n}: unknown; choose from all, "
+                               + ", ".join(v.name for v in mlp.versions()))
+    be = _open(backend)
+    if not names:
+        names = ["kcm-mass"] if be.name == "cuda" else ["sequential"]
+        if be.name != "cuda":
+            err.print("[yellow]nnbench: no GPU: training the sequential (NumPy) version[/]")
+    chosen = mlp.plan(names, be.name)
+    env = results.environment(be)
+    out.print(_device_line(env))
+    out.print(f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
+              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · rate {hyper.rate} · "
+              f"momentum {hyper.momentum} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} "
+              f"iterations")
+    path = csv_path or results.default_path("train", env["gpu"])
+    sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
+    records = []
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} it"),
+                        TextColumn("error {task.fields[error]}"), TimeElapsedColumn(), console=err)
+    tasks = {}
+
+    def on_progress(name, it, e):
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=hyper.max_iterations, error="—")
+        progress.update(tasks[name], completed=it, error=f"{e:.2e}")
+
+    torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
+    try:
+        with progress:
+            for rec in mlp.run(be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes,
+                               torch_iterations=torch_iterations, progress=on_progress, env=env):
+                rec.update(net=label)
+                sink.append(rec)
+                records.append(rec)
+    finally:
+        sink.close()
+    clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
+    out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
+    if compare == "torch" and be.name != "cuda":
+        out.print("PyTorch comparison: needs the GPU backend")
+    shown = next((r for r in records if r.get("_outcome") is not None and r["_outcome"].test_outputs is not None), None)
+    if letters and shown is not None:
+        out.print(_letters_view(shown, layers, mlp))
+    for r in records:
+        if r.get("status") in results.FAILED:
+            why = r.get("error") or f"weights after {mlp.CHECK_ITERATIONS} iterations differ from the float64 " \
+                                    f"reference by {r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
+            out.print(f"[red]{r['status']}[/] {r['version']}: {why}")
+    out.print(f"CSV: {path}")
+    if any(r.get("status") in results.FAILED for r in records):
+        sys.exit(1)
+
+
+def _letters_view(rec: dict, layers, mlp) -> str:
+    """Expected against received bits for each clean letter, through the trained version."""
+    from nnbench import glyphs
+    outs = rec["_outcome"].test_outputs
+    lines, row = [f"{rec['version']}: expected -> received on held-out noisy letters (first copy of each):"], []
+    for i, c in enumerate(glyphs.LETTERS):
+        got = outs[i * (rec["test_samples"] // 52)]
+        bits = "".join("1" if v >= 0.5 else "0" for v in got)
+        want = "".join(str(int(b)) for b in glyphs.target(c))
+        mark = "[green]✓[/]" if bits == want else "[red]✗[/]"
+        row.append(f"{c} {want}->{bits} {mark}")
+        if len(row) == 6:
+            lines.append("   ".join(row))
+            row = []
+    if row:
+        lines.append("   ".join(row))
+    return "\n".join(lines)

@@ -241,7 +241,34 @@ GEMM: tuple[Variant, ...] = (
     ),
 )
 
-ALL: tuple[Variant, ...] = GEMM
+# The MLP versions of the seed's study (kernels_cu/mlp/). Launch geometry depends on each layer's
+# width n, so block and grid are given for one layer's forward pass; nnbench/suites/mlp.py builds
+# the whole iteration (forward, deltas, updates) from the version's kernels and tags:
+#   kcm  = the momentum and rate updates merged into one kernel;  mass = one block per neuron.
+_NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
+_MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
+_MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
+MLP: tuple[Variant, ...] = (
+    Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
+            None, backend="cpu"),
+    Variant("mlp", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
+            params=(_p("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID),
+    Variant("mlp", "warped-good", 2, "one thread per neuron in 32-thread blocks (whole warps)",
+            "mlp/01_neuron_per_thread.cu", params=(_p("THREADS", 32, (32, 64, 128, 256), "threads per block"),),
+            **_NEURON_GRID),
+    Variant("mlp", "warped-bad", 3, "one thread per neuron in 50-thread blocks (a warp and a ragged half)",
+            "mlp/01_neuron_per_thread.cu", params=(_p("THREADS", 50, (50, 100, 200), "threads per block"),),
+            **_NEURON_GRID),
+    Variant("mlp", "kcm", 4, "warped-good with the momentum and rate updates merged into one kernel",
+            "mlp/02_kcm.cu", params=(_p("THREADS", 32, (32, 64, 128, 256), "threads per block"),),
+            tags=("kcm",), **_NEURON_GRID),
+    Variant("mlp", "mass", 5, "one block per neuron, one thread per weight, shared-memory reduction",
+            "mlp/03_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
+    Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/04_kcm_mass.cu", params=(_MASS_THREADS,),
+            tags=("kcm", "mass"), **_MASS_GRID),
+)
+
+ALL: tuple[Variant, ...] = GEMM + MLP
 
 
 def suite_variants(suite: str, backend: str | None = None) -> list[Variant]:

@@ -30,6 +30,15 @@ ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_
                "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + ENVIRONMENT
 
+# `nnbench train`: one row per (net, version).
+TRAIN_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding"]
+TRAIN_MEASUREMENT = ["iterations", "converged", "final_error", "us_per_iteration", "us_per_feedforward",
+                     "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples"]
+TRAIN_EFFICIENCY = ["launches_per_iteration", "threads_per_launch", "busy_threads", "speedup_per_thread",
+                    "speedup_per_busy_core", "flops_per_iteration", "gflops", "pct_peak"]
+TRAIN_SETTINGS = ["rate", "momentum", "tolerance", "max_iterations", "seed", "weights_rel_err", "status", "error"]
+TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
+
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
 FAILED = {"FAIL", "ERROR"}
@@ -76,8 +85,9 @@ class CsvSink:
     """Appends one row per finished case and forces it to disk before returning. With `append`,
     adds to an existing file of the same schema (a resumed sweep); otherwise the file must be new."""
 
-    def __init__(self, path: Path, append: bool = False) -> None:
+    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS) -> None:
         self.path = Path(path)
+        self.fields = fields
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._f = open(self.path, "a" if append else "w", newline="")
         if append and self._f.tell() > 0:
@@ -85,13 +95,13 @@ class CsvSink:
                 f.seek(-1, os.SEEK_END)
                 if f.read(1) != b"\n":  # a row cut short by a kill: end it, so ours starts clean
                     self._f.write("\n")
-        self._w = csv.DictWriter(self._f, fieldnames=FIELDS, extrasaction="ignore")
+        self._w = csv.DictWriter(self._f, fieldnames=fields, extrasaction="ignore")
         if not append or self._f.tell() == 0:
             self._w.writeheader()
         self._sync()
 
     def append(self, record: dict) -> None:
-        self._w.writerow({k: _csv_value(record.get(k)) for k in FIELDS})
+        self._w.writerow({k: _csv_value(record.get(k)) for k in self.fields})
         self._sync()
 
     def _sync(self) -> None:

@@ -108,3 +108,21 @@ def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
         t.add_row(_status(v.verdict), v.variant, v.params, v.shape, _num(v.base_ms, ".4f"), _num(v.cur_ms, ".4f"),
                   f"{100 * change:+.1f}%" if change is not None else "—", _num(v.noise_ms, ".4f"), v.why)
     return t
+
+
+def train_table(records: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("version", "iterations", "conv", "error", "µs/iter", "µs/ff", "×seq", "train acc", "test acc",
+                 "launches", "thr/launch", "×seq/thr", "×seq/busy", "GFLOP/s", "%peak", "check", ""):
+        t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
+    for r in records:
+        t.add_row(r["version"], _num(r.get("iterations"), ",d"), "yes" if r.get("converged") else "no",
+                  _num(r.get("final_error"), ".1e"), _num(r.get("us_per_iteration"), ",.1f"),
+                  _num(r.get("us_per_feedforward"), ",.1f"), _num(r.get("speedup_vs_sequential"), ".1f"),
+                  _num(None if r.get("train_accuracy") is None else 100 * r["train_accuracy"], ".0f") + "%",
+                  _num(None if r.get("test_accuracy") is None else 100 * r["test_accuracy"], ".1f") + "%",
+                  _num(r.get("launches_per_iteration"), "d"), _num(r.get("threads_per_launch"), ",.0f"),
+                  _num(r.get("speedup_per_thread"), ".2g"), _num(r.get("speedup_per_busy_core"), ".2g"),
+                  _num(r.get("gflops"), ",.1f"), _num(r.get("pct_peak"), ".2f"),
+                  _num(r.get("weights_rel_err"), ".1e"), _status(r.get("status", "")))
+    return t

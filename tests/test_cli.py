@@ -48,6 +48,18 @@ def one_line_error(res, *needles):
     (["sweep", "configs/ci.yaml", "--compile-only", "--arch", "hopper"], ["--arch hopper", "sm_90"]),
     (["sweep", "configs/ci.yaml", "--fresh", "--out", "configs/ci.yaml"], ["--fresh would overwrite"]),
     (["sweep", "configs/ci.yaml", "--jobs", "0"], ["--jobs"]),
+    (["train", "--net", "9"], ["--net 9", "1, 2, 3, 4, 5, 6, 7, 8"]),
+    (["train", "--layers", "120,x,7"], ["--layers 120,x,7", "comma-separated"]),
+    (["train", "--layers", "120"], ["--layers 120", "at least an input and an output"]),
+    (["train", "--net", "1", "--layers", "60,7"], ["--net and --layers"]),
+    (["train", "--net", "1", "--rate", "0"], ["--rate 0", "> 0"]),
+    (["train", "--net", "1", "--momentum", "1"], ["--momentum 1", "[0, 1)"]),
+    (["train", "--net", "1", "--momentum", "-0.1"], ["--momentum -0.1", "[0, 1)"]),
+    (["train", "--net", "1", "--encoding", "120"], ["--encoding 120", "input width 60"]),
+    (["train", "--net", "1", "--encoding", "64"], ["--encoding 64", "60, 120"]),
+    (["train", "--layers", "100,20,7"], ["100 inputs", "60 or 120"]),
+    (["train", "--layers", "60,20,8"], ["8 outputs", "7-bit"]),
+    (["train", "--net", "1", "-V", "turbo"], ["--version turbo", "kcm-mass"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, needles):
     one_line_error(run(*args), *needles)
@@ -116,3 +128,14 @@ def test_sweep_on_the_cpu_backend(tmp_path):
     assert "★ numpy" in res.output and "perf_counter" in res.output
     again = run("sweep", str(cfg), "--backend", "cpu", "--out", str(tmp_path / "r.csv"))
     assert "ran 0 cases" in again.output and "1 resumed" in again.output
+
+
+def test_train_sequential_on_the_cpu(tmp_path):
+    path = tmp_path / "t.csv"
+    res = run("train", "--net", "1", "--backend", "cpu", "--max-iterations", "104", "--test-per-letter", "2",
+              "--csv", str(path))
+    assert res.exit_code == 0, res.output
+    assert "sequential" in res.output and "A 1000001->" in res.output
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0].keys()) == results.TRAIN_FIELDS
+    assert rows[0]["version"] == "sequential" and rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"

@@ -22,6 +22,9 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/blocking.cu", {}, arch))
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
+    from nnbench import registry
+    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {p.name: c}, arch)
+             for v in registry.suite_variants("mlp", "cuda") for p in v.params for c in p.choices]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
     assert not errors, errors

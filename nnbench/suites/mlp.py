@@ -1,0 +1,535 @@
+"""The character-recognition MLP of the seed's study: the float64 reference, the CPU `sequential`
+version, and the GPU versions of kernels_cu/mlp/, trained per sample as in the seed.
+
+The math, for every version (the reference defines it):
+  forward   o_l = sigmoid(W_l o_(l-1) + b_l), the bias stored as the last column of W_l
+  error     E = 1/2 sum (t - o_L)^2 for one sample
+  deltas    d_L = o_L (1 - o_L)(t - o_L);  d_l = o_l (1 - o_l) * (W_(l+1)^T d_(l+1)), with the
+            weights as they were before this sample's update (the seed's pseudo-code writes
+            `errors + weights` for this product: a typo for the product, fixed here)
+  update    v = momentum * v + rate * d_l o_(l-1)^T;  W_l += v   (classic momentum, which is what
+            torch.optim.SGD(momentum=m, lr=rate) does to the loss E; the seed's update multiplies
+            by the momentum where it means the rate and indexes o_(l-1) by j instead of k: fixed)
+Training visits the training set in a fixed order, one sample per iteration, and stops when an
+epoch's mean E is at most the tolerance, or at the iteration limit.
+
+Knows nothing about click or rich: the CLI renders what `train` returns and yields.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnbench import glyphs, paths, registry
+from nnbench.errors import NnbenchError
+from nnbench.registry import Variant
+from nnbench.runtime.compile import CompileRequest, compile_many
+
+DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
+DEFAULT_MAX_ITERATIONS = 200_000
+
+
+@dataclass(frozen=True)
+class Hyper:
+    rate: float = DEFAULT_RATE
+    momentum: float = DEFAULT_MOMENTUM
+    tolerance: float = DEFAULT_TOLERANCE
+    max_iterations: int = DEFAULT_MAX_ITERATIONS
+    seed: int = 0
+
+    def check(self) -> None:
+        if not self.rate > 0:
+            raise NnbenchError(f"--rate {self.rate}: the learning rate must be > 0")
+        if not 0 <= self.momentum < 1:
+            raise NnbenchError(f"--momentum {self.momentum}: must be in [0, 1)")
+        if not self.tolerance > 0:
+            raise NnbenchError(f"--tolerance {self.tolerance}: must be > 0")
+        if self.max_iterations < 1:
+            raise NnbenchError(f"--max-iterations {self.max_iterations}: must be >= 1")
+
+
+# -- the network, in float64 ----------------------------------------------------------------------
+def init_params(layers: tuple[int, ...], seed: int) -> list[np.ndarray]:
+    """Glorot-uniform weights for sigmoid units (x4, Glorot & Bengio 2010), biases included."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for n_in, n_out in zip(layers, layers[1:]):
+        r = 4.0 * math.sqrt(6.0 / (n_in + n_out))
+        out.append(rng.uniform(-r, r, size=(n_out, n_in + 1)))
+    return out
+
+
+def sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def forward(params: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
+    outs = [x]
+    for W in params:
+        outs.append(sigmoid(W[:, :-1] @ outs[-1] + W[:, -1]))
+    return outs
+
+
+def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.ndarray, rate: float,
+         momentum: float) -> float:
+    """One per-sample backprop iteration, in place; returns the sample's E (before the update)."""
+    outs = forward(params, x)
+    o = outs[-1]
+    e = t - o
+    deltas = [o * (1 - o) * e]
+    for l in range(len(params) - 1, 0, -1):
+        h = outs[l]
+        deltas.append(h * (1 - h) * (params[l][:, :-1].T @ deltas[-1]))
+    deltas.reverse()
+    for l, (W, v, d) in enumerate(zip(params, vel, deltas)):
+        v *= momentum
+        v[:, :-1] += rate * np.outer(d, outs[l])
+        v[:, -1] += rate * d
+        W += v
+    return 0.5 * float(e @ e)
+
+
+def gradient(params: list[np.ndarray], x: np.ndarray, t: np.ndarray) -> list[np.ndarray]:
+    """dE/dW for every layer, by the same backward pass (the gradient check tests this)."""
+    outs = forward(params, x)
+    o = outs[-1]
+    deltas = [o * (1 - o) * (t - o)]
+    for l in range(len(params) - 1, 0, -1):
+        h = outs[l]
+        deltas.append(h * (1 - h) * (params[l][:, :-1].T @ deltas[-1]))
+    deltas.reverse()
+    return [-np.hstack([np.outer(d, outs[l]), d[:, None]]) for l, d in enumerate(deltas)]
+
+
+def error(params: list[np.ndarray], x: np.ndarray, t: np.ndarray) -> float:
+    e = t - forward(params, x)[-1]
+    return 0.5 * float(e @ e)
+
+
+def accuracy(outputs: np.ndarray, targets: np.ndarray) -> float:
+    """Share of samples whose 7 rounded outputs all equal the target bits."""
+    return float(np.mean(np.all((outputs >= 0.5) == (targets >= 0.5), axis=1)))
+
+
+# -- costs, for the report ------------------------------------------------------------------------
+def flops_per_iteration(layers: tuple[int, ...]) -> float:
+    """Forward 2 per weight; backward 2 per weight of every layer but the first (its input needs
+    no delta); update 5 per weight (v = m*v + r*d*o: 3, w += v: 1, the r*d product amortized: 1)."""
+    w = [n_out * (n_in + 1) for n_in, n_out in zip(layers, layers[1:])]
+    return 2.0 * sum(w) + 2.0 * sum(w[1:]) + 5.0 * sum(w)
+
+
+def flops_per_feedforward(layers: tuple[int, ...]) -> float:
+    return 2.0 * sum(n_out * (n_in + 1) for n_in, n_out in zip(layers, layers[1:]))
+
+
+# -- versions -------------------------------------------------------------------------------------
+def versions(backend: str | None = None) -> list[Variant]:
+    return registry.suite_variants("mlp", backend)
+
+
+@dataclass
+class Launch:
+    """One kernel launch of an iteration, with its work for the efficiency figures."""
+
+    kernel: str
+    grid: int
+    block: int
+    args: tuple
+    useful_threads: int  # threads with work (a neuron, or a weight)
+
+
+class GpuNet:
+    """A net's state on the GPU (outputs, deltas, weights, velocities, the data set) and the
+    launch sequence of one version. The data are copied once, as in the seed."""
+
+    def __init__(self, backend, variant: Variant, params: dict[str, int], layers: tuple[int, ...],
+                 init: list[np.ndarray], data: glyphs.Dataset, hyper: Hyper, compiled) -> None:
+        self.be, self.v, self.layers, self.hyper = backend, variant, layers, hyper
+        self.kernels = {name: backend.load(compiled, name).func for name in self._kernel_names()}
+        self.out_off = np.concatenate([[0], np.cumsum(layers[1:])]).astype(int)  # hidden+output only
+        self.w_off = np.concatenate([[0], np.cumsum([W.size for W in init])]).astype(int)
+        self.d_out = backend.upload(np.zeros(sum(layers[1:]), np.float32))
+        self.d_delta = backend.upload(np.zeros(sum(layers[1:]), np.float32))
+        self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
+        self.d_v = backend.upload(np.zeros(int(self.w_off[-1]), np.float32))
+        self.d_err = backend.upload(np.zeros(1, np.float32))
+        self.load_data(data)
+        self.threads_per_block = params.get("THREADS") or params.get("MASS_THREADS")
+        for name, f in self.kernels.items():
+            f.prepare(_SIGNATURES[name])
+
+    def _kernel_names(self) -> list[str]:
+        update = ["update_merged"] if "kcm" in self.v.tags else ["update_momentum", "update_rate"]
+        return ["forward", "delta_output", "delta_hidden", *update]
+
+    def load_data(self, data: glyphs.Dataset) -> None:
+        self.n = len(data)
+        self.d_x = self.be.upload(np.ascontiguousarray(data.x, dtype=np.float32))
+        self.d_t = self.be.upload(np.ascontiguousarray(data.t, dtype=np.float32))
+
+    # pointers
+    def _p(self, buf, offset_floats: int) -> np.intp:
+        return np.intp(int(buf) + 4 * int(offset_floats))
+
+    def layer_in(self, l: int, sample: int) -> np.intp:
+        """The input of layer l (0-based over weight layers): the sample, or the layer before."""
+        if l == 0:
+            return self._p(self.d_x, sample * self.layers[0])
+        return self._p(self.d_out, self.out_off[l - 1])
+
+    def forward_launches(self, sample: int) -> list[Launch]:
+        mass = "mass" in self.v.tags
+        tpb = self.threads_per_block
+        out = []
+        for l, (n_in, n_out) in enumerate(zip(self.layers, self.layers[1:])):
+            grid, block = (n_out, tpb) if mass else (-(-n_out // tpb), tpb)
+            out.append(Launch("forward", grid, block, (self._p(self.d_w, self.w_off[l]), self.layer_in(l, sample),
+                                                       self._p(self.d_out, self.out_off[l]), np.int32(n_in),
+                                                       np.int32(n_out)), n_out * (tpb if mass else 1)))
+        return out
+
+    def step_launches(self, sample: int) -> list[Launch]:
+        L, hy = len(self.layers) - 1, self.hyper
+        mass, merged = "mass" in self.v.tags, "kcm" in self.v.tags
+        tpb = self.threads_per_block
+        seq = self.forward_launches(sample)
+        n_o = self.layers[-1]
+        seq.append(Launch("delta_output", -(-n_o // 32), 32,
+                          (self._p(self.d_out, self.out_off[L - 1]), self._p(self.d_t, sample * n_o),
+                           self._p(self.d_delta, self.out_off[L - 1]), np.int32(n_o), self.d_err), n_o))
+        for l in range(L - 2, -1, -1):  # hidden layer l's outputs feed weight layer l + 1
+            n, n_next = self.layers[l + 1], self.layers[l + 2]
+            grid, block = (n, tpb) if mass else (-(-n // tpb), tpb)
+            seq.append(Launch("delta_hidden", grid, block,
+                              (self._p(self.d_out, self.out_off[l]), self._p(self.d_w, self.w_off[l + 1]),
+                               self._p(self.d_delta, self.out_off[l + 1]), self._p(self.d_delta, self.out_off[l]),
+                               np.int32(n), np.int32(n_next)), n * (tpb if mass else 1)))
+        rate, mom = np.float32(hy.rate), np.float32(hy.momentum)
+        for l, (n_in, n_out) in enumerate(zip(self.layers, self.layers[1:])):
+            weights = n_out * (n_in + 1)
+            grid, block = (-(-weights // 256), 256) if mass else (-(-n_out // tpb), tpb)
+            useful = weights if mass else n_out
+            w, v = self._p(self.d_w, self.w_off[l]), self._p(self.d_v, self.w_off[l])
+            d, x = self._p(self.d_delta, self.out_off[l]), self.layer_in(l, sample)
+            if merged:
+                seq.append(Launch("update_merged", grid, block, (w, v, d, x, np.int32(n_in), np.int32(n_out), rate,
+                                                                 mom), useful))
+            else:
+                seq.append(Launch("update_momentum", grid, block, (w, v, np.int32(n_in), np.int32(n_out), mom),
+                                  useful))
+                seq.append(Launch("update_rate", grid, block, (w, v, d, x, np.int32(n_in), np.int32(n_out), rate,
+                                                               mom), useful))
+        return seq
+
+    def callable(self, launches: list[Launch]):
+        calls = [(self.kernels[la.kernel].prepared_call, (la.grid, 1, 1), (la.block, 1, 1), la.args)
+                 for la in launches]
+
+        def run():
+            for f, g, b, a in calls:
+                f(g, b, *a)
+        return run
+
+    def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
+        flat = self.be.download(self.d_w, np.zeros(int(self.w_off[-1]), np.float32))
+        return [flat[self.w_off[l]:self.w_off[l + 1]].reshape(W.shape).astype(np.float64)
+                for l, W in enumerate(init)]
+
+    def outputs(self) -> np.ndarray:
+        L = len(self.layers) - 1
+        all_ = self.be.download(self.d_out, np.zeros(sum(self.layers[1:]), np.float32))
+        return all_[self.out_off[L - 1]:].astype(np.float64)
+
+    def epoch_error_reset(self) -> None:
+        self.be.write(self.d_err, np.zeros(1, np.float32))
+
+    def epoch_error(self) -> float:
+        return float(self.be.download(self.d_err, np.zeros(1, np.float32))[0])
+
+
+_SIGNATURES = {"forward": "PPPii", "delta_output": "PPPiP", "delta_hidden": "PPPPii", "update_momentum": "PPiif",
+               "update_rate": "PPPPiiff", "update_merged": "PPPPiiff"}
+
+
+def compile_versions(arch: str, chosen: list[tuple[Variant, dict]]) -> dict[str, object]:
+    reqs = [CompileRequest.make(paths.KERNELS / v.source, p, arch) for v, p in chosen]
+    return {v.name: c for (v, _), c in zip(chosen, compile_many(reqs, return_errors=True))}
+
+
+# -- training -------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    version: str
+    iterations: int = 0
+    converged: bool = False
+    final_error: float = math.nan
+    seconds_per_iteration: float = math.nan  # device time (events) or host time (sequential)
+    seconds_per_feedforward: float = math.nan
+    launches_per_iteration: int = 0
+    threads_per_iteration: int = 0
+    busy_threads_mean: float = 0.0
+    test_accuracy: float = math.nan
+    train_accuracy: float = math.nan
+    test_outputs: np.ndarray | None = field(default=None, repr=False)
+    error_curve: list[tuple[int, float]] = field(default_factory=list)
+
+
+def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> Outcome:
+    """`sequential`: NumPy float32 on the host, one sample at a time, each layer a BLAS
+    matrix-vector product: what a careful Python programmer writes, not a slowed-down loop."""
+    params = [W.astype(np.float32) for W in init]
+    vel = [np.zeros_like(W) for W in params]
+    x, t = train.x.astype(np.float32), train.t.astype(np.float32)
+    rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
+    out = Outcome("sequential")
+    busy = 0.0
+    while out.iterations < hyper.max_iterations:
+        total = 0.0
+        t0 = time.perf_counter()
+        n = min(len(x), hyper.max_iterations - out.iterations)
+        for s in range(n):
+            total += step(params, vel, x[s], t[s], rate, mom)
+        busy += time.perf_counter() - t0
+        out.iterations += n
+        out.final_error = total / n
+        out.error_curve.append((out.iterations, out.final_error))
+        if progress:
+            progress(out.iterations, out.final_error)
+        if n == len(x) and out.final_error <= hyper.tolerance:
+            out.converged = True
+            break
+    out.seconds_per_iteration = busy / out.iterations
+    t0 = time.perf_counter()
+    outs = np.stack([forward(params, xi)[-1] for xi in test.x.astype(np.float32)])
+    out.seconds_per_feedforward = (time.perf_counter() - t0) / len(test)
+    out.test_outputs = outs.astype(np.float64)
+    out.test_accuracy = accuracy(outs, test.t)
+    out.train_accuracy = accuracy(np.stack([forward(params, xi)[-1] for xi in x]), train.t)
+    out.launches_per_iteration, out.threads_per_iteration, out.busy_threads_mean = 0, 1, 1.0
+    return out
+
+
+def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layers, init, train, test,
+              hyper: Hyper, progress=None) -> Outcome:
+    net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
+    epoch = [net.callable(net.step_launches(s)) for s in range(len(train))]
+    sample_launches = net.step_launches(0)
+    out = Outcome(variant.name, launches_per_iteration=len(sample_launches))
+    out.threads_per_iteration = sum(la.grid * la.block for la in sample_launches)
+    out.busy_threads_mean = float(np.mean([la.useful_threads for la in sample_launches]))
+    device_ms = 0.0
+    while out.iterations < hyper.max_iterations:
+        n = min(len(epoch), hyper.max_iterations - out.iterations)
+        net.epoch_error_reset()
+        device_ms += backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
+        out.iterations += n
+        out.final_error = net.epoch_error() / n
+        out.error_curve.append((out.iterations, out.final_error))
+        if progress:
+            progress(out.iterations, out.final_error)
+        if n == len(epoch) and out.final_error <= hyper.tolerance:
+            out.converged = True
+            break
+    out.seconds_per_iteration = device_ms * 1e-3 / out.iterations
+    out.test_outputs, ff_ms = _gpu_outputs(backend, net, test)
+    out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
+    out.test_accuracy = accuracy(out.test_outputs, test.t)
+    out.train_accuracy = accuracy(_gpu_outputs(backend, net, train)[0], train.t)
+    return out
+
+
+def _gpu_outputs(backend, net: GpuNet, data: glyphs.Dataset) -> tuple[np.ndarray, float]:
+    """Feedforward every sample of `data`; returns the outputs and the device milliseconds."""
+    net.load_data(data)
+    outs, ms = [], 0.0
+    for s in range(len(data)):
+        ms += backend.timed(net.callable(net.forward_launches(s)), 1)
+        outs.append(net.outputs())
+    return np.array(outs), ms
+
+
+def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool) -> Outcome:
+    """The same net, data, initial weights and optimizer in PyTorch on the GPU: eager, or one
+    training step captured as a CUDA graph and replayed per sample. torch.optim.SGD with momentum
+    m and lr r on E follows exactly the trajectory of the update above."""
+    import torch
+
+    dev = torch.device("cuda")
+    Ws = [torch.tensor(W[:, :-1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
+    bs = [torch.tensor(W[:, -1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
+    opt = torch.optim.SGD([p for pair in zip(Ws, bs) for p in pair], lr=hyper.rate, momentum=hyper.momentum)
+    X = torch.tensor(train.x, dtype=torch.float32, device=dev)
+    T = torch.tensor(train.t, dtype=torch.float32, device=dev)
+
+    def forward_t(x):
+        o = x
+        for W, b in zip(Ws, bs):
+            o = torch.sigmoid(W @ o + b)
+        return o
+
+    def step_t(x, t):
+        opt.zero_grad(set_to_none=False)
+        loss = 0.5 * ((t - forward_t(x)) ** 2).sum()
+        loss.backward()
+        opt.step()
+        return loss.detach()
+
+    out = Outcome("torch-graph" if graph else "torch-eager")
+    if graph:
+        xs, ts = X[0].clone(), T[0].clone()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # warm-up steps create the momentum buffers before capture
+            for s in range(3):
+                xs.copy_(X[s])
+                ts.copy_(T[s])
+                step_t(xs, ts)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            loss_static = step_t(xs, ts)
+        done = 3
+
+        def one(s):
+            xs.copy_(X[s])
+            ts.copy_(T[s])
+            g.replay()
+            return loss_static
+    else:
+        done = 0
+
+        def one(s):
+            return step_t(X[s], T[s])
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    total_ms, it = 0.0, done
+    while it < iterations:
+        n = min(len(train), iterations - it)
+        errors = torch.zeros((), device=dev)
+        start.record()
+        for s in range(n):
+            errors += one(s)
+        end.record()
+        end.synchronize()
+        total_ms += start.elapsed_time(end)
+        it += n
+        out.final_error = float(errors) / n
+    out.iterations = it
+    out.seconds_per_iteration = total_ms * 1e-3 / max(1, it - done)
+    with torch.no_grad():
+        Xt = torch.tensor(test.x, dtype=torch.float32, device=dev)
+        start.record()
+        outs = [forward_t(Xt[s]) for s in range(len(test))]
+        end.record()
+        end.synchronize()
+        out.seconds_per_feedforward = start.elapsed_time(end) * 1e-3 / len(test)
+        out.test_outputs = torch.stack(outs).double().cpu().numpy()
+        out.train_accuracy = accuracy(torch.stack([forward_t(X[s]) for s in range(len(train))]).cpu().numpy(),
+                                      train.t)
+    out.test_accuracy = accuracy(out.test_outputs, test.t)
+    return out
+
+
+# -- the command's whole job ----------------------------------------------------------------------
+CHECK_ITERATIONS = 20
+CHECK_RTOL = 2e-3  # float32 against float64, on the weight changes after CHECK_ITERATIONS samples
+
+
+def check_version(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper) -> float:
+    """Relative error of the weight *changes* after CHECK_ITERATIONS samples against the float64
+    reference (the weights themselves barely move, so comparing them would hide a wrong update).
+    Outputs and deltas start as NaN, so a neuron a kernel never writes poisons the result."""
+    net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
+    backend.fill_nan(net.d_out, sum(layers[1:]))
+    backend.fill_nan(net.d_delta, sum(layers[1:]))
+    ref = [W.copy() for W in init]
+    vel = [np.zeros_like(W) for W in init]
+    for s in range(CHECK_ITERATIONS):
+        net.callable(net.step_launches(s % len(train)))()
+        step(ref, vel, train.x[s % len(train)], train.t[s % len(train)], hyper.rate, hyper.momentum)
+    backend.synchronize()
+    got = net.weights(init)
+    num = math.sqrt(sum(float(np.sum(((g - w0) - (r - w0)) ** 2)) for g, r, w0 in zip(got, ref, init)))
+    den = math.sqrt(sum(float(np.sum((r - w0) ** 2)) for r, w0 in zip(ref, init)))
+    return num / den if math.isfinite(num) else math.inf
+
+
+def plan(names: list[str], backend: str) -> list[tuple[Variant, dict]]:
+    all_ = {v.name: v for v in versions()}
+    out = []
+    for name in names:
+        if name not in all_:
+            raise NnbenchError(f"--version {name}: unknown; choose from {', '.join(all_)}")
+        v = all_[name]
+        if v.backend != backend and v.backend != "cpu":
+            raise NnbenchError(f"--version {name}: needs a GPU; the {backend} backend runs: sequential")
+        out.append((v, v.defaults()))
+    return out
+
+
+def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
+        flips: int = 2, torch_modes: tuple[str, ...] = (), torch_iterations: int = 2000,
+        baseline_iterations: int = 104, progress=None, env: dict | None = None):
+    """Yield one record per version (then per PyTorch mode), each verified before it is trained."""
+    train = glyphs.clean(layers[0])
+    test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
+    init = init_params(layers, hyper.seed)
+    gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
+    compiled = compile_versions(backend.arch, gpu) if gpu else {}
+    base = dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], rate=hyper.rate,
+                momentum=hyper.momentum, tolerance=hyper.tolerance, max_iterations=hyper.max_iterations,
+                seed=hyper.seed, test_samples=len(test), flops_per_iteration=flops_per_iteration(layers), **(env or {}))
+    seq_s = None
+    if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
+        quick = Hyper(hyper.rate, hyper.momentum, hyper.tolerance, baseline_iterations, hyper.seed)
+        seq_s = train_sequential(layers, init, train, test, quick).seconds_per_iteration
+    peak = getattr(getattr(backend, "device", None), "fp32_peak_flops", None)
+    lanes = None
+    if getattr(backend, "device", None) is not None:
+        from nnbench.runtime.device import fp32_lanes_per_sm
+        lanes = backend.device.sm_count * fp32_lanes_per_sm(backend.device.cc)
+    for v, p in sorted(chosen, key=lambda vp: vp[0].step):
+        rec = dict(base, version=v.name, step=v.step, params=" ".join(f"{k}={x}" for k, x in p.items()))
+        say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
+        if v.backend == "cpu":
+            out = train_sequential(layers, init, train, test, hyper, say)
+            seq_s = out.seconds_per_iteration
+            rec["status"] = "PASS"
+        else:
+            comp = compiled[v.name]
+            if isinstance(comp, Exception):
+                yield dict(rec, status="ERROR", error=str(comp))
+                continue
+            err = check_version(backend, v, p, comp, layers, init, train, hyper)
+            rec.update(weights_rel_err=err, status="PASS" if err <= CHECK_RTOL else "FAIL")
+            out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
+        yield _record(rec, out, seq_s, peak, lanes)
+    for mode in torch_modes:
+        rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum)", status="PASS")
+        try:
+            out = train_torch(layers, init, train, test, hyper, torch_iterations, graph=(mode == "graph"))
+        except ImportError:
+            yield dict(rec, status="SKIP", error="PyTorch is not installed")
+            continue
+        yield _record(rec, out, seq_s, peak, lanes)
+
+
+def _record(rec: dict, out: Outcome, seq_s: float | None, peak: float | None, lanes: int | None) -> dict:
+    speedup = seq_s / out.seconds_per_iteration if seq_s and out.seconds_per_iteration > 0 else None
+    threads_per_launch = out.threads_per_iteration / out.launches_per_iteration if out.launches_per_iteration else None
+    busy = min(out.busy_threads_mean, lanes) if lanes and out.launches_per_iteration else None
+    gflops = rec["flops_per_iteration"] / out.seconds_per_iteration / 1e9 if out.seconds_per_iteration > 0 else None
+    rec.update(
+        iterations=out.iterations, converged=out.converged, final_error=out.final_error,
+        us_per_iteration=out.seconds_per_iteration * 1e6, us_per_feedforward=out.seconds_per_feedforward * 1e6,
+        speedup_vs_sequential=speedup, train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy,
+        launches_per_iteration=out.launches_per_iteration or None, threads_per_launch=threads_per_launch,
+        busy_threads=busy, speedup_per_thread=speedup / threads_per_launch if speedup and threads_per_launch else None,
+        speedup_per_busy_core=speedup / busy if speedup and busy else None, gflops=gflops,
+        pct_peak=100 * gflops * 1e9 / peak if gflops and peak else None)
+    rec["_outcome"] = out
+    return rec
