@@ -473,7 +473,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
 @click.option("--torch-iterations", type=click.IntRange(min=10), default=2000, show_default=True,
               help="Iterations of each PyTorch row (its time per iteration is what is compared).")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/train-<gpu>-<time>.csv).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="CSV path (default results/train-<gpu>-<time>.csv).")
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
 def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed,

@@ -92,7 +92,7 @@ def test_net_1_learns_the_letters():
     vel = [np.zeros_like(W) for W in params]
     d = glyphs.clean(60)
     first = last = None
-    for epoch in range(200):
+    for _ in range(200):
         err = sum(mlp.step(params, vel, d.x[s], d.t[s], 0.2, 0.5) for s in range(52)) / 52
         first = err if first is None else first
         last = err

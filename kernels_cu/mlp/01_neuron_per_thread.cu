@@ -27,16 +27,6 @@ extern "C" __global__ void forward(const float* __restrict__ w, const float* __r
     out[j] = sigmoid(s);
 }
 
-// delta[j] = o(1 - o)(t - o) at the output layer; adds the sample's error 1/2 sum (t - o)^2 to *err.
-extern "C" __global__ void delta_output(const float* __restrict__ o, const float* __restrict__ t,
-                                        float* __restrict__ delta, int n, float* __restrict__ err) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n) return;
-    const float e = t[j] - o[j];
-    delta[j] = o[j] * (1.0f - o[j]) * e;
-    atomicAdd(err, 0.5f * e * e);
-}
-
 // delta[j] = o(1 - o) * sum_k delta_next[k] * w_next[k][j] for a hidden layer of n neurons whose
 // next layer has n_next neurons (weights w_next, rows of n + 1).
 extern "C" __global__ void delta_hidden(const float* __restrict__ o, const float* __restrict__ w_next,

@@ -37,15 +37,6 @@ extern "C" __global__ void forward(const float* __restrict__ w, const float* __r
     if (threadIdx.x == 0) out[j] = sigmoid(s + wj[n_in]);
 }
 
-extern "C" __global__ void delta_output(const float* __restrict__ o, const float* __restrict__ t,
-                                        float* __restrict__ delta, int n, float* __restrict__ err) {
-    const int j = blockIdx.x * blockDim.x + threadIdx.x;
-    if (j >= n) return;
-    const float e = t[j] - o[j];
-    delta[j] = o[j] * (1.0f - o[j]) * e;
-    atomicAdd(err, 0.5f * e * e);
-}
-
 extern "C" __global__ void delta_hidden(const float* __restrict__ o, const float* __restrict__ w_next,
                                         const float* __restrict__ delta_next, float* __restrict__ delta, int n,
                                         int n_next) {

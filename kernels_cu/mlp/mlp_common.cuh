@@ -7,3 +7,14 @@
 #pragma once
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
+
+// delta[j] = o(1 - o)(t - o) at the output layer, one thread per output neuron (every version);
+// adds the sample's error 1/2 sum (t - o)^2 to *err, which the host reads once per epoch.
+extern "C" __global__ void delta_output(const float* __restrict__ o, const float* __restrict__ t,
+                                        float* __restrict__ delta, int n, float* __restrict__ err) {
+    const int j = blockIdx.x * blockDim.x + threadIdx.x;
+    if (j >= n) return;
+    const float e = t[j] - o[j];
+    delta[j] = o[j] * (1.0f - o[j]) * e;
+    atomicAdd(err, 0.5f * e * e);
+}

@@ -279,6 +279,24 @@ class Outcome:
     error_curve: list[tuple[int, float]] = field(default_factory=list)
 
 
+def _epochs(out: Outcome, hyper: Hyper, size: int, run_epoch, progress) -> float:
+    """Epochs of `size` samples (the last cut short at the iteration limit) until an epoch's mean
+    error is within the tolerance; run_epoch(n) returns (seconds, mean error). Returns the seconds."""
+    seconds = 0.0
+    while out.iterations < hyper.max_iterations:
+        n = min(size, hyper.max_iterations - out.iterations)
+        spent, out.final_error = run_epoch(n)
+        seconds += spent
+        out.iterations += n
+        out.error_curve.append((out.iterations, out.final_error))
+        if progress:
+            progress(out.iterations, out.final_error)
+        if n == size and out.final_error <= hyper.tolerance:
+            out.converged = True
+            break
+    return seconds
+
+
 def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> Outcome:
     """`sequential`: NumPy float32 on the host, one sample at a time, each layer a BLAS
     matrix-vector product: what a careful Python programmer writes, not a slowed-down loop."""
@@ -287,22 +305,13 @@ def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> 
     x, t = train.x.astype(np.float32), train.t.astype(np.float32)
     rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
     out = Outcome("sequential")
-    busy = 0.0
-    while out.iterations < hyper.max_iterations:
-        total = 0.0
+
+    def run_epoch(n: int) -> tuple[float, float]:
         t0 = time.perf_counter()
-        n = min(len(x), hyper.max_iterations - out.iterations)
-        for s in range(n):
-            total += step(params, vel, x[s], t[s], rate, mom)
-        busy += time.perf_counter() - t0
-        out.iterations += n
-        out.final_error = total / n
-        out.error_curve.append((out.iterations, out.final_error))
-        if progress:
-            progress(out.iterations, out.final_error)
-        if n == len(x) and out.final_error <= hyper.tolerance:
-            out.converged = True
-            break
+        total = sum(step(params, vel, x[s], t[s], rate, mom) for s in range(n))
+        return time.perf_counter() - t0, total / n
+
+    busy = _epochs(out, hyper, len(x), run_epoch, progress)
     out.seconds_per_iteration = busy / out.iterations
     t0 = time.perf_counter()
     outs = np.stack([forward(params, xi)[-1] for xi in test.x.astype(np.float32)])
@@ -322,20 +331,14 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     out = Outcome(variant.name, launches_per_iteration=len(sample_launches))
     out.threads_per_iteration = sum(la.grid * la.block for la in sample_launches)
     out.busy_threads_mean = float(np.mean([la.useful_threads for la in sample_launches]))
-    device_ms = 0.0
-    while out.iterations < hyper.max_iterations:
-        n = min(len(epoch), hyper.max_iterations - out.iterations)
+
+    def run_epoch(n: int) -> tuple[float, float]:
         net.epoch_error_reset()
-        device_ms += backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
-        out.iterations += n
-        out.final_error = net.epoch_error() / n
-        out.error_curve.append((out.iterations, out.final_error))
-        if progress:
-            progress(out.iterations, out.final_error)
-        if n == len(epoch) and out.final_error <= hyper.tolerance:
-            out.converged = True
-            break
-    out.seconds_per_iteration = device_ms * 1e-3 / out.iterations
+        ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
+        return ms * 1e-3, net.epoch_error() / n
+
+    seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
+    out.seconds_per_iteration = seconds / out.iterations
     out.test_outputs, ff_ms = _gpu_outputs(backend, net, test)
     out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
     out.test_accuracy = accuracy(out.test_outputs, test.t)
