@@ -468,6 +468,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
                                                            "most this (default 1e-5, as in the seed).")
 @click.option("--max-iterations", type=int, default=None, help="Stop after this many samples (default 200,000).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
+@click.option("--init-scale", type=float, default=4.0, show_default=True,
+              help="Initial weights uniform in ±scale*sqrt(6/(fan_in+fan_out)) (Glorot; 4 for sigmoid units).")
 @click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
               help="Held-out noisy copies of each letter in the test set.")
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
@@ -477,7 +479,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="CSV path (default results/train-<gpu>-<time>.csv).")
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
-def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed,
+def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed, init_scale,
           test_per_letter, compare, torch_iterations, csv_path, letters, backend) -> None:
     """Train the seed's character-recognition MLP per sample, verify each version, and compare.
 
@@ -510,7 +512,7 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
     hyper = mlp.Hyper(mlp.DEFAULT_RATE if rate is None else rate,
                       mlp.DEFAULT_MOMENTUM if momentum is None else momentum,
                       mlp.DEFAULT_TOLERANCE if tolerance is None else tolerance,
-                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed)
+                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed, init_scale)
     hyper.check()
     names = list(version_names)
     if names == ["all"]:

@@ -60,6 +60,7 @@ def one_line_error(res, *needles):
     (["train", "--layers", "100,20,7"], ["100 inputs", "60 or 120"]),
     (["train", "--layers", "60,20,8"], ["8 outputs", "7-bit"]),
     (["train", "--net", "1", "-V", "turbo"], ["--version turbo", "kcm-mass"]),
+    (["train", "--net", "1", "--init-scale", "0"], ["--init-scale 0", "> 0"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, needles):
     one_line_error(run(*args), *needles)

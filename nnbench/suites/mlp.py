@@ -40,6 +40,7 @@ class Hyper:
     tolerance: float = DEFAULT_TOLERANCE
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     seed: int = 0
+    init_scale: float = 4.0
 
     def check(self) -> None:
         if not self.rate > 0:
@@ -48,17 +49,20 @@ class Hyper:
             raise NnbenchError(f"--momentum {self.momentum}: must be in [0, 1)")
         if not self.tolerance > 0:
             raise NnbenchError(f"--tolerance {self.tolerance}: must be > 0")
+        if not self.init_scale > 0:
+            raise NnbenchError(f"--init-scale {self.init_scale}: must be > 0")
         if self.max_iterations < 1:
             raise NnbenchError(f"--max-iterations {self.max_iterations}: must be >= 1")
 
 
 # -- the network, in float64 ----------------------------------------------------------------------
-def init_params(layers: tuple[int, ...], seed: int) -> list[np.ndarray]:
-    """Glorot-uniform weights for sigmoid units (x4, Glorot & Bengio 2010), biases included."""
+def init_params(layers: tuple[int, ...], seed: int, scale: float = 4.0) -> list[np.ndarray]:
+    """Glorot-uniform weights, times `scale` (4 is Glorot & Bengio's advice for sigmoid units),
+    biases included."""
     rng = np.random.default_rng(seed)
     out = []
     for n_in, n_out in zip(layers, layers[1:]):
-        r = 4.0 * math.sqrt(6.0 / (n_in + n_out))
+        r = scale * math.sqrt(6.0 / (n_in + n_out))
         out.append(rng.uniform(-r, r, size=(n_out, n_in + 1)))
     return out
 
@@ -480,7 +484,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
     """Yield one record per version (then per PyTorch mode), each verified before it is trained."""
     train = glyphs.clean(layers[0])
     test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
-    init = init_params(layers, hyper.seed)
+    init = init_params(layers, hyper.seed, hyper.init_scale)
     gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
     compiled = compile_versions(backend.arch, gpu) if gpu else {}
     base = dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], rate=hyper.rate,
@@ -488,7 +492,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 seed=hyper.seed, test_samples=len(test), flops_per_iteration=flops_per_iteration(layers), **(env or {}))
     seq_s = None
     if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
-        quick = Hyper(hyper.rate, hyper.momentum, hyper.tolerance, baseline_iterations, hyper.seed)
+        quick = Hyper(hyper.rate, hyper.momentum, hyper.tolerance, baseline_iterations, hyper.seed, hyper.init_scale)
         seq_s = train_sequential(layers, init, train, test, quick).seconds_per_iteration
     peak = getattr(getattr(backend, "device", None), "fp32_peak_flops", None)
     lanes = None

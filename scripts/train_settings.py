@@ -1,0 +1,29 @@
+"""Try optimizer settings for one net with the kcm-mass version: which (init scale, rate, momentum)
+trains it? Prints the error curve per setting. Used for docs/RESULTS.md (convergence).
+    python3 scripts/train_settings.py NET ITERATIONS
+"""
+
+import sys
+import time
+
+from nnbench import glyphs, nets
+from nnbench.runtime.cuda import CudaBackend
+from nnbench.suites import mlp
+
+be = CudaBackend(0)
+v = next(x for x in mlp.versions() if x.name == "kcm-mass")
+net = sys.argv[1]
+iters = int(sys.argv[2])
+layers = nets.get(net).layers
+train = glyphs.clean(layers[0])
+test = glyphs.noisy(layers[0], 2, 1)
+comp = mlp.compile_versions(be.arch, [(v, v.defaults())])["kcm-mass"]
+for scale, rate, mom in [(4, 0.3, 0.8), (1, 0.3, 0.8), (1, 0.1, 0.9), (2, 0.1, 0.9), (1, 0.5, 0.5), (0.5, 0.3, 0.8),
+                         (1, 0.05, 0.9), (2, 0.3, 0.5)]:
+    init = mlp.init_params(layers, 0, scale)
+    t0 = time.time()
+    out = mlp.train_gpu(be, v, v.defaults(), comp, layers, init, train, test,
+                        mlp.Hyper(rate, mom, 1e-5, iters))
+    curve = [f"{e:.1e}" for _, e in out.error_curve[:: max(1, len(out.error_curve) // 6)]]
+    print(net, scale, rate, mom, out.iterations, out.converged, f"{out.final_error:.2e}",
+          f"train {out.train_accuracy:.2f}", curve, f"{time.time() - t0:.0f}s", flush=True)
