@@ -1,6 +1,6 @@
 """Try optimizer settings for one net with the kcm-mass version: which (init scale, rate, momentum)
 trains it? Prints the error curve per setting. Used for docs/RESULTS.md (convergence).
-    python3 scripts/train_settings.py NET ITERATIONS
+    python3 scripts/train_settings.py NET ITERATIONS [SCALE,RATE,MOMENTUM ...]
 """
 
 import sys
@@ -18,8 +18,10 @@ layers = nets.get(net).layers
 train = glyphs.clean(layers[0])
 test = glyphs.noisy(layers[0], 2, 1)
 comp = mlp.compile_versions(be.arch, [(v, v.defaults())])["kcm-mass"]
-for scale, rate, mom in [(4, 0.3, 0.8), (1, 0.3, 0.8), (1, 0.1, 0.9), (2, 0.1, 0.9), (1, 0.5, 0.5), (0.5, 0.3, 0.8),
-                         (1, 0.05, 0.9), (2, 0.3, 0.5)]:
+settings = [tuple(float(x) for x in a.split(",")) for a in sys.argv[3:]] or [
+    (4, 0.3, 0.8), (1, 0.3, 0.8), (1, 0.1, 0.9), (2, 0.1, 0.9), (1, 0.5, 0.5), (0.5, 0.3, 0.8), (1, 0.05, 0.9),
+    (2, 0.3, 0.5)]
+for scale, rate, mom in settings:
     init = mlp.init_params(layers, 0, scale)
     t0 = time.time()
     out = mlp.train_gpu(be, v, v.defaults(), comp, layers, init, train, test,
