@@ -462,14 +462,15 @@ def _layers_option(text: str) -> tuple[int, ...]:
                    "sequential without a GPU. Choices: " + ", ".join(v.name for v in registry.suite_variants("mlp")))
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
-@click.option("--rate", type=float, default=None, help="Learning rate (default 0.3).")
-@click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default 0.8).")
+@click.option("--rate", type=float, default=None, help="Learning rate (default: the net's setting, else 0.3).")
+@click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
 @click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
                                                            "most this (default 1e-5, as in the seed).")
 @click.option("--max-iterations", type=int, default=None, help="Stop after this many samples (default 200,000).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
-@click.option("--init-scale", type=float, default=4.0, show_default=True,
-              help="Initial weights uniform in ±scale*sqrt(6/(fan_in+fan_out)) (Glorot; 4 for sigmoid units).")
+@click.option("--init-scale", type=float, default=None,
+              help="Initial weights uniform in ±scale*sqrt(6/(fan_in+fan_out)) (Glorot; default: the net's setting "
+                   "in configs/nets.yaml, else 4, Glorot's advice for sigmoid units).")
 @click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
               help="Held-out noisy copies of each letter in the test set.")
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
@@ -501,6 +502,10 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
         if name not in known:
             raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
         layers, label = known[name].layers, f"Net {name}"
+        tuned = dict(known[name].settings)  # the net's own settings, where the user gave none
+        rate = tuned.get("rate") if rate is None else rate
+        momentum = tuned.get("momentum") if momentum is None else momentum
+        init_scale = tuned.get("init_scale", init_scale) if init_scale is None else init_scale
     if encoding is not None and encoding not in (60, 120):
         raise NnbenchError(f"--encoding {encoding}: choose from 60, 120")
     if layers[0] not in (60, 120):
@@ -512,7 +517,8 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
     hyper = mlp.Hyper(mlp.DEFAULT_RATE if rate is None else rate,
                       mlp.DEFAULT_MOMENTUM if momentum is None else momentum,
                       mlp.DEFAULT_TOLERANCE if tolerance is None else tolerance,
-                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed, init_scale)
+                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed,
+                      4.0 if init_scale is None else init_scale)
     hyper.check()
     names = list(version_names)
     if names == ["all"]:
@@ -530,9 +536,9 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
     env = results.environment(be)
     out.print(_device_line(env))
     out.print(f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
-              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · rate {hyper.rate} · "
-              f"momentum {hyper.momentum} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} "
-              f"iterations")
+              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init scale "
+              f"{hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum} · tolerance {hyper.tolerance:g} · "
+              f"at most {hyper.max_iterations:,} iterations")
     path = csv_path or results.default_path("train", env["gpu"])
     sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
     records = []

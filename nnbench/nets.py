@@ -13,15 +13,19 @@ from pathlib import Path
 
 from nnbench import paths
 from nnbench.errors import NnbenchError
-from nnbench.yamlnodes import compose, fail, integer, mapping, sequence
+from nnbench.yamlnodes import compose, fail, integer, mapping, number, sequence
 
 NETS_FILE = paths.CONFIGS / "nets.yaml"
+
+
+SETTING_KEYS = ["init_scale", "rate", "momentum"]
 
 
 @dataclass(frozen=True)
 class Net:
     name: str
     layers: tuple[int, ...]  # input width first, output width last
+    settings: tuple[tuple[str, float], ...] = ()  # the optimizer settings that train it (nets.yaml)
 
     @property
     def neurons(self) -> int:
@@ -54,13 +58,19 @@ class Net:
 
 @lru_cache(maxsize=4)
 def load(path: Path = NETS_FILE) -> dict[str, Net]:
-    top = mapping(path, compose(path), "top level", ["nets"], required=("nets",))
+    top = mapping(path, compose(path), "top level", ["nets", "settings"], required=("nets",))
+    settings: dict[str, tuple] = {}
+    if "settings" in top:
+        for name, (_, body) in mapping(path, top["settings"][1], "settings").items():
+            keys = mapping(path, body, f"settings.{name}", SETTING_KEYS)
+            settings[str(name)] = tuple((k, number(path, v, f"settings.{name}.{k}", positive=k != "momentum"))
+                                        for k, (_, v) in keys.items())
     nets = {}
     for name, (_, vnode) in mapping(path, top["nets"][1], "nets").items():
         layers = tuple(integer(path, n, f"nets.{name}", minimum=1) for n in sequence(path, vnode, f"nets.{name}"))
         if len(layers) < 2:
             raise fail(path, vnode, f"nets.{name}: a net needs at least an input and an output layer")
-        nets[str(name)] = Net(str(name), layers)
+        nets[str(name)] = Net(str(name), layers, settings.get(str(name), ()))
     return nets
 
 

@@ -45,6 +45,8 @@ def test_nets_match_the_seed():
             assert net.feedforward_macs == SEED_MACS[name]
     # The seed says 3,051,400 for Net 8, which its own totals cannot give; these layers give:
     assert nets.get(8).feedforward_macs == 3_110_700
+    assert dict(nets.get(2).settings) == {"init_scale": 2.0, "rate": 0.5, "momentum": 0.5}
+    assert nets.get(8).settings == ()
 
 
 def test_gradient_matches_finite_differences():
