@@ -17,7 +17,7 @@ from nnbench.errors import NnbenchError
 from nnbench.suites import gemm as gemm_suite
 from nnbench.suites.gemm import Case, Shape
 from nnbench.yamlnodes import (
-    ConfigError,
+    ConfigError,  # noqa: F401 - re-exported: callers catch config.ConfigError
     boolean,
     compose,
     fail,
@@ -47,21 +47,29 @@ def load_gemm(path: Path) -> GemmConfig:
         for name, (_, vnode) in mapping(path, top["variants"][1], "variants", names).items():
             v = registry.get("gemm", name)
             for item in sequence(path, vnode, f"variants.{name}"):
-                pnames = [p.name for p in v.params]
-                params = v.defaults()
-                for pname, (_, pv) in mapping(path, item, f"variants.{name}", pnames).items():
-                    params[pname] = integer(path, pv, f"variants.{name}.{pname}")
-                problems = v.problems(params)
-                if problems:
-                    raise ConfigError(f"{where(path, item)}: variants.{name}: {problems[0]}")
-                cases.append(Case(v, tuple(params.items())))
-    sizes: list[Shape] = []
-    for item in sequence(path, top["sizes"][1], "sizes") if "sizes" in top else []:
-        dims = sequence(path, item, "sizes")
-        if len(dims) != 3:
-            raise ConfigError(f"{where(path, item)}: sizes: expected [M, N, K], got {len(dims)} values")
-        sizes.append(Shape(*(integer(path, d, "sizes", minimum=1) for d in dims)))
+                cases.append(_param_set(path, v, item, f"variants.{name}", blame=item))
+    sizes = [_mnk(path, item, "sizes") for item in sequence(path, top["sizes"][1], "sizes")] if "sizes" in top else []
     return GemmConfig(cases, sizes)
+
+
+def _param_set(path: Path, v: registry.Variant, node, what: str, blame, rule_what: str | None = None) -> Case:
+    """The variant's defaults with the mapping `node` ({TS: 32, ...}, or None) applied, checked
+    against the variant's rules; a broken rule is reported at `blame`."""
+    params = v.defaults()
+    if node is not None:
+        for pname, (_, pv) in mapping(path, node, what, [p.name for p in v.params]).items():
+            params[pname] = integer(path, pv, f"{what}.{pname}")
+    problems = v.problems(params)
+    if problems:
+        raise fail(path, blame, f"{rule_what or what}: {problems[0]}")
+    return Case(v, tuple(params.items()))
+
+
+def _mnk(path: Path, node, what: str) -> Shape:
+    dims = sequence(path, node, what)
+    if len(dims) != 3:
+        raise fail(path, node, f"{what}: expected [M, N, K], got {len(dims)} values")
+    return Shape(*(integer(path, d, what, minimum=1) for d in dims))
 
 
 # -- sweeps ---------------------------------------------------------------------------------------
@@ -237,23 +245,14 @@ def _baseline(path: Path, suite: str, node) -> Case:
         return Case(v, tuple(v.defaults().items()))
     keys = mapping(path, node, "baseline", ["variant", "params"], required=("variant",))
     v = registry.get(suite, string(path, keys["variant"][1], "baseline.variant", names))
-    params = v.defaults()
-    if "params" in keys:
-        for pname, (_, pv) in mapping(path, keys["params"][1], "baseline.params", [p.name for p in v.params]).items():
-            params[pname] = integer(path, pv, f"baseline.params.{pname}")
-    problems = v.problems(params)
-    if problems:
-        raise fail(path, node, f"baseline: {problems[0]}")
-    return Case(v, tuple(params.items()))
+    return _param_set(path, v, keys["params"][1] if "params" in keys else None, "baseline.params", blame=node,
+                      rule_what="baseline")
 
 
 def _shapes(path: Path, node) -> list[Shape]:
     """[M, N, K], {set: square|skinny|odd} (configs/shapes.yaml), or {set: mlp, nets: [..], batch: B}."""
     if isinstance(node, yaml.SequenceNode):
-        dims = node.value
-        if len(dims) != 3:
-            raise fail(path, node, f"shapes: expected [M, N, K], got {len(dims)} values")
-        return [Shape(*(integer(path, d, "shapes", minimum=1) for d in dims))]
+        return [_mnk(path, node, "shapes")]
     named = shape_sets()
     keys = mapping(path, node, "shapes", ["set", "nets", "batch"], required=("set",))
     which = string(path, keys["set"][1], "shapes.set", [*named, "mlp"])

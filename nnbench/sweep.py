@@ -27,7 +27,6 @@ from pathlib import Path
 from nnbench import paths, results
 from nnbench.config import SweepSpec
 from nnbench.errors import CompileError, NnbenchError
-from nnbench.runtime.compile import compile_many
 from nnbench.runtime.device import for_arch
 from nnbench.suites import gemm as gemm_suite
 from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
@@ -191,29 +190,32 @@ def compile_only(spec: SweepSpec, arch: str, jobs: int | None = None) -> Compile
     """Compile the sweep's kernels for `arch` without a GPU (the cold-cache benchmark, CI). Cases
     beyond the arch's documented limits are left out, as a run on that GPU would skip them."""
     limits = for_arch(arch)
-    cases = [c for c in spec.cases if c.variant.source and not c.variant.device_problems(c.param_dict, limits)]
+    kernels = [c for c in spec.cases if c.variant.source]
+    cases = [c for c in kernels if not c.variant.device_problems(c.param_dict, limits)]
     stats, _ = _compile(cases, arch, jobs)
-    stats.skipped = len([c for c in spec.cases if c.variant.source]) - len(cases)
+    stats.skipped = len(kernels) - len(cases)
     return stats
 
 
 def _compile(cases, arch: str, jobs: int | None):
-    reqs = list(dict.fromkeys(gemm_suite.compile_request(c, arch) for c in cases))
-    stats = CompileStats(kernels=len(reqs), jobs=max(1, min(jobs or os.cpu_count() or 1, len(reqs) or 1)), arch=arch)
+    """gemm_suite.compile_cases, timed: wall time, and the CPU time of every nvcc it ran."""
+    cases = list(cases)
+    distinct = len({(c.variant.source, c.params) for c in cases})
+    stats = CompileStats(kernels=distinct, jobs=max(1, min(jobs or os.cpu_count() or 1, distinct or 1)), arch=arch)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = dict(zip(reqs, compile_many(reqs, jobs=stats.jobs, return_errors=True)))
+    compiled = gemm_suite.compile_cases(arch, cases, jobs=stats.jobs)
     stats.wall_s = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stats.nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    for comp in done.values():
+    for comp in {id(c): c for c in compiled.values()}.values():  # one result object per distinct kernel
         if isinstance(comp, CompileError):
             stats.failed += 1
         elif comp.cached:
             stats.cached += 1
         else:
             stats.compiled += 1
-    return stats, {c: done[gemm_suite.compile_request(c, arch)] for c in cases}
+    return stats, compiled
 
 
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,

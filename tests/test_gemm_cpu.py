@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nnbench import measure, registry, results
+from nnbench import measure, paths, registry, results
 from nnbench.runtime.cpu import CpuBackend
 from nnbench.suites import gemm
 
@@ -54,7 +54,7 @@ def test_every_registered_variant_is_consistent():
         p = v.defaults()
         assert not v.problems(p), (v.name, v.problems(p))
         if v.source:
-            assert (gemm.paths.KERNELS / v.source).exists()
+            assert (paths.KERNELS / v.source).exists()
             assert 0 < v.threads(p) <= 1024
             assert v.smem_bytes(p) <= 48 * 1024
             grid = v.launch_grid(p, {"M": 1000, "N": 777, "K": 1})

@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnbench import measure, paths, registry
+from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.compile import CompileRequest, compile_many
+from nnbench.runtime.compile import compile_sources
 
 SIGNATURE = "iiifPPfP"  # M, N, K, alpha, A, B, beta, C
 DEFAULT_RTOL = 5e-5  # fp32 at K = 4096 lands near 3e-6; TF32 near 3e-4 must fail
@@ -364,11 +364,7 @@ def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
 def compile_cases(arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
     """Compile every distinct kernel up front, in parallel; each value is a Compiled or a CompileError."""
     todo = [c for c in cases if c.variant.source]
-    return dict(zip(todo, compile_many([compile_request(c, arch) for c in todo], jobs=jobs, return_errors=True)))
-
-
-def compile_request(case: Case, arch: str) -> CompileRequest:
-    return CompileRequest.make(paths.KERNELS / case.variant.source, case.param_dict, arch)
+    return dict(zip(todo, compile_sources(arch, [(c.variant.source, c.param_dict) for c in todo], jobs)))
 
 
 def derive(rec: dict, cublas_ms: float | None, baseline_ms: float | None, baseline: str | None) -> dict:

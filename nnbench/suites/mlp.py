@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnbench import glyphs, paths, registry
+from nnbench import glyphs, registry
 from nnbench.errors import NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.compile import CompileRequest, compile_many
+from nnbench.runtime.compile import compile_sources
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
 DEFAULT_MAX_ITERATIONS = 200_000
@@ -261,8 +261,7 @@ _SIGNATURES = {"forward": "PPPii", "delta_output": "PPPiP", "delta_hidden": "PPP
 
 
 def compile_versions(arch: str, chosen: list[tuple[Variant, dict]]) -> dict[str, object]:
-    reqs = [CompileRequest.make(paths.KERNELS / v.source, p, arch) for v, p in chosen]
-    return {v.name: c for (v, _), c in zip(chosen, compile_many(reqs, return_errors=True))}
+    return {v.name: c for (v, _), c in zip(chosen, compile_sources(arch, [(v.source, p) for v, p in chosen]))}
 
 
 # -- training -------------------------------------------------------------------------------------
