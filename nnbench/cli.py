@@ -458,7 +458,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--net", help="One of the seed's Nets 1-8 (configs/nets.yaml).")
 @click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
 @click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
-              help="Version to train (repeatable, or `all`). Default: the fastest GPU version (kcm-mass), or "
+              help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
+                   "where a net does not fit on chip), or "
                    "sequential without a GPU. Choices: " + ", ".join(v.name for v in registry.suite_variants("mlp")))
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
@@ -466,11 +467,17 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
 @click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
                                                            "most this (default 1e-5, as in the seed).")
-@click.option("--max-iterations", type=int, default=None, help="Stop after this many samples (default 200,000).")
+@click.option("--max-iterations", type=int, default=None,
+              help="Stop after this many samples (default: the net's setting, else 200,000).")
 @click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
+@click.option("--init", "init_kind", default=None, metavar="KIND",
+              help="Initial weights: glorot (uniform in ±scale*sqrt(6/(fan_in+fan_out))) or centered (std "
+                   "scale/sqrt(fan_in), biases that centre each pre-activation; trains the deep Nets 7 and 8). "
+                   "Default: the net's setting in configs/nets.yaml, else glorot.")
 @click.option("--init-scale", type=float, default=None,
-              help="Initial weights uniform in ±scale*sqrt(6/(fan_in+fan_out)) (Glorot; default: the net's setting "
-                   "in configs/nets.yaml, else 4, Glorot's advice for sigmoid units).")
+              help="The scale of --init (default: the net's setting, else 4, Glorot's advice for sigmoid units).")
+@click.option("--blocks", type=click.IntRange(min=1), default=None,
+              help="Grid of the fused version (default: one block per SM, at most the widest layer's rows).")
 @click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
               help="Held-out noisy copies of each letter in the test set.")
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
@@ -480,8 +487,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="CSV path (default results/train-<gpu>-<time>.csv).")
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
-def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed, init_scale,
-          test_per_letter, compare, torch_iterations, csv_path, letters, backend) -> None:
+def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed, init_kind,
+          init_scale, blocks, test_per_letter, compare, torch_iterations, csv_path, letters, backend) -> None:
     """Train the seed's character-recognition MLP per sample, verify each version, and compare.
 
     \b
@@ -505,7 +512,9 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
         tuned = dict(known[name].settings)  # the net's own settings, where the user gave none
         rate = tuned.get("rate") if rate is None else rate
         momentum = tuned.get("momentum") if momentum is None else momentum
-        init_scale = tuned.get("init_scale", init_scale) if init_scale is None else init_scale
+        init_kind = tuned.get("init") if init_kind is None else init_kind
+        init_scale = tuned.get("init_scale") if init_scale is None else init_scale
+        max_iterations = tuned.get("max_iterations") if max_iterations is None else max_iterations
     if encoding is not None and encoding not in (60, 120):
         raise NnbenchError(f"--encoding {encoding}: choose from 60, 120")
     if layers[0] not in (60, 120):
@@ -518,7 +527,7 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
                       mlp.DEFAULT_MOMENTUM if momentum is None else momentum,
                       mlp.DEFAULT_TOLERANCE if tolerance is None else tolerance,
                       mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed,
-                      4.0 if init_scale is None else init_scale)
+                      4.0 if init_scale is None else init_scale, init_kind or "glorot")
     hyper.check()
     names = list(version_names)
     if names == ["all"]:
@@ -529,15 +538,16 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
                                + ", ".join(v.name for v in mlp.versions()))
     be = _open(backend)
     if not names:
-        names = ["kcm-mass"] if be.name == "cuda" else ["sequential"]
+        names = [mlp.default_version(be, layers)]
         if be.name != "cuda":
             err.print("[yellow]nnbench: no GPU: training the sequential (NumPy) version[/]")
     chosen = mlp.plan(names, be.name)
     env = results.environment(be)
     out.print(_device_line(env))
     out.print(f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
-              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init scale "
-              f"{hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum} · tolerance {hyper.tolerance:g} · "
+              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
+              f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum} · "
+              f"tolerance {hyper.tolerance:g} · "
               f"at most {hyper.max_iterations:,} iterations")
     path = csv_path or results.default_path("train", env["gpu"])
     sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
@@ -556,7 +566,7 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
     try:
         with progress:
             for rec in mlp.run(be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes,
-                               torch_iterations=torch_iterations, progress=on_progress, env=env):
+                               torch_iterations=torch_iterations, progress=on_progress, env=env, blocks=blocks):
                 rec.update(net=label)
                 sink.append(rec)
                 records.append(rec)

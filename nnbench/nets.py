@@ -13,19 +13,20 @@ from pathlib import Path
 
 from nnbench import paths
 from nnbench.errors import NnbenchError
-from nnbench.yamlnodes import compose, fail, integer, mapping, number, sequence
+from nnbench.yamlnodes import compose, fail, integer, mapping, number, sequence, string
 
 NETS_FILE = paths.CONFIGS / "nets.yaml"
 
 
-SETTING_KEYS = ["init_scale", "rate", "momentum"]
+SETTING_KEYS = ["init", "init_scale", "rate", "momentum", "max_iterations"]
+INITS = ["glorot", "centered"]  # nnbench.suites.mlp.init_params says what each is
 
 
 @dataclass(frozen=True)
 class Net:
     name: str
     layers: tuple[int, ...]  # input width first, output width last
-    settings: tuple[tuple[str, float], ...] = ()  # the optimizer settings that train it (nets.yaml)
+    settings: tuple[tuple[str, float | int | str], ...] = ()  # the settings that train it (nets.yaml)
 
     @property
     def neurons(self) -> int:
@@ -63,8 +64,7 @@ def load(path: Path = NETS_FILE) -> dict[str, Net]:
     if "settings" in top:
         for name, (_, body) in mapping(path, top["settings"][1], "settings").items():
             keys = mapping(path, body, f"settings.{name}", SETTING_KEYS)
-            settings[str(name)] = tuple((k, number(path, v, f"settings.{name}.{k}", positive=k != "momentum"))
-                                        for k, (_, v) in keys.items())
+            settings[str(name)] = tuple((k, _setting(path, k, v, f"settings.{name}.{k}")) for k, (_, v) in keys.items())
     nets = {}
     for name, (_, vnode) in mapping(path, top["nets"][1], "nets").items():
         layers = tuple(integer(path, n, f"nets.{name}", minimum=1) for n in sequence(path, vnode, f"nets.{name}"))
@@ -72,6 +72,14 @@ def load(path: Path = NETS_FILE) -> dict[str, Net]:
             raise fail(path, vnode, f"nets.{name}: a net needs at least an input and an output layer")
         nets[str(name)] = Net(str(name), layers, settings.get(str(name), ()))
     return nets
+
+
+def _setting(path: Path, key: str, node, what: str):
+    if key == "init":
+        return string(path, node, what, INITS)
+    if key == "max_iterations":
+        return integer(path, node, what, minimum=1)
+    return number(path, node, what, positive=key != "momentum")
 
 
 def get(name: str | int) -> Net:

@@ -244,7 +244,9 @@ GEMM: tuple[Variant, ...] = (
 # The MLP versions of the seed's study (kernels_cu/mlp/). Launch geometry depends on each layer's
 # width n, so block and grid are given for one layer's forward pass; nnbench/suites/mlp.py builds
 # the whole iteration (forward, deltas, updates) from the version's kernels and tags:
-#   kcm  = the momentum and rate updates merged into one kernel;  mass = one block per neuron.
+#   kcm  = the momentum and rate updates merged into one kernel;  mass = one block per neuron;
+#   fused = every iteration in one launch (its grid, one block per SM by default, is chosen at run
+#           time by nnbench/suites/fused.py, so `grid` here is only a placeholder).
 _NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
 _MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
@@ -266,6 +268,10 @@ MLP: tuple[Variant, ...] = (
             "mlp/03_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
     Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/04_kcm_mass.cu", params=(_MASS_THREADS,),
             tags=("kcm", "mass"), **_MASS_GRID),
+    Variant("mlp", "fused", 7, "one persistent kernel for many iterations: grid barriers, weights in shared memory",
+            "mlp/05_fused.cu", params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
+                                       _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
+            tags=("fused",), block="(THREADS,)", grid="(1,)"),
 )
 
 ALL: tuple[Variant, ...] = GEMM + MLP

@@ -36,7 +36,8 @@ TRAIN_MEASUREMENT = ["iterations", "converged", "final_error", "us_per_iteration
                      "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples"]
 TRAIN_EFFICIENCY = ["launches_per_iteration", "threads_per_launch", "busy_threads", "speedup_per_thread",
                     "speedup_per_busy_core", "flops_per_iteration", "gflops", "pct_peak"]
-TRAIN_SETTINGS = ["rate", "momentum", "tolerance", "max_iterations", "seed", "weights_rel_err", "status", "error"]
+TRAIN_SETTINGS = ["init", "init_scale", "rate", "momentum", "tolerance", "max_iterations", "seed", "weights_rel_err",
+                  "status", "error"]
 TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
 
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel

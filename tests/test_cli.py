@@ -61,6 +61,7 @@ def one_line_error(res, *needles):
     (["train", "--layers", "60,20,8"], ["8 outputs", "7-bit"]),
     (["train", "--net", "1", "-V", "turbo"], ["--version turbo", "kcm-mass"]),
     (["train", "--net", "1", "--init-scale", "0"], ["--init-scale 0", "> 0"]),
+    (["train", "--net", "1", "--init", "he"], ["--init he", "glorot, centered"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, needles):
     one_line_error(run(*args), *needles)

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from nnbench import glyphs, nets
+from nnbench.runtime.compile import compile_sources
 from nnbench.suites import mlp
 
 pytestmark = pytest.mark.gpu
@@ -40,3 +41,63 @@ def test_versions_train_alike_and_report(cuda_backend):
     for r in recs:
         assert r["iterations"] == 104 and r["us_per_iteration"] > 0 and r["us_per_feedforward"] > 0
         assert np.isfinite(r["test_accuracy"])
+
+
+FUSED = next(v for v in mlp.versions("cuda") if v.name == "fused")
+
+
+@pytest.fixture(scope="module")
+def fused_compiled(cuda_backend):
+    sets = [dict(FUSED.defaults(), BARRIER=b) for b in (0, 1)]
+    return list(zip(sets, compile_sources(cuda_backend.arch, [(FUSED.source, p) for p in sets])))
+
+
+@pytest.mark.parametrize("net,blocks", [("1", 1), ("1", 7), ("1", None), ("8", None), ("8", 120)])
+def test_fused_matches_the_reference_at_any_grid(cuda_backend, fused_compiled, net, blocks):
+    """One block (barriers reduce to __syncthreads), blocks owning many rows, one block per SM;
+    both barriers. Deltas are summed with atomics, so only rounding may differ."""
+    layers = nets.get(net).layers
+    init = mlp.init_params(layers, 0, 5.0, "centered")
+    data = glyphs.clean(layers[0])
+    for p, comp in fused_compiled:
+        err = mlp.check_version(cuda_backend, FUSED, p, comp, layers, init, data, mlp.Hyper(0.1, 0.8), blocks)
+        assert err <= mlp.CHECK_RTOL, (p, blocks, err)
+
+
+def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
+    from nnbench.suites import fused
+    layers = nets.get(8).layers
+    data = glyphs.clean(layers[0])
+    init = mlp.init_params(layers, 0)
+    for p, comp in fused_compiled:
+        net = mlp.fused_net(cuda_backend, FUSED, p, comp, layers, init, data, mlp.Hyper(), None)
+        net.train(40, -1.0)  # within one epoch: no epoch-boundary barrier
+        assert net.barriers_passed() == 40 * fused.barriers_per_iteration(layers)
+        net.train(2 * len(data), -1.0)  # one epoch boundary, checked on the GPU
+        assert net.barriers_passed() == 2 * len(data) * fused.barriers_per_iteration(layers) + 1
+
+
+def test_fused_refuses_a_grid_that_cannot_be_resident(cuda_backend, fused_compiled):
+    from nnbench.errors import NnbenchError
+    layers = nets.get(1).layers
+    p, comp = fused_compiled[0]
+    too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
+    with pytest.raises(NnbenchError, match="resident"):
+        mlp.fused_net(cuda_backend, FUSED, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
+                      mlp.Hyper(), too_many)
+
+
+def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled):
+    """The kernel decides convergence on the GPU at each epoch boundary (many epochs per launch);
+    it must stop at the first epoch the host also calls converged, and not train past it."""
+    layers = nets.get(1).layers
+    data = glyphs.clean(60)
+    p, comp = fused_compiled[0]
+    init = mlp.init_params(layers, 0)
+    probe = mlp.train_fused(cuda_backend, FUSED, p, comp, layers, init, data, data, mlp.Hyper(max_iterations=30 * 52))
+    tol = sorted(e for _, e in probe.error_curve)[len(probe.error_curve) // 3]  # reached about two thirds in
+    out = mlp.train_fused(cuda_backend, FUSED, p, comp, layers, init, data, data,
+                          mlp.Hyper(tolerance=tol, max_iterations=30 * 52))
+    errors = [e for _, e in out.error_curve]
+    assert out.converged and out.iterations == 52 * len(errors)
+    assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from nnbench import glyphs, nets
+from nnbench.errors import NnbenchError
 from nnbench.suites import mlp
 
 
@@ -45,8 +46,8 @@ def test_nets_match_the_seed():
             assert net.feedforward_macs == SEED_MACS[name]
     # The seed says 3,051,400 for Net 8, which its own totals cannot give; these layers give:
     assert nets.get(8).feedforward_macs == 3_110_700
-    assert dict(nets.get(2).settings) == {"init_scale": 2.0, "rate": 0.5, "momentum": 0.5}
-    assert nets.get(8).settings == ()
+    assert dict(nets.get(2).settings) == {"init_scale": 2.0, "rate": 0.5, "momentum": 0.5, "max_iterations": 2_000_000}
+    assert dict(nets.get(8).settings)["init"] == "centered"
 
 
 def test_gradient_matches_finite_differences():
@@ -116,3 +117,52 @@ def test_sequential_version_stops_at_tolerance_or_limit():
 def test_flop_counts():
     assert mlp.flops_per_feedforward((60, 60, 7)) == 2 * (60 * 61 + 7 * 61)
     assert mlp.flops_per_iteration((60, 60, 7)) == 2 * (60 * 61 + 7 * 61) + 2 * (7 * 61) + 5 * (60 * 61 + 7 * 61)
+
+
+# -- the fused version's model (nnbench/suites/fused.py) -------------------------------------------
+def test_fused_rows_cover_every_layer_once():
+    from nnbench.suites import fused
+    for layers in [nets.get(n).layers for n in "18"] + [(60, 7), (120, 3, 300, 7)]:
+        for g in (1, 7, 33, 132):
+            rows = fused.rows_per_block(layers, g)
+            assert rows.sum(axis=1).tolist() == list(layers[1:])
+            assert rows.max() - rows.min(axis=1).min() <= max(layers[1:]) // g + 1
+
+
+def test_fused_barrier_count_and_shared_memory():
+    from nnbench.suites import fused
+    assert fused.barriers_per_iteration(nets.get(8).layers) == 28  # against 2L + 1 = 31 naive phases
+    assert fused.barriers_per_iteration(nets.get(1).layers) == 4
+    assert fused.barriers_per_iteration((60, 7)) == 0
+    # one block holds all of Net 1: 2 x (60 + 60 + 7 rows of 64 floats) + 64 staged + 60 deltas
+    assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
+
+
+def test_fused_refuses_what_cannot_run():
+    from nnbench.runtime.device import for_arch
+    from nnbench.suites import fused
+    dev = for_arch("sm_90")
+    dev.sm_count = 132
+    assert fused.grid(dev, 56, 3000, 256, nets.get(8).layers, None) == (132, fused.smem_bytes(nets.get(8).layers, 132))
+    with pytest.raises(NnbenchError, match="shared memory"):
+        fused.grid(dev, 56, 3000, 256, nets.get(8).layers, 66)  # Net 8 does not fit on 66 SMs
+    with pytest.raises(NnbenchError, match="resident"):
+        fused.grid(dev, 56, 3000, 256, nets.get(1).layers, 132 * 8 + 1)
+    with pytest.raises(NnbenchError, match="at most 256 blocks"):
+        fused.grid(dev, 56, 3000, 256, nets.get(1).layers, 300, flag_barrier=True)
+
+
+def test_centered_init_keeps_letters_apart_through_net_7():
+    """Why Nets 7 and 8 need it: from Glorot weights every letter reaches the same last hidden
+    activations (the net cannot learn); from centered weights the letters stay apart."""
+    layers = nets.get(7).layers
+    x = glyphs.clean(120).x
+
+    def spread(params):
+        h = np.stack([mlp.forward(params, xi)[-2] for xi in x])
+        return float(np.sqrt(((h - h.mean(0)) ** 2).mean()))
+
+    assert spread(mlp.init_params(layers, 0, 4.0, "glorot")) < 1e-3
+    assert spread(mlp.init_params(layers, 0, 5.0, "centered")) > 0.1
+    W = mlp.init_params(layers, 0, 5.0, "centered")[3]
+    assert np.allclose(W[:, -1], -0.5 * W[:, :-1].sum(axis=1))  # zero-mean pre-activations at inputs 0.5

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from nnbench import glyphs, registry
 from nnbench.errors import NnbenchError
+from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 
@@ -41,6 +42,7 @@ class Hyper:
     max_iterations: int = DEFAULT_MAX_ITERATIONS
     seed: int = 0
     init_scale: float = 4.0
+    init: str = "glorot"
 
     def check(self) -> None:
         if not self.rate > 0:
@@ -51,19 +53,38 @@ class Hyper:
             raise NnbenchError(f"--tolerance {self.tolerance}: must be > 0")
         if not self.init_scale > 0:
             raise NnbenchError(f"--init-scale {self.init_scale}: must be > 0")
+        if self.init not in INITS:
+            raise NnbenchError(f"--init {self.init}: choose from {', '.join(INITS)}")
         if self.max_iterations < 1:
             raise NnbenchError(f"--max-iterations {self.max_iterations}: must be >= 1")
 
 
 # -- the network, in float64 ----------------------------------------------------------------------
-def init_params(layers: tuple[int, ...], seed: int, scale: float = 4.0) -> list[np.ndarray]:
-    """Glorot-uniform weights, times `scale` (4 is Glorot & Bengio's advice for sigmoid units),
-    biases included."""
+def init_params(layers: tuple[int, ...], seed: int, scale: float = 4.0, kind: str = "glorot") -> list[np.ndarray]:
+    """Initial weights, biases included (the last column).
+
+    glorot:   uniform in +-scale*sqrt(6/(fan_in+fan_out)); scale 4 is Glorot & Bengio's advice for
+              sigmoid units. Deep sigmoid nets forget their input under it: the inputs of a hidden
+              layer are sigmoid outputs near 0.5, so every row's sum of weights times 0.5 acts as a
+              fixed random bias that drowns the input-dependent part, and after ~10 layers every
+              letter maps to the same activations (measured on Net 7: the spread across letters
+              falls from 0.24 at layer 1 to 0.000 at layer 12). Nets 7 and 8 then never learn.
+    centered: uniform with standard deviation scale/sqrt(fan_in), and each bias set to
+              -0.5 * (the row's sum of weights), so a layer's pre-activation has zero mean for inputs
+              around 0.5. A sigmoid's slope at 0 is 1/4, so scale 4 keeps the backward signal's size
+              from layer to layer (4 * 1/4 = 1), and scale ~5 keeps the letters apart through all
+              16 layers. Only the starting point changes: the training math is the seed's."""
     rng = np.random.default_rng(seed)
     out = []
     for n_in, n_out in zip(layers, layers[1:]):
-        r = scale * math.sqrt(6.0 / (n_in + n_out))
-        out.append(rng.uniform(-r, r, size=(n_out, n_in + 1)))
+        if kind == "centered":
+            r = scale * math.sqrt(3.0 / n_in)
+            W = rng.uniform(-r, r, size=(n_out, n_in + 1))
+            W[:, -1] = -0.5 * W[:, :-1].sum(axis=1)
+        else:
+            r = scale * math.sqrt(6.0 / (n_in + n_out))
+            W = rng.uniform(-r, r, size=(n_out, n_in + 1))
+        out.append(W)
     return out
 
 
@@ -276,28 +297,39 @@ class Outcome:
     launches_per_iteration: int = 0
     threads_per_iteration: int = 0
     busy_threads_mean: float = 0.0
+    blocks: int | None = None  # the fused version's grid
     test_accuracy: float = math.nan
     train_accuracy: float = math.nan
     test_outputs: np.ndarray | None = field(default=None, repr=False)
     error_curve: list[tuple[int, float]] = field(default_factory=list)
 
 
-def _epochs(out: Outcome, hyper: Hyper, size: int, run_epoch, progress) -> float:
+def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run: int = 1) -> float:
     """Epochs of `size` samples (the last cut short at the iteration limit) until an epoch's mean
-    error is within the tolerance; run_epoch(n) returns (seconds, mean error). Returns the seconds."""
+    error is within the tolerance. run(n) trains n samples, up to `epochs_per_run` epochs, and
+    returns (seconds, mean error of each epoch run); it may stop early at a converged epoch, which
+    the check below then finds too. Returns the seconds."""
     seconds = 0.0
-    while out.iterations < hyper.max_iterations:
-        n = min(size, hyper.max_iterations - out.iterations)
-        spent, out.final_error = run_epoch(n)
+    while out.iterations < hyper.max_iterations and not out.converged:
+        n = min(size * epochs_per_run, hyper.max_iterations - out.iterations)
+        spent, errors = run(n)
         seconds += spent
-        out.iterations += n
-        out.error_curve.append((out.iterations, out.final_error))
+        for e, err in enumerate(errors):
+            done = min(size, n - e * size)
+            out.iterations += done
+            out.final_error = err
+            out.error_curve.append((out.iterations, err))
+            if done == size and converged(err, hyper.tolerance):
+                out.converged = True
+                break
         if progress:
             progress(out.iterations, out.final_error)
-        if n == size and out.final_error <= hyper.tolerance:
-            out.converged = True
-            break
     return seconds
+
+
+def converged(mean_error: float, tolerance: float) -> bool:
+    """In float32, as the fused kernel decides it on the GPU."""
+    return bool(np.float32(mean_error) <= np.float32(tolerance))
 
 
 def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> Outcome:
@@ -309,10 +341,10 @@ def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> 
     rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
     out = Outcome("sequential")
 
-    def run_epoch(n: int) -> tuple[float, float]:
+    def run_epoch(n: int) -> tuple[float, list[float]]:
         t0 = time.perf_counter()
         total = sum(step(params, vel, x[s], t[s], rate, mom) for s in range(n))
-        return time.perf_counter() - t0, total / n
+        return time.perf_counter() - t0, [total / n]
 
     busy = _epochs(out, hyper, len(x), run_epoch, progress)
     out.seconds_per_iteration = busy / out.iterations
@@ -335,10 +367,10 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     out.threads_per_iteration = sum(la.grid * la.block for la in sample_launches)
     out.busy_threads_mean = float(np.mean([la.useful_threads for la in sample_launches]))
 
-    def run_epoch(n: int) -> tuple[float, float]:
+    def run_epoch(n: int) -> tuple[float, list[float]]:
         net.epoch_error_reset()
         ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
-        return ms * 1e-3, net.epoch_error() / n
+        return ms * 1e-3, [net.epoch_error() / n]
 
     seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
     out.seconds_per_iteration = seconds / out.iterations
@@ -346,6 +378,33 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
     out.test_accuracy = accuracy(out.test_outputs, test.t)
     out.train_accuracy = accuracy(_gpu_outputs(backend, net, train)[0], train.t)
+    return out
+
+
+def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
+               blocks: int | None):
+    from nnbench.suites import fused
+    return fused.FusedNet(backend, backend.load(compiled, "fused_train"), params, layers, init, train, hyper.rate,
+                          hyper.momentum, blocks)
+
+
+def train_fused(backend, variant: Variant, params: dict, compiled, layers, init, train, test, hyper: Hyper,
+                progress=None, blocks: int | None = None) -> Outcome:
+    """`fused`: launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent kernel, each timed
+    with CUDA events (so the load and store of the weights at each launch's ends are included)."""
+    from nnbench.suites import fused
+    net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
+    out = Outcome(variant.name, launches_per_iteration=1)
+    out.threads_per_iteration = net.blocks * net.threads
+    out.busy_threads_mean = float(net.blocks * net.threads)
+    out.blocks = net.blocks
+    seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance), progress,
+                      fused.EPOCHS_PER_LAUNCH)
+    out.seconds_per_iteration = seconds / out.iterations
+    out.test_outputs, ff_ms = net.feedforward(test)
+    out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
+    out.test_accuracy = accuracy(out.test_outputs, test.t)
+    out.train_accuracy = accuracy(net.feedforward(train)[0], train.t)
     return out
 
 
@@ -445,23 +504,51 @@ CHECK_ITERATIONS = 20
 CHECK_RTOL = 2e-3  # float32 against float64, on the weight changes after CHECK_ITERATIONS samples
 
 
-def check_version(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper) -> float:
+def check_version(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
+                  blocks: int | None = None) -> float:
     """Relative error of the weight *changes* after CHECK_ITERATIONS samples against the float64
     reference (the weights themselves barely move, so comparing them would hide a wrong update).
     Outputs and deltas start as NaN, so a neuron a kernel never writes poisons the result."""
-    net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
-    backend.fill_nan(net.d_out, sum(layers[1:]))
-    backend.fill_nan(net.d_delta, sum(layers[1:]))
-    ref = [W.copy() for W in init]
-    vel = [np.zeros_like(W) for W in init]
-    for s in range(CHECK_ITERATIONS):
-        net.callable(net.step_launches(s % len(train)))()
-        step(ref, vel, train.x[s % len(train)], train.t[s % len(train)], hyper.rate, hyper.momentum)
+    if "fused" in variant.tags:
+        net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
+        backend.fill_nan(net.d_out, sum(layers[1:]))
+        net.train(CHECK_ITERATIONS, -1.0)
+    else:
+        net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
+        backend.fill_nan(net.d_out, sum(layers[1:]))
+        backend.fill_nan(net.d_delta, sum(layers[1:]))
+        for s in range(CHECK_ITERATIONS):
+            net.callable(net.step_launches(s % len(train)))()
     backend.synchronize()
     got = net.weights(init)
+    return weight_change_error(got, reference_weights(init, train, hyper, CHECK_ITERATIONS), init)
+
+
+def reference_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int) -> list[np.ndarray]:
+    """The float64 reference's weights after `iterations` samples from `init`, in order."""
+    ref = [W.copy() for W in init]
+    vel = [np.zeros_like(W) for W in init]
+    for s in range(iterations):
+        step(ref, vel, data.x[s % len(data)], data.t[s % len(data)], hyper.rate, hyper.momentum)
+    return ref
+
+
+def weight_change_error(got, ref, init) -> float:
     num = math.sqrt(sum(float(np.sum(((g - w0) - (r - w0)) ** 2)) for g, r, w0 in zip(got, ref, init)))
     den = math.sqrt(sum(float(np.sum((r - w0) ** 2)) for r, w0 in zip(ref, init)))
     return num / den if math.isfinite(num) else math.inf
+
+
+def default_version(backend, layers: tuple[int, ...]) -> str:
+    """The fastest version that can run: fused where the net's rows fit in the shared memory of one
+    block per SM (every net measured on the H100, docs/RESULTS.md), else kcm-mass; sequential
+    without a GPU."""
+    dev = getattr(backend, "device", None)
+    if dev is None:
+        return "sequential"
+    from nnbench.suites import fused
+    blocks = min(dev.sm_count, max(layers[1:]))
+    return "fused" if fused.smem_bytes(layers, blocks) + 4096 <= dev.smem_per_block_optin else "kcm-mass"
 
 
 def plan(names: list[str], backend: str) -> list[tuple[Variant, dict]]:
@@ -479,19 +566,20 @@ def plan(names: list[str], backend: str) -> list[tuple[Variant, dict]]:
 
 def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
         flips: int = 2, torch_modes: tuple[str, ...] = (), torch_iterations: int = 2000,
-        baseline_iterations: int = 104, progress=None, env: dict | None = None):
+        baseline_iterations: int = 104, progress=None, env: dict | None = None, blocks: int | None = None):
     """Yield one record per version (then per PyTorch mode), each verified before it is trained."""
     train = glyphs.clean(layers[0])
     test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
-    init = init_params(layers, hyper.seed, hyper.init_scale)
+    init = init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
     gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
     compiled = compile_versions(backend.arch, gpu) if gpu else {}
-    base = dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], rate=hyper.rate,
+    base = dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], init=hyper.init,
+                init_scale=hyper.init_scale, rate=hyper.rate,
                 momentum=hyper.momentum, tolerance=hyper.tolerance, max_iterations=hyper.max_iterations,
                 seed=hyper.seed, test_samples=len(test), flops_per_iteration=flops_per_iteration(layers), **(env or {}))
     seq_s = None
     if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
-        quick = Hyper(hyper.rate, hyper.momentum, hyper.tolerance, baseline_iterations, hyper.seed, hyper.init_scale)
+        quick = replace(hyper, max_iterations=baseline_iterations)
         seq_s = train_sequential(layers, init, train, test, quick).seconds_per_iteration
     peak = getattr(getattr(backend, "device", None), "fp32_peak_flops", None)
     lanes = None
@@ -510,9 +598,17 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             if isinstance(comp, Exception):
                 yield dict(rec, status="ERROR", error=str(comp))
                 continue
-            err = check_version(backend, v, p, comp, layers, init, train, hyper)
+            try:
+                err = check_version(backend, v, p, comp, layers, init, train, hyper, blocks)
+            except NnbenchError as e:  # fused refuses a grid it cannot make co-resident
+                yield dict(rec, status="SKIP", error=str(e))
+                continue
             rec.update(weights_rel_err=err, status="PASS" if err <= CHECK_RTOL else "FAIL")
-            out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
+            if "fused" in v.tags:
+                out = train_fused(backend, v, p, comp, layers, init, train, test, hyper, say, blocks)
+                rec["params"] += f" blocks={out.blocks}"
+            else:
+                out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
         yield _record(rec, out, seq_s, peak, lanes)
     for mode in torch_modes:
         rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum)", status="PASS")

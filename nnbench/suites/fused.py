@@ -1,0 +1,159 @@
+"""The host side of `fused`, the persistent per-sample trainer (kernels_cu/mlp/05_fused.cu): which
+block owns which rows, how much shared memory that takes, how many barriers an iteration costs,
+whether the grid can be co-resident, and the launches.
+
+Co-residency. A grid barrier deadlocks unless every block of the grid is running at once, and
+PyCUDA has no cooperative launch (cuLaunchCooperativeKernel), which would have the driver check
+that. So the host checks it: the grid is refused unless it is at most SMs x (blocks per SM that
+the occupancy calculation allows for this kernel's registers, threads and shared memory). The
+launch goes to the legacy default stream, which waits for all other work of this context, so no
+kernel of ours holds an SM when it starts. Another process on the same GPU (MPS) could still hold
+SMs; then a barrier waits past its timeout, the kernel stops, and the host raises an error.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from nnbench import glyphs
+from nnbench.errors import NnbenchError
+from nnbench.runtime.device import DeviceInfo, occupancy
+
+SIGNATURE = "PiPPiiiPPPPPfPPPPffq"
+BARRIER_TIMEOUT_NS = 1_000_000_000
+EPOCHS_PER_LAUNCH = 20
+
+
+def barriers_per_iteration(layers: tuple[int, ...]) -> int:
+    """Grid barriers in one training iteration of a net with len(layers) - 1 weight layers: one
+    after every forward layer but the output layer, one after every backward layer but the first
+    (05_fused.cu says why). Epoch boundaries add one per epoch."""
+    return 2 * (len(layers) - 2)
+
+
+def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
+    """rows[l, b]: how many rows (neurons) of weight layer l block b owns. Row r of layer l goes to
+    block (r + rot_l) mod G, rot_l the rows of the layers before, as in the kernel."""
+    out = np.zeros((len(layers) - 1, blocks), dtype=np.int64)
+    rot = 0
+    for l, n_out in enumerate(layers[1:]):
+        first = (np.arange(blocks) - rot % blocks) % blocks  # the first row each block owns
+        out[l] = np.where(first < n_out, (n_out - first + blocks - 1) // blocks, 0)
+        rot += n_out
+    return out
+
+
+def _pad4(n: int) -> int:
+    return (n + 3) // 4 * 4
+
+
+def smem_bytes(layers: tuple[int, ...], blocks: int) -> int:
+    """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats),
+    a staged input vector with the bias input, and its rows' deltas; the block with the most rows
+    sets it."""
+    rows = rows_per_block(layers, blocks)
+    stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
+    floats = 2 * (rows * stride).sum(axis=0) + int(stride.max()) + rows.max(axis=0)
+    return int(4 * floats.max())
+
+
+def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
+         blocks: int | None, flag_barrier: bool = False) -> tuple[int, int]:
+    """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
+    one block per SM, and never more blocks than the widest layer has rows."""
+    g = blocks or min(dev.sm_count, max(layers[1:]), threads if flag_barrier else dev.sm_count)
+    if flag_barrier and g > threads:
+        raise NnbenchError(f"--blocks {g}: the barrier polls one block's flag per thread, so fused with "
+                           f"THREADS={threads} runs at most {threads} blocks")
+    dyn = smem_bytes(layers, g)
+    if static_smem + dyn > dev.smem_per_block_optin:
+        raise NnbenchError(
+            f"fused keeps each block's weight rows on chip: {g} blocks need {(static_smem + dyn) / 1024:.0f} KiB of "
+            f"shared memory per block, the device allows {dev.smem_per_block_optin / 1024:.0f} KiB; use more blocks "
+            f"(--blocks) or another version")
+    occ = occupancy(dev, threads, registers, static_smem + dyn)
+    resident = dev.sm_count * occ.blocks_per_sm
+    if g > resident:
+        raise NnbenchError(
+            f"--blocks {g}: a grid barrier needs every block resident at once, and this device holds {resident} "
+            f"blocks of this kernel ({dev.sm_count} SMs x {occ.blocks_per_sm}, limited by {occ.limiter}); "
+            f"use --blocks <= {resident}")
+    return g, dyn
+
+
+class FusedNet:
+    """A net's weights, velocities, activations and data on the GPU, trained by the persistent
+    kernel in launches of up to EPOCHS_PER_LAUNCH epochs."""
+
+    def __init__(self, backend, kernel, params: dict[str, int], layers: tuple[int, ...], init: list[np.ndarray],
+                 data: glyphs.Dataset, rate: float, momentum: float, blocks: int | None = None) -> None:
+        import pycuda.driver as drv
+
+        self.be, self.layers, self.threads = backend, layers, params["THREADS"]
+        self.flag_barrier = params.get("BARRIER") == 1
+        info = kernel.info
+        self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
+                                     self.flag_barrier)
+        self.func = kernel.func
+        self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
+        self.func.prepare(SIGNATURE)
+        self.w_sizes = [W.size for W in init]
+        self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
+        self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
+        self.d_v = backend.upload(np.zeros(sum(self.w_sizes), np.float32))
+        self.d_out = backend.upload(np.zeros(sum(layers[1:]), np.float32))
+        self.d_acc = backend.upload(np.zeros(sum(_pad4(n) for n in layers[1:]), np.float32))  # 16-byte slices
+        self.d_bar = backend.upload(np.zeros(self.blocks + 2, np.uint32))  # barrier flags, status, done
+        self.d_err = backend.upload(np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+        self.rate, self.momentum = np.float32(rate), np.float32(momentum)
+        self.load_data(data)
+
+    def load_data(self, data: glyphs.Dataset) -> None:
+        self.n = len(data)
+        self.d_x = self.be.upload(np.ascontiguousarray(data.x, dtype=np.float32))
+        self.d_t = self.be.upload(np.ascontiguousarray(data.t, dtype=np.float32))
+        self.d_pred = self.be.upload(np.zeros(len(data) * self.layers[-1], np.float32))
+
+    def _launch(self, iterations: int, mode: int, tolerance: float) -> tuple[float, int, np.ndarray]:
+        """Milliseconds (CUDA events), iterations run, and each epoch's summed error."""
+        be = self.be
+        g = self.blocks
+        be.write(self.d_bar, np.zeros(g + 2, np.uint32))
+        be.write(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+        p = be.ptr(self.d_bar)
+        args = (self.d_widths, np.int32(len(self.layers)), self.d_x, self.d_t, np.int32(self.n),
+                np.int32(iterations), np.int32(mode), self.d_w, self.d_v, self.d_out, self.d_acc, self.d_err,
+                np.float32(tolerance), self.d_pred, np.intp(p), np.intp(p + 4 * g), np.intp(p + 4 * g + 4), self.rate,
+                self.momentum, np.int64(BARRIER_TIMEOUT_NS))
+        ms = be.timed(lambda: self.func.prepared_call((self.blocks, 1, 1), (self.threads, 1, 1), *args,
+                                                      shared_size=self.dyn), 1)
+        state = be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
+        if state[0]:
+            raise NnbenchError(f"fused: a grid barrier waited more than {BARRIER_TIMEOUT_NS / 1e9:g} s: the "
+                               f"{self.blocks} blocks were not all resident (another process on this GPU?)")
+        return ms, int(state[1]), be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+
+    def train(self, iterations: int, tolerance: float) -> tuple[float, list[float]]:
+        """Train up to `iterations` samples (at most EPOCHS_PER_LAUNCH epochs) from sample 0, stopping
+        after an epoch whose mean error is within `tolerance` (negative: never). Returns seconds
+        and the mean error of each epoch run (the last may be partial)."""
+        ms, done, sums = self._launch(iterations, 0, tolerance)
+        sizes = [min(self.n, done - e * self.n) for e in range(-(-done // self.n))]
+        return ms * 1e-3, [float(np.float32(s) / np.float32(k)) for s, k in zip(sums, sizes)]  # as the kernel
+
+    def feedforward(self, data: glyphs.Dataset) -> tuple[np.ndarray, float]:
+        """The outputs for every sample of `data` and the device milliseconds, in one launch."""
+        self.load_data(data)
+        ms, _, _ = self._launch(len(data), 1, -1.0)
+        pred = self.be.download(self.d_pred, np.zeros(len(data) * self.layers[-1], np.float32))
+        return pred.reshape(len(data), self.layers[-1]).astype(np.float64), ms
+
+    def barriers_passed(self) -> int:
+        """Grid barriers the last launch passed (read from the counter, or block 0's flag)."""
+        first = int(self.be.download(self.d_bar, np.zeros(self.blocks + 2, np.uint32))[0])
+        return first if self.flag_barrier else first // self.blocks
+
+    def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
+        flat = self.be.download(self.d_w, np.zeros(sum(self.w_sizes), np.float32))
+        offs = np.concatenate([[0], np.cumsum(self.w_sizes)])
+        return [flat[offs[l]:offs[l + 1]].reshape(W.shape).astype(np.float64) for l, W in enumerate(init)]
