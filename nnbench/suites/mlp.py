@@ -317,7 +317,8 @@ def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run
         for e, err in enumerate(errors):
             done = min(size, n - e * size)
             out.iterations += done
-            out.final_error = err
+            if done == size or math.isnan(out.final_error):  # a cut-short last epoch is not the error
+                out.final_error = err
             out.error_curve.append((out.iterations, err))
             if done == size and converged(err, hyper.tolerance):
                 out.converged = True
