@@ -502,7 +502,7 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
     if net and layers_text:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
     if layers_text:
-        layers, label = _layers_option(layers_text), "custom"
+        layers, label, tuned = _layers_option(layers_text), "custom", {}
     else:
         known = nets_mod.load()
         name = str(net or 8)
@@ -510,11 +510,6 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
             raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
         layers, label = known[name].layers, f"Net {name}"
         tuned = dict(known[name].settings)  # the net's own settings, where the user gave none
-        rate = tuned.get("rate") if rate is None else rate
-        momentum = tuned.get("momentum") if momentum is None else momentum
-        init_kind = tuned.get("init") if init_kind is None else init_kind
-        init_scale = tuned.get("init_scale") if init_scale is None else init_scale
-        max_iterations = tuned.get("max_iterations") if max_iterations is None else max_iterations
     if encoding is not None and encoding not in (60, 120):
         raise NnbenchError(f"--encoding {encoding}: choose from 60, 120")
     if layers[0] not in (60, 120):
@@ -523,11 +518,8 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
         raise NnbenchError(f"--encoding {encoding} does not match {label}'s input width {layers[0]}")
     if layers[-1] != 7:
         raise NnbenchError(f"{label} has {layers[-1]} outputs; the targets are 7-bit ASCII codes, so it needs 7")
-    hyper = mlp.Hyper(mlp.DEFAULT_RATE if rate is None else rate,
-                      mlp.DEFAULT_MOMENTUM if momentum is None else momentum,
-                      mlp.DEFAULT_TOLERANCE if tolerance is None else tolerance,
-                      mlp.DEFAULT_MAX_ITERATIONS if max_iterations is None else max_iterations, seed,
-                      4.0 if init_scale is None else init_scale, init_kind or "glorot")
+    hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
+                                    max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
     names = list(version_names)
     if names == ["all"]:

@@ -28,8 +28,7 @@ for name in sys.argv[1].split(","):
         layers, s = tuple(int(x) for x in name.split("-")), {}
     else:
         layers, s = nets.get(name).layers, dict(nets.get(name).settings)
-    hyper = mlp.Hyper(s.get("rate", 0.3), s.get("momentum", 0.8), 1e-30, iters, 0, s.get("init_scale", 4.0),
-                      s.get("init", "glorot"))
+    hyper = mlp.Hyper.from_settings(s, tolerance=1e-30, max_iterations=iters)
     init = mlp.init_params(layers, 0, hyper.init_scale, hyper.init)
     train = glyphs.clean(layers[0])
     for p, c in zip(psets, comp):
@@ -37,7 +36,7 @@ for name in sys.argv[1].split(","):
         for g in grids:
             try:
                 err = mlp.check_version(be, v, p, c, layers, init, train, hyper, g)
-                fn = mlp.fused_net(be, v, p, c, layers, init, train, hyper, g)
+                fn = mlp.fused_net(be, p, c, layers, init, train, hyper, g)
                 fn.train(len(train), -1.0)  # warm-up
                 secs, errs = 0.0, []
                 for _ in range(-(-iters // (len(train) * fused.EPOCHS_PER_LAUNCH))):

@@ -70,7 +70,7 @@ def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
     data = glyphs.clean(layers[0])
     init = mlp.init_params(layers, 0)
     for p, comp in fused_compiled:
-        net = mlp.fused_net(cuda_backend, FUSED, p, comp, layers, init, data, mlp.Hyper(), None)
+        net = mlp.fused_net(cuda_backend, p, comp, layers, init, data, mlp.Hyper(), None)
         net.train(40, -1.0)  # within one epoch: no epoch-boundary barrier
         assert net.barriers_passed() == 40 * fused.barriers_per_iteration(layers)
         net.train(2 * len(data), -1.0)  # one epoch boundary, checked on the GPU
@@ -83,7 +83,7 @@ def test_fused_refuses_a_grid_that_cannot_be_resident(cuda_backend, fused_compil
     p, comp = fused_compiled[0]
     too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
     with pytest.raises(NnbenchError, match="resident"):
-        mlp.fused_net(cuda_backend, FUSED, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
+        mlp.fused_net(cuda_backend, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
                       mlp.Hyper(), too_many)
 
 

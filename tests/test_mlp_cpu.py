@@ -166,3 +166,10 @@ def test_centered_init_keeps_letters_apart_through_net_7():
     assert spread(mlp.init_params(layers, 0, 5.0, "centered")) > 0.1
     W = mlp.init_params(layers, 0, 5.0, "centered")[3]
     assert np.allclose(W[:, -1], -0.5 * W[:, :-1].sum(axis=1))  # zero-mean pre-activations at inputs 0.5
+
+
+def test_hyper_takes_the_users_value_then_the_nets_then_the_default():
+    net8 = dict(nets.get(8).settings)
+    h = mlp.Hyper.from_settings(net8, rate=0.5, momentum=None, tolerance=None)
+    assert (h.rate, h.momentum, h.init, h.max_iterations) == (0.5, net8["momentum"], "centered", 2_000_000)
+    assert h.tolerance == mlp.DEFAULT_TOLERANCE and mlp.Hyper.from_settings({}) == mlp.Hyper()

@@ -57,11 +57,24 @@ def smem_bytes(layers: tuple[int, ...], blocks: int) -> int:
     return int(4 * floats.max())
 
 
+STATIC_SMEM_ALLOWANCE = 4096  # the kernel's static shared memory (its layer plan), ~2.8 KiB
+
+
+def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
+    """One block per SM, and never more blocks than the widest layer has rows."""
+    return min(dev.sm_count, max(layers[1:]))
+
+
+def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...]) -> bool:
+    """Whether the default grid holds the net's rows in shared memory (before compiling)."""
+    return smem_bytes(layers, default_blocks(dev, layers)) + STATIC_SMEM_ALLOWANCE <= dev.smem_per_block_optin
+
+
 def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
          blocks: int | None, flag_barrier: bool = False) -> tuple[int, int]:
     """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
-    one block per SM, and never more blocks than the widest layer has rows."""
-    g = blocks or min(dev.sm_count, max(layers[1:]), threads if flag_barrier else dev.sm_count)
+    default_blocks, at most `threads` with the flag barrier."""
+    g = blocks or min(default_blocks(dev, layers), threads if flag_barrier else dev.sm_count)
     if flag_barrier and g > threads:
         raise NnbenchError(f"--blocks {g}: the barrier polls one block's flag per thread, so fused with "
                            f"THREADS={threads} runs at most {threads} blocks")

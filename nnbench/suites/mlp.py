@@ -44,6 +44,12 @@ class Hyper:
     init_scale: float = 4.0
     init: str = "glorot"
 
+    @classmethod
+    def from_settings(cls, settings: dict, **given) -> Hyper:
+        """What the user gave, else the net's setting (configs/nets.yaml), else the default."""
+        known = {k: v for k, v in settings.items() if k in cls.__dataclass_fields__}
+        return cls(**{**known, **{k: v for k, v in given.items() if v is not None}})
+
     def check(self) -> None:
         if not self.rate > 0:
             raise NnbenchError(f"--rate {self.rate}: the learning rate must be > 0")
@@ -382,8 +388,7 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     return out
 
 
-def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
-               blocks: int | None):
+def fused_net(backend, params: dict, compiled, layers, init, train, hyper: Hyper, blocks: int | None):
     from nnbench.suites import fused
     return fused.FusedNet(backend, backend.load(compiled, "fused_train"), params, layers, init, train, hyper.rate,
                           hyper.momentum, blocks)
@@ -394,7 +399,7 @@ def train_fused(backend, variant: Variant, params: dict, compiled, layers, init,
     """`fused`: launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent kernel, each timed
     with CUDA events (so the load and store of the weights at each launch's ends are included)."""
     from nnbench.suites import fused
-    net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
+    net = fused_net(backend, params, compiled, layers, init, train, hyper, blocks)
     out = Outcome(variant.name, launches_per_iteration=1)
     out.threads_per_iteration = net.blocks * net.threads
     out.busy_threads_mean = float(net.blocks * net.threads)
@@ -511,13 +516,13 @@ def check_version(backend, variant: Variant, params: dict, compiled, layers, ini
     reference (the weights themselves barely move, so comparing them would hide a wrong update).
     Outputs and deltas start as NaN, so a neuron a kernel never writes poisons the result."""
     if "fused" in variant.tags:
-        net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
+        net = fused_net(backend, params, compiled, layers, init, train, hyper, blocks)
         backend.fill_nan(net.d_out, sum(layers[1:]))
         net.train(CHECK_ITERATIONS, -1.0)
     else:
         net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
-        backend.fill_nan(net.d_out, sum(layers[1:]))
-        backend.fill_nan(net.d_delta, sum(layers[1:]))
+        for buf in (net.d_out, net.d_delta):
+            backend.fill_nan(buf, sum(layers[1:]))
         for s in range(CHECK_ITERATIONS):
             net.callable(net.step_launches(s % len(train)))()
     backend.synchronize()
@@ -548,8 +553,7 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     if dev is None:
         return "sequential"
     from nnbench.suites import fused
-    blocks = min(dev.sm_count, max(layers[1:]))
-    return "fused" if fused.smem_bytes(layers, blocks) + 4096 <= dev.smem_per_block_optin else "kcm-mass"
+    return "fused" if fused.fits_on_chip(dev, layers) else "kcm-mass"
 
 
 def plan(names: list[str], backend: str) -> list[tuple[Variant, dict]]:
