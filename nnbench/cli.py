@@ -459,11 +459,21 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
 @click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
               help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
-                   "where a net does not fit on chip), or "
-                   "sequential without a GPU. Choices: " + ", ".join(v.name for v in registry.suite_variants("mlp")))
+                   "where a net does not fit on chip; batched with --batch), or "
+                   "sequential (batched-numpy) without a GPU. Choices: "
+                   + ", ".join(v.name for v in registry.suite_variants("mlp")))
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samples per step. 1 trains per sample, as the seed; B > 1 runs the mini-batch versions "
+                   "(batched, batched-cublas, batched-numpy) for a fixed number of --epochs.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="With --batch: epochs over the noisy training set (default 10).")
+@click.option("--train-samples", type=click.IntRange(min=1), default=None,
+              help="With --batch: noisy training letters (default 65,536).")
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
-@click.option("--rate", type=float, default=None, help="Learning rate (default: the net's setting, else 0.3).")
+@click.option("--rate", type=float, default=None,
+              help="Learning rate (default: the net's setting, else 0.3; with --batch, the net's batch_rate, else 1, "
+                   "on the batch's mean error).")
 @click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
 @click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
                                                            "most this (default 1e-5, as in the seed).")
@@ -482,22 +492,26 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="Held-out noisy copies of each letter in the test set.")
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
 @click.option("--torch-iterations", type=click.IntRange(min=10), default=2000, show_default=True,
-              help="Iterations of each PyTorch row (its time per iteration is what is compared).")
+              help="Iterations of each per-sample PyTorch row (its time per iteration is what is compared).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="CSV path (default results/train-<gpu>-<time>.csv).")
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
-def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, max_iterations, seed, init_kind,
-          init_scale, blocks, test_per_letter, compare, torch_iterations, csv_path, letters, backend) -> None:
-    """Train the seed's character-recognition MLP per sample, verify each version, and compare.
+def train(net, layers_text, version_names, batch, epochs, train_samples, encoding, rate, momentum, tolerance,
+          max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations, csv_path,
+          letters, backend) -> None:
+    """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
+    and compare.
 
     \b
     Examples:
       nnbench train --net 8                    # the fastest GPU version, to convergence
       nnbench train --net 1 -V all --compare torch
       nnbench train --layers 120,300,7 -V mass --max-iterations 5000
+      nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch
     """
     from nnbench import nets as nets_mod
+    from nnbench.suites import batched as batched_mod
     from nnbench.suites import mlp
     if net and layers_text:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
@@ -518,54 +532,68 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
         raise NnbenchError(f"--encoding {encoding} does not match {label}'s input width {layers[0]}")
     if layers[-1] != 7:
         raise NnbenchError(f"{label} has {layers[-1]} outputs; the targets are 7-bit ASCII codes, so it needs 7")
+    names = list(version_names)
+    batched_names = [v.name for v in batched_mod.versions()]
+    mini = batch > 1 or any(n in batched_names for n in names)
+    pool = batched_mod.versions() if mini else mlp.versions()
+    if names == ["all"]:
+        names = [v.name for v in pool]
+    for n in names:
+        if n not in [v.name for v in registry.suite_variants("mlp")]:
+            raise NnbenchError(f"--version {n}: unknown; choose from all, "
+                               + ", ".join(v.name for v in registry.suite_variants("mlp")))
+        if n not in [v.name for v in pool]:
+            raise NnbenchError(f"--version {n}: trains one sample at a time; with --batch {batch} choose from "
+                               + ", ".join(batched_names) if mini else
+                               f"--version {n}: a mini-batch version; give --batch B > 1 with it")
+    if mini:
+        for opt, given in (("--tolerance", tolerance), ("--max-iterations", max_iterations), ("--blocks", blocks)):
+            if given is not None:
+                raise NnbenchError(f"{opt}: applies to per-sample training; with --batch, training runs --epochs")
+        rate = tuned.get("batch_rate", batched_mod.DEFAULT_RATE) if rate is None else rate  # not the per-sample rate
+        epochs, train_samples = epochs or batched_mod.DEFAULT_EPOCHS, train_samples or batched_mod.DEFAULT_TRAIN_SAMPLES
+        if train_samples < batch:
+            raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
+    else:
+        for opt, given in (("--epochs", epochs), ("--train-samples", train_samples)):
+            if given is not None:
+                raise NnbenchError(f"{opt}: applies to mini-batch training; give --batch B > 1 with it")
     hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
                                     max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
-    names = list(version_names)
-    if names == ["all"]:
-        names = [v.name for v in mlp.versions()]
-    for n in names:
-        if n not in [v.name for v in mlp.versions()]:
-            raise NnbenchError(f"--version {n}: unknown; choose from all, "
-                               + ", ".join(v.name for v in mlp.versions()))
     be = _open(backend)
     if not names:
-        names = [mlp.default_version(be, layers)]
+        names = [batched_mod.default_version(be) if mini else mlp.default_version(be, layers)]
         if be.name != "cuda":
-            err.print("[yellow]nnbench: no GPU: training the sequential (NumPy) version[/]")
-    chosen = mlp.plan(names, be.name)
+            err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
+    chosen = mlp.plan(names, be.name, pool)
     env = results.environment(be)
     out.print(_device_line(env))
-    out.print(f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
-              f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
-              f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum} · "
-              f"tolerance {hyper.tolerance:g} · "
-              f"at most {hyper.max_iterations:,} iterations")
-    path = csv_path or results.default_path("train", env["gpu"])
-    sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
-    records = []
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), TextColumn("{task.completed:,.0f} it"),
-                        TextColumn("error {task.fields[error]}"), TimeElapsedColumn(), console=err)
-    tasks = {}
-
-    def on_progress(name, it, e):
-        if name not in tasks:
-            tasks[name] = progress.add_task(name, total=hyper.max_iterations, error="—")
-        progress.update(tasks[name], completed=it, error=f"{e:.2e}")
-
+    head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
+            f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
+            f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
     torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
-    try:
-        with progress:
-            for rec in mlp.run(be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes,
-                               torch_iterations=torch_iterations, progress=on_progress, env=env, blocks=blocks):
-                rec.update(net=label)
-                sink.append(rec)
-                records.append(rec)
-    finally:
-        sink.close()
-    clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
-    out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
+    path = csv_path or results.default_path("train", env["gpu"])
+    if mini:
+        out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
+        sink = results.CsvSink(path, fields=results.BATCH_FIELDS)
+        total = epochs * (train_samples // batch)
+        records = _stream(sink, total, "step", lambda progress: batched_mod.run(
+            be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
+            progress=progress, env=env), label)
+        clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
+                 if be.name == "cuda" else "host clock")
+        out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
+        check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
+    else:
+        out.print(f"{head} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} iterations")
+        sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
+        records = _stream(sink, hyper.max_iterations, "it", lambda progress: mlp.run(
+            be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
+            progress=progress, env=env, blocks=blocks), label)
+        clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
+        out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
+        check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
     if compare == "torch" and be.name != "cuda":
         out.print("PyTorch comparison: needs the GPU backend")
     shown = next((r for r in records if r.get("_outcome") is not None and r["_outcome"].test_outputs is not None), None)
@@ -573,12 +601,37 @@ def train(net, layers_text, version_names, encoding, rate, momentum, tolerance, 
         out.print(_letters_view(shown, layers, mlp))
     for r in records:
         if r.get("status") in results.FAILED:
-            why = r.get("error") or f"weights after {mlp.CHECK_ITERATIONS} iterations differ from the float64 " \
-                                    f"reference by {r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
+            why = r.get("error") or f"{check_what} differ from the float64 reference by " \
+                                    f"{r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
             out.print(f"[red]{r['status']}[/] {r['version']}: {why}")
     out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
+
+
+def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:
+    """Run `records(progress)`, a generator of result rows, with a rich progress bar per version
+    (current error in it); each row goes to the CSV the moment it exists."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                        TextColumn("{task.completed:,.0f} " + unit), TextColumn("error {task.fields[error]}"),
+                        TimeElapsedColumn(), console=err)
+    tasks, rows = {}, []
+
+    def on_progress(name, done, e):
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=total, error="—")
+        progress.update(tasks[name], completed=done, error=f"{e:.2e}")
+
+    try:
+        with progress:
+            for rec in records(on_progress):
+                rec.update(net=label)
+                sink.append(rec)
+                rows.append(rec)
+    finally:
+        sink.close()
+    return rows
 
 
 def _letters_view(rec: dict, layers, mlp) -> str:

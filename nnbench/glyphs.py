@@ -114,6 +114,11 @@ class Dataset:
     def __len__(self) -> int:
         return len(self.letters)
 
+    def take(self, rows) -> Dataset:
+        """The samples at `rows` (a slice or an index array), in that order."""
+        idx = np.arange(len(self))[rows]
+        return Dataset(self.x[idx], self.t[idx], [self.letters[i] for i in idx])
+
 
 def clean(bits: int) -> Dataset:
     """The 52 letters, once each: the seed's training set."""

@@ -18,7 +18,7 @@ from nnbench.yamlnodes import compose, fail, integer, mapping, number, sequence,
 NETS_FILE = paths.CONFIGS / "nets.yaml"
 
 
-SETTING_KEYS = ["init", "init_scale", "rate", "momentum", "max_iterations"]
+SETTING_KEYS = ["init", "init_scale", "rate", "momentum", "max_iterations", "batch_rate"]
 INITS = ["glorot", "centered"]  # nnbench.suites.mlp.init_params says what each is
 
 

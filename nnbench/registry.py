@@ -51,6 +51,8 @@ class Variant:
     backend: str = "cuda"
     kernel: str = "gemm"
     tags: tuple[str, ...] = field(default=())
+    # Parameter sets the runtime chooses among by timing them on the real shapes (batched: per GEMM).
+    candidates: tuple[tuple[tuple[str, int], ...], ...] = ()
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -157,6 +159,19 @@ _WARPTILE_RULES = (
     _FLOAT4_LOADS_SHARED,
 )
 
+# Step 8's parameters, launch and footprint: also the batched MLP trainer's GEMMs (same mainloop).
+_TF32X3 = dict(
+    params=(_p("BM", 128, (64, 128), "block tile rows (m)"),
+            _p("BN", 64, (64, 128), "block tile columns (n)"),
+            _p("BK", 16, (8, 16), "k-slice staged in shared memory"),
+            _p("WM", 32, (16, 32, 64), "warp tile rows (whole m16 tiles)"),
+            _p("WN", 64, (8, 16, 32, 64), "warp tile columns (whole n8 tiles)"),
+            _MIN_BLOCKS),
+    derived=(("THREADS", "32 * (BM // WM) * (BN // WN)"),),
+    rules=(_WARPS_COVER_BLOCK, _THREADS_FIT, _FLOAT4_LOADS_SHARED),
+    block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * (BM + 8) + BK * (BN + 8)) * 4",
+)
+
 GEMM: tuple[Variant, ...] = (
     Variant(
         "gemm", "naive", 1, "one thread per C element, operands from global memory",
@@ -223,17 +238,7 @@ GEMM: tuple[Variant, ...] = (
     ),
     Variant(
         "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
-        "gemm/08_tf32x3.cu",
-        params=(_p("BM", 128, (64, 128), "block tile rows (m)"),
-                _p("BN", 64, (64, 128), "block tile columns (n)"),
-                _p("BK", 16, (8, 16), "k-slice staged in shared memory"),
-                _p("WM", 32, (16, 32, 64), "warp tile rows (whole m16 tiles)"),
-                _p("WN", 64, (8, 16, 32, 64), "warp tile columns (whole n8 tiles)"),
-                _MIN_BLOCKS),
-        derived=(("THREADS", "32 * (BM // WM) * (BN // WN)"),),
-        rules=(_WARPS_COVER_BLOCK, _THREADS_FIT, _FLOAT4_LOADS_SHARED),
-        block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * (BM + 8) + BK * (BN + 8)) * 4",
-        tags=("tensor-core",),
+        "gemm/08_tf32x3.cu", tags=("tensor-core",), **_TF32X3,
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",
@@ -272,6 +277,16 @@ MLP: tuple[Variant, ...] = (
             "mlp/05_fused.cu", params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
                                        _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
             tags=("fused",), block="(THREADS,)", grid="(1,)"),
+    # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
+    Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
+            None, backend="cpu", tags=("batched",)),
+    Variant("mlp", "batched", 8, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
+            "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
+            candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
+            **dict(_TF32X3, params=tuple(replace(p, choices=(16, 32)) if p.name == "WM" else p  # 64 x 64 spills
+                                         for p in _TF32X3["params"]))),
+    Variant("mlp", "batched-cublas", 9, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+            "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
 
 ALL: tuple[Variant, ...] = GEMM + MLP

@@ -40,6 +40,15 @@ TRAIN_SETTINGS = ["init", "init_scale", "rate", "momentum", "tolerance", "max_it
                   "status", "error"]
 TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
 
+# `nnbench train --batch B`: one row per (net, batch, version).
+BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding", "batch"]
+BATCH_MEASUREMENT = ["us_per_step", "step_iqr_pct", "samples_per_s", "tflops", "flops_per_step", "gemm_us",
+                     "other_us", "roles_us", "cublas_gemm_us", "vs_cublas_gemms", "launches_per_step", "train_seconds"]
+BATCH_QUALITY = ["epochs", "steps", "steps_per_epoch", "train_samples", "final_error", "train_accuracy",
+                 "test_accuracy", "test_samples"]
+BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "status", "error"]
+BATCH_FIELDS = BATCH_IDENTITY + BATCH_MEASUREMENT + BATCH_QUALITY + BATCH_SETTINGS + ENVIRONMENT
+
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
 FAILED = {"FAIL", "ERROR"}

@@ -119,10 +119,28 @@ def train_table(records: list[dict], title: str) -> Table:
         t.add_row(r["version"], _num(r.get("iterations"), ",d"), "yes" if r.get("converged") else "no",
                   _num(r.get("final_error"), ".1e"), _num(r.get("us_per_iteration"), ",.1f"),
                   _num(r.get("us_per_feedforward"), ",.1f"), _num(r.get("speedup_vs_sequential"), ".1f"),
-                  _num(None if r.get("train_accuracy") is None else 100 * r["train_accuracy"], ".0f") + "%",
-                  _num(None if r.get("test_accuracy") is None else 100 * r["test_accuracy"], ".1f") + "%",
+                  _pct(r.get("train_accuracy"), ".0f"), _pct(r.get("test_accuracy"), ".1f"),
                   _num(r.get("launches_per_iteration"), "d"), _num(r.get("threads_per_launch"), ",.0f"),
                   _num(r.get("speedup_per_thread"), ".2g"), _num(r.get("speedup_per_busy_core"), ".2g"),
                   _num(r.get("gflops"), ",.1f"), _num(r.get("pct_peak"), ".2f"),
                   _num(r.get("weights_rel_err"), ".1e"), _status(r.get("status", "")))
     return t
+
+
+def batch_table(records: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("version", "µs/step", "±IQR", "samples/s", "TFLOP/s", "GEMM µs", "other µs", "×cuBLAS GEMMs",
+                 "launches", "steps", "error", "train acc", "test acc", "check", ""):
+        t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
+    for r in records:
+        t.add_row(r["version"], _num(r.get("us_per_step"), ",.1f"), _num(r.get("step_iqr_pct"), ".1f") + "%",
+                  _num(r.get("samples_per_s"), ",.0f"), _num(r.get("tflops"), ".2f"), _num(r.get("gemm_us"), ",.1f"),
+                  _num(r.get("other_us"), ",.1f"), _num(r.get("vs_cublas_gemms"), ".2f"),
+                  _num(r.get("launches_per_step"), "d"), _num(r.get("steps"), ",d"), _num(r.get("final_error"), ".2e"),
+                  _pct(r.get("train_accuracy"), ".0f"), _pct(r.get("test_accuracy"), ".1f"),
+                  _num(r.get("weights_rel_err"), ".1e"), _status(r.get("status", "")))
+    return t
+
+
+def _pct(fraction, fmt: str) -> str:
+    return _num(None if fraction is None else 100 * fraction, fmt) + "%"

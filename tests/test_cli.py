@@ -62,6 +62,14 @@ def one_line_error(res, *needles):
     (["train", "--net", "1", "-V", "turbo"], ["--version turbo", "kcm-mass"]),
     (["train", "--net", "1", "--init-scale", "0"], ["--init-scale 0", "> 0"]),
     (["train", "--net", "1", "--init", "he"], ["--init he", "glorot, centered"]),
+    (["train", "--net", "1", "--batch", "256", "-V", "kcm"], ["--version kcm", "one sample at a time",
+                                                            "batched, batched-cublas"]),
+    (["train", "--net", "1", "-V", "batched", "-V", "kcm"], ["--version kcm", "one sample at a time"]),
+    (["train", "--net", "1", "--batch", "256", "--tolerance", "1e-3"], ["--tolerance", "--epochs"]),
+    (["train", "--net", "1", "--epochs", "3"], ["--epochs", "--batch B > 1"]),
+    (["train", "--net", "1", "--batch", "0"], ["--batch", "0"]),
+    (["train", "--net", "1", "--batch", "512", "--train-samples", "100", "--backend", "cpu"],
+     ["--train-samples 100", "one batch of 512"]),
 ])
 def test_bad_input_is_one_line_exit_2(args, needles):
     one_line_error(run(*args), *needles)
@@ -141,3 +149,16 @@ def test_train_sequential_on_the_cpu(tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0].keys()) == results.TRAIN_FIELDS
     assert rows[0]["version"] == "sequential" and rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"
+
+
+def test_train_batched_on_the_cpu(tmp_path):
+    path = tmp_path / "b.csv"
+    res = run("train", "--net", "1", "--backend", "cpu", "--batch", "100", "--epochs", "2", "--train-samples", "1000",
+              "--test-per-letter", "2", "--csv", str(path))
+    assert res.exit_code == 0, res.output
+    assert "batched-numpy" in res.output and "B = 100" in res.output and "A 1000001->" in res.output
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0].keys()) == results.BATCH_FIELDS
+    r = rows[0]
+    assert r["version"] == "batched-numpy" and r["steps"] == "20" and r["batch"] == "100" and r["status"] == "PASS"
+    assert float(r["us_per_step"]) > 0 and 0 <= float(r["test_accuracy"]) <= 1

@@ -6,7 +6,7 @@ import pytest
 
 from nnbench import glyphs, nets
 from nnbench.runtime.compile import compile_sources
-from nnbench.suites import mlp
+from nnbench.suites import batched, mlp
 
 pytestmark = pytest.mark.gpu
 
@@ -101,3 +101,50 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
     errors = [e for _, e in out.error_curve]
     assert out.converged and out.iterations == 52 * len(errors)
     assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])
+
+
+# -- mini-batch versions --------------------------------------------------------------------------
+BATCHED = batched.versions("cuda")
+
+
+@pytest.fixture(scope="module")
+def batched_compiled(cuda_backend):
+    return {v.name: batched.compile_version(cuda_backend.arch, v) for v in BATCHED}
+
+
+@pytest.mark.parametrize("net,batch", [("1", 256), ("8", 256), ("1", 1000), ("8", 1000), ("2", 1)])
+def test_batched_versions_match_the_reference(cuda_backend, batched_compiled, net, batch):
+    """Weight changes after batched.CHECK_STEPS steps against the float64 reference, activations,
+    deltas and gradient slices poisoned with NaN, for every tile set the tuner may pick; 1000 is a
+    batch no tile divides."""
+    layers = nets.get(net).layers
+    init = mlp.init_params(layers, 0, 5.0, "centered")
+    train = batched.training_set(layers[0], batch * batched.CHECK_STEPS + 7, seed=0)
+    hyper = mlp.Hyper(rate=1.0, momentum=0.8)
+    for v in BATCHED:
+        if "cublas" in v.tags:
+            pytest.importorskip("cupy")
+        for params, comp in batched_compiled[v.name]:
+            net_ = batched.open_net(cuda_backend, v, [(params, comp)], layers, init, train, batch, hyper)
+            err = batched.check(net_, init, train, hyper)
+            assert err <= mlp.CHECK_RTOL, (v.name, params, err)
+
+
+def test_batched_versions_train_alike_and_report(cuda_backend):
+    """One short run through `run`: every version verified, the same error curve to float32
+    precision (same data, order and initial weights), and the report's figures present."""
+    layers = nets.get(2).layers
+    chosen = mlp.plan([v.name for v in batched.versions()], "cuda", batched.versions())
+    hyper = mlp.Hyper(rate=1.0, momentum=0.5)
+    recs = list(batched.run(cuda_backend, chosen, layers, hyper, batch=64, epochs=2, train_samples=640,
+                            test_per_letter=2, torch_modes=("eager",)))
+    assert [r["status"] for r in recs] == ["PASS"] * len(recs)
+    curves = {r["version"]: [e for _, e in r["_outcome"].error_curve] for r in recs}
+    for name, c in curves.items():
+        assert len(c) == 2 and c == pytest.approx(curves["batched-numpy"], rel=1e-3), name
+    for r in recs:
+        assert r["steps"] == 20 and r["us_per_step"] > 0 and r["samples_per_s"] > 0
+    gpu = {r["version"]: r for r in recs if r["version"] in ("batched", "batched-cublas")}
+    for r in gpu.values():
+        assert r["gemm_us"] > 0 and r["other_us"] > 0 and r["cublas_gemm_us"] > 0
+    assert all(f"{role}=" in gpu["batched"]["params"] for role in batched.GEMM_ROLES)

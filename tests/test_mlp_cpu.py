@@ -46,7 +46,8 @@ def test_nets_match_the_seed():
             assert net.feedforward_macs == SEED_MACS[name]
     # The seed says 3,051,400 for Net 8, which its own totals cannot give; these layers give:
     assert nets.get(8).feedforward_macs == 3_110_700
-    assert dict(nets.get(2).settings) == {"init_scale": 2.0, "rate": 0.5, "momentum": 0.5, "max_iterations": 2_000_000}
+    assert dict(nets.get(2).settings) == {"init_scale": 2.0, "rate": 0.5, "momentum": 0.5, "max_iterations": 2_000_000,
+                                          "batch_rate": 3.0}
     assert dict(nets.get(8).settings)["init"] == "centered"
 
 
@@ -173,3 +174,58 @@ def test_hyper_takes_the_users_value_then_the_nets_then_the_default():
     h = mlp.Hyper.from_settings(net8, rate=0.5, momentum=None, tolerance=None)
     assert (h.rate, h.momentum, h.init, h.max_iterations) == (0.5, net8["momentum"], "centered", 2_000_000)
     assert h.tolerance == mlp.DEFAULT_TOLERANCE and mlp.Hyper.from_settings({}) == mlp.Hyper()
+
+
+def test_batched_step_is_the_mean_of_per_sample_gradients():
+    """With momentum 0 and fresh velocities, a batch step moves the weights by -rate times the mean
+    of the per-sample gradients (mlp.gradient, itself checked against finite differences); with
+    B = 1 it is exactly the per-sample step."""
+    from nnbench.suites import batched
+    layers = (60, 9, 8, 7)
+    init = mlp.init_params(layers, 3, 4.0)
+    data = batched.training_set(60, 13, seed=5)  # an odd batch of 13 noisy letters
+    params, vel = [W.copy() for W in init], [np.zeros_like(W) for W in init]
+    e = batched.step(params, vel, data.x, data.t, 0.7, 0.0)
+    grads = [mlp.gradient(init, x, t) for x, t in zip(data.x, data.t)]
+    for l, W0 in enumerate(init):
+        mean = np.mean([g[l] for g in grads], axis=0)
+        np.testing.assert_allclose(params[l] - W0, -0.7 * mean, rtol=1e-10, atol=1e-13)
+    assert e == pytest.approx(np.mean([mlp.error(init, x, t) for x, t in zip(data.x, data.t)]), rel=1e-12)
+    one, v1 = [W.copy() for W in init], [np.zeros_like(W) for W in init]
+    ref, vr = [W.copy() for W in init], [np.zeros_like(W) for W in init]
+    for s in range(3):
+        batched.step(one, v1, data.x[s:s + 1], data.t[s:s + 1], 0.3, 0.8)
+        mlp.step(ref, vr, data.x[s], data.t[s], 0.3, 0.8)
+    for a, b in zip(one, ref):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_batched_gemm_shapes_and_flops():
+    from nnbench.suites import batched
+    layers = nets.get(8).layers
+    shapes = batched.gemm_shapes(layers, 4096)
+    assert len(shapes) == 3 * 15 - 1  # the first layer's input needs no delta
+    assert shapes[0] == ("forward", 500, 4096, 121) and shapes[1] == ("weight-gradient", 121, 500, 4096)
+    assert ("backward-data", 500, 4096, 500) in shapes
+    macs = sum(n_out * (n_in + 1) for n_in, n_out in zip(layers, layers[1:]))
+    assert batched.flops_per_step(layers, 4096) == pytest.approx(
+        2 * 4096 * (2 * macs + sum(a * b for a, b in zip(layers[1:-1], layers[2:]))) + 5 * macs)
+
+
+def test_batched_training_set_interleaves_letters():
+    from nnbench.suites import batched
+    d = batched.training_set(120, 1000, seed=0)
+    assert len(d) == 1000 and d.letters[:52] == list(glyphs.LETTERS)
+    assert set(d.letters[52:104]) == set(glyphs.LETTERS)
+
+
+def test_batched_numpy_learns_net_1():
+    """Five epochs of batch 64 over 2,048 noisy letters lift Net 1 well above chance (1/128)."""
+    from nnbench.suites import batched
+    layers = nets.get(1).layers
+    init = mlp.init_params(layers, 0, 4.0)
+    train = batched.training_set(60, 2048, seed=0)
+    test = glyphs.noisy(60, 2, seed=1)
+    out = batched.train_numpy(layers, init, train, test, 64, 5, mlp.Hyper(rate=3.0))
+    assert out.steps == 5 * 32 and out.error_curve[-1][1] < out.error_curve[0][1]
+    assert out.test_accuracy > 0.2

@@ -160,7 +160,8 @@ def flops_per_feedforward(layers: tuple[int, ...]) -> float:
 
 # -- versions -------------------------------------------------------------------------------------
 def versions(backend: str | None = None) -> list[Variant]:
-    return registry.suite_variants("mlp", backend)
+    """The per-sample versions (the mini-batch ones are nnbench.suites.batched's)."""
+    return [v for v in registry.suite_variants("mlp", backend) if "batched" not in v.tags]
 
 
 @dataclass
@@ -424,41 +425,50 @@ def _gpu_outputs(backend, net: GpuNet, data: glyphs.Dataset) -> tuple[np.ndarray
     return np.array(outs), ms
 
 
-def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool) -> Outcome:
-    """The same net, data, initial weights and optimizer in PyTorch on the GPU: eager, or one
-    training step captured as a CUDA graph and replayed per sample. torch.optim.SGD with momentum
-    m and lr r on E follows exactly the trajectory of the update above."""
+def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1) -> Outcome:
+    """The same net, data, initial weights and optimizer in PyTorch on the GPU (TF32 off): eager,
+    or one training step captured as a CUDA graph and replayed per step. torch.optim.SGD with
+    momentum m and lr r on E follows exactly the trajectory of the update above. With batch > 1 an
+    iteration is one step over the next `batch` samples on the batch's mean E (the mini-batch
+    trainer's math, nnbench/suites/batched.py), and the training set's tail short of a batch is unused."""
     import torch
+    import torch.nn.functional as F
 
+    torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
     Ws = [torch.tensor(W[:, :-1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
     bs = [torch.tensor(W[:, -1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
     opt = torch.optim.SGD([p for pair in zip(Ws, bs) for p in pair], lr=hyper.rate, momentum=hyper.momentum)
     X = torch.tensor(train.x, dtype=torch.float32, device=dev)
     T = torch.tensor(train.t, dtype=torch.float32, device=dev)
+    steps_per_epoch = len(train) // batch
+
+    def sample(s):  # a sample (a vector) per sample, else a batch (samples as rows)
+        return (X[s], T[s]) if batch == 1 else (X[s * batch:(s + 1) * batch], T[s * batch:(s + 1) * batch])
 
     def forward_t(x):
         o = x
         for W, b in zip(Ws, bs):
-            o = torch.sigmoid(W @ o + b)
+            o = torch.sigmoid(F.linear(o, W, b))
         return o
 
     def step_t(x, t):
         opt.zero_grad(set_to_none=False)
-        loss = 0.5 * ((t - forward_t(x)) ** 2).sum()
+        loss = 0.5 * ((t - forward_t(x)) ** 2).sum() / batch
         loss.backward()
         opt.step()
         return loss.detach()
 
     out = Outcome("torch-graph" if graph else "torch-eager")
     if graph:
-        xs, ts = X[0].clone(), T[0].clone()
+        xs, ts = (a.clone() for a in sample(0))
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up steps create the momentum buffers before capture
             for s in range(3):
-                xs.copy_(X[s])
-                ts.copy_(T[s])
+                x, t = sample(s % steps_per_epoch)
+                xs.copy_(x)
+                ts.copy_(t)
                 step_t(xs, ts)
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
@@ -467,19 +477,20 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         done = 3
 
         def one(s):
-            xs.copy_(X[s])
-            ts.copy_(T[s])
+            x, t = sample(s)
+            xs.copy_(x)
+            ts.copy_(t)
             g.replay()
             return loss_static
     else:
         done = 0
 
         def one(s):
-            return step_t(X[s], T[s])
+            return step_t(*sample(s))
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     total_ms, it = 0.0, done
     while it < iterations:
-        n = min(len(train), iterations - it)
+        n = min(steps_per_epoch, iterations - it)
         errors = torch.zeros((), device=dev)
         start.record()
         for s in range(n):
@@ -489,18 +500,18 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         total_ms += start.elapsed_time(end)
         it += n
         out.final_error = float(errors) / n
+        out.error_curve.append((it, out.final_error))
     out.iterations = it
     out.seconds_per_iteration = total_ms * 1e-3 / max(1, it - done)
     with torch.no_grad():
         Xt = torch.tensor(test.x, dtype=torch.float32, device=dev)
         start.record()
-        outs = [forward_t(Xt[s]) for s in range(len(test))]
+        outs = [forward_t(Xt[s]) for s in range(len(test))] if batch == 1 else [forward_t(Xt)]
         end.record()
         end.synchronize()
         out.seconds_per_feedforward = start.elapsed_time(end) * 1e-3 / len(test)
-        out.test_outputs = torch.stack(outs).double().cpu().numpy()
-        out.train_accuracy = accuracy(torch.stack([forward_t(X[s]) for s in range(len(train))]).cpu().numpy(),
-                                      train.t)
+        out.test_outputs = torch.cat([o.reshape(-1, len(init[-1])) for o in outs]).double().cpu().numpy()
+        out.train_accuracy = accuracy(forward_t(X).cpu().numpy(), train.t)
     out.test_accuracy = accuracy(out.test_outputs, test.t)
     return out
 
@@ -556,15 +567,16 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     return "fused" if fused.fits_on_chip(dev, layers) else "kcm-mass"
 
 
-def plan(names: list[str], backend: str) -> list[tuple[Variant, dict]]:
-    all_ = {v.name: v for v in versions()}
+def plan(names: list[str], backend: str, pool: list[Variant] | None = None) -> list[tuple[Variant, dict]]:
+    all_ = {v.name: v for v in (versions() if pool is None else pool)}
+    cpu = ", ".join(v.name for v in all_.values() if v.backend == "cpu")
     out = []
     for name in names:
         if name not in all_:
             raise NnbenchError(f"--version {name}: unknown; choose from {', '.join(all_)}")
         v = all_[name]
         if v.backend != backend and v.backend != "cpu":
-            raise NnbenchError(f"--version {name}: needs a GPU; the {backend} backend runs: sequential")
+            raise NnbenchError(f"--version {name}: needs a GPU; the {backend} backend runs: {cpu}")
         out.append((v, v.defaults()))
     return out
 

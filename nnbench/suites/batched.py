@@ -1,0 +1,605 @@
+"""Mini-batch training of the character-recognition MLP (`nnbench train --batch B`).
+
+The math is the per-sample trainer's (nnbench/suites/mlp.py) with the gradient averaged over a
+batch of B samples, so B = 1 is exactly the per-sample step:
+  v = momentum * v + rate * (1/B) sum_b d_l,b o_(l-1),b^T;   W += v
+and the reported error is the mean over samples of E = 1/2 sum (t - o)^2.
+
+Versions (registry tag "batched"):
+  batched-numpy   NumPy float32 on the host, a BLAS GEMM per layer and direction (the CPU path);
+  batched         our GEMMs (the ladder's 3xTF32 mainloop) with sigmoid and slope fused into their
+                  epilogues, split-K weight gradients (kernels_cu/mlp/06_batched.cu);
+  batched-cublas  the same GEMMs through cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as
+                  separate passes (kernels_cu/mlp/07_batched_cublas.cu);
+and, with --compare torch, PyTorch eager and CUDA-graph rows (mlp.train_torch with a batch).
+
+Every version trains the same fixed number of epochs over the same noisy training set in the same
+order, from the same initial weights, so their test accuracies are comparable. Each GPU version is
+first checked against the float64 reference after CHECK_STEPS steps, with activations, deltas and
+gradient slices poisoned with NaN.
+
+Knows nothing about click or rich.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnbench import glyphs, measure, registry
+from nnbench.errors import NnbenchError
+from nnbench.registry import Variant
+from nnbench.runtime.compile import compile_sources
+from nnbench.suites import mlp
+
+DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
+DEFAULT_TRAIN_SAMPLES = 65_536
+DEFAULT_EPOCHS = 10
+CHECK_STEPS = 3
+GEMM_ROLES = ("forward", "backward-data", "weight-gradient")
+STEP_TIMING = measure.TimingSettings(budget_s=0.3, min_samples=10, max_noise=0.01)
+LAUNCH_TIMING = measure.TimingSettings(budget_s=0.05, min_samples=5, max_noise=0.05)
+
+
+# -- the math, in any float dtype (float64: the reference; float32: the CPU version) ---------------
+def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
+    """Outputs of every layer for the batch X (samples as rows)."""
+    outs = [X]
+    for W in params:
+        outs.append(mlp.sigmoid(outs[-1] @ W[:, :-1].T + W[:, -1]))
+    return outs
+
+
+def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
+    """One mini-batch step, in place; returns the batch's mean E before the update."""
+    outs = forward(params, X)
+    o = outs[-1]
+    e = T - o
+    deltas = [o * (1 - o) * e]
+    for l in range(len(params) - 1, 0, -1):
+        h = outs[l]
+        deltas.append(h * (1 - h) * (deltas[-1] @ params[l][:, :-1]))
+    deltas.reverse()
+    scale = rate / len(X)
+    for l, (W, v, d) in enumerate(zip(params, vel, deltas)):
+        v *= momentum
+        v[:, :-1] += scale * (d.T @ outs[l])
+        v[:, -1] += scale * d.sum(axis=0)
+        W += v
+    return 0.5 * float(np.sum(e * e)) / len(X)
+
+
+def reference_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int) -> list[np.ndarray]:
+    ref = [W.copy() for W in init]
+    vel = [np.zeros_like(W) for W in init]
+    for j in range(steps):
+        sl = slice(j * batch, (j + 1) * batch)
+        step(ref, vel, data.x[sl], data.t[sl], hyper.rate, hyper.momentum)
+    return ref
+
+
+def training_set(bits: int, samples: int, seed: int, flips: int = 2) -> glyphs.Dataset:
+    """`samples` noisy letters (every letter equally often, then interleaved so that any batch
+    sees all letters), from a seed of its own so it never overlaps the test set."""
+    per_letter = -(-samples // len(glyphs.LETTERS))
+    d = glyphs.noisy(bits, per_letter, seed=seed + 1000, flips=flips)
+    order = np.arange(len(d)).reshape(len(glyphs.LETTERS), per_letter).T.ravel()[:samples]
+    return d.take(order)
+
+
+# -- costs ----------------------------------------------------------------------------------------
+def gemm_shapes(layers: tuple[int, ...], batch: int) -> list[tuple[str, int, int, int]]:
+    """(role, M, N, K) of the GEMMs of one step as the kernels run them: the bias is folded in as
+    a row of ones under each layer's inputs (kernels_cu/mlp/batched_common.cuh)."""
+    out = []
+    for l, (n_in, n_out) in enumerate(zip(layers, layers[1:])):
+        out.append(("forward", n_out, batch, n_in + 1))
+        if l > 0:
+            out.append(("backward-data", n_in, batch, n_out))
+        out.append(("weight-gradient", n_in + 1, n_out, batch))
+    return out
+
+
+def flops_per_step(layers: tuple[int, ...], batch: int) -> float:
+    """The GEMMs' 2MNK, plus 5 per weight for the momentum update (as mlp.flops_per_iteration)."""
+    weights = sum(n_out * (n_in + 1) for n_in, n_out in zip(layers, layers[1:]))
+    return sum(2.0 * m * n * k for _, m, n, k in gemm_shapes(layers, batch)) + 5.0 * weights
+
+
+# -- the GPU state ---------------------------------------------------------------------------------
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def round4(n: int) -> int:
+    return _cdiv(n, 4) * 4
+
+
+@dataclass(frozen=True)
+class GemmKernel:
+    """One GEMM kernel of 06_batched.cu as compiled for one tile set."""
+
+    kernel: object  # a loaded runtime Kernel
+    params: tuple[tuple[str, int], ...]
+    threads: int
+    resident: int  # blocks per SM, by the occupancy calculation
+
+    def __getattr__(self, name: str) -> int:  # BM, BN, BK, ... of the tile set
+        p = dict(object.__getattribute__(self, "params"))
+        if name in p:
+            return p[name]
+        raise AttributeError(name)
+
+    @property
+    def label(self) -> str:
+        p = dict(self.params)
+        return f"{p['BM']}x{p['BN']}x{p['BK']}/{p['WM']}x{p['WN']}"
+
+
+GEMM_KERNELS = {"forward": "forward_sigmoid", "backward-data": "backward_delta", "weight-gradient": "weight_gradient"}
+
+
+def load_gemms(backend, variant: Variant, params: dict, compiled) -> dict[str, GemmKernel]:
+    """The three GEMM kernels of one compiled tile set, by role."""
+    threads = variant.threads(params)
+    out = {}
+    for role, name in GEMM_KERNELS.items():
+        k = backend.load(compiled, name)
+        out[role] = GemmKernel(k, tuple(sorted(params.items())), threads,
+                               max(1, backend.occupancy(k, threads).blocks_per_sm))
+    return out
+
+
+@dataclass
+class StepLaunch:
+    role: str  # forward, backward-data, weight-gradient (the GEMMs), or another pass
+    run: object  # no-argument callable that enqueues it
+
+
+class BatchedNet:
+    """A net's batch state on the GPU in the layout of kernels_cu/mlp/batched_common.cuh, and one
+    training step as a list of launches: on our kernels (gemm=None) or with cuBLAS GEMMs."""
+
+    def __init__(self, backend, kernels: dict, layers: tuple[int, ...], init: list[np.ndarray],
+                 train: glyphs.Dataset, batch: int, hyper: mlp.Hyper, gemms: dict[str, GemmKernel] | None = None,
+                 cublas=None, columns: int = 0) -> None:
+        self.be, self.k, self.layers, self.batch, self.hyper = backend, kernels, layers, batch, hyper
+        self.gemms, self.cublas = gemms, cublas
+        self.L = len(layers) - 1
+        self.ld_h = [round4(n + 1) for n in layers]
+        self.ld_d = [round4(n) for n in layers]  # index l: layer l's deltas (l >= 1)
+        self.cols = max(batch, columns)
+        self.H = [None] + [backend.upload(self._activations(layers[l], self.cols, math.nan))
+                           for l in range(1, self.L + 1)]
+        self.D = [None] + [backend.upload(np.full((self.cols, self.ld_d[l]), np.nan, np.float32))
+                           for l in range(1, self.L + 1)]
+        self.W, self.V, self.G, self.slices = [], [], [], []
+        for l, W0 in enumerate(init):
+            n_in, n_out = layers[l], layers[l + 1]
+            wt = np.zeros((n_out, self.ld_h[l]), np.float32)  # column-major Wt = the rows of W0, padded
+            wt[:, :n_in + 1] = W0
+            self.W.append(backend.upload(wt))
+            self.V.append(backend.upload(np.zeros_like(wt)))
+            s, kps = self._split_k(n_in + 1, n_out, batch, gemms["weight-gradient"]) if gemms else (1, batch)
+            self.slices.append((s, kps))
+            self.G.append(backend.upload(np.full((s, n_out, self.ld_h[l]), np.nan, np.float32)))
+        self.err = backend.upload(np.zeros(1, np.float32))
+        self.load(train)
+        self.tpb = 256
+        self.sms = backend.device.sm_count
+
+    def _activations(self, n: int, cols: int, fill: float) -> np.ndarray:
+        """(cols, round4(n + 1)) row-major = column-major H: `fill` above, the row of ones, zero pad."""
+        a = np.zeros((cols, round4(n + 1)), np.float32)
+        a[:, :n] = fill
+        a[:, n] = 1.0
+        return a
+
+    def _split_k(self, m: int, n: int, k: int, g: GemmKernel) -> tuple[int, int]:
+        """Slices for the weight-gradient GEMM: as many tiles as the SMs' resident blocks hold in
+        one wave, each slice at least 4 k-tiles long. Returns (slices, k per slice), k per slice a
+        multiple of BK."""
+        tiles = _cdiv(m, g.BM) * _cdiv(n, g.BN)
+        # Whole waves only: one block more than the resident slots would double the time.
+        want = max(1, min(g.resident * self.be.device.sm_count // tiles, k // (4 * g.BK)))
+        kps = _cdiv(_cdiv(k, want), g.BK) * g.BK
+        return -(-k // kps), kps
+
+    def load(self, data: glyphs.Dataset) -> None:
+        self.n = len(data)
+        self.X = self.be.upload(self._activations(self.layers[0], self.n, 0.0)
+                                + np.pad(data.x.astype(np.float32), ((0, 0), (0, self.ld_h[0] - self.layers[0]))))
+        self.T = self.be.upload(np.ascontiguousarray(data.t, dtype=np.float32))
+        self._steps: dict[int, list[StepLaunch]] = {}
+
+    # -- launches ---------------------------------------------------------------------------------
+    def _p(self, buf, floats: int = 0) -> np.intp:
+        return np.intp(int(buf) + 4 * int(floats))
+
+    def _input(self, j: int) -> np.intp:
+        return self._p(self.X, j * self.batch * self.ld_h[0])
+
+    def _gemm(self, role: str, shape: tuple[int, int, int], args: tuple, sig: str, slices: int = 1):
+        m, n, _ = shape
+        g = self.gemms[role]
+        grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
+        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
+
+    def _pass(self, name: str, total: int, args: tuple, sig: str):
+        grid = (max(1, min(-(-total // self.tpb), 8 * self.sms)), 1, 1)
+        return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig)
+
+    def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
+        out = []
+        for l in range(self.L):
+            n_in, n_out = self.layers[l], self.layers[l + 1]
+            hin, ldin = (x, self.ld_h[0]) if l == 0 else (self._p(self.H[l]), self.ld_h[l])
+            shape = (n_out, cols, n_in + 1)
+            if self.cublas is None:
+                out.append(StepLaunch("forward", self._gemm(
+                    "forward", shape, (self._p(self.W[l]), np.int32(self.ld_h[l]), hin, np.int32(ldin),
+                                               self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1])), "iiiPiPiPi")))
+            else:  # H = Wt^T Hin, then the sigmoid as its own pass
+                out.append(StepLaunch("forward", self.cublas.sgemm(
+                    True, False, shape, 1.0, int(self.W[l]), self.ld_h[l], int(hin), ldin, 0.0,
+                    int(self.H[l + 1]), self.ld_h[l + 1])))
+                out.append(StepLaunch("sigmoid", self._pass(
+                    "sigmoid_columns", n_out * cols, (self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1]),
+                                                      np.int32(n_out), np.int32(cols)), "Piii")))
+        return out
+
+    def step_launches(self, j: int) -> list[StepLaunch]:
+        """Batch j's training step: forward, output deltas, then per layer from the top the
+        backward-data GEMM (with the old weights), the weight gradient and the update."""
+        if j in self._steps:
+            return self._steps[j]
+        B, L, ly = self.batch, self.L, self.layers
+        x = self._input(j)
+        seq = self.forward_launches(x, B)
+        seq.append(StepLaunch("output-delta", self._pass(
+            "output_delta_batch", ly[L] * B,
+            (self._p(self.H[L]), np.int32(self.ld_h[L]), self._p(self.T, j * B * ly[L]), self._p(self.D[L]),
+             np.int32(self.ld_d[L]), np.int32(ly[L]), np.int32(B), self._p(self.err)), "PiPPiiiP")))
+        rate, mom = np.float32(self.hyper.rate / B), np.float32(self.hyper.momentum)
+        for l in range(L, 0, -1):  # weight layer l (1-based) maps H_(l-1) to H_l
+            n_in, n_out = ly[l - 1], ly[l]
+            hin, ldin = (x, self.ld_h[0]) if l == 1 else (self._p(self.H[l - 1]), self.ld_h[l - 1])
+            w, ldw = self._p(self.W[l - 1]), self.ld_h[l - 1]
+            if l > 1:
+                shape = (n_in, B, n_out)
+                if self.cublas is None:
+                    seq.append(StepLaunch("backward-data", self._gemm(
+                        "backward-data", shape, (w, np.int32(ldw), self._p(self.D[l]), np.int32(self.ld_d[l]),
+                                                  self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin,
+                                                  np.int32(ldin)), "iiiPiPiPiPi")))
+                else:
+                    seq.append(StepLaunch("backward-data", self.cublas.sgemm(
+                        False, False, shape, 1.0, int(w), ldw, int(self.D[l]), self.ld_d[l], 0.0,
+                        int(self.D[l - 1]), self.ld_d[l - 1])))
+                    seq.append(StepLaunch("slope", self._pass(
+                        "scale_by_slope", n_in * B, (self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin,
+                                                     np.int32(ldin), np.int32(n_in), np.int32(B)), "PiPiii")))
+            shape = (n_in + 1, n_out, B)
+            slices, kps = self.slices[l - 1] if self.cublas is None else (1, B)
+            stride = n_out * ldw
+            if self.cublas is None:
+                seq.append(StepLaunch("weight-gradient", self._gemm(
+                    "weight-gradient", shape, (hin, np.int32(ldin), self._p(self.D[l]), np.int32(self.ld_d[l]),
+                                               self._p(self.G[l - 1]), np.int32(ldw), np.int32(kps),
+                                               np.int64(stride)), "iiiPiPiPiiq", slices)))
+            else:  # G = Hin D^T (cuBLAS picks its own split)
+                seq.append(StepLaunch("weight-gradient", self.cublas.sgemm(
+                    False, True, shape, 1.0, int(hin), ldin, int(self.D[l]), self.ld_d[l], 0.0,
+                    int(self.G[l - 1]), ldw)))
+            seq.append(StepLaunch("update", self._pass(
+                "momentum_update", (n_in + 1) * n_out,
+                (w, self._p(self.V[l - 1]), self._p(self.G[l - 1]), np.int32(ldw), np.int32(n_in + 1),
+                 np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff")))
+        self._steps[j] = seq
+        return seq
+
+    @staticmethod
+    def callable(launches: list[StepLaunch]):
+        fns = [la.run for la in launches]
+
+        def run():
+            for f in fns:
+                f()
+        return run
+
+    # -- state ------------------------------------------------------------------------------------
+    def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for l, W0 in enumerate(init):
+            wt = self.be.download(self.W[l], np.zeros((W0.shape[0], self.ld_h[l]), np.float32))
+            out.append(wt[:, :W0.shape[1]].astype(np.float64))
+        return out
+
+    def error_reset(self) -> None:
+        self.be.write(self.err, np.zeros(1, np.float32))
+
+    def error_sum(self) -> float:
+        return float(self.be.download(self.err, np.zeros(1, np.float32))[0])
+
+    def feedforward(self, data: glyphs.Dataset) -> tuple[np.ndarray, float]:
+        """Outputs for every sample of `data` (at most `columns` samples) and the device ms."""
+        if len(data) > self.cols:
+            raise ValueError(f"{len(data)} samples; this net holds {self.cols} columns")
+        x = self.be.upload(self._activations(self.layers[0], len(data), 0.0)
+                           + np.pad(data.x.astype(np.float32), ((0, 0), (0, self.ld_h[0] - self.layers[0]))))
+        ms = self.be.timed(self.callable(self.forward_launches(self._p(x), len(data))), 1)
+        h = self.be.download(self.H[self.L], np.zeros((self.cols, self.ld_h[self.L]), np.float32))
+        return h[:len(data), :self.layers[self.L]].astype(np.float64), ms
+
+
+class CublasGemm:
+    """Column-major cuBLAS SGEMM through CuPy on nnbench's buffers, TF32 off: launchers for
+    C = alpha op(A) op(B) + beta C."""
+
+    def __init__(self, backend) -> None:
+        from nnbench.suites.gemm import Cublas
+        c = Cublas(backend)
+        if c.via != "cupy":
+            raise NnbenchError(f"batched-cublas needs CuPy's cuBLAS ({c.reason or 'CuPy is not installed'})")
+        self.cb, self.h = c._cublas, c._handle
+
+    def sgemm(self, trans_a: bool, trans_b: bool, shape, alpha: float, a: int, lda: int, b: int, ldb: int,
+              beta: float, c: int, ldc: int):
+        m, n, k = shape
+        al, be = np.array([alpha], np.float32), np.array([beta], np.float32)
+        cb, h, ta, tb = self.cb, self.h, int(trans_a), int(trans_b)
+        return lambda: cb.sgemm(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb, be.ctypes.data, c, ldc)
+
+
+# -- training -------------------------------------------------------------------------------------
+@dataclass
+class Outcome:
+    version: str
+    steps: int = 0
+    epochs: int = 0
+    final_error: float = math.nan
+    seconds_per_step: float = math.nan  # median of steady-state samples
+    step_iqr_pct: float = math.nan
+    train_seconds: float = 0.0  # the whole fixed-epoch training, events (GPU) or host clock
+    role_us: dict = field(default_factory=dict)  # role -> microseconds per step (sum of launch medians)
+    test_accuracy: float = math.nan
+    train_accuracy: float = math.nan
+    launches_per_step: int = 0
+    test_outputs: np.ndarray | None = field(default=None, repr=False)
+    error_curve: list[tuple[int, float]] = field(default_factory=list)
+
+
+def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, run_epoch, progress) -> None:
+    """run_epoch() trains one epoch and returns (seconds, summed E over its samples)."""
+    for e in range(epochs):
+        seconds, err_sum = run_epoch()
+        out.train_seconds += seconds
+        out.steps += steps_per_epoch
+        out.epochs = e + 1
+        out.final_error = err_sum / (steps_per_epoch * batch)
+        out.error_curve.append((out.steps, out.final_error))
+        if progress:
+            progress(out.steps, out.final_error)
+
+
+def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.Hyper, progress=None) -> Outcome:
+    """`batched-numpy`: the reference's math in float32 on the host."""
+    params = [W.astype(np.float32) for W in init]
+    vel = [np.zeros_like(W) for W in params]
+    x, t = train.x.astype(np.float32), train.t.astype(np.float32)
+    steps = len(train) // batch
+    out = Outcome("batched-numpy", launches_per_step=0)
+    rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
+
+    def run_epoch():
+        t0 = time.perf_counter()
+        total = sum(step(params, vel, x[j * batch:(j + 1) * batch], t[j * batch:(j + 1) * batch], rate, mom) * batch
+                    for j in range(steps))
+        return time.perf_counter() - t0, total
+
+    _fixed_epochs(out, epochs, steps, batch, run_epoch, progress)
+    out.seconds_per_step = out.train_seconds / out.steps
+    out.test_outputs = forward(params, test.x.astype(np.float32))[-1].astype(np.float64)
+    out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
+    out.train_accuracy = mlp.accuracy(forward(params, x)[-1], train.t)
+    return out
+
+
+def check(net: BatchedNet, init, train, hyper: mlp.Hyper) -> float:
+    """Weight changes after CHECK_STEPS steps against the float64 reference (mlp.weight_change_error)."""
+    for j in range(CHECK_STEPS):
+        net.callable(net.step_launches(j))()
+    net.be.synchronize()
+    ref = reference_weights(init, train, net.batch, hyper, CHECK_STEPS)
+    return mlp.weight_change_error(net.weights(init), ref, init)
+
+
+def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
+    steps = net.n // net.batch
+    epoch = [net.callable(net.step_launches(j)) for j in range(steps)]
+    out = Outcome(name, launches_per_step=len(net.step_launches(0)))
+
+    def run_epoch():
+        net.error_reset()
+        ms = net.be.timed(lambda: [f() for f in epoch], 1)
+        return ms * 1e-3, net.error_sum()
+
+    _fixed_epochs(out, epochs, steps, net.batch, run_epoch, progress)
+    out.test_outputs = net.feedforward(test)[0]
+    out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
+    train_out = np.concatenate([net.feedforward(train.take(slice(i, i + net.cols)))[0]
+                                for i in range(0, len(train), net.cols)])
+    out.train_accuracy = mlp.accuracy(train_out, train.t)
+    # Steady state, after the accuracy is taken (these steps go on training on batch 0).
+    stats = measure.measure(net.be, epoch[0], STEP_TIMING)
+    out.seconds_per_step, out.step_iqr_pct = stats.median_ms * 1e-3, stats.iqr_pct
+    out.role_us = role_times(net.be, net.step_launches(0))
+    return out
+
+
+def role_times(backend, launches: list[StepLaunch],
+               settings: measure.TimingSettings = LAUNCH_TIMING) -> dict[str, float]:
+    """Microseconds per step by role: each launch timed alone (median), summed per role."""
+    out: dict[str, float] = {}
+    for la in launches:
+        out[la.role] = out.get(la.role, 0.0) + 1e3 * measure.measure(backend, la.run, settings).median_ms
+    return out
+
+
+# -- versions, tiles and tuning -------------------------------------------------------------------
+def versions(backend: str | None = None) -> list[Variant]:
+    return [v for v in registry.suite_variants("mlp", backend) if "batched" in v.tags]
+
+
+def default_version(backend) -> str:
+    return "batched" if getattr(backend, "device", None) is not None else "batched-numpy"
+
+
+def tile_sets(variant: Variant) -> list[dict]:
+    """The parameter sets a version is compiled for: its defaults, then its tuning candidates."""
+    sets = [variant.defaults()] + [dict(variant.defaults(), **dict(c)) for c in variant.candidates]
+    return [dict(t) for t in dict.fromkeys(tuple(sorted(p.items())) for p in sets)]
+
+
+def compile_version(arch: str, variant: Variant) -> list[tuple[dict, object]]:
+    """(params, compiled module or the exception) for each of the version's tile sets."""
+    sets = tile_sets(variant)
+    return list(zip(sets, compile_sources(arch, [(variant.source, p) for p in sets])))
+
+
+ELEMENTWISE = ("output_delta_batch", "momentum_update", "sigmoid_columns", "scale_by_slope")
+
+
+def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hyper, columns: int = 0,
+             gemms: dict[str, GemmKernel] | None = None, cublas: CublasGemm | None = None) -> BatchedNet:
+    """A fresh net for `variant` from its compile_version output; our GEMMs are the first tile
+    set's unless `gemms` (from `tune`) says otherwise."""
+    params, comp = compiled[0]
+    kernels = {}
+    for name in ELEMENTWISE:
+        try:
+            kernels[name] = backend.load(comp, name)
+        except Exception:  # noqa: BLE001 - each module holds its own passes only
+            continue
+    if "cublas" in variant.tags:
+        return BatchedNet(backend, kernels, layers, init, train, batch, hyper, cublas=cublas or CublasGemm(backend),
+                          columns=columns)
+    return BatchedNet(backend, kernels, layers, init, train, batch, hyper,
+                      gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns)
+
+
+TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05)
+
+
+def tune(backend, variant: Variant, compiled, layers, init, train, batch, hyper) -> dict[str, GemmKernel]:
+    """For each GEMM role, the tile set whose launches take least time on this net and batch:
+    every set is timed on the step's real shapes (a quick median per launch), as cuBLAS's
+    heuristics pick a kernel per shape, but measured rather than predicted."""
+    best: dict[str, tuple[float, GemmKernel]] = {}
+    first = train.take(slice(0, batch))
+    for params, comp in compiled:
+        gemms = load_gemms(backend, variant, params, comp)
+        net = open_net(backend, variant, [(params, comp)], layers, init, first, batch, hyper, gemms=gemms)
+        launches = net.step_launches(0)
+        net.callable(launches)()  # every activation and delta written once before timing
+        times = role_times(backend, [la for la in launches if la.role in GEMM_ROLES], TUNE_TIMING)
+        for role, us in times.items():
+            if role not in best or us < best[role][0]:
+                best[role] = (us, gemms[role])
+    return {role: g for role, (_, g) in best.items()}
+
+
+# -- the command's whole job ----------------------------------------------------------------------
+def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: mlp.Hyper, batch: int,
+        epochs: int = DEFAULT_EPOCHS, train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10,
+        flips: int = 2, torch_modes: tuple[str, ...] = (), progress=None, env: dict | None = None):
+    """Yield one record per version (then per PyTorch mode), each GPU version verified first."""
+    if train_samples < batch:
+        raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
+    train = training_set(layers[0], train_samples, hyper.seed, flips)
+    test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
+    init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
+    steps_per_epoch = len(train) // batch
+    compiled = {v.name: compile_version(backend.arch, v) for v, _ in chosen if v.backend != "cpu"}
+    flops = flops_per_step(layers, batch)
+    base = dict(suite="mlp-batched", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
+                epochs=epochs, train_samples=len(train), steps_per_epoch=steps_per_epoch, init=hyper.init,
+                init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, seed=hyper.seed,
+                test_samples=len(test), flops_per_step=flops, **(env or {}))
+    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, batch, hyper) if backend.name == "cuda" else None
+    for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
+        rec = dict(base, version=v.name, step=v.step, params="")
+        say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
+        if v.backend == "cpu":
+            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say)
+            rec["status"] = "PASS"
+        else:
+            comp = compiled[v.name]
+            broken = next((c for _, c in comp if isinstance(c, Exception)), None)
+            if broken is not None:
+                yield dict(rec, status="ERROR", error=str(broken))
+                continue
+            try:
+                gemms = None if "cublas" in v.tags else tune(backend, v, comp, layers, init, train, batch, hyper)
+                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms)
+                err = check(net, init, train, hyper)
+                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms)
+            except NnbenchError as e:
+                yield dict(rec, status="SKIP", error=str(e))
+                continue
+            rec.update(weights_rel_err=err, status="PASS" if err <= mlp.CHECK_RTOL else "FAIL",
+                       params="sgemm via cupy, TF32 off" if gemms is None else
+                       " ".join(f"{role}={g.label}" for role, g in gemms.items()))
+            out = train_gpu(net, v.name, train, test, epochs, say)
+        yield _record(rec, out, cublas_gemm_us)
+    for mode in torch_modes:
+        rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum), TF32 off", status="PASS")
+        try:
+            out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
+                                  batch=batch)
+        except ImportError:
+            yield dict(rec, status="SKIP", error="PyTorch is not installed")
+            continue
+        yield _record(rec, _from_torch(out, batch, steps_per_epoch), cublas_gemm_us)
+
+
+def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
+    """Microseconds per step of the step's GEMMs alone through cuBLAS (the target's yardstick),
+    or None without CuPy."""
+    try:
+        cublas = CublasGemm(backend)
+    except NnbenchError:
+        return None
+    v = registry.get("mlp", "batched-cublas")
+    net = open_net(backend, v, compile_version(backend.arch, v), layers, init, train.take(slice(0, batch)), batch,
+                   hyper, cublas=cublas)
+    launches = net.step_launches(0)
+    net.callable(launches)()
+    return sum(role_times(backend, [la for la in launches if la.role in GEMM_ROLES]).values())
+
+
+def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
+    out = Outcome(t.version, steps=t.iterations, epochs=t.iterations // steps_per_epoch, final_error=t.final_error,
+                  seconds_per_step=t.seconds_per_iteration, test_accuracy=t.test_accuracy,
+                  train_accuracy=t.train_accuracy, test_outputs=t.test_outputs, error_curve=t.error_curve)
+    out.train_seconds = t.seconds_per_iteration * t.iterations
+    return out
+
+
+def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
+    s = out.seconds_per_step
+    gemm = sum(us for role, us in out.role_us.items() if role in GEMM_ROLES) if out.role_us else None
+    other = sum(us for role, us in out.role_us.items() if role not in GEMM_ROLES) if out.role_us else None
+    rec.update(
+        steps=out.steps, epochs_run=out.epochs, final_error=out.final_error, us_per_step=s * 1e6,
+        step_iqr_pct=out.step_iqr_pct, samples_per_s=rec["batch"] / s if s > 0 else None,
+        tflops=rec["flops_per_step"] / s / 1e12 if s > 0 else None, train_seconds=out.train_seconds,
+        gemm_us=gemm, other_us=other, roles_us=" ".join(f"{k}={v:.1f}" for k, v in out.role_us.items()) or None,
+        launches_per_step=out.launches_per_step or None,
+        cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
+        train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy)
+    rec["_outcome"] = out
+    return rec
