@@ -17,24 +17,7 @@
 #include "common/tf32x3.cuh"
 #include "mlp/batched_common.cuh"
 
-#ifndef BM
-#define BM 128
-#endif
-#ifndef BN
-#define BN 64
-#endif
-#ifndef BK
-#define BK 16
-#endif
-#ifndef WM
-#define WM 32
-#endif
-#ifndef WN
-#define WN 64
-#endif
-#ifndef MIN_BLOCKS
-#define MIN_BLOCKS 1
-#endif
+#include "common/tf32x3_params.cuh"
 template <bool A_KCONTIG, bool B_KCONTIG>
 using Block = Tf32x3Block<BM, BN, BK, WM, WN, A_KCONTIG, B_KCONTIG>;
 #define THREADS (Block<false, false>::THREADS)

@@ -56,15 +56,9 @@ def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
 def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
     """One mini-batch step, in place; returns the batch's mean E before the update."""
     outs = forward(params, X)
-    o = outs[-1]
-    e = T - o
-    deltas = [o * (1 - o) * e]
-    for l in range(len(params) - 1, 0, -1):
-        h = outs[l]
-        deltas.append(h * (1 - h) * (deltas[-1] @ params[l][:, :-1]))
-    deltas.reverse()
+    e = T - outs[-1]
     scale = rate / len(X)
-    for l, (W, v, d) in enumerate(zip(params, vel, deltas)):
+    for l, (W, v, d) in enumerate(zip(params, vel, mlp.deltas(params, outs, e))):
         v *= momentum
         v[:, :-1] += scale * (d.T @ outs[l])
         v[:, -1] += scale * d.sum(axis=0)
@@ -179,10 +173,8 @@ class BatchedNet:
         self.W, self.V, self.G, self.slices = [], [], [], []
         for l, W0 in enumerate(init):
             n_in, n_out = layers[l], layers[l + 1]
-            wt = np.zeros((n_out, self.ld_h[l]), np.float32)  # column-major Wt = the rows of W0, padded
-            wt[:, :n_in + 1] = W0
-            self.W.append(backend.upload(wt))
-            self.V.append(backend.upload(np.zeros_like(wt)))
+            self.W.append(backend.upload(self._padded(W0, l)))
+            self.V.append(backend.upload(self._padded(np.zeros_like(W0), l)))
             s, kps = self._split_k(n_in + 1, n_out, batch, gemms["weight-gradient"]) if gemms else (1, batch)
             self.slices.append((s, kps))
             self.G.append(backend.upload(np.full((s, n_out, self.ld_h[l]), np.nan, np.float32)))
@@ -311,10 +303,28 @@ class BatchedNet:
         return run
 
     # -- state ------------------------------------------------------------------------------------
+    def _padded(self, W: np.ndarray, l: int) -> np.ndarray:
+        """Layer l's (n_out, n_in + 1) weights as column-major Wt: its rows, padded to the ld."""
+        wt = np.zeros((W.shape[0], self.ld_h[l]), np.float32)
+        wt[:, :W.shape[1]] = W
+        return wt
+
+    def set_state(self, params: list[np.ndarray], vel: list[np.ndarray]) -> None:
+        """Weights and velocities from the host (to measure one step from a reference's state)."""
+        for l, (W, v) in enumerate(zip(params, vel)):
+            self.be.write(self.W[l], self._padded(W, l))
+            self.be.write(self.V[l], self._padded(v, l))
+
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
+        return self._download(self.W, init)
+
+    def velocities(self, init: list[np.ndarray]) -> list[np.ndarray]:
+        return self._download(self.V, init)
+
+    def _download(self, bufs, like: list[np.ndarray]) -> list[np.ndarray]:
         out = []
-        for l, W0 in enumerate(init):
-            wt = self.be.download(self.W[l], np.zeros((W0.shape[0], self.ld_h[l]), np.float32))
+        for l, W0 in enumerate(like):
+            wt = self.be.download(bufs[l], np.zeros((W0.shape[0], self.ld_h[l]), np.float32))
             out.append(wt[:, :W0.shape[1]].astype(np.float64))
         return out
 

@@ -105,18 +105,24 @@ def forward(params: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
     return outs
 
 
+def deltas(params: list[np.ndarray], outs: list[np.ndarray], e: np.ndarray) -> list[np.ndarray]:
+    """Every layer's deltas from the outputs `outs` of a forward pass and the output error e = t - o,
+    for one sample (vectors) or a batch (samples as rows): d_L = o(1-o)e, d_l = h(1-h)(W_(l+1)^T d)."""
+    o = outs[-1]
+    out = [o * (1 - o) * e]
+    for l in range(len(params) - 1, 0, -1):
+        h = outs[l]
+        out.append(h * (1 - h) * (out[-1] @ params[l][:, :-1]))  # d @ W == W^T d, row by row for a batch
+    out.reverse()
+    return out
+
+
 def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.ndarray, rate: float,
          momentum: float) -> float:
     """One per-sample backprop iteration, in place; returns the sample's E (before the update)."""
     outs = forward(params, x)
-    o = outs[-1]
-    e = t - o
-    deltas = [o * (1 - o) * e]
-    for l in range(len(params) - 1, 0, -1):
-        h = outs[l]
-        deltas.append(h * (1 - h) * (params[l][:, :-1].T @ deltas[-1]))
-    deltas.reverse()
-    for l, (W, v, d) in enumerate(zip(params, vel, deltas)):
+    e = t - outs[-1]
+    for l, (W, v, d) in enumerate(zip(params, vel, deltas(params, outs, e))):
         v *= momentum
         v[:, :-1] += rate * np.outer(d, outs[l])
         v[:, -1] += rate * d
@@ -127,13 +133,8 @@ def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.n
 def gradient(params: list[np.ndarray], x: np.ndarray, t: np.ndarray) -> list[np.ndarray]:
     """dE/dW for every layer, by the same backward pass (the gradient check tests this)."""
     outs = forward(params, x)
-    o = outs[-1]
-    deltas = [o * (1 - o) * (t - o)]
-    for l in range(len(params) - 1, 0, -1):
-        h = outs[l]
-        deltas.append(h * (1 - h) * (params[l][:, :-1].T @ deltas[-1]))
-    deltas.reverse()
-    return [-np.hstack([np.outer(d, outs[l]), d[:, None]]) for l, d in enumerate(deltas)]
+    return [-np.hstack([np.outer(d, outs[l]), d[:, None]])
+            for l, d in enumerate(deltas(params, outs, t - outs[-1]))]
 
 
 def error(params: list[np.ndarray], x: np.ndarray, t: np.ndarray) -> float:
