@@ -24,11 +24,26 @@ out = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
 err = Console(stderr=True, highlight=False)
 
 
+ARGV: list[str] = []  # this invocation's arguments, for starting the same command as MPI ranks
+
+
+def _who() -> str:
+    """'rank R: ' inside one rank of several (so a dying rank names itself), else ''."""
+    from nnbench.runtime.exchange import started_size
+    if started_size() <= 1:
+        return ""
+    import os
+    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+                 if v in os.environ), "?")
+    return f"rank {rank}: "
+
+
 class NnbenchGroup(click.Group):
     """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
 
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
+        ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
         except click.exceptions.Exit as e:
@@ -37,10 +52,10 @@ class NnbenchGroup(click.Group):
             click.echo("nnbench: aborted", err=True)
             sys.exit(130)
         except click.ClickException as e:
-            click.echo(f"nnbench: error: {e.format_message()}", err=True)
+            click.echo(f"nnbench: error: {_who()}{e.format_message()}", err=True)
             sys.exit(2)
         except NnbenchError as e:
-            click.echo(f"nnbench: error: {e}", err=True)
+            click.echo(f"nnbench: error: {_who()}{e}", err=True)
             sys.exit(2)
         sys.exit(rc if isinstance(rc, int) else 0)
 
@@ -80,8 +95,8 @@ def param_options(suite: str):
     return deco
 
 
-def _open(backend: str):
-    be, note = open_backend(backend)
+def _open(backend: str, device: int = 0):
+    be, note = open_backend(backend, device)
     if note:
         err.print(f"[yellow]nnbench: {note}[/]")
     return be
@@ -469,6 +484,12 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="With --batch: epochs over the noisy training set (default 10).")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None,
               help="With --batch: noisy training letters (default 65,536).")
+@click.option("--gpus", "--ranks", "ranks", type=click.IntRange(min=1), default=None,
+              help="With --batch: data-parallel over N MPI ranks, one per GPU (on the CPU backend, N processes). "
+                   "nnbench starts mpirun itself, or runs as the ranks of an mpirun/srun it was started under.")
+@click.option("--allreduce", "allreduce", type=click.Choice(["nccl", "mpi"]), default=None,
+              help="Gradient exchange with --gpus: nccl (device-side, the default) or mpi (the seed's: through "
+                   "the host). The CPU backend always uses mpi.")
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
 @click.option("--rate", type=float, default=None,
@@ -497,9 +518,9 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="CSV path (default results/train-<gpu>-<time>.csv).")
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
-def train(net, layers_text, version_names, batch, epochs, train_samples, encoding, rate, momentum, tolerance,
-          max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations, csv_path,
-          letters, backend) -> None:
+def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, encoding, rate, momentum,
+          tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
+          csv_path, letters, backend) -> None:
     """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
     and compare.
 
@@ -509,6 +530,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, encodin
       nnbench train --net 1 -V all --compare torch
       nnbench train --layers 120,300,7 -V mass --max-iterations 5000
       nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch
+      nnbench train --net 8 --batch 16384 --gpus 4 --allreduce nccl
     """
     from nnbench import nets as nets_mod
     from nnbench.suites import batched as batched_mod
@@ -561,7 +583,10 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, encodin
     hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
                                     max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
-    be = _open(backend)
+    world = _data_parallel(ranks, allreduce, mini, batch, backend)
+    be = _open(backend, world.local_rank if world else 0)
+    if world is not None:
+        _rank_consoles(world.rank)
     if not names:
         names = [batched_mod.default_version(be) if mini else mlp.default_version(be, layers)]
         if be.name != "cuda":
@@ -576,11 +601,15 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, encodin
     path = csv_path or results.default_path("train", env["gpu"])
     if mini:
         out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
-        sink = results.CsvSink(path, fields=results.BATCH_FIELDS)
+        if world is not None:
+            out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
+                      f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
+        sink = (results.CsvSink(path, fields=results.BATCH_FIELDS) if world is None or world.rank == 0
+                else results.NullSink())
         total = epochs * (train_samples // batch)
         records = _stream(sink, total, "step", lambda progress: batched_mod.run(
             be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
-            progress=progress, env=env), label)
+            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl"), label)
         clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
                  if be.name == "cuda" else "host clock")
         out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
@@ -607,6 +636,42 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, encodin
     out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
+
+
+def _rank_consoles(rank: int) -> None:
+    """Inside MPI ranks: rank 0 reports for all, the others stay silent; mpirun hands the ranks a
+    pseudo-terminal, so rich would otherwise colour and squeeze the table into 80 columns."""
+    global out, err
+    out = Console(highlight=False, width=180, color_system=None, quiet=rank != 0)
+    err = Console(stderr=True, highlight=False, color_system=None, quiet=rank != 0)
+
+
+def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: int, backend: str):
+    """The MPI world this process is a rank of; or, when --gpus N > 1 asks for ranks that do not
+    exist yet, start them (mpirun running this same command) and exit with their status."""
+    from nnbench.runtime import exchange
+    started = exchange.started_size()
+    if (ranks or 1) == 1 and started == 1:
+        if allreduce is not None:
+            raise NnbenchError(f"--allreduce {allreduce}: applies with --gpus N > 1")
+        return None
+    if not mini:
+        raise NnbenchError("--gpus: data-parallel training runs mini-batches; give --batch B > 1")
+    if started > 1:
+        if ranks is not None and ranks != started:
+            raise NnbenchError(f"--gpus {ranks}: this run was started as {started} MPI ranks; give --gpus {started} "
+                               "or leave it out")
+        return exchange.world()
+    if batch % ranks:
+        raise NnbenchError(f"--batch {batch} does not split evenly over --gpus {ranks}: give a multiple of {ranks} "
+                           "(uneven splits are refused, so every rank's step takes the same time)")
+    if backend != "cpu":
+        from nnbench.runtime import device_count
+        have = device_count()
+        if have < ranks and backend == "cuda":
+            raise NnbenchError(f"--gpus {ranks}: this machine has {have} GPU(s); give at most {have}, or "
+                               "--backend cpu for CPU ranks")
+    sys.exit(exchange.launch(ranks, ARGV))
 
 
 def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:

@@ -41,9 +41,10 @@ TRAIN_SETTINGS = ["init", "init_scale", "rate", "momentum", "tolerance", "max_it
 TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
 
 # `nnbench train --batch B`: one row per (net, batch, version).
-BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding", "batch"]
+BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding", "batch", "ranks", "exchange"]
 BATCH_MEASUREMENT = ["us_per_step", "step_iqr_pct", "samples_per_s", "tflops", "flops_per_step", "gemm_us",
-                     "other_us", "roles_us", "cublas_gemm_us", "vs_cublas_gemms", "launches_per_step", "train_seconds"]
+                     "other_us", "compute_us", "comm_us", "roles_us", "cublas_gemm_us", "vs_cublas_gemms",
+                     "launches_per_step", "train_seconds"]
 BATCH_QUALITY = ["epochs", "steps", "steps_per_epoch", "train_samples", "final_error", "train_accuracy",
                  "test_accuracy", "test_samples"]
 BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "status", "error"]
@@ -120,6 +121,16 @@ class CsvSink:
 
     def close(self) -> None:
         self._f.close()
+
+
+class NullSink:
+    """Where the other ranks of a data-parallel run send their rows: rank 0 writes the CSV."""
+
+    def append(self, record: dict) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
 
 
 def case_key(suite: str, variant: str, params: str, shape: str, cold) -> str:

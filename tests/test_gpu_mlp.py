@@ -148,3 +148,29 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
     for r in gpu.values():
         assert r["gemm_us"] > 0 and r["other_us"] > 0 and r["cublas_gemm_us"] > 0
     assert all(f"{role}=" in gpu["batched"]["params"] for role in batched.GEMM_ROLES)
+
+
+@pytest.mark.parametrize("exchange", ["nccl", "mpi"])
+def test_data_parallel_gpus_match_one_gpu(tmp_path, exchange):
+    """Two GPUs, one MPI rank each (nnbench starts mpirun): every version passes the check against
+    the float64 reference of the global batch, and trains like the single-GPU run."""
+    import csv
+    import shutil
+
+    from click.testing import CliRunner
+
+    from nnbench.cli import cli
+    from nnbench.runtime import device_count
+    if device_count() < 2 or shutil.which("mpirun") is None:
+        pytest.skip("needs 2 GPUs and mpirun")
+    args = ["train", "--net", "8", "--batch", "1024", "-V", "batched", "-V", "batched-cublas", "--epochs", "1",
+            "--train-samples", "8192", "--no-letters"]
+    one, two = tmp_path / "one.csv", tmp_path / "two.csv"
+    assert CliRunner().invoke(cli, [*args, "--csv", str(one)]).exit_code == 0
+    res = CliRunner().invoke(cli, [*args, "--gpus", "2", "--allreduce", exchange, "--csv", str(two)])
+    assert res.exit_code == 0, res.output
+    rows1, rows2 = list(csv.DictReader(one.open())), list(csv.DictReader(two.open()))
+    for a, b in zip(rows1, rows2):
+        assert b["status"] == "PASS" and b["ranks"] == "2" and b["exchange"] == exchange
+        assert float(b["final_error"]) == pytest.approx(float(a["final_error"]), rel=1e-3)
+        assert float(b["comm_us"]) > 0

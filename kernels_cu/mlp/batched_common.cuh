@@ -46,3 +46,15 @@ extern "C" __global__ void momentum_update(float* __restrict__ W, float* __restr
         W[at] += v;
     }
 }
+
+// Data-parallel runs: the split-K slices of one layer's weight gradient summed into its part of
+// the flat buffer that the ranks allreduce (momentum_update then reads it as a single slice).
+extern "C" __global__ void sum_slices(const float* __restrict__ G, int ld, int rows, int cols, int slices,
+                                      long long slice_stride, float* __restrict__ out) {
+    for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < rows * cols; idx += gridDim.x * blockDim.x) {
+        const size_t at = (size_t)(idx / rows) * ld + idx % rows;
+        float g = 0.0f;
+        for (int s = 0; s < slices; ++s) g += G[at + s * slice_stride];
+        out[at] = g;
+    }
+}

@@ -28,3 +28,12 @@ def open_backend(name: str, device: int = 0):
             from nnbench.runtime.cpu import CpuBackend
             return CpuBackend(), f"no GPU backend ({e}); running the NumPy CPU path"
     raise BackendUnavailable(f"--backend {name}: choose from cuda, cpu, auto")
+
+
+def device_count() -> int:
+    """CUDA GPUs on this machine; 0 without PyCUDA or a driver (needs no context)."""
+    try:
+        from nnbench.runtime.cuda import device_count as count
+    except BackendUnavailable:
+        return 0
+    return count()

@@ -62,6 +62,7 @@ class CudaBackend:
             raise BackendUnavailable(f"no CUDA GPU found: {INSTALL_HINT}")
         if not 0 <= ordinal < count:
             raise BackendUnavailable(f"--device {ordinal}: this machine has GPUs 0..{count - 1}")
+        self.ordinal = ordinal
         self.dev = drv.Device(ordinal)
         self.ctx = self.dev.retain_primary_context()
         self.ctx.push()

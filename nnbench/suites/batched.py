@@ -53,17 +53,29 @@ def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
     return outs
 
 
-def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
-    """One mini-batch step, in place; returns the batch's mean E before the update."""
+def gradient_sums(params: list[np.ndarray], X: np.ndarray, T: np.ndarray) -> tuple[list[np.ndarray], float]:
+    """The batch's summed update directions d o^T (bias column last) and its summed E, before any
+    update: what each data-parallel rank computes on its part of a batch before the allreduce."""
     outs = forward(params, X)
     e = T - outs[-1]
-    scale = rate / len(X)
-    for l, (W, v, d) in enumerate(zip(params, vel, mlp.deltas(params, outs, e))):
+    grads = [np.hstack([d.T @ outs[l], d.sum(axis=0)[:, None]])
+             for l, d in enumerate(mlp.deltas(params, outs, e))]
+    return grads, 0.5 * float(np.sum(e * e))
+
+
+def apply_update(params: list[np.ndarray], vel: list[np.ndarray], grads: list[np.ndarray], scale, momentum) -> None:
+    """v = momentum v + scale g; W += v, in place (scale = rate / the global batch)."""
+    for W, v, g in zip(params, vel, grads):
         v *= momentum
-        v[:, :-1] += scale * (d.T @ outs[l])
-        v[:, -1] += scale * d.sum(axis=0)
+        v += scale * g
         W += v
-    return 0.5 * float(np.sum(e * e)) / len(X)
+
+
+def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
+    """One mini-batch step, in place; returns the batch's mean E before the update."""
+    grads, e = gradient_sums(params, X, T)
+    apply_update(params, vel, grads, rate / len(X), momentum)
+    return e / len(X)
 
 
 def reference_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int) -> list[np.ndarray]:
@@ -155,29 +167,41 @@ class StepLaunch:
 
 class BatchedNet:
     """A net's batch state on the GPU in the layout of kernels_cu/mlp/batched_common.cuh, and one
-    training step as a list of launches: on our kernels (gemm=None) or with cuBLAS GEMMs."""
+    training step as a list of launches: on our kernels (`gemms`) or with cuBLAS GEMMs.
+
+    Data-parallel (`exchange` given, this net one of `ranks`): `batch` is the global batch, of
+    which this rank trains the slice `rank`; the weight gradients of all layers are summed into
+    one flat buffer, allreduced in one call, and only then applied, identically on every rank."""
 
     def __init__(self, backend, kernels: dict, layers: tuple[int, ...], init: list[np.ndarray],
                  train: glyphs.Dataset, batch: int, hyper: mlp.Hyper, gemms: dict[str, GemmKernel] | None = None,
-                 cublas=None, columns: int = 0) -> None:
-        self.be, self.k, self.layers, self.batch, self.hyper = backend, kernels, layers, batch, hyper
-        self.gemms, self.cublas = gemms, cublas
+                 cublas=None, columns: int = 0, exchange=None, rank: int = 0, ranks: int = 1) -> None:
+        self.be, self.k, self.layers, self.hyper = backend, kernels, layers, hyper
+        self.gemms, self.cublas, self.exchange, self.rank = gemms, cublas, exchange, rank
+        self.global_batch, self.batch = batch, batch // ranks  # self.batch: the samples this rank trains
         self.L = len(layers) - 1
         self.ld_h = [round4(n + 1) for n in layers]
         self.ld_d = [round4(n) for n in layers]  # index l: layer l's deltas (l >= 1)
-        self.cols = max(batch, columns)
+        self.cols = max(self.batch, columns)
         self.H = [None] + [backend.upload(self._activations(layers[l], self.cols, math.nan))
                            for l in range(1, self.L + 1)]
         self.D = [None] + [backend.upload(np.full((self.cols, self.ld_d[l]), np.nan, np.float32))
                            for l in range(1, self.L + 1)]
         self.W, self.V, self.G, self.slices = [], [], [], []
+        sizes = [layers[l + 1] * self.ld_h[l] for l in range(self.L)]
+        self.flat_off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)  # the allreduced gradients
+        self.flat = backend.upload(np.zeros(int(self.flat_off[-1]), np.float32)) if exchange else None
         for l, W0 in enumerate(init):
             n_in, n_out = layers[l], layers[l + 1]
             self.W.append(backend.upload(self._padded(W0, l)))
             self.V.append(backend.upload(self._padded(np.zeros_like(W0), l)))
-            s, kps = self._split_k(n_in + 1, n_out, batch, gemms["weight-gradient"]) if gemms else (1, batch)
+            b = self.batch
+            s, kps = self._split_k(n_in + 1, n_out, b, gemms["weight-gradient"]) if gemms else (1, b)
             self.slices.append((s, kps))
-            self.G.append(backend.upload(np.full((s, n_out, self.ld_h[l]), np.nan, np.float32)))
+            if exchange is not None and s == 1:  # written straight into its part of the flat buffer
+                self.G.append(int(self._p(self.flat, self.flat_off[l])))
+            else:
+                self.G.append(backend.upload(np.full((s, n_out, self.ld_h[l]), np.nan, np.float32)))
         self.err = backend.upload(np.zeros(1, np.float32))
         self.load(train)
         self.tpb = 256
@@ -211,8 +235,12 @@ class BatchedNet:
     def _p(self, buf, floats: int = 0) -> np.intp:
         return np.intp(int(buf) + 4 * int(floats))
 
+    def _first(self, j: int) -> int:
+        """The first sample this rank trains in batch j."""
+        return j * self.global_batch + self.rank * self.batch
+
     def _input(self, j: int) -> np.intp:
-        return self._p(self.X, j * self.batch * self.ld_h[0])
+        return self._p(self.X, self._first(j) * self.ld_h[0])
 
     def _gemm(self, role: str, shape: tuple[int, int, int], args: tuple, sig: str, slices: int = 1):
         m, n, _ = shape
@@ -253,9 +281,10 @@ class BatchedNet:
         seq = self.forward_launches(x, B)
         seq.append(StepLaunch("output-delta", self._pass(
             "output_delta_batch", ly[L] * B,
-            (self._p(self.H[L]), np.int32(self.ld_h[L]), self._p(self.T, j * B * ly[L]), self._p(self.D[L]),
+            (self._p(self.H[L]), np.int32(self.ld_h[L]), self._p(self.T, self._first(j) * ly[L]), self._p(self.D[L]),
              np.int32(self.ld_d[L]), np.int32(ly[L]), np.int32(B), self._p(self.err)), "PiPPiiiP")))
-        rate, mom = np.float32(self.hyper.rate / B), np.float32(self.hyper.momentum)
+        rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
+        updates = []
         for l in range(L, 0, -1):  # weight layer l (1-based) maps H_(l-1) to H_l
             n_in, n_out = ly[l - 1], ly[l]
             hin, ldin = (x, self.ld_h[0]) if l == 1 else (self._p(self.H[l - 1]), self.ld_h[l - 1])
@@ -286,10 +315,23 @@ class BatchedNet:
                 seq.append(StepLaunch("weight-gradient", self.cublas.sgemm(
                     False, True, shape, 1.0, int(hin), ldin, int(self.D[l]), self.ld_d[l], 0.0,
                     int(self.G[l - 1]), ldw)))
-            seq.append(StepLaunch("update", self._pass(
+            grad = self._p(self.G[l - 1])
+            if self.exchange is not None:
+                flat = self._p(self.flat, self.flat_off[l - 1])
+                if slices > 1:
+                    seq.append(StepLaunch("gradient-sum", self._pass(
+                        "sum_slices", (n_in + 1) * n_out, (grad, np.int32(ldw), np.int32(n_in + 1), np.int32(n_out),
+                                                           np.int32(slices), np.int64(stride), flat), "PiiiiqP")))
+                grad, slices = flat, 1
+            updates.append(StepLaunch("update", self._pass(
                 "momentum_update", (n_in + 1) * n_out,
-                (w, self._p(self.V[l - 1]), self._p(self.G[l - 1]), np.int32(ldw), np.int32(n_in + 1),
+                (w, self._p(self.V[l - 1]), grad, np.int32(ldw), np.int32(n_in + 1),
                  np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff")))
+            if self.exchange is None:  # the update follows its gradient at once
+                seq.append(updates.pop())
+        if self.exchange is not None:  # every layer's gradient in one allreduce, then the updates
+            seq.append(StepLaunch("allreduce", self.exchange.launcher(self.flat, int(self.flat_off[-1]))))
+            seq += updates
         self._steps[j] = seq
         return seq
 
@@ -379,6 +421,8 @@ class Outcome:
     train_accuracy: float = math.nan
     launches_per_step: int = 0
     test_outputs: np.ndarray | None = field(default=None, repr=False)
+    weights: list | None = field(default=None, repr=False)  # the trained weights, float64
+    comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs)
     error_curve: list[tuple[int, float]] = field(default_factory=list)
 
 
@@ -395,19 +439,32 @@ def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, r
             progress(out.steps, out.final_error)
 
 
-def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.Hyper, progress=None) -> Outcome:
-    """`batched-numpy`: the reference's math in float32 on the host."""
+def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.Hyper, progress=None,
+                exchange=None, rank: int = 0, ranks: int = 1) -> Outcome:
+    """`batched-numpy`: the reference's math in float32 on the host. With `exchange` (one of
+    `ranks` MPI ranks), each rank takes its slice of every batch, and the summed gradients and
+    errors are allreduced before every rank applies the same update."""
     params = [W.astype(np.float32) for W in init]
     vel = [np.zeros_like(W) for W in params]
     x, t = train.x.astype(np.float32), train.t.astype(np.float32)
-    steps = len(train) // batch
+    steps, sub = len(train) // batch, batch // ranks
     out = Outcome("batched-numpy", launches_per_step=0)
-    rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
+    scale, mom = np.float32(hyper.rate / batch), np.float32(hyper.momentum)
+    sizes = [W.size for W in params]
 
     def run_epoch():
-        t0 = time.perf_counter()
-        total = sum(step(params, vel, x[j * batch:(j + 1) * batch], t[j * batch:(j + 1) * batch], rate, mom) * batch
-                    for j in range(steps))
+        t0, total = time.perf_counter(), 0.0
+        for j in range(steps):
+            lo = j * batch + rank * sub
+            grads, e = gradient_sums(params, x[lo:lo + sub], t[lo:lo + sub])
+            if exchange is not None:
+                flat = np.concatenate([g.ravel() for g in grads])
+                exchange.allreduce(flat)
+                grads = [f.reshape(g.shape) for f, g in zip(np.split(flat, np.cumsum(sizes)[:-1]), grads)]
+            apply_update(params, vel, grads, scale, mom)
+            total += e
+        if exchange is not None:
+            total = exchange.w.sum(total)
         return time.perf_counter() - t0, total
 
     _fixed_epochs(out, epochs, steps, batch, run_epoch, progress)
@@ -415,6 +472,7 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
     out.test_outputs = forward(params, test.x.astype(np.float32))[-1].astype(np.float64)
     out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
     out.train_accuracy = mlp.accuracy(forward(params, x)[-1], train.t)
+    out.weights = [W.astype(np.float64) for W in params]
     return out
 
 
@@ -423,40 +481,56 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper) -> float:
     for j in range(CHECK_STEPS):
         net.callable(net.step_launches(j))()
     net.be.synchronize()
-    ref = reference_weights(init, train, net.batch, hyper, CHECK_STEPS)
+    ref = reference_weights(init, train, net.global_batch, hyper, CHECK_STEPS)
     return mlp.weight_change_error(net.weights(init), ref, init)
 
 
 def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
-    steps = net.n // net.batch
+    steps = net.n // net.global_batch
     epoch = [net.callable(net.step_launches(j)) for j in range(steps)]
     out = Outcome(name, launches_per_step=len(net.step_launches(0)))
 
     def run_epoch():
         net.error_reset()
         ms = net.be.timed(lambda: [f() for f in epoch], 1)
-        return ms * 1e-3, net.error_sum()
+        err = net.error_sum()
+        return ms * 1e-3, err if net.exchange is None else net.exchange.w.sum(err)
 
-    _fixed_epochs(out, epochs, steps, net.batch, run_epoch, progress)
+    _fixed_epochs(out, epochs, steps, net.global_batch, run_epoch, progress)
     out.test_outputs = net.feedforward(test)[0]
     out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
     train_out = np.concatenate([net.feedforward(train.take(slice(i, i + net.cols)))[0]
                                 for i in range(0, len(train), net.cols)])
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
-    stats = measure.measure(net.be, epoch[0], STEP_TIMING)
+    stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
     out.seconds_per_step, out.step_iqr_pct = stats.median_ms * 1e-3, stats.iqr_pct
     out.role_us = role_times(net.be, net.step_launches(0))
+    out.comm_us = out.role_us.get("allreduce")
     return out
 
 
 def role_times(backend, launches: list[StepLaunch],
                settings: measure.TimingSettings = LAUNCH_TIMING) -> dict[str, float]:
-    """Microseconds per step by role: each launch timed alone (median), summed per role."""
+    """Microseconds per step by role: each launch timed alone (median), summed per role. The
+    allreduce is a collective: every rank must call it equally often, so it gets a fixed count
+    of samples rather than the adaptive timer's."""
     out: dict[str, float] = {}
     for la in launches:
-        out[la.role] = out.get(la.role, 0.0) + 1e3 * measure.measure(backend, la.run, settings).median_ms
+        stats = fixed_count(backend, la.run) if la.role == "allreduce" else measure.measure(backend, la.run, settings)
+        out[la.role] = out.get(la.role, 0.0) + 1e3 * stats.median_ms
     return out
+
+
+FIXED_SAMPLES, FIXED_WARMUP = 20, 3
+
+
+def fixed_count(backend, fn) -> measure.Stats:
+    """Median of FIXED_SAMPLES event-timed calls after FIXED_WARMUP: the same count on every rank,
+    so that calls containing a collective stay matched across ranks."""
+    for _ in range(FIXED_WARMUP):
+        backend.timed(fn, 1)
+    return measure.summarize([backend.timed(fn, 1) for _ in range(FIXED_SAMPLES)])
 
 
 # -- versions, tiles and tuning -------------------------------------------------------------------
@@ -484,7 +558,8 @@ ELEMENTWISE = ("output_delta_batch", "momentum_update", "sigmoid_columns", "scal
 
 
 def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hyper, columns: int = 0,
-             gemms: dict[str, GemmKernel] | None = None, cublas: CublasGemm | None = None) -> BatchedNet:
+             gemms: dict[str, GemmKernel] | None = None, cublas: CublasGemm | None = None, exchange=None,
+             rank: int = 0, ranks: int = 1) -> BatchedNet:
     """A fresh net for `variant` from its compile_version output; our GEMMs are the first tile
     set's unless `gemms` (from `tune`) says otherwise."""
     params, comp = compiled[0]
@@ -496,9 +571,10 @@ def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hy
             continue
     if "cublas" in variant.tags:
         return BatchedNet(backend, kernels, layers, init, train, batch, hyper, cublas=cublas or CublasGemm(backend),
-                          columns=columns)
+                          columns=columns, exchange=exchange, rank=rank, ranks=ranks)
     return BatchedNet(backend, kernels, layers, init, train, batch, hyper,
-                      gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns)
+                      gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns, exchange=exchange,
+                      rank=rank, ranks=ranks)
 
 
 TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05)
@@ -525,10 +601,16 @@ def tune(backend, variant: Variant, compiled, layers, init, train, batch, hyper)
 # -- the command's whole job ----------------------------------------------------------------------
 def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: mlp.Hyper, batch: int,
         epochs: int = DEFAULT_EPOCHS, train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10,
-        flips: int = 2, torch_modes: tuple[str, ...] = (), progress=None, env: dict | None = None):
-    """Yield one record per version (then per PyTorch mode), each GPU version verified first."""
+        flips: int = 2, torch_modes: tuple[str, ...] = (), progress=None, env: dict | None = None,
+        world=None, exchange_kind: str = "nccl"):
+    """Yield one record per version (then per PyTorch mode), each GPU version verified first.
+    Under MPI (`world`), every rank runs this with the same arguments and trains its slice of each
+    batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI."""
     if train_samples < batch:
         raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
+    ranks, rank = (world.size, world.rank) if world else (1, 0)
+    if batch % ranks:
+        raise NnbenchError(f"--batch {batch} does not split evenly over {ranks} ranks: give a multiple of {ranks}")
     train = training_set(layers[0], train_samples, hyper.seed, flips)
     test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
     init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
@@ -539,12 +621,19 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 epochs=epochs, train_samples=len(train), steps_per_epoch=steps_per_epoch, init=hyper.init,
                 init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, seed=hyper.seed,
                 test_samples=len(test), flops_per_step=flops, **(env or {}))
-    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, batch, hyper) if backend.name == "cuda" else None
+    base.update(ranks=ranks, exchange=(exchange_kind if backend.name == "cuda" else "mpi") if world else "")
+    sub = batch // ranks
+    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, sub, hyper) if backend.name == "cuda" else None
+    exch = None
+    if world is not None:
+        from nnbench.runtime import exchange
+        exch = exchange.CpuExchange(world) if backend.name != "cuda" else exchange.gpu_exchange(
+            exchange_kind, world, backend, flat_size(layers))
     for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
         rec = dict(base, version=v.name, step=v.step, params="")
         say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
         if v.backend == "cpu":
-            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say)
+            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks)
             rec["status"] = "PASS"
         else:
             comp = compiled[v.name]
@@ -553,10 +642,11 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 yield dict(rec, status="ERROR", error=str(broken))
                 continue
             try:
-                gemms = None if "cublas" in v.tags else tune(backend, v, comp, layers, init, train, batch, hyper)
-                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms)
+                gemms = None if "cublas" in v.tags else tune(backend, v, comp, layers, init, train, sub, hyper)
+                dp = dict(exchange=exch, rank=rank, ranks=ranks)
+                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
                 err = check(net, init, train, hyper)
-                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms)
+                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
             except NnbenchError as e:
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
@@ -567,6 +657,9 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         yield _record(rec, out, cublas_gemm_us)
     for mode in torch_modes:
         rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum), TF32 off", status="PASS")
+        if world is not None:
+            yield dict(rec, status="SKIP", error="the PyTorch rows run in one process: compare with --gpus 1")
+            continue
         try:
             out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
                                   batch=batch)
@@ -574,6 +667,11 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
         yield _record(rec, _from_torch(out, batch, steps_per_epoch), cublas_gemm_us)
+
+
+def flat_size(layers: tuple[int, ...]) -> int:
+    """Floats in the flat gradient buffer that data-parallel ranks allreduce (padded layout)."""
+    return sum(n_out * round4(n_in + 1) for n_in, n_out in zip(layers, layers[1:]))
 
 
 def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
@@ -607,7 +705,9 @@ def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
         steps=out.steps, epochs_run=out.epochs, final_error=out.final_error, us_per_step=s * 1e6,
         step_iqr_pct=out.step_iqr_pct, samples_per_s=rec["batch"] / s if s > 0 else None,
         tflops=rec["flops_per_step"] / s / 1e12 if s > 0 else None, train_seconds=out.train_seconds,
-        gemm_us=gemm, other_us=other, roles_us=" ".join(f"{k}={v:.1f}" for k, v in out.role_us.items()) or None,
+        gemm_us=gemm, other_us=other, comm_us=out.comm_us,
+        compute_us=s * 1e6 - out.comm_us if out.comm_us is not None and s > 0 else None,
+        roles_us=" ".join(f"{k}={v:.1f}" for k, v in out.role_us.items()) or None,
         launches_per_step=out.launches_per_step or None,
         cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
         train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy)

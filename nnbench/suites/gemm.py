@@ -172,6 +172,7 @@ class Cublas:
             from cupy.cuda import device as cp_device
             from cupy_backends.cuda.libs import cublas
 
+            cp_device.Device(backend.ordinal).use()  # CuPy's handle on nnbench's GPU (a rank's may not be 0)
             self._cublas = cublas
             self._handle = cp_device.get_cublas_handle()
             cublas.setMathMode(self._handle, cublas.CUBLAS_DEFAULT_MATH)  # never TF32
