@@ -10,7 +10,7 @@ run() {  # name, batch, gpus, exchange
   local args=(train --net "$net" --batch "$2" -V batched --epochs 1 --train-samples 65536 --no-letters
               --csv "$out/$1.csv")
   if [ "$3" -gt 1 ]; then args+=(--gpus "$3" --allreduce "$4"); fi
-  python3 -m nnbench "${args[@]}" > "$out/$1.log" 2>&1 || echo "$1: exit $?" >> "$out/failures.txt"
+  timeout 180 python3 -m nnbench "${args[@]}" > "$out/$1.log" 2>&1 || echo "$1: exit $?" >> "$out/failures.txt"
 }
 for n in $counts; do
   for ex in nccl mpi; do
