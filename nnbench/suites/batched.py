@@ -554,7 +554,7 @@ def compile_version(arch: str, variant: Variant) -> list[tuple[dict, object]]:
     return list(zip(sets, compile_sources(arch, [(variant.source, p) for p in sets])))
 
 
-ELEMENTWISE = ("output_delta_batch", "momentum_update", "sigmoid_columns", "scale_by_slope")
+ELEMENTWISE = ("output_delta_batch", "momentum_update", "sum_slices", "sigmoid_columns", "scale_by_slope")
 
 
 def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hyper, columns: int = 0,
