@@ -28,8 +28,9 @@ for f in glob.glob(f"{sys.argv[1]}/*.csv"):
         rows[f.split("/")[-1][:-4]] = r
 def t(name):
     return float(rows[name]["us_per_step"]) if name in rows else None
-print("| scaling | GPUs | exchange | global batch | µs/step | allreduce µs | compute µs | samples/s | speedup | efficiency |")
-print("|---|---|---|---|---|---|---|---|---|---|")
+print("| scaling | GPUs | exchange | global batch | µs/step | allreduce µs | compute µs | samples/s | speedup | efficiency "
+      "| check |")
+print("|---|---|---|---|---|---|---|---|---|---|---|")
 for kind in ("weak", "strong"):
     base = t(f"{kind}-1-nccl")
     for name in sorted(k for k in rows if k.startswith(kind)):
@@ -40,5 +41,5 @@ for kind in ("weak", "strong"):
         f = lambda k, fmt: format(float(r[k]), fmt) if r.get(k) else "—"
         print(f"| {kind} | {n} | {r['exchange'] or '—'} | {int(r['batch']):,} | {s:,.1f} | {f('comm_us', ',.1f')} | "
               f"{f('compute_us', ',.1f')} | {float(r['samples_per_s']):,.0f} | "
-              f"{speed:.2f}× | {100 * eff:.1f}% |" if speed else "")
+              f"{speed:.2f}× | {100 * eff:.1f}% | {float(r['weights_rel_err']):.1e} |" if speed else "")
 PY
