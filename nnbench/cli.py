@@ -149,6 +149,87 @@ def devices(do_measure: bool) -> None:
                   "1 GiB, counting bytes read + written. % = of the theoretical figure at the maximum clock.")
 
 
+# -- profile --------------------------------------------------------------------------------------
+def _all_param_options(f):
+    """One --name option per kernel parameter of any suite (the profiled variant says which apply)."""
+    seen = {}
+    for suite in ("gemm", "mlp"):
+        for p in registry.all_param_names(suite):
+            seen.setdefault(p.name, p)
+    for p in reversed(list(seen.values())):
+        f = click.option(p.option, p.name, type=int, default=None, help=f"{p.name}: {p.help}.")(f)
+    return f
+
+
+@cli.command()
+@click.argument("suite", metavar="SUITE")
+@click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
+@_all_param_options
+@click.option("--m", "m", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM rows of A and C.")
+@click.option("--n", "n", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM columns of B and C.")
+@click.option("--k", "k", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM inner size.")
+@click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
+@click.option("--arch", default=None, metavar="sm_XY",
+              help="Without a GPU: the architecture to compile for and take limits from (default sm_90).")
+@click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
+@backend_option
+def profile(suite, variant, m, n, k, with_ncu, arch, launch_only, backend, **params) -> None:
+    """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
+    (GEMM, on a GPU) its achieved FLOP/s and bytes/s on the roofline; --ncu adds Nsight Compute.
+
+    \b
+    Examples:
+      nnbench profile gemm --variant tiled --ts 32
+      nnbench profile gemm -v coarsened --ts 32 --wpt 8 --ncu
+      nnbench profile mlp -v batched --backend cpu --arch sm_90
+    """
+    from nnbench.suites import profile as profile_suite
+    overrides = {name.upper(): v for name, v in params.items() if v is not None}
+    shape = gemm_suite.Shape(m, n, k)
+    profile_suite.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
+    if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
+    be = _open(backend)
+    if launch_only:
+        profile_suite.launch_only(be, suite, variant, overrides, shape)
+        return
+    if with_ncu and be.name != "cuda":
+        raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
+    child = [sys.executable, "-m", "nnbench", *ARGV, "--launch-only"]
+    prof = profile_suite.profile(be, suite, variant, overrides, shape, arch, with_ncu, child)
+    out.print(_device_line(results.environment(be)))
+    for t in tables.profile_tables(prof):
+        out.print(t)
+    if be.name != "cuda" and suite == "gemm":
+        out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
+
+
+@cli.command()
+@click.argument("csv_path", metavar="RESULTS.csv", type=click.Path(dir_okay=False))
+@click.option("--plot", "kind", required=True, metavar="KIND", help="roofline, speedup or heatmap.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG to write.")
+@click.option("--title", default="", help="Title over the plot.")
+def report(csv_path, kind, out_path, title) -> None:
+    """Plot a result CSV as PNG: a roofline of every case, speedup bars per version, or a TS x WPT heatmap.
+
+    \b
+    Examples:
+      nnbench report results/gemm-....csv --plot roofline --out roofline.png
+      nnbench report docs/data/train_net1_h100.csv --plot speedup --out speedup.png
+    """
+    import pandas as pd
+
+    from nnbench.profiling import plots
+    p = Path(csv_path)
+    if not p.exists():
+        raise NnbenchError(f"{csv_path}: no such file")
+    if kind not in plots.KINDS:
+        raise NnbenchError(f"--plot {kind}: choose from {', '.join(plots.KINDS)}")
+    df = pd.read_csv(p)
+    plots.plot(df, kind, Path(out_path), title)
+    out.print(f"{kind} plot of {len(df)} rows: {out_path}")
+
+
 # -- gemm -----------------------------------------------------------------------------------------
 @cli.command()
 @click.option("--variant", "-v", "variants", multiple=True, metavar="NAME",

@@ -149,3 +149,62 @@ def batch_table(records: list[dict], title: str) -> Table:
 
 def _pct(fraction, fmt: str) -> str:
     return _num(None if fraction is None else 100 * fraction, fmt) + "%"
+
+
+def profile_tables(prof) -> list:
+    """The sections of `nnbench profile` (nnbench.suites.profile.Profile) as rich tables."""
+    from nnbench.profiling import ncu, sass
+    from nnbench.suites.profile import fidelity_pct, useful_note
+    params = " ".join(f"{k}={v}" for k, v in prof.params.items())
+    out = []
+    t = Table(title=f"{prof.variant.name} {params} · resources on {prof.device} ({prof.arch})", title_justify="left",
+              header_style="bold", pad_edge=False)
+    for name in ("kernel", "threads", "registers", "static smem", "spill bytes", "stack", "blocks/SM", "occupancy",
+                 "limited by"):
+        t.add_column(name, justify="left" if name in ("kernel", "limited by") else "right")
+    for k in prof.kernels:
+        t.add_row(k.kernel, str(k.threads), str(k.registers), f"{k.smem_bytes:,}", str(k.spill_bytes),
+                  str(k.stack_bytes), str(k.blocks_per_sm), f"{100 * k.occupancy:.0f}%", k.limiter)
+    out.append(t)
+    t = Table(title="instruction mix (SASS)", title_justify="left", header_style="bold", pad_edge=False)
+    cats = [c for c, _ in sass.CATEGORIES] + ["rest", "total"]
+    for name in ("kernel", "where", *cats, "useful"):
+        t.add_column(name, justify="left" if name in ("kernel", "where", "useful") else "right")
+    for k in prof.kernels:
+        if k.mix is None:
+            t.add_row(k.kernel, k.mix_note, *[""] * len(cats), "")
+            continue
+        where = k.mix_note + (f" 0x{k.loop[0]:x}-0x{k.loop[1]:x}" if k.loop else "")
+        t.add_row(k.kernel, where, *[str(k.mix[c]) for c in cats], useful_note(k.mix))
+    out.append(t)
+    r = prof.record
+    if r is not None:
+        t = Table(title=f"achieved · {prof.shape.label}", title_justify="left", header_style="bold", pad_edge=False)
+        for name in ("median ms", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof TFLOP/s",
+                     "% of roof", "FMA ceiling", "copy ceiling", "rel_err", ""):
+            t.add_column(name, justify="right" if name else "left")
+        w, roof = prof.where, prof.roof
+        t.add_row(_num(r.get("median_ms"), ".4f"), _num(100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms")
+                                                        else None, ".1f") + "%",
+                  _num(r.get("gflops") and r["gflops"] / 1e3, ".2f"), _num(r.get("gbs"), ",.0f"),
+                  _num(w and w.intensity, ".1f"), w.bound if w else "—", _num(w and w.attainable / 1e12, ".1f"),
+                  _num(w and w.pct_of_roof, ".1f"), _num(roof and roof.flops / 1e12, ".1f") + " TFLOP/s",
+                  _num(roof and roof.bandwidth / 1e9, ",.0f") + " GB/s", _num(r.get("rel_err"), ".1e"),
+                  _status(r.get("status", "")))
+        out.append(t)
+    if prof.ncu is not None:
+        t = Table(title="Nsight Compute (one launch, --clock-control none, --cache-control none)",
+                  title_justify="left", header_style="bold", pad_edge=False)
+        t.add_column("metric", justify="left")
+        t.add_column("value", justify="right")
+        for metric, label in ncu.METRICS.items():
+            if metric in prof.ncu:
+                v, unit = prof.ncu[metric]
+                t.add_row(label, f"{v:,.2f} {unit}".strip())
+        for stall, v in ncu.top_stalls(prof.ncu):
+            t.add_row(f"stall: {stall}", f"{v:.2f} cycles per issue")
+        fid = fidelity_pct(prof)
+        t.add_row("nnbench median vs ncu duration",
+                  f"{r['median_ms']:.4f} ms vs {prof.ncu_ms:.4f} ms ({fid:+.1f}%)" if fid is not None else "—")
+        out.append(t)
+    return out

@@ -1,0 +1,109 @@
+"""PNG plots of result CSVs (`nnbench report RESULTS.csv --plot KIND --out file.png`), through
+matplotlib, which is an optional extra (`pip install -e '.[plot]'`):
+  roofline  every verified case of a run against the device's ceilings;
+  speedup   bars of each version's speedup (the seed's chart): GEMM over naive, MLP over sequential;
+  heatmap   a TS x WPT sweep of one variant, GFLOP/s per cell.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+
+from nnbench.errors import NnbenchError
+from nnbench.profiling.roofline import Roof
+
+KINDS = ("roofline", "speedup", "heatmap")
+SIZE_INCHES, DPI = (8.0, 5.0), 100  # 800 x 500 pixels
+
+
+def _plt():
+    try:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        raise NnbenchError("--plot needs matplotlib: pip install -e '.[plot]'") from None
+    return plt
+
+
+def plot(df: pd.DataFrame, kind: str, out: Path, title: str = "") -> Path:
+    if kind not in KINDS:
+        raise NnbenchError(f"--plot {kind}: choose from {', '.join(KINDS)}")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=SIZE_INCHES, dpi=DPI)
+    {"roofline": _roofline, "speedup": _speedup, "heatmap": _heatmap}[kind](ax, df)
+    if title:
+        ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out, dpi=DPI)
+    plt.close(fig)
+    return out
+
+
+def _ok(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"].isin(["PASS"])] if "status" in df else df
+
+
+def _roofline(ax, df: pd.DataFrame) -> None:
+    d = _ok(df).dropna(subset=["flops", "bytes", "median_ms"]) if "flops" in df else pd.DataFrame()
+    if d.empty:
+        raise NnbenchError("--plot roofline: the CSV has no verified GEMM rows (flops, bytes, median_ms)")
+    row = d.iloc[0]
+    roof = Roof(float(row["fp32_peak_tflops"]) * 1e12, float(row["dram_peak_gbs"]) * 1e9, "theoretical")
+    ai = d["flops"] / d["bytes"]
+    perf = d["flops"] / (d["median_ms"] * 1e-3)
+    lo, hi = min(ai.min(), roof.ridge) / 4, max(ai.max(), roof.ridge) * 4
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    ax.loglog(xs, [roof.attainable(x) / 1e12 for x in xs], "k-", label=f"roof ({roof.source}, {row['gpu']})")
+    for (name, shape), g in d.assign(ai=ai, perf=perf).groupby(["variant", "shape"], sort=False):
+        ax.loglog(g["ai"], g["perf"] / 1e12, "o", label=f"{name} {shape}")
+    ax.set_xlabel("arithmetic intensity (FLOP / byte, fewest bytes)")
+    ax.set_ylabel("TFLOP/s")
+    ax.legend(fontsize=7, ncol=2)
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def _speedup(ax, df: pd.DataFrame) -> None:
+    d = _ok(df)
+    if "speedup_vs_sequential" in d:  # nnbench train
+        col, base = "speedup_vs_sequential", "sequential"
+        labels, values = d["version"], d[col]
+    elif "speedup" in d:
+        col, base = "speedup", str(d["speedup_over"].dropna().iloc[0]) if d["speedup_over"].notna().any() else "?"
+        d = d.dropna(subset=[col])
+        labels, values = d["variant"] + " " + d.get("shape", ""), d[col]
+    else:
+        raise NnbenchError("--plot speedup: the CSV has no speedup column (a gemm or train result)")
+    values = values.astype(float)
+    ax.bar(range(len(values)), values, color="tab:blue")
+    ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
+    ax.set_ylabel(f"speedup over {base}")
+    ax.set_yscale("log" if values.max() / max(values.min(), 1e-9) > 50 else "linear")
+    for i, v in enumerate(values):
+        ax.text(i, v, f"{v:.1f}×", ha="center", va="bottom", fontsize=7)
+
+
+def _heatmap(ax, df: pd.DataFrame) -> None:
+    d = _ok(df)
+    if "params" not in d or d.empty:
+        raise NnbenchError("--plot heatmap: the CSV has no verified rows with params")
+    p = d["params"].fillna("").str.extract(r"TS=(\d+).*WPT=(\d+)").astype(float)
+    d = d.assign(TS=p[0], WPT=p[1]).dropna(subset=["TS", "WPT"])
+    if d.empty:
+        raise NnbenchError("--plot heatmap: no rows with both TS and WPT (a sweep of `coarsened`)")
+    shape = d["shape"].iloc[0] if "shape" in d else ""
+    d = d[d["shape"] == shape] if shape else d  # one shape per map: the first the sweep ran
+    ax.set_title(f"{d['variant'].iloc[0]} {shape}, GFLOP/s (thousands in the cells)", fontsize=10)
+    grid = d.pivot_table(index="TS", columns="WPT", values="gflops", aggfunc="max")
+    im = ax.imshow(grid.values, cmap="viridis", aspect="auto")
+    ax.set_xticks(range(len(grid.columns)), [int(c) for c in grid.columns])
+    ax.set_yticks(range(len(grid.index)), [int(i) for i in grid.index])
+    ax.set_xlabel("WPT")
+    ax.set_ylabel("TS")
+    for (i, j), v in zip([(i, j) for i in range(grid.shape[0]) for j in range(grid.shape[1])], grid.values.ravel()):
+        if not math.isnan(v):
+            ax.text(j, i, f"{v / 1e3:.1f}", ha="center", va="center", color="w", fontsize=8)
+    ax.figure.colorbar(im, ax=ax, label="GFLOP/s")

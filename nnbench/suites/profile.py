@@ -1,0 +1,179 @@
+"""`nnbench profile`: one kernel variant seen from every side.
+
+  resources   registers, static shared memory, spills (ptxas's report kept beside the cubin) and
+              the theoretical occupancy with its limiter (on the GPU's limits, or an arch's without one);
+  mix         the hot loop's instruction mix from the SASS (nnbench.profiling.sass);
+  achieved    (GEMM, on a GPU) the verified case's CUDA-event median, its FLOP/s and bytes/s against
+              the measured ceilings, and its roofline position;
+  ncu         (--ncu) Nsight Compute's metrics for one launch, and its duration beside nnbench's.
+
+Every GEMM variant profiles fully; an MLP version's module gives resources and mix per kernel (its
+launches depend on the net, so its timing belongs to `nnbench train`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from nnbench import measure, registry
+from nnbench.errors import NnbenchError
+from nnbench.profiling import ncu, sass
+from nnbench.profiling.roofline import Position, Roof, position
+from nnbench.registry import Variant
+from nnbench.runtime.compile import CompileRequest, compile_cubin
+from nnbench.runtime.device import for_arch, occupancy
+from nnbench.suites import gemm as gemm_suite
+
+SUITES = ("gemm", "mlp")
+
+
+@dataclass
+class KernelProfile:
+    kernel: str
+    threads: int
+    registers: int
+    smem_bytes: int
+    spill_bytes: int  # spill stores + loads
+    stack_bytes: int
+    blocks_per_sm: int
+    occupancy: float
+    limiter: str
+    loop: tuple[int, int] | None = None
+    mix: dict[str, int] | None = None
+    mix_note: str = ""
+
+
+@dataclass
+class Profile:
+    suite: str
+    variant: Variant
+    params: dict
+    arch: str
+    device: str
+    kernels: list[KernelProfile] = field(default_factory=list)
+    shape: gemm_suite.Shape | None = None
+    record: dict | None = None  # the verified, timed GEMM case
+    roof: Roof | None = None
+    where: Position | None = None
+    ncu: dict | None = None
+    ncu_ms: float | None = None
+
+
+def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
+    if suite not in SUITES:
+        raise NnbenchError(f"profile {suite}: choose a suite from {', '.join(SUITES)}")
+    v = registry.get(suite, name)
+    if v.source is None:
+        raise NnbenchError(f"--variant {name}: runs on the host (NumPy); there is no kernel to profile")
+    unknown = [k for k in overrides if not v.param(k)]
+    if unknown:
+        raise NnbenchError(f"--{unknown[0].lower()} {overrides[unknown[0]]}: {name} does not take {unknown[0]}; "
+                           f"it takes {', '.join(p.name for p in v.params) or 'no parameters'}")
+    params = dict(v.defaults(), **overrides)
+    problems = v.problems(params)
+    if problems:
+        raise NnbenchError(problems[0])
+    return v, params
+
+
+def resources(v: Variant, params: dict, comp, device) -> list[KernelProfile]:
+    """One row per kernel of the compiled module (ptxas's report; occupancy on `device`'s limits)."""
+    out = []
+    threads = v.threads(params)
+    for name, rep in sorted(comp.ptxas.items(), key=lambda kv: kv[0] != v.kernel):
+        occ = occupancy(device, threads, rep.registers, rep.smem_bytes)
+        out.append(KernelProfile(name, threads, rep.registers, rep.smem_bytes,
+                                 rep.spill_store_bytes + rep.spill_load_bytes, rep.stack_bytes, occ.blocks_per_sm,
+                                 occ.occupancy, occ.limiter))
+    return out
+
+
+def add_mix(kernels: list[KernelProfile], comp) -> None:
+    if sass.cuobjdump() is None:
+        for k in kernels:
+            k.mix_note = "cuobjdump not on PATH"
+        return
+    funcs = sass.parse(sass.dump(comp.cubin))
+    for k in kernels:
+        f = funcs.get(k.kernel)
+        if f is None:
+            k.mix_note = "not in the SASS"
+            continue
+        k.loop = f.hot_loop()
+        k.mix = sass.mix(f.body(k.loop))
+        k.mix_note = "hot loop" if k.loop else "whole kernel (no loop)"
+
+
+def profile(backend, suite: str, name: str, overrides: dict[str, int], shape: gemm_suite.Shape, arch: str | None,
+            with_ncu: bool = False, child_argv: list[str] | None = None,
+            settings: measure.TimingSettings = measure.TimingSettings()) -> Profile:
+    v, params = variant_params(suite, name, overrides)
+    device = getattr(backend, "device", None)
+    arch = backend.arch if device is not None else (arch or "sm_90")
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, arch))
+    dev = device or for_arch(arch)
+    prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev))
+    add_mix(prof.kernels, comp)
+    if suite != "gemm":
+        return prof
+    gemm_suite.validate_shape(shape)
+    prof.shape = shape
+    if device is None:
+        return prof
+    gemm_suite.fit_device(v, params, device)
+    session = gemm_suite.Session(backend, settings)
+    prof.record = session.run_case(gemm_suite.Case(v, tuple(params.items())), shape, comp)
+    if prof.record.get("status") != "PASS":
+        return prof
+    from nnbench.suites.ceilings import measure_ceilings
+    c = measure_ceilings(backend)
+    prof.roof = Roof(c["fma_tflops"] * 1e12, c["copy_gbs"] * 1e9, "measured")
+    prof.where = position(shape.flops, shape.bytes, prof.record["median_ms"] * 1e-3, prof.roof)
+    if with_ncu:
+        prof.ncu = ncu.run(v.kernel, child_argv or [])
+        prof.ncu_ms = ncu.duration_ms(prof.ncu)
+    return prof
+
+
+def _kernel_path(v: Variant):
+    from nnbench import paths
+    return paths.KERNELS / v.source
+
+
+def launch_only(backend, suite: str, name: str, overrides: dict[str, int], shape: gemm_suite.Shape) -> None:
+    """What ncu profiles: the kernel launched ncu.WARMUP_LAUNCHES + 1 times on fresh inputs, and
+    nothing else on the GPU (no blocking kernel, no verification, no ceilings)."""
+    v, params = variant_params(suite, name, overrides)
+    if suite != "gemm":
+        raise NnbenchError("--ncu: profiles GEMM variants (an MLP version's launches belong to `nnbench train`)")
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, backend.arch))
+    kernel = backend.load(comp, v.kernel)
+    rng = np.random.default_rng(0)
+    a = backend.upload(gemm_suite.random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
+    b = backend.upload(gemm_suite.random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
+    c = backend.upload(np.zeros((shape.M, shape.N), np.float32))
+    run = backend.launcher(kernel, v.launch_grid(params, shape.as_dict()), v.launch_block(params),
+                           (np.int32(shape.M), np.int32(shape.N), np.int32(shape.K), np.float32(1.0),
+                            backend.ptr(a), backend.ptr(b), np.float32(0.0), backend.ptr(c)), gemm_suite.SIGNATURE)
+    for _ in range(ncu.WARMUP_LAUNCHES + 1):
+        run()
+    backend.synchronize()
+
+
+def fidelity_pct(prof: Profile) -> float | None:
+    """nnbench's CUDA-event median against ncu's gpu__time_duration, in % (positive: ours longer)."""
+    if prof.ncu_ms is None or not prof.record or not prof.record.get("median_ms"):
+        return None
+    return 100.0 * (prof.record["median_ms"] - prof.ncu_ms) / prof.ncu_ms
+
+
+def useful_note(m: dict[str, int] | None) -> str:
+    if not m or not m["total"]:
+        return ""
+    math_ = m["FFMA"] + m["HMMA"]
+    loads = m["LDS"] + m["LDG"]
+    frac = sass.useful_fraction(m)
+    return (f"{math_} math of {m['total']} instructions ({100 * frac:.0f}%, 1 in {1 / frac:.1f}); "
+            f"{loads} loads for {math_} math" if frac > 0 else f"no math in {m['total']} instructions")

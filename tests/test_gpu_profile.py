@@ -1,0 +1,36 @@
+"""On the GPU: `nnbench profile` end to end on a GEMM step (the achieved figures and the roofline),
+and with --ncu where Nsight Compute is installed."""
+
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from nnbench.cli import cli
+from nnbench.profiling import sass
+from nnbench.runtime import open_backend
+from nnbench.suites import gemm as gemm_suite
+from nnbench.suites import profile as profile_suite
+
+pytestmark = pytest.mark.gpu
+
+
+def test_profile_a_gemm_step(cuda_backend):
+    prof = profile_suite.profile(cuda_backend, "gemm", "coarsened", {"TS": 32, "WPT": 8},
+                                 gemm_suite.Shape(1024, 1024, 1024), None)
+    assert prof.record["status"] == "PASS" and prof.record["median_ms"] > 0
+    assert prof.roof.flops > 10e12 and prof.roof.bandwidth > 500e9  # measured, not theoretical
+    assert prof.where.bound == "compute" and 0 < prof.where.pct_of_roof < 100
+    k = prof.kernels[0]
+    assert k.kernel == "gemm" and k.registers > 0 and 0 < k.occupancy <= 1
+    if sass.cuobjdump():
+        assert k.mix["FFMA"] == 256 and k.loop is not None
+
+
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not installed")
+def test_profile_with_ncu():
+    open_backend("cuda")
+    res = CliRunner().invoke(cli, ["profile", "gemm", "-v", "tiled", "--ts", "32", "--m", "2048", "--n", "2048",
+                                   "--k", "2048", "--ncu"])
+    assert res.exit_code == 0, res.output
+    assert "Nsight Compute" in res.output and "nnbench median vs ncu duration" in res.output

@@ -1,0 +1,130 @@
+"""Profiling on the CPU: the SASS parser on committed cuobjdump text (the seed's "1 useful in 3"
+for the tiled GEMM, and more math per load after coarsening), the roofline math, ncu's CSV, the
+profile command without a GPU, and plots written as PNGs of the right size."""
+
+import struct
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+from nnbench.cli import cli
+from nnbench.profiling import ncu, plots, sass
+from nnbench.profiling.roofline import Roof, position
+
+DATA = Path(__file__).parent / "data"
+
+
+def _loop_mix(name: str) -> dict:
+    f = sass.parse((DATA / name).read_text())["gemm"]
+    return sass.mix(f.body(f.hot_loop()))
+
+
+def test_tiled_gemm_does_one_useful_instruction_in_three():
+    m = _loop_mix("sass_02_tiled_ts32_sm90.txt")
+    assert m["FFMA"] == 32  # TS = 32: one FMA per k of the tile
+    assert m["LDS"] >= m["FFMA"]  # every FMA needs shared loads of A and B
+    assert 2.5 <= 1 / sass.useful_fraction(m) <= 3.5  # the seed's "1 useful in 3"
+
+
+def test_coarsening_raises_the_math_per_load():
+    tiled, coarse = _loop_mix("sass_02_tiled_ts32_sm90.txt"), _loop_mix("sass_03_coarsened_ts32_wpt8_sm90.txt")
+    assert coarse["FFMA"] == 8 * 32  # WPT = 8 outputs per thread, 32 k per tile
+    per_load = lambda m: m["FFMA"] / (m["LDS"] + m["LDG"])
+    assert per_load(coarse) > 2 * per_load(tiled)
+    assert sass.useful_fraction(coarse) > sass.useful_fraction(tiled)
+
+
+def test_labels_predicates_and_nested_loops():
+    text = """
+        Function : k
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   LDS R2, [R0] ;
+.L_x_1:
+        /*0020*/                   FFMA R3, R2, R2, R3 ;
+        /*0030*/                   FFMA R4, R2, R3, R4 ;
+        /*0040*/              @P0 BRA `(.L_x_1) ;
+        /*0050*/              @!P1 BRA `(.L_x_0) ;
+        /*0060*/                   EXIT ;
+"""
+    f = sass.parse(text)["k"]
+    assert f.labels == {".L_x_0": 0x10, ".L_x_1": 0x20}
+    assert sorted(f.loops()) == [(0x10, 0x50), (0x20, 0x40)]
+    assert f.hot_loop() == (0x20, 0x40)  # the inner loop, not the one around it
+    m = sass.mix(f.body(f.hot_loop()))
+    assert (m["FFMA"], m["control"], m["total"]) == (2, 1, 3)
+    assert sass.parse("nothing here") == {}
+
+
+def test_roofline_position():
+    roof = Roof(50e12, 2.5e12)
+    assert roof.ridge == pytest.approx(20.0)
+    p = position(flops=2e12, bytes_=1e12, seconds=1.0, roof=roof)  # AI 2: memory-bound
+    assert p.bound == "memory" and p.attainable == pytest.approx(5e12) and p.pct_of_roof == pytest.approx(40.0)
+    p = position(flops=4096 ** 3 * 2.0, bytes_=3 * 4096 ** 2 * 4.0, seconds=2.9e-3, roof=roof)
+    assert p.bound == "compute" and p.attainable == 50e12 and p.pct_of_roof == pytest.approx(94.8, abs=0.1)
+    with pytest.raises(ValueError):
+        position(0, 1, 1, roof)
+
+
+def test_ncu_csv_parsing():
+    names = ["ID", "Process ID", "Kernel Name", "gpu__time_duration.sum",
+             "sm__warps_active.avg.pct_of_peak_sustained_active",
+             "smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio",
+             "smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio"]
+    text = "\n".join(["==PROF== Connected to process 1", ",".join(f'"{n}"' for n in names),
+                      '"","","","usecond","%","",""', '"0","42","gemm","2,931.10","12.41","0.52","1.75"'])
+    m = ncu.parse(text)
+    assert m["gpu__time_duration.sum"] == (2931.10, "usecond")
+    assert ncu.duration_ms(m) == pytest.approx(2.9311)
+    assert ncu.top_stalls(m, 2) == [("long_scoreboard", 1.75), ("barrier", 0.52)]
+    assert ncu.parse("no csv here") == {}
+    cmd = ncu.command("ncu", "gemm", ["python", "-m", "nnbench"])
+    assert "--clock-control" in cmd and cmd[cmd.index("--clock-control") + 1] == "none"
+    assert cmd[cmd.index("--launch-skip") + 1] == str(ncu.WARMUP_LAUNCHES)
+
+
+def test_profile_without_a_gpu_reports_resources(tmp_path):
+    res = CliRunner().invoke(cli, ["profile", "gemm", "-v", "coarsened", "--ts", "32", "--wpt", "8", "--backend", "cpu",
+                                   "--arch", "sm_90"])
+    assert res.exit_code == 0, res.output
+    assert "registers" in res.output and "occupancy" in res.output and "no GPU" in res.output
+    for args, needle in ((["gemm", "-v", "naive", "--ts", "32"], "naive does not take TS"),
+                         (["gemm", "-v", "numpy"], "runs on the host"),
+                         (["conv", "-v", "x"], "choose a suite from gemm, mlp"),
+                         (["gemm", "-v", "tiled", "--arch", "hopper", "--backend", "cpu"], "--arch hopper"),
+                         (["gemm", "-v", "tiled", "--ncu", "--backend", "cpu"], "--ncu: needs the cuda backend")):
+        r = CliRunner().invoke(cli, ["profile", *args])
+        assert r.exit_code == 2 and needle in r.output, (args, r.output)
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", head[16:24])
+
+
+@pytest.mark.parametrize("kind, csv_name", [("roofline", "ladder_4096.csv"), ("speedup", "train_net1_h100.csv"),
+                                            ("heatmap", "gemm_sweep_h100.csv")])
+def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_name):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / f"{kind}.png"
+    res = CliRunner().invoke(cli, ["report", str(Path("docs/data") / csv_name), "--plot", kind, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    assert out.stat().st_size > 5000
+    assert _png_size(out) == (int(plots.SIZE_INCHES[0] * plots.DPI), int(plots.SIZE_INCHES[1] * plots.DPI))
+
+
+def test_report_bad_input(tmp_path):
+    res = CliRunner().invoke(cli, ["report", "nope.csv", "--plot", "roofline", "--out", str(tmp_path / "x.png")])
+    assert res.exit_code == 2 and "no such file" in res.output
+    res = CliRunner().invoke(cli, ["report", "docs/data/ladder_4096.csv", "--plot", "pie", "--out", "x.png"])
+    assert res.exit_code == 2 and "roofline, speedup, heatmap" in res.output
+    pytest.importorskip("matplotlib")
+    df = pd.DataFrame({"a": [1]})
+    df.to_csv(tmp_path / "x.csv")
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "x.csv"), "--plot", "heatmap", "--out",
+                                   str(tmp_path / "y.png")])
+    assert res.exit_code == 2 and "heatmap" in res.output
