@@ -57,12 +57,19 @@ def _roofline(ax, df: pd.DataFrame) -> None:
     perf = d["flops"] / (d["median_ms"] * 1e-3)
     lo, hi = min(ai.min(), roof.ridge) / 4, max(ai.max(), roof.ridge) * 4
     xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
-    ax.loglog(xs, [roof.attainable(x) / 1e12 for x in xs], "k-", label=f"roof ({roof.source}, {row['gpu']})")
-    for (name, shape), g in d.assign(ai=ai, perf=perf).groupby(["variant", "shape"], sort=False):
-        ax.loglog(g["ai"], g["perf"] / 1e12, "o", label=f"{name} {shape}")
+    ax.loglog(xs, [roof.attainable(x) / 1e12 for x in xs], "k-", label=f"roof ({roof.source})")
+    d = d.assign(ai=ai, perf=perf)
+    colors = {v: f"C{i % 10}" for i, v in enumerate(dict.fromkeys(d["variant"]))}
+    markers = {s: "os^vDP*X"[i % 8] for i, s in enumerate(dict.fromkeys(d["shape"]))}
+    for (name, shape), g in d.groupby(["variant", "shape"], sort=False):
+        ax.loglog(g["ai"], g["perf"] / 1e12, markers[shape], color=colors[name])
+    for name, c in colors.items():  # one legend entry per variant, one per shape
+        ax.plot([], [], "o", color=c, label=name)
+    for shape, m in markers.items():
+        ax.plot([], [], m, color="gray", label=shape)
     ax.set_xlabel("arithmetic intensity (FLOP / byte, fewest bytes)")
-    ax.set_ylabel("TFLOP/s")
-    ax.legend(fontsize=7, ncol=2)
+    ax.set_ylabel(f"TFLOP/s ({row['gpu']})")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.grid(True, which="both", alpha=0.3)
 
 
