@@ -48,6 +48,8 @@ def test_labels_predicates_and_nested_loops():
         /*0040*/              @P0 BRA `(.L_x_1) ;
         /*0050*/              @!P1 BRA `(.L_x_0) ;
         /*0060*/                   EXIT ;
+.L_x_2:
+        /*0070*/                   BRA `(.L_x_2) ;
 """
     f = sass.parse(text)["k"]
     assert f.labels == {".L_x_0": 0x10, ".L_x_1": 0x20}
@@ -56,6 +58,8 @@ def test_labels_predicates_and_nested_loops():
     m = sass.mix(f.body(f.hot_loop()))
     assert (m["FFMA"], m["control"], m["total"]) == (2, 1, 3)
     assert sass.parse("nothing here") == {}
+    trap = sass.parse("Function : t\n        /*0000*/  EXIT ;\n.L_x_9:\n        /*0010*/  BRA `(.L_x_9) ;\n")["t"]
+    assert trap.loops() == [] and trap.hot_loop() is None  # the trailing self-branch is no loop
 
 
 def test_roofline_position():

@@ -65,7 +65,8 @@ class Function:
             if ins.base != "BRA":
                 continue
             target = branch_target(ins.text, self.labels)
-            if target is not None and target <= ins.offset:
+            # A branch to itself is the trap every sm_90 kernel ends with after EXIT, not a loop.
+            if target is not None and target < ins.offset:
                 out.append((target, ins.offset))
         return out
 
