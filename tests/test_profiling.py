@@ -52,7 +52,7 @@ def test_labels_predicates_and_nested_loops():
         /*0070*/                   BRA `(.L_x_2) ;
 """
     f = sass.parse(text)["k"]
-    assert f.labels == {".L_x_0": 0x10, ".L_x_1": 0x20}
+    assert f.labels == {".L_x_0": 0x10, ".L_x_1": 0x20, ".L_x_2": 0x70}
     assert sorted(f.loops()) == [(0x10, 0x50), (0x20, 0x40)]
     assert f.hot_loop() == (0x20, 0x40)  # the inner loop, not the one around it
     m = sass.mix(f.body(f.hot_loop()))
