@@ -179,17 +179,22 @@ def profile_tables(prof) -> list:
     out.append(t)
     r = prof.record
     if r is not None:
-        t = Table(title=f"achieved · {prof.shape.label}", title_justify="left", header_style="bold", pad_edge=False)
-        for name in ("median ms", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof TFLOP/s",
-                     "% of roof", "FMA ceiling", "copy ceiling", "rel_err", ""):
+        what = prof.shape.label if prof.shape else (f"Net {'-'.join(map(str, prof.layers))}, "
+                                                    + (f"per step of {prof.batch}" if prof.batch > 1 else
+                                                       "per iteration"))
+        t = Table(title=f"achieved · {what}", title_justify="left", header_style="bold", pad_edge=False)
+        for name in ("time", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof TFLOP/s",
+                     "% of roof", "FMA ceiling", "copy ceiling", "check", ""):
             t.add_column(name, justify="right" if name else "left")
-        w, roof = prof.where, prof.roof
-        t.add_row(_num(r.get("median_ms"), ".4f"), _num(100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms")
-                                                        else None, ".1f") + "%",
-                  _num(r.get("gflops") and r["gflops"] / 1e3, ".2f"), _num(r.get("gbs"), ",.0f"),
-                  _num(w and w.intensity, ".1f"), w.bound if w else "—", _num(w and w.attainable / 1e12, ".1f"),
+        w, roof, sec = prof.where, prof.roof, prof.seconds
+        iqr = (100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms") else None) if prof.shape else \
+            r.get("step_iqr_pct")
+        check = r.get("rel_err") if prof.shape else r.get("weights_rel_err")
+        t.add_row(_num(sec and sec * 1e3, ".4f") + " ms", _num(iqr, ".1f") + "%",
+                  _num(sec and prof.flops / sec / 1e12, ".3f"), _num(sec and prof.bytes / sec / 1e9, ",.0f"),
+                  _num(w and w.intensity, ".2f"), w.bound if w else "—", _num(w and w.attainable / 1e12, ".2f"),
                   _num(w and w.pct_of_roof, ".1f"), _num(roof and roof.flops / 1e12, ".1f") + " TFLOP/s",
-                  _num(roof and roof.bandwidth / 1e9, ",.0f") + " GB/s", _num(r.get("rel_err"), ".1e"),
+                  _num(roof and roof.bandwidth / 1e9, ",.0f") + " GB/s", _num(check, ".1e"),
                   _status(r.get("status", "")))
         out.append(t)
     if prof.ncu is not None:
@@ -204,7 +209,8 @@ def profile_tables(prof) -> list:
         for stall, v in ncu.top_stalls(prof.ncu):
             t.add_row(f"stall: {stall}", f"{v:.2f} cycles per issue")
         fid = fidelity_pct(prof)
-        t.add_row("nnbench median vs ncu duration",
-                  f"{r['median_ms']:.4f} ms vs {prof.ncu_ms:.4f} ms ({fid:+.1f}%)" if fid is not None else "—")
+        if fid is not None:
+            t.add_row("nnbench median vs ncu duration",
+                      f"{r['median_ms']:.4f} ms vs {prof.ncu_ms:.4f} ms ({fid:+.1f}%)")
         out.append(t)
     return out

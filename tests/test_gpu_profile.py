@@ -34,3 +34,21 @@ def test_profile_with_ncu():
                                    "--k", "2048", "--ncu"])
     assert res.exit_code == 0, res.output
     assert "Nsight Compute" in res.output and "nnbench median vs ncu duration" in res.output
+
+
+@pytest.mark.parametrize("version,batch", [("fused", 1), ("kcm-mass", 1), ("batched", 256)])
+def test_profile_an_mlp_version(cuda_backend, version, batch):
+    from nnbench import nets
+    prof = profile_suite.profile(cuda_backend, "mlp", version, {}, None, None, layers=nets.get(1).layers,
+                                 batch=batch)
+    assert prof.record["status"] == "PASS" and prof.seconds > 0
+    assert prof.where is not None and prof.where.pct_of_roof > 0
+    assert profile_suite.main_kernel(prof.variant) in [k.kernel for k in prof.kernels]
+
+
+@pytest.mark.skipif(shutil.which("ncu") is None, reason="Nsight Compute (ncu) is not installed")
+def test_profile_an_mlp_version_with_ncu():
+    open_backend("cuda")
+    res = CliRunner().invoke(cli, ["profile", "mlp", "-v", "fused", "--net", "1", "--ncu"])
+    assert res.exit_code == 0, res.output
+    assert "Nsight Compute" in res.output and "achieved occupancy" in res.output

@@ -99,7 +99,8 @@ def test_profile_without_a_gpu_reports_resources(tmp_path):
                          (["gemm", "-v", "numpy"], "runs on the host"),
                          (["conv", "-v", "x"], "choose a suite from gemm, mlp"),
                          (["gemm", "-v", "tiled", "--arch", "hopper", "--backend", "cpu"], "--arch hopper"),
-                         (["gemm", "-v", "tiled", "--ncu", "--backend", "cpu"], "--ncu: needs the cuda backend")):
+                         (["gemm", "-v", "tiled", "--ncu", "--backend", "cpu"], "--ncu: needs the cuda backend"),
+                         (["mlp", "-v", "fused", "--net", "12", "--backend", "cpu"], "--net 12: unknown")):
         r = CliRunner().invoke(cli, ["profile", *args])
         assert r.exit_code == 2 and needle in r.output, (args, r.output)
 
