@@ -149,6 +149,82 @@ def devices(do_measure: bool) -> None:
                   "1 GiB, counting bytes read + written. % = of the theoretical figure at the maximum clock.")
 
 
+# -- conv -----------------------------------------------------------------------------------------
+@cli.command()
+@click.option("--path", "-p", "paths_", multiple=True, metavar="NAME",
+              help="Forward path (repeatable; default: all for the backend). Choices: "
+                   + ", ".join(v.name for v in registry.suite_variants("conv")) + ".")
+@click.option("--set", "sets", multiple=True, metavar="NAME", help="A named layer set of configs/conv.yaml "
+              "(lenet5, resnet, odd; repeatable).")
+@click.option("--n", "n", type=int, help="Images.")
+@click.option("--c", "c", type=int, help="Input channels.")
+@click.option("--h", "h", type=int, help="Input height.")
+@click.option("--w", "w", type=int, help="Input width.")
+@click.option("--k", "k", type=int, help="Output maps (filters).")
+@click.option("--r", "r", type=int, help="Filter size (R x R).")
+@click.option("--stride", type=int, default=1, show_default=True)
+@click.option("--pad", type=int, default=0, show_default=True)
+@click.option("--tile", type=int, default=None, help="TILE of the direct, constant and tiled paths.")
+@click.option("--kb", type=int, default=None, help="KB (output maps per block) of the tiled path.")
+@timing_options
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/conv-…).")
+@click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@backend_option
+def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, seed,
+         backend) -> None:
+    """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
+    layers, each verified against float64, timed, and compared with cuDNN.
+
+    \b
+    Examples:
+      nnbench conv --set resnet
+      nnbench conv --n 32 --c 64 --h 56 --w 56 --k 64 --r 3 --pad 1 -p tiled -p unroll
+    """
+    from nnbench.suites import conv as conv_suite
+    given = [x is not None for x in (n, c, h, w, k, r)]
+    if any(given) and not all(given):
+        raise NnbenchError("--n, --c, --h, --w, --k and --r go together: give all six, or use --set")
+    shapes = []
+    if all(given):
+        shape = conv_suite.ConvShape(n, c, h, w, k, r, stride, pad)
+        shape.validate()
+        shapes.append(shape)
+    known = conv_suite.load_sets() if sets or not shapes else {}
+    for name in sets:
+        if name not in known:
+            raise NnbenchError(f"--set {name}: unknown; choose from {', '.join(known)} (configs/conv.yaml)")
+        shapes += known[name]
+    overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
+    if backend != "auto":
+        conv_suite.plan(list(paths_), backend, overrides)
+    be = _open(backend)
+    chosen = conv_suite.plan(list(paths_), be.name, overrides)
+    shapes = shapes or known["resnet"][:1]
+    env = results.environment(be)
+    path = csv_path or results.default_path("conv", env["gpu"])
+    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
+    out.print(_device_line(env))
+    records = []
+    try:
+        with err.status("") as status:
+            for rec in conv_suite.run(be, chosen, shapes, measure.TimingSettings(budget_s=budget, cold=cold),
+                                      with_cudnn=not no_cudnn, seed=seed, env=env):
+                sink.append(rec)
+                records.append(rec)
+                status.update(f"{rec['variant']} {rec['shape']}: {rec['status']}")
+    finally:
+        sink.close()
+    out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
+                                if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
+    for rec in records:
+        if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
+            out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
+    out.print(f"CSV: {path}")
+    if any(rec.get("status") in results.FAILED for rec in records):
+        sys.exit(1)
+
+
 # -- profile --------------------------------------------------------------------------------------
 def _all_param_options(f):
     """One --name option per kernel parameter of any suite (the profiled variant says which apply)."""

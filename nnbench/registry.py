@@ -289,7 +289,34 @@ MLP: tuple[Variant, ...] = (
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
 
-ALL: tuple[Variant, ...] = GEMM + MLP
+# The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
+# nnbench/suites/conv.py computes it (grid/block here describe the tile for the docs only).
+_CONV_TILE = _p("TILE", 16, (8, 16, 32), "outputs per block side (TILE x TILE threads)")
+CONV: tuple[Variant, ...] = (
+    Variant("conv", "direct", 1, "one thread per output element, inputs and filters from global memory (the seed's)",
+            "conv/01_direct.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward"),
+    Variant("conv", "constant", 2, "direct, filters in constant memory (broadcast to the warp)",
+            "conv/02_constant.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward"),
+    Variant("conv", "tiled", 3, "input tile plus halo and KB filters staged in shared memory, KB outputs per thread",
+            "conv/03_tiled.cu", params=(replace(_CONV_TILE, choices=(8, 16)),
+                                        _p("KB", 8, (4, 8, 16), "output maps per block")),
+            derived=(("IN", "(TILE - 1) * 2 + 11"),),
+            rules=(Rule("4 * (4 * IN * IN + KB * 4 * 121) <= 49152", "the staged patch and filters must fit in "
+                        "48 KiB of static shared memory"),),
+            block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward"),
+    Variant("conv", "unroll", 4, "unroll (im2col) each image, then ladder step 8's GEMM (3xTF32)",
+            "conv/04_unroll.cu", kernel="unroll"),
+    Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
+            backend="cpu"),
+)
+POOL: tuple[Variant, ...] = (
+    Variant("pool", "avg", 1, "average pooling, one thread per output", "conv/05_pool.cu",
+            params=(_p("MODE", 0, (0,), "0 = average"),), kernel="pool_forward"),
+    Variant("pool", "max", 2, "max pooling, one thread per output", "conv/05_pool.cu",
+            params=(_p("MODE", 1, (1,), "1 = max"),), kernel="pool_forward"),
+)
+
+ALL: tuple[Variant, ...] = GEMM + MLP + CONV + POOL
 
 
 def suite_variants(suite: str, backend: str | None = None) -> list[Variant]:

@@ -50,6 +50,11 @@ BATCH_QUALITY = ["epochs", "steps", "steps_per_epoch", "train_samples", "final_e
 BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "status", "error"]
 BATCH_FIELDS = BATCH_IDENTITY + BATCH_MEASUREMENT + BATCH_QUALITY + BATCH_SETTINGS + ENVIRONMENT
 
+# `nnbench conv`: one row per (layer, path).
+CONV_IDENTITY = ["suite", "variant", "step", "params", "shape", "N", "C", "H", "W", "K", "R", "stride", "pad"]
+CONV_DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_cudnn", "speedup", "workspace_bytes"]
+CONV_FIELDS = CONV_IDENTITY + MEASUREMENT + CONV_DERIVED + VERIFICATION + ENVIRONMENT
+
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
 FAILED = {"FAIL", "ERROR"}

@@ -214,3 +214,18 @@ def profile_tables(prof) -> list:
                       f"{r['median_ms']:.4f} ms vs {prof.ncu_ms:.4f} ms ({fid:+.1f}%)")
         out.append(t)
     return out
+
+
+def conv_table(records: list[dict], title: str) -> Table:
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    for name in ("path", "params", "layer", "ms", "±IQR", "GFLOP/s", "% cuDNN", "× direct", "workspace", "rel_err", ""):
+        t.add_column(name, justify="left" if name in ("path", "params", "layer", "") else "right")
+    for r in records:
+        iqr = 100 * r["iqr_ms"] / r["median_ms"] if r.get("iqr_ms") is not None and r.get("median_ms") else None
+        ws = r.get("workspace_bytes")
+        t.add_row(f"{r.get('step', '')} {r['variant']}".strip(), r.get("params", ""), r["shape"],
+                  _num(r.get("median_ms"), ".4f"), _num(iqr, ".1f") + "%", _num(r.get("gflops"), ",.0f"),
+                  _num(r.get("pct_cudnn"), ".1f"), _num(r.get("speedup"), ".1f"),
+                  f"{ws / 2**20:,.1f} MiB" if ws else "—", _num(r.get("rel_err"), ".1e"),
+                  _status(r.get("status", "")))
+    return t

@@ -27,7 +27,10 @@ def test_every_shipped_kernel_compiles(arch, cache):
              for v in registry.suite_variants("mlp", "cuda") for p in v.params for c in p.choices
              if not v.problems(dict(v.defaults(), **{p.name: c}))]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
-             for v in registry.suite_variants("mlp", "cuda") if not v.params]
+             for suite in ("mlp", "conv") for v in registry.suite_variants(suite, "cuda") if not v.params]
+    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
+             for suite in ("conv", "pool") for v in registry.suite_variants(suite, "cuda") for p in v.params
+             for c in p.choices if not v.problems(dict(v.defaults(), **{p.name: c}))]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
     assert not errors, errors

@@ -1,0 +1,33 @@
+// Pooling (subsampling) layers: average and max over S x S windows with stride S, NCHW.
+//
+// Idea:   the seed's subsamplingLayer_forward, one thread per output element. The seed's serial
+//         code writes S[m, x, y] = 0 where it means S[m, h, w] (a typo, fixed here), and folds the
+//         bias and sigmoid into the pooling; here pooling is only the pooling (the layer's bias and
+//         activation belong to the network, as in LeNet-5 in PyTorch). Average pooling divides by
+//         S*S; a window that runs past the edge (H or W not a multiple of S) is cut off, as with
+//         floor mode in PyTorch.
+// Source: seed 004 ("Coding Pooling Layers").
+// Params: MODE 0 = average, 1 = max.
+// Launch: 1-D, grid-stride over N * C * (H / S) * (W / S).
+#ifndef MODE
+#define MODE 0
+#endif
+
+extern "C" __global__ void pool_forward(int N, int C, int H, int W, int S, const float* __restrict__ X,
+                                        float* __restrict__ Y) {
+    const int Ho = H / S, Wo = W / S;
+    const long long total = (long long)N * C * Ho * Wo;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const int w = (int)(t % Wo), h = (int)((t / Wo) % Ho);
+        const long long nc = t / ((long long)Ho * Wo);
+        const float* x = X + (size_t)nc * H * W;
+        float r = MODE == 1 ? -INFINITY : 0.0f;
+        for (int p = 0; p < S; ++p)
+            for (int q = 0; q < S; ++q) {
+                const float v = x[(size_t)(h * S + p) * W + w * S + q];
+                r = MODE == 1 ? fmaxf(r, v) : r + v;
+            }
+        Y[t] = MODE == 1 ? r : r / (S * S);
+    }
+}

@@ -1,0 +1,375 @@
+"""The convolution workload (`nnbench conv`): layer shapes, the float64 reference, im2col, pooling,
+and the forward paths of kernels_cu/conv/, each verified then timed, beside cuDNN.
+
+Layout NCHW, fp32 (kernels_cu/conv/conv_common.cuh). A path is checked on fresh random non-zero
+inputs with its output poisoned (NaN) first; the error is ||Y - ref|| / ||ref|| against a float64
+reference computed by im2col and a float64 matrix product (the im2col itself is tested against a
+direct loop on the CPU). Knows nothing about click or rich.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nnbench import measure, paths, registry
+from nnbench.errors import NnbenchError
+from nnbench.registry import Variant
+from nnbench.runtime.compile import compile_sources
+from nnbench.yamlnodes import compose, fail, integer, mapping, sequence
+
+DEFAULT_RTOL = 1e-4  # fp32 sums of C*R*R <= 1,152 products land near 1e-6
+CONSTANT_FLOATS = 16384  # 02_constant.cu's filter bank: 64 KiB of constant memory
+TILED_RMAX, TILED_SMAX = 11, 2  # 03_tiled.cu's compile-time limits
+
+
+@dataclass(frozen=True)
+class ConvShape:
+    N: int
+    C: int
+    H: int
+    W: int
+    K: int
+    R: int
+    stride: int = 1
+    pad: int = 0
+
+    @property
+    def Ho(self) -> int:
+        return (self.H + 2 * self.pad - self.R) // self.stride + 1
+
+    @property
+    def Wo(self) -> int:
+        return (self.W + 2 * self.pad - self.R) // self.stride + 1
+
+    @property
+    def label(self) -> str:
+        return (f"N{self.N} C{self.C} {self.H}x{self.W} K{self.K} {self.R}x{self.R}"
+                + (f" s{self.stride}" if self.stride != 1 else "") + (f" p{self.pad}" if self.pad else ""))
+
+    @property
+    def flops(self) -> float:
+        return 2.0 * self.N * self.K * self.C * self.R * self.R * self.Ho * self.Wo
+
+    @property
+    def bytes(self) -> float:
+        """The fewest bytes: read X and the filters once, write Y once."""
+        return 4.0 * (self.N * self.C * self.H * self.W + self.K * self.C * self.R * self.R
+                      + self.N * self.K * self.Ho * self.Wo)
+
+    @property
+    def unroll_bytes(self) -> int:
+        """The unroll path's workspace: every image's C*R*R x Ho*Wo matrix (the K^2 blow-up)."""
+        return 4 * self.N * self.C * self.R * self.R * self.Ho * self.Wo
+
+    def dims(self) -> np.void:
+        """The kernels' `ConvDims` struct (ten ints), as the record PyCUDA passes by value."""
+        names = ("N", "C", "H", "W", "K", "R", "stride", "pad", "Ho", "Wo")
+        values = (self.N, self.C, self.H, self.W, self.K, self.R, self.stride, self.pad, self.Ho, self.Wo)
+        return np.array(values, dtype=np.dtype([(n, "<i4") for n in names]))[()]
+
+    def validate(self) -> None:
+        for name in ("N", "C", "H", "W", "K", "R", "stride"):
+            if getattr(self, name) < 1:
+                raise NnbenchError(f"--{name.lower()} {getattr(self, name)}: must be >= 1")
+        if self.pad < 0:
+            raise NnbenchError(f"--pad {self.pad}: must be >= 0")
+        if self.R > self.H + 2 * self.pad or self.R > self.W + 2 * self.pad:
+            raise NnbenchError(f"--r {self.R}: the filter is larger than the {self.H}x{self.W} input with pad "
+                               f"{self.pad}")
+        for what, n in (("X", self.N * self.C * self.H * self.W), ("Y", self.N * self.K * self.Ho * self.Wo)):
+            if n >= 2**31:
+                raise NnbenchError(f"{self.label}: {what} has {n:,} elements; the kernels index with 32-bit ints")
+
+
+SETS_FILE = paths.CONFIGS / "conv.yaml"
+LAYER_KEYS = ["n", "c", "h", "w", "k", "r", "stride", "pad"]
+
+
+def load_sets(path: Path = SETS_FILE) -> dict[str, list[ConvShape]]:
+    """configs/conv.yaml -> {set name: layers}; a bad key or value names the file and line."""
+    top = mapping(path, compose(path), "top level", ["sets"], required=("sets",))
+    out = {}
+    for name, (_, body) in mapping(path, top["sets"][1], "sets").items():
+        layers = []
+        for i, node in enumerate(sequence(path, body, f"sets.{name}")):
+            keys = mapping(path, node, f"sets.{name}[{i}]", LAYER_KEYS, required=tuple(LAYER_KEYS[:6]))
+            vals = {k: integer(path, v, f"sets.{name}[{i}].{k}", minimum=0 if k == "pad" else 1)
+                    for k, (_, v) in keys.items()}
+            shape = ConvShape(vals["n"], vals["c"], vals["h"], vals["w"], vals["k"], vals["r"], vals.get("stride", 1),
+                              vals.get("pad", 0))
+            try:
+                shape.validate()
+            except NnbenchError as e:
+                raise fail(path, node, f"sets.{name}[{i}]: {e}") from None
+            layers.append(shape)
+        out[str(name)] = layers
+    return out
+
+
+def refusal(v: Variant, params: dict, shape: ConvShape) -> str | None:
+    """Why a path cannot run this layer (None when it can): the fixed limits of its kernel."""
+    if v.name == "constant" and shape.C * shape.R * shape.R > CONSTANT_FLOATS:
+        return (f"constant: one output map's filters ({shape.C * shape.R * shape.R:,} floats) exceed the "
+                f"{CONSTANT_FLOATS:,} of 64 KiB constant memory")
+    if v.name == "tiled" and (shape.R > TILED_RMAX or shape.stride > TILED_SMAX):
+        return f"tiled: supports filters up to {TILED_RMAX}x{TILED_RMAX} and strides up to {TILED_SMAX}"
+    return None
+
+
+# -- the reference --------------------------------------------------------------------------------
+def im2col(x: np.ndarray, R: int, stride: int, pad: int) -> np.ndarray:
+    """(N, C, H, W) -> (N, C*R*R, Ho*Wo): row c*R*R + p*R + q, column h*Wo + w (the unroll kernel's
+    layout), zero padding outside the image."""
+    N, C, H, W = x.shape
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    win = np.lib.stride_tricks.sliding_window_view(xp, (R, R), axis=(2, 3))[:, :, ::stride, ::stride][:, :, :Ho, :Wo]
+    return win.transpose(0, 1, 4, 5, 2, 3).reshape(N, C * R * R, Ho * Wo)
+
+
+def im2col_loop(x: np.ndarray, R: int, stride: int, pad: int) -> np.ndarray:
+    """The same matrix by the seed's loops, element by element (the test of `im2col`)."""
+    N, C, H, W = x.shape
+    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    u = np.zeros((N, C * R * R, Ho * Wo), dtype=x.dtype)
+    for n in range(N):
+        for c in range(C):
+            for p in range(R):
+                for q in range(R):
+                    for h in range(Ho):
+                        for w in range(Wo):
+                            hh, ww = h * stride - pad + p, w * stride - pad + q
+                            if 0 <= hh < H and 0 <= ww < W:
+                                u[n, (c * R + p) * R + q, h * Wo + w] = x[n, c, hh, ww]
+    return u
+
+
+def conv_reference(x: np.ndarray, wt: np.ndarray, stride: int, pad: int) -> np.ndarray:
+    """float64 y = conv(x, wt): for each image, Wt (K x C*R*R) times its unrolled input."""
+    N, _, H, W = x.shape
+    K, C, R, _ = wt.shape
+    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    u = im2col(x.astype(np.float64), R, stride, pad)
+    return np.einsum("kc,ncp->nkp", wt.reshape(K, C * R * R).astype(np.float64), u).reshape(N, K, Ho, Wo)
+
+
+def pool_reference(x: np.ndarray, S: int, mode: str) -> np.ndarray:
+    N, C, H, W = x.shape
+    Ho, Wo = H // S, W // S
+    win = x[:, :, :Ho * S, :Wo * S].astype(np.float64).reshape(N, C, Ho, S, Wo, S)
+    return win.max(axis=(3, 5)) if mode == "max" else win.mean(axis=(3, 5))
+
+
+def random_nonzero(rng: np.random.Generator, shape) -> np.ndarray:
+    """Uniform in +-[0.25, 1]: no zeros, so an input a kernel skips changes the result."""
+    m = rng.uniform(0.25, 1.0, size=shape)
+    return (m * rng.choice([-1.0, 1.0], size=shape)).astype(np.float32)
+
+
+# -- planning -------------------------------------------------------------------------------------
+def plan(names: list[str], backend: str, overrides: dict[str, int]) -> list[tuple[Variant, dict]]:
+    pool = registry.suite_variants("conv", backend) + [v for v in registry.suite_variants("conv", "cpu")
+                                                       if backend == "cpu"]
+    allowed = {v.name: v for v in registry.suite_variants("conv")}
+    chosen = []
+    for name in names or [v.name for v in dict.fromkeys(pool)]:
+        if name not in allowed:
+            raise NnbenchError(f"--path {name}: unknown; choose from {', '.join(allowed)}")
+        v = allowed[name]
+        if v.backend != backend and v.backend != "cpu":
+            raise NnbenchError(f"--path {name}: needs a GPU; the {backend} backend runs: numpy")
+        params = dict(v.defaults(), **{k: x for k, x in overrides.items() if v.param(k)})
+        problems = v.problems(params)
+        if problems:
+            raise NnbenchError(problems[0])
+        chosen.append((v, params))
+    return sorted(chosen, key=lambda vp: vp[0].step)
+
+
+# -- running --------------------------------------------------------------------------------------
+class _Layer:
+    """One layer's inputs, reference and output on the device."""
+
+    def __init__(self, backend, shape: ConvShape, seed: int) -> None:
+        rng = np.random.default_rng([seed, shape.N, shape.C, shape.H, shape.K, shape.R])
+        self.x = random_nonzero(rng, (shape.N, shape.C, shape.H, shape.W))
+        self.wt = random_nonzero(rng, (shape.K, shape.C, shape.R, shape.R))
+        self.ref = conv_reference(self.x, self.wt, shape.stride, shape.pad)
+        self.be, self.shape = backend, shape
+        self.count = self.ref.size
+        if backend.name == "cuda":
+            self.X, self.Wt = backend.upload(self.x), backend.upload(self.wt)
+            self.Y = backend.upload(np.zeros(self.ref.shape, np.float32))
+            self.REF = backend.upload(self.ref)
+
+    def rel_err(self) -> float:
+        return self.be.rel_err(self.Y, self.REF, self.count)
+
+
+def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
+    s = layer.shape
+    kernel = backend.load(comp, "conv_forward")
+    tile, kb = params["TILE"], params.get("KB", 1)
+    tiles, func, dims = -(-s.Ho // tile) * -(-s.Wo // tile), kernel.func, s.dims()
+    if v.name != "constant":
+        args = (dims, backend.ptr(layer.X), backend.ptr(layer.Wt), backend.ptr(layer.Y))
+        grid = (-(-s.K // kb), tiles, s.N)
+        return lambda: func(*args, block=(tile, tile, 1), grid=grid)
+    import pycuda.driver as drv
+    symbol, _ = kernel.module.get_global("filters")
+    per_map = s.C * s.R * s.R
+    chunk = CONSTANT_FLOATS // per_map  # output maps per launch
+    launches = []
+    for k0 in range(0, s.K, chunk):
+        maps = min(chunk, s.K - k0)
+        launches.append((int(layer.Wt) + 4 * k0 * per_map, 4 * maps * per_map,
+                         (dims, backend.ptr(layer.X), np.int32(k0), backend.ptr(layer.Y)), (maps, tiles, s.N)))
+
+    def run():
+        for src, nbytes, args, grid in launches:
+            drv.memcpy_dtod(symbol, src, nbytes)
+            func(*args, block=(tile, tile, 1), grid=grid)
+    return run
+
+
+def _unroll_launch(backend, comp, gemm_comp, layer: _Layer):
+    """Unroll all N images into one workspace, then one GEMM per image (ladder step 8)."""
+    from nnbench.suites import gemm as gemm_suite
+    s = layer.shape
+    unroll = backend.load(comp, "unroll").func
+    g = registry.get("gemm", "tf32x3")
+    gp = g.defaults()
+    kernel = backend.load(gemm_comp, g.kernel)
+    layer.U = backend.upload(np.zeros(s.unroll_bytes // 4, np.float32))
+    hw, crr = s.Ho * s.Wo, s.C * s.R * s.R
+    shape = {"M": hw, "N": s.K, "K": crr}
+    grid, block = g.launch_grid(gp, shape), g.launch_block(gp)
+    gemms = [backend.launcher(kernel, grid, block,
+                              (np.int32(hw), np.int32(s.K), np.int32(crr), np.float32(1.0),
+                               np.intp(int(layer.U) + 4 * n * crr * hw), backend.ptr(layer.Wt), np.float32(0.0),
+                               np.intp(int(layer.Y) + 4 * n * s.K * hw)), gemm_suite.SIGNATURE) for n in range(s.N)]
+    blocks = max(1, min(-(-s.N * s.C * hw // 256), 8 * backend.device.sm_count))
+    dims = s.dims()
+    args = (dims, backend.ptr(layer.X), backend.ptr(layer.U), np.int32(0), np.int32(s.N))
+
+    def run():
+        unroll(*args, block=(256, 1, 1), grid=(blocks, 1, 1))
+        for f in gemms:
+            f()
+    return run
+
+
+def _cudnn_launch(layer: _Layer):
+    """cuDNN through PyTorch's conv2d on nnbench's buffers (TF32 off), or None without PyTorch."""
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
+        return None
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = False
+    s = layer.shape
+
+    def view(buf, shape):
+        class _Cai:
+            __cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (int(buf), False), "version": 3,
+                                        "strides": None}
+        return torch.as_tensor(_Cai(), device="cuda")
+
+    x, w = view(layer.X, (s.N, s.C, s.H, s.W)), view(layer.Wt, (s.K, s.C, s.R, s.R))
+    y = view(layer.Y, (s.N, s.K, s.Ho, s.Wo))
+    return lambda: y.copy_(F.conv2d(x, w, stride=s.stride, padding=s.pad))
+
+
+def run(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape], settings: measure.TimingSettings,
+        rtol: float = DEFAULT_RTOL, with_cudnn: bool = True, seed: int = 0, env: dict | None = None):
+    """Yield one record per (shape, path): cuDNN first for each shape, then the paths in step order."""
+    gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
+    compiled = {}
+    if gpu:
+        g = registry.get("gemm", "tf32x3")
+        comps = compile_sources(backend.arch, [(v.source, p) for v, p in gpu] + [(g.source, g.defaults())])
+        compiled = {v.name: c for (v, _), c in zip(gpu, comps)}
+        compiled["_gemm"] = comps[-1]
+    for shape in shapes:
+        layer = _Layer(backend, shape, seed)
+        base = dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K,
+                    R=shape.R, stride=shape.stride, pad=shape.pad, flops=shape.flops, bytes=shape.bytes, rtol=rtol,
+                    seed=seed, **(env or {}))
+        cudnn_ms = naive_ms = None
+        if with_cudnn and backend.name == "cuda":
+            launch = _cudnn_launch(layer)
+            rec = dict(base, variant="cudnn", step="", params="torch conv2d, TF32 off")
+            if launch is None:
+                yield dict(rec, status="SKIP", error="PyTorch is not installed")
+            else:
+                rec = _timed(backend, rec, layer, launch, settings, rtol)
+                cudnn_ms = rec.get("median_ms") if rec["status"] == "PASS" else None
+                yield rec
+        for v, params in chosen:
+            rec = dict(base, variant=v.name, step=v.step, params=" ".join(f"{k}={x}" for k, x in params.items()),
+                       workspace_bytes=shape.unroll_bytes if v.name in ("unroll", "numpy") else 0)
+            why = refusal(v, params, shape)
+            if why:
+                yield dict(rec, status="SKIP", error=why)
+                continue
+            if v.backend == "cpu":
+                rec = _numpy(rec, layer, rtol)
+            else:
+                comp = compiled[v.name]
+                if isinstance(comp, Exception):
+                    yield dict(rec, status="ERROR", error=str(comp))
+                    continue
+                launch = (_unroll_launch(backend, comp, compiled["_gemm"], layer) if v.name == "unroll"
+                          else _direct_launch(backend, v, params, comp, layer))
+                rec = _timed(backend, rec, layer, launch, settings, rtol)
+            if v.name == "direct" and rec.get("status") == "PASS":
+                naive_ms = rec["median_ms"]
+            ms = rec.get("median_ms")
+            if ms:
+                rec["pct_cudnn"] = 100 * cudnn_ms / ms if cudnn_ms else None
+                rec["speedup"] = naive_ms / ms if naive_ms else None
+            yield rec
+
+
+def _timed(backend, rec: dict, layer: _Layer, launch, settings, rtol) -> dict:
+    backend.fill_nan(layer.Y, layer.count)
+    backend.timed(launch, 1)
+    err = layer.rel_err()
+    stats = measure.measure(backend, launch, settings)
+    t = stats.median_ms * 1e-3
+    s = layer.shape
+    rec.update(stats.as_record(), gflops=s.flops / t / 1e9, gbs=s.bytes / t / 1e9, rel_err=err,
+               status="PASS" if err <= rtol else "FAIL")
+    return rec
+
+
+def _numpy(rec: dict, layer: _Layer, rtol: float) -> dict:
+    import time
+    s = layer.shape
+    w2 = layer.wt.reshape(s.K, -1)
+    t0 = time.perf_counter()
+    u = im2col(layer.x, s.R, s.stride, s.pad)
+    y = np.stack([w2 @ u[n] for n in range(s.N)]).reshape(layer.ref.shape)
+    ms = 1e3 * (time.perf_counter() - t0)
+    err = measure.rel_err(y, layer.ref)
+    rec.update(median_ms=ms, gflops=s.flops / ms / 1e6, gbs=s.bytes / ms / 1e6, rel_err=err,
+               status="PASS" if err <= rtol else "FAIL")
+    return rec
+
+
+def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
+    """Run 05_pool.cu (MODE avg or max) on `x` with the output poisoned; ||y - ref|| / ||ref||."""
+    v = registry.get("pool", mode)
+    (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
+    N, C, H, W = x.shape
+    ref = pool_reference(x, S, mode)
+    X, Y = backend.upload(x.astype(np.float32)), backend.upload(np.zeros(ref.shape, np.float32))
+    backend.fill_nan(Y, ref.size)
+    func = backend.load(comp, v.kernel).func
+    blocks = max(1, min(-(-ref.size // 256), 8 * backend.device.sm_count))
+    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1), grid=(blocks, 1, 1))
+    return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)

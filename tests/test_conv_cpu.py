@@ -1,0 +1,102 @@
+"""The convolution suite on the CPU: im2col against the seed's loops, the float64 reference
+against a direct sum, pooling, shape validation, the layer sets, and the CLI's NumPy path."""
+
+import csv
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from nnbench import registry, results
+from nnbench.cli import cli
+from nnbench.errors import NnbenchError
+from nnbench.suites import conv
+
+SHAPES = [(2, 3, 7, 9, 3, 1, 0), (1, 2, 8, 5, 3, 2, 1), (2, 1, 11, 6, 5, 2, 2), (1, 4, 5, 5, 5, 1, 0)]
+
+
+@pytest.mark.parametrize("N,C,H,W,R,stride,pad", SHAPES)
+def test_im2col_matches_the_seeds_loops(N, C, H, W, R, stride, pad):
+    x = conv.random_nonzero(np.random.default_rng(0), (N, C, H, W))
+    np.testing.assert_array_equal(conv.im2col(x, R, stride, pad), conv.im2col_loop(x, R, stride, pad))
+
+
+@pytest.mark.parametrize("N,C,H,W,R,stride,pad", SHAPES)
+def test_reference_is_the_direct_sum(N, C, H, W, R, stride, pad):
+    rng = np.random.default_rng(1)
+    K = 3
+    x, wt = conv.random_nonzero(rng, (N, C, H, W)), conv.random_nonzero(rng, (K, C, R, R))
+    s = conv.ConvShape(N, C, H, W, K, R, stride, pad)
+    y = np.zeros((N, K, s.Ho, s.Wo))
+    for n in range(N):
+        for k in range(K):
+            for h in range(s.Ho):
+                for w in range(s.Wo):
+                    for c in range(C):
+                        for p in range(R):
+                            for q in range(R):
+                                hh, ww = h * stride - pad + p, w * stride - pad + q
+                                if 0 <= hh < H and 0 <= ww < W:
+                                    y[n, k, h, w] += float(x[n, c, hh, ww]) * float(wt[k, c, p, q])
+    np.testing.assert_allclose(conv.conv_reference(x, wt, stride, pad), y, rtol=1e-12, atol=1e-12)
+
+
+def test_pooling_reference():
+    x = np.arange(2 * 1 * 5 * 4, dtype=np.float64).reshape(2, 1, 5, 4)
+    avg, mx = conv.pool_reference(x, 2, "avg"), conv.pool_reference(x, 2, "max")
+    assert avg.shape == (2, 1, 2, 2)  # the fifth row is cut off (floor mode)
+    assert avg[0, 0, 0, 0] == (0 + 1 + 4 + 5) / 4 and mx[0, 0, 1, 1] == 15
+
+
+def test_shape_arithmetic_and_refusals():
+    s = conv.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    assert (s.Ho, s.Wo) == (56, 56) and s.flops == 2 * 32 * 64 * 64 * 9 * 56 * 56
+    assert s.unroll_bytes == 4 * 32 * 64 * 9 * 56 * 56  # the K^2 blow-up: 9x the input
+    assert tuple(s.dims().tolist()) == (32, 64, 56, 56, 64, 3, 1, 1, 56, 56) and s.dims().itemsize == 40
+    assert conv.ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
+    for bad, needle in ((conv.ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (conv.ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),
+                        (conv.ConvShape(1, 0, 4, 4, 1, 3), "--c 0")):
+        with pytest.raises(NnbenchError, match=needle):
+            bad.validate()
+    tiled, const = registry.get("conv", "tiled"), registry.get("conv", "constant")
+    assert conv.refusal(tiled, tiled.defaults(), conv.ConvShape(1, 1, 32, 32, 1, 13, 1, 0))
+    assert conv.refusal(const, const.defaults(), conv.ConvShape(1, 2048, 8, 8, 4, 3))  # 18,432 floats per map
+    assert conv.refusal(const, const.defaults(), conv.ConvShape(1, 128, 8, 8, 128, 3)) is None  # runs in chunks
+
+
+def test_layer_sets_and_their_errors(tmp_path):
+    sets = conv.load_sets()
+    assert sets["resnet"][0] == conv.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    assert [s.R for s in sets["lenet5"]] == [5, 5]
+    bad = tmp_path / "c.yaml"
+    bad.write_text("sets:\n  x:\n    - {n: 1, c: 1, h: 4, w: 4, k: 1, r: 3}\n    - {n: 1, c: 1, h: 4, w: 4, k: 1}\n")
+    with pytest.raises(NnbenchError, match=r"c.yaml:4: .*'r'"):
+        conv.load_sets(bad)
+    bad.write_text("sets:\n  x:\n    - {n: 1, c: 1, h: 2, w: 2, k: 1, r: 3}\n")
+    with pytest.raises(NnbenchError, match=r"c.yaml:3: sets.x\[0\]: --r 3"):
+        conv.load_sets(bad)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--n", "1"], "go together"),
+    (["--n", "1", "--c", "1", "--h", "3", "--w", "3", "--k", "1", "--r", "5"], "larger than the 3x3 input"),
+    (["--n", "1", "--c", "1", "--h", "3", "--w", "3", "--k", "1", "--r", "3", "--pad", "-1"], "--pad -1"),
+    (["-p", "winograd"], "--path winograd"),
+    (["--set", "alexnet"], "--set alexnet"),
+    (["-p", "tiled", "--kb", "5"], "--kb 5"),
+    (["-p", "unroll", "--backend", "cpu"], "needs a GPU"),
+])
+def test_conv_bad_input(args, needle):
+    res = CliRunner().invoke(cli, ["conv", *args])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.output
+
+
+def test_conv_cpu_path(tmp_path):
+    path = tmp_path / "c.csv"
+    res = CliRunner().invoke(cli, ["conv", "--backend", "cpu", "--set", "odd", "--csv", str(path)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(path.open()))
+    assert list(rows[0].keys()) == results.CONV_FIELDS
+    assert [r["status"] for r in rows] == ["PASS", "PASS"] and all(float(r["rel_err"]) < 1e-5 for r in rows)

@@ -1,0 +1,32 @@
+"""On the GPU: every convolution path against the float64 reference (outputs poisoned first) on
+the named layer sets, odd sizes and strides included, and both pooling kernels."""
+
+import numpy as np
+import pytest
+
+from nnbench import measure
+from nnbench.suites import conv
+
+pytestmark = pytest.mark.gpu
+
+FAST = measure.TimingSettings(budget_s=0.02, min_samples=3, max_noise=1.0)
+
+
+@pytest.mark.parametrize("set_name", ["odd", "lenet5", "resnet"])
+def test_every_path_matches_the_reference(cuda_backend, set_name):
+    shapes = conv.load_sets()[set_name]
+    if set_name == "resnet":
+        shapes = shapes[:1] + shapes[2:]  # the target layer and the strided one
+    chosen = conv.plan([], "cuda", {})
+    recs = list(conv.run(cuda_backend, chosen, shapes, FAST, with_cudnn=True))
+    for r in recs:
+        if r["variant"] == "cudnn" and r["status"] == "SKIP":
+            continue
+        assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("shape,S", [((2, 3, 28, 28), 2), ((1, 5, 13, 11), 3)])
+def test_pooling(cuda_backend, mode, shape, S):
+    x = conv.random_nonzero(np.random.default_rng(0), shape)
+    assert conv.pool_check(cuda_backend, mode, x, S) < 1e-6
