@@ -215,7 +215,7 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
     tile, kb = params["TILE"], params.get("KB", 1)
     tiles, func, dims = -(-s.Ho // tile) * -(-s.Wo // tile), kernel.func, s.dims()
     if v.name != "constant":
-        args = (dims, backend.ptr(layer.X), backend.ptr(layer.Wt), backend.ptr(layer.Y))
+        args = (dims, np.intp(int(layer.X)), np.intp(int(layer.Wt)), np.intp(int(layer.Y)))
         grid = (-(-s.K // kb), tiles, s.N)
         return lambda: func(*args, block=(tile, tile, 1), grid=grid)
     import pycuda.driver as drv
@@ -226,7 +226,7 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
     for k0 in range(0, s.K, chunk):
         maps = min(chunk, s.K - k0)
         launches.append((int(layer.Wt) + 4 * k0 * per_map, 4 * maps * per_map,
-                         (dims, backend.ptr(layer.X), np.int32(k0), backend.ptr(layer.Y)), (maps, tiles, s.N)))
+                         (dims, np.intp(int(layer.X)), np.int32(k0), np.intp(int(layer.Y))), (maps, tiles, s.N)))
 
     def run():
         for src, nbytes, args, grid in launches:
@@ -249,11 +249,11 @@ def _unroll_launch(backend, comp, gemm_comp, layer: _Layer):
     grid, block = g.launch_grid(gp, shape), g.launch_block(gp)
     gemms = [backend.launcher(kernel, grid, block,
                               (np.int32(hw), np.int32(s.K), np.int32(crr), np.float32(1.0),
-                               np.intp(int(layer.U) + 4 * n * crr * hw), backend.ptr(layer.Wt), np.float32(0.0),
+                               np.intp(int(layer.U) + 4 * n * crr * hw), np.intp(int(layer.Wt)), np.float32(0.0),
                                np.intp(int(layer.Y) + 4 * n * s.K * hw)), gemm_suite.SIGNATURE) for n in range(s.N)]
     blocks = max(1, min(-(-s.N * s.C * hw // 256), 8 * backend.device.sm_count))
     dims = s.dims()
-    args = (dims, backend.ptr(layer.X), backend.ptr(layer.U), np.int32(0), np.int32(s.N))
+    args = (dims, np.intp(int(layer.X)), np.intp(int(layer.U)), np.int32(0), np.int32(s.N))
 
     def run():
         unroll(*args, block=(256, 1, 1), grid=(blocks, 1, 1))
