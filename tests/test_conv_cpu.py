@@ -51,7 +51,7 @@ def test_pooling_reference():
 def test_shape_arithmetic_and_refusals():
     s = conv.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
     assert (s.Ho, s.Wo) == (56, 56) and s.flops == 2 * 32 * 64 * 64 * 9 * 56 * 56
-    assert s.unroll_bytes == 4 * 32 * 64 * 9 * 56 * 56  # the K^2 blow-up: 9x the input
+    assert s.unroll_bytes == 4 * 32 * 56 * 56 * (64 * 9 + 64)  # the K^2 blow-up (9x the input) and Z
     assert tuple(s.dims().tolist()) == (32, 64, 56, 56, 64, 3, 1, 1, 56, 56) and s.dims().itemsize == 40
     assert conv.ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
     for bad, needle in ((conv.ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (conv.ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),

@@ -61,8 +61,9 @@ class ConvShape:
 
     @property
     def unroll_bytes(self) -> int:
-        """The unroll path's workspace: every image's C*R*R x Ho*Wo matrix (the K^2 blow-up)."""
-        return 4 * self.N * self.C * self.R * self.R * self.Ho * self.Wo
+        """The unroll path's workspace: the C*R*R x N*Ho*Wo matrix (the K^2 blow-up), plus the GEMM's
+        output before it is moved to NCHW."""
+        return 4 * self.N * self.Ho * self.Wo * (self.C * self.R * self.R + self.K)
 
     def dims(self) -> np.void:
         """The kernels' `ConvDims` struct (ten ints), as the record PyCUDA passes by value."""
@@ -236,29 +237,29 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
 
 
 def _unroll_launch(backend, comp, gemm_comp, layer: _Layer):
-    """Unroll all N images into one workspace, then one GEMM per image (ladder step 8)."""
+    """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW."""
     from nnbench.suites import gemm as gemm_suite
     s = layer.shape
-    unroll = backend.load(comp, "unroll").func
+    unroll, to_nchw = backend.load(comp, "unroll").func, backend.load(comp, "to_nchw").func
     g = registry.get("gemm", "tf32x3")
     gp = g.defaults()
     kernel = backend.load(gemm_comp, g.kernel)
-    layer.U = backend.upload(np.zeros(s.unroll_bytes // 4, np.float32))
-    hw, crr = s.Ho * s.Wo, s.C * s.R * s.R
-    shape = {"M": hw, "N": s.K, "K": crr}
-    grid, block = g.launch_grid(gp, shape), g.launch_block(gp)
-    gemms = [backend.launcher(kernel, grid, block,
-                              (np.int32(hw), np.int32(s.K), np.int32(crr), np.float32(1.0),
-                               np.intp(int(layer.U) + 4 * n * crr * hw), np.intp(int(layer.Wt)), np.float32(0.0),
-                               np.intp(int(layer.Y) + 4 * n * s.K * hw)), gemm_suite.SIGNATURE) for n in range(s.N)]
-    blocks = max(1, min(-(-s.N * s.C * hw // 256), 8 * backend.device.sm_count))
-    dims = s.dims()
-    args = (dims, np.intp(int(layer.X)), np.intp(int(layer.U)), np.int32(0), np.int32(s.N))
+    layer.U = backend.upload(np.zeros(s.N * s.Ho * s.Wo * s.C * s.R * s.R, np.float32))
+    layer.Z = backend.upload(np.zeros(layer.count, np.float32))
+    m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
+    gemm = backend.launcher(kernel, g.launch_grid(gp, {"M": m, "N": s.K, "K": crr}), g.launch_block(gp),
+                            (np.int32(m), np.int32(s.K), np.int32(crr), np.float32(1.0), np.intp(int(layer.U)),
+                             np.intp(int(layer.Wt)), np.float32(0.0), np.intp(int(layer.Z))), gemm_suite.SIGNATURE)
+    dims, cap = s.dims(), 8 * backend.device.sm_count
+    u_grid = (max(1, min(-(-m * s.C // 256), cap)), 1, 1)
+    y_grid = (max(1, min(-(-layer.count // 256), cap)), 1, 1)
+    u_args = (dims, np.intp(int(layer.X)), np.intp(int(layer.U)))
+    y_args = (dims, np.intp(int(layer.Z)), np.intp(int(layer.Y)))
 
     def run():
-        unroll(*args, block=(256, 1, 1), grid=(blocks, 1, 1))
-        for f in gemms:
-            f()
+        unroll(*u_args, block=(256, 1, 1), grid=u_grid)
+        gemm()
+        to_nchw(*y_args, block=(256, 1, 1), grid=y_grid)
     return run
 
 
