@@ -20,16 +20,10 @@ __constant__ float filters[MAX_FILTER];
 
 extern "C" __global__ void __launch_bounds__(TILE * TILE)
 conv_forward(ConvDims d, const float* __restrict__ X, int k0, float* __restrict__ Y) {
-    const int tiles_w = (d.Wo + TILE - 1) / TILE;
     const int kc = blockIdx.x, k = k0 + kc, n = blockIdx.z;
-    const int h = (blockIdx.y / tiles_w) * TILE + threadIdx.y;
-    const int w = (blockIdx.y % tiles_w) * TILE + threadIdx.x;
-    if (h >= d.Ho || w >= d.Wo) return;
-    float acc = 0.0f;
-    for (int c = 0; c < d.C; ++c)
-        for (int p = 0; p < d.R; ++p)
-            for (int q = 0; q < d.R; ++q)
-                acc += x_at(X, d, n, c, h * d.stride - d.pad + p, w * d.stride - d.pad + q) *
-                       filters[((kc * d.C + c) * d.R + p) * d.R + q];
-    Y[((size_t)(n * d.K + k) * d.Ho + h) * d.Wo + w] = acc;
+    int h, w;
+    if (!output_pixel<TILE>(d, h, w)) return;
+    const int base = kc * d.C * d.R * d.R;
+    Y[((size_t)(n * d.K + k) * d.Ho + h) * d.Wo + w] =
+        direct_sum(d, X, n, h, w, [&](int c, int p, int q) { return filters[base + (c * d.R + p) * d.R + q]; });
 }

@@ -16,3 +16,25 @@ struct ConvDims {
 __device__ __forceinline__ float x_at(const float* __restrict__ X, const ConvDims& d, int n, int c, int h, int w) {
     return (h >= 0 && h < d.H && w >= 0 && w < d.W) ? X[((size_t)(n * d.C + c) * d.H + h) * d.W + w] : 0.0f;
 }
+
+// The direct method's sum for output (n, ., h, w), the filter value of (c, p, q) read through
+// `filter`: steps 1 and 2 differ only in where that value lives.
+template <class Filter>
+__device__ __forceinline__ float direct_sum(const ConvDims& d, const float* __restrict__ X, int n, int h, int w,
+                                            Filter filter) {
+    float acc = 0.0f;
+    for (int c = 0; c < d.C; ++c)
+        for (int p = 0; p < d.R; ++p)
+            for (int q = 0; q < d.R; ++q)
+                acc += x_at(X, d, n, c, h * d.stride - d.pad + p, w * d.stride - d.pad + q) * filter(c, p, q);
+    return acc;
+}
+
+// The output pixel of this thread in the seed's grid: block (TILE, TILE), blockIdx.y = tile index.
+template <int TILE_>
+__device__ __forceinline__ bool output_pixel(const ConvDims& d, int& h, int& w) {
+    const int tiles_w = (d.Wo + TILE_ - 1) / TILE_;
+    h = (blockIdx.y / tiles_w) * TILE_ + threadIdx.y;
+    w = (blockIdx.y % tiles_w) * TILE_ + threadIdx.x;
+    return h < d.Ho && w < d.Wo;
+}
