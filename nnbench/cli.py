@@ -169,9 +169,11 @@ def devices(do_measure: bool) -> None:
 @timing_options
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/conv-…).")
 @click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
+@click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll "
+                                               "and direct), each checked against float64.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @backend_option
-def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, seed,
+def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, seed,
          backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
@@ -205,11 +207,17 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     path = csv_path or results.default_path("conv", env["gpu"])
     sink = results.CsvSink(path, fields=results.CONV_FIELDS)
     out.print(_device_line(env))
+    if backward and be.name != "cuda":
+        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
+    settings = measure.TimingSettings(budget_s=budget, cold=cold)
+    runs = [conv_suite.run(be, chosen, shapes, settings, with_cudnn=not no_cudnn, seed=seed, env=env)]
+    if backward:
+        back = [(v, v.defaults()) for v in registry.suite_variants("conv-backward")]
+        runs.append(conv_suite.run_backward(be, back, shapes, settings, seed=seed, env=env))
     records = []
     try:
         with err.status("") as status:
-            for rec in conv_suite.run(be, chosen, shapes, measure.TimingSettings(budget_s=budget, cold=cold),
-                                      with_cudnn=not no_cudnn, seed=seed, env=env):
+            for rec in (r for gen in runs for r in gen):
                 sink.append(rec)
                 records.append(rec)
                 status.update(f"{rec['variant']} {rec['shape']}: {rec['status']}")

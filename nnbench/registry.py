@@ -172,6 +172,10 @@ _TF32X3 = dict(
     block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))", smem="2 * (BK * (BM + 8) + BK * (BN + 8)) * 4",
 )
 
+# Kernels that run step 8's mainloop under an epilogue of their own: a 64 x 64 warp tile spills there.
+_TF32X3_FUSED = dict(_TF32X3, params=tuple(replace(p, choices=(16, 32)) if p.name == "WM" else p
+                                           for p in _TF32X3["params"]))
+
 GEMM: tuple[Variant, ...] = (
     Variant(
         "gemm", "naive", 1, "one thread per C element, operands from global memory",
@@ -283,8 +287,7 @@ MLP: tuple[Variant, ...] = (
     Variant("mlp", "batched", 8, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
-            **dict(_TF32X3, params=tuple(replace(p, choices=(16, 32)) if p.name == "WM" else p  # 64 x 64 spills
-                                         for p in _TF32X3["params"]))),
+            **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 9, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
@@ -309,6 +312,15 @@ CONV: tuple[Variant, ...] = (
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
             backend="cpu"),
 )
+CONV_BACKWARD: tuple[Variant, ...] = (
+    Variant("conv-backward", "unroll", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "
+            "(split-K filter gradient), col2im gather", "conv/06_unroll_backward.cu", kernel="filter_grad",
+            **_TF32X3_FUSED),
+    Variant("conv-backward", "direct", 7, "data gradient by gather, filter gradient one block per weight "
+            "(no workspace)", "conv/07_direct_backward.cu",
+            params=(_p("THREADS", 256, (128, 256), "threads of a filter-gradient block"),),
+            block="(THREADS,)", kernel="filter_grad_direct"),
+)
 POOL: tuple[Variant, ...] = (
     Variant("pool", "avg", 1, "average pooling, one thread per output", "conv/05_pool.cu",
             params=(_p("MODE", 0, (0,), "0 = average"),), kernel="pool_forward"),
@@ -316,7 +328,7 @@ POOL: tuple[Variant, ...] = (
             params=(_p("MODE", 1, (1,), "1 = max"),), kernel="pool_forward"),
 )
 
-ALL: tuple[Variant, ...] = GEMM + MLP + CONV + POOL
+ALL: tuple[Variant, ...] = GEMM + MLP + CONV + CONV_BACKWARD + POOL
 
 
 def suite_variants(suite: str, backend: str | None = None) -> list[Variant]:

@@ -29,7 +29,8 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
              for suite in ("mlp", "conv") for v in registry.suite_variants(suite, "cuda") if not v.params]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
-             for suite in ("conv", "pool") for v in registry.suite_variants(suite, "cuda") for p in v.params
+             for suite in ("conv", "conv-backward", "pool") for v in registry.suite_variants(suite, "cuda")
+             for p in v.params
              for c in p.choices if not v.problems(dict(v.defaults(), **{p.name: c}))]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]

@@ -85,6 +85,7 @@ def test_layer_sets_and_their_errors(tmp_path):
     (["--set", "alexnet"], "--set alexnet"),
     (["-p", "tiled", "--kb", "5"], "--kb 5"),
     (["-p", "unroll", "--backend", "cpu"], "needs a GPU"),
+    (["--backward", "--backend", "cpu"], "--backward"),
 ])
 def test_conv_bad_input(args, needle):
     res = CliRunner().invoke(cli, ["conv", *args])
@@ -100,3 +101,38 @@ def test_conv_cpu_path(tmp_path):
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0].keys()) == results.CONV_FIELDS
     assert [r["status"] for r in rows] == ["PASS", "PASS"] and all(float(r["rel_err"]) < 1e-5 for r in rows)
+
+
+@pytest.mark.parametrize("N,C,H,W,R,stride,pad", SHAPES)
+def test_backward_reference_against_finite_differences(N, C, H, W, R, stride, pad):
+    """col2im is im2col's adjoint, and the gradients of L = <dy, conv(x, w)> match central
+    differences (L is linear in each argument, so the difference is exact up to rounding)."""
+    rng = np.random.default_rng(2)
+    K = 2
+    x, wt = rng.standard_normal((N, C, H, W)), rng.standard_normal((K, C, R, R))
+    s = conv.ConvShape(N, C, H, W, K, R, stride, pad)
+    dy = rng.standard_normal((N, K, s.Ho, s.Wo))
+    u = rng.standard_normal((N, C * R * R, s.Ho * s.Wo))
+    assert np.sum(conv.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * conv.col2im(u, x.shape, R, stride,
+                                                                                                  pad)))
+    dx, dw = conv.conv_backward_reference(x, wt, dy, stride, pad)
+    loss = lambda xx, ww: float(np.sum(dy * conv.conv_reference(xx, ww, stride, pad)))
+    for arr, grad, idx in ((x, dx, (0, C - 1, H // 2, W - 1)), (wt, dw, (K - 1, 0, R - 1, R // 2))):
+        e = np.zeros_like(arr)
+        e[idx] = 1e-3
+        num = (loss(x + e, wt) - loss(x - e, wt)) / 2e-3 if arr is x else (loss(x, wt + e) - loss(x, wt - e)) / 2e-3
+        assert grad[idx] == pytest.approx(num, rel=1e-6, abs=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_pool_backward_reference(mode):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 2, 7, 6))
+    dy = rng.standard_normal((2, 2, 3, 3))
+    dx = conv.pool_backward_reference(x, dy, 2, mode)
+    assert np.all(dx[:, :, 6, :] == 0)  # the cut-off row
+    # <dy, pool(x)> is linear in x for avg, and piecewise linear for max: check against differences
+    e = np.zeros_like(x)
+    e[1, 0, 2, 3] = 1e-6
+    f = lambda xx: float(np.sum(dy * conv.pool_reference(xx, 2, mode)))
+    assert dx[1, 0, 2, 3] == pytest.approx((f(x + e) - f(x - e)) / 2e-6, rel=1e-5, abs=1e-9)

@@ -30,3 +30,20 @@ def test_every_path_matches_the_reference(cuda_backend, set_name):
 def test_pooling(cuda_backend, mode, shape, S):
     x = conv.random_nonzero(np.random.default_rng(0), shape)
     assert conv.pool_check(cuda_backend, mode, x, S) < 1e-6
+
+
+@pytest.mark.parametrize("set_name", ["odd", "lenet5", "resnet"])
+def test_backward_paths_match_the_reference(cuda_backend, set_name):
+    """dX and dW of both backward paths against float64 (both poisoned first)."""
+    from nnbench import registry
+    shapes = conv.load_sets()[set_name][:2]
+    chosen = [(v, v.defaults()) for v in registry.suite_variants("conv-backward")]
+    for r in conv.run_backward(cuda_backend, chosen, shapes, FAST):
+        assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+@pytest.mark.parametrize("shape,S", [((2, 3, 28, 28), 2), ((1, 5, 13, 11), 3)])
+def test_pooling_backward(cuda_backend, mode, shape, S):
+    x = conv.random_nonzero(np.random.default_rng(1), shape)
+    assert conv.pool_backward_check(cuda_backend, mode, x, S) < 1e-6

@@ -8,7 +8,10 @@
 //         floor mode in PyTorch.
 // Source: seed 004 ("Coding Pooling Layers").
 // Params: MODE 0 = average, 1 = max.
-// Launch: 1-D, grid-stride over N * C * (H / S) * (W / S).
+// Launch: 1-D, grid-stride over N * C * (H / S) * (W / S), forward and backward alike.
+//         pool_backward writes every element of each window (dX's cut-off edge must be zeroed
+//         by the host first): avg spreads dy / (S*S); max sends dy to the first maximum in
+//         row-major order, as PyTorch does, and 0 to the rest.
 #ifndef MODE
 #define MODE 0
 #endif
@@ -29,5 +32,29 @@ extern "C" __global__ void pool_forward(int N, int C, int H, int W, int S, const
                 r = MODE == 1 ? fmaxf(r, v) : r + v;
             }
         Y[t] = MODE == 1 ? r : r / (S * S);
+    }
+}
+
+extern "C" __global__ void pool_backward(int N, int C, int H, int W, int S, const float* __restrict__ X,
+                                         const float* __restrict__ dY, float* __restrict__ dX) {
+    const int Ho = H / S, Wo = W / S;
+    const long long total = (long long)N * C * Ho * Wo;
+    for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
+         t += (long long)gridDim.x * blockDim.x) {
+        const int w = (int)(t % Wo), h = (int)((t / Wo) % Ho);
+        const long long nc = t / ((long long)Ho * Wo);
+        const float* x = X + (size_t)nc * H * W;
+        float* dx = dX + (size_t)nc * H * W;
+        int best = 0;
+        if (MODE == 1) {
+            float m = -INFINITY;
+            for (int i = 0; i < S * S; ++i) {
+                const float v = x[(size_t)(h * S + i / S) * W + w * S + i % S];
+                if (v > m) { m = v; best = i; }
+            }
+        }
+        for (int i = 0; i < S * S; ++i)
+            dx[(size_t)(h * S + i / S) * W + w * S + i % S] =
+                MODE == 1 ? (i == best ? dY[t] : 0.0f) : dY[t] / (S * S);
     }
 }

@@ -157,6 +157,46 @@ def conv_reference(x: np.ndarray, wt: np.ndarray, stride: int, pad: int) -> np.n
     return np.einsum("kc,ncp->nkp", wt.reshape(K, C * R * R).astype(np.float64), u).reshape(N, K, Ho, Wo)
 
 
+def col2im(u: np.ndarray, shape: tuple[int, int, int, int], R: int, stride: int, pad: int) -> np.ndarray:
+    """The adjoint of `im2col`: (N, C*R*R, Ho*Wo) -> (N, C, H, W), every column's entries added
+    back where they came from (what the data gradient of the unroll path needs)."""
+    N, C, H, W = shape
+    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    xp = np.zeros((N, C, H + 2 * pad, W + 2 * pad), dtype=u.dtype)
+    cols = u.reshape(N, C, R, R, Ho, Wo)
+    for p in range(R):
+        for q in range(R):
+            xp[:, :, p:p + stride * Ho:stride, q:q + stride * Wo:stride] += cols[:, :, p, q]
+    return xp[:, :, pad:pad + H, pad:pad + W]
+
+
+def conv_backward_reference(x: np.ndarray, wt: np.ndarray, dy: np.ndarray, stride: int, pad: int):
+    """float64 (dx, dw) of y = conv(x, wt) for the output gradient dy."""
+    N = x.shape[0]
+    K, C, R, _ = wt.shape
+    u = im2col(x.astype(np.float64), R, stride, pad)
+    dy2 = dy.astype(np.float64).reshape(N, K, -1)
+    dw = np.einsum("nkp,ncp->kc", dy2, u).reshape(wt.shape)
+    du = np.einsum("kc,nkp->ncp", wt.reshape(K, -1).astype(np.float64), dy2)
+    return col2im(du, x.shape, R, stride, pad), dw
+
+
+def pool_backward_reference(x: np.ndarray, dy: np.ndarray, S: int, mode: str) -> np.ndarray:
+    """dx of pooling: avg spreads dy/(S*S) over the window; max sends dy to the window's first
+    maximum (row-major order, as the kernel and PyTorch pick it); cut-off rows and columns get 0."""
+    N, C, H, W = x.shape
+    Ho, Wo = H // S, W // S
+    dx = np.zeros((N, C, H, W))
+    if mode == "avg":
+        dx[:, :, :Ho * S, :Wo * S] = np.repeat(np.repeat(dy.astype(np.float64), S, axis=2), S, axis=3) / (S * S)
+        return dx
+    win = x[:, :, :Ho * S, :Wo * S].reshape(N, C, Ho, S, Wo, S).transpose(0, 1, 2, 4, 3, 5).reshape(N, C, Ho, Wo, -1)
+    arg = win.argmax(axis=-1)
+    n, c, h, w = np.indices((N, C, Ho, Wo))
+    dx[n, c, h * S + arg // S, w * S + arg % S] = dy
+    return dx
+
+
 def pool_reference(x: np.ndarray, S: int, mode: str) -> np.ndarray:
     N, C, H, W = x.shape
     Ho, Wo = H // S, W // S
@@ -374,3 +414,115 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     blocks = max(1, min(-(-ref.size // 256), 8 * backend.device.sm_count))
     func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1), grid=(blocks, 1, 1))
     return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)
+
+
+# -- backward -------------------------------------------------------------------------------------
+SPLIT_SLICES = 128  # the unroll path's filter gradient: slices of its N*Ho*Wo-long reduction
+
+
+def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape],
+                 settings: measure.TimingSettings, rtol: float = DEFAULT_RTOL, seed: int = 0, env: dict | None = None):
+    """Yield one record per (shape, backward path): dX and dW both checked against float64 (both
+    poisoned first; the error is the larger of the two), then the whole backward pass timed."""
+    comps = compile_sources(backend.arch, [(v.source, p) for v, p in chosen])
+    for shape in shapes:
+        layer = _Layer(backend, shape, seed)
+        rng = np.random.default_rng([seed, 7, shape.N, shape.K])
+        dy = random_nonzero(rng, layer.ref.shape)
+        dx_ref, dw_ref = conv_backward_reference(layer.x, layer.wt, dy, shape.stride, shape.pad)
+        bufs = dict(dY=backend.upload(dy), dX=backend.upload(np.zeros(layer.x.shape, np.float32)),
+                    dW=backend.upload(np.zeros(layer.wt.shape, np.float32)), DX=backend.upload(dx_ref),
+                    DW=backend.upload(dw_ref))
+        base = dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K,
+                    R=shape.R, stride=shape.stride, pad=shape.pad, flops=2 * shape.flops, bytes=shape.bytes,
+                    rtol=rtol, seed=seed, **(env or {}))
+        for (v, params), comp in zip(chosen, comps):
+            rec = dict(base, variant=f"{v.name}-backward", step=v.step,
+                       params=" ".join(f"{k}={x}" for k, x in params.items()),
+                       workspace_bytes=shape.unroll_bytes * 2 if v.name == "unroll" else 0)
+            if isinstance(comp, Exception):
+                yield dict(rec, status="ERROR", error=str(comp))
+                continue
+            launch = (_unroll_backward(backend, v, params, comp, layer, bufs) if v.name == "unroll"
+                      else _direct_backward(backend, params, comp, layer, bufs))
+            backend.fill_nan(bufs["dX"], layer.x.size)
+            backend.fill_nan(bufs["dW"], layer.wt.size)
+            backend.timed(launch, 1)
+            err = max(backend.rel_err(bufs["dX"], bufs["DX"], layer.x.size),
+                      backend.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+            stats = measure.measure(backend, launch, settings)
+            t = stats.median_ms * 1e-3
+            rec.update(stats.as_record(), gflops=2 * shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
+                       status="PASS" if err <= rtol else "FAIL")
+            yield rec
+
+
+def _round_up(n: int, m: int) -> int:
+    return -(-n // m) * m
+
+
+def _grid(backend, total: int) -> tuple[int, int, int]:
+    return (max(1, min(-(-total // 256), 8 * backend.device.sm_count)), 1, 1)
+
+
+def _unroll_backward(backend, v: Variant, params: dict, comp, layer: _Layer, bufs: dict):
+    s = layer.shape
+    k = {name: backend.load(comp, name).func for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad",
+                                                         "col2im")}
+    threads = v.threads(params)
+    m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
+    bk = params["BK"]
+    kps = _round_up(-(-m // SPLIT_SLICES), bk)
+    slices = -(-m // kps)
+    U = backend.upload(np.zeros(m * crr, np.float32))
+    dZ = backend.upload(np.zeros(m * s.K, np.float32))
+    G = backend.upload(np.zeros(slices * crr * s.K, np.float32))
+    dU = backend.upload(np.zeros(m * crr, np.float32))
+    bufs.update(U=U, dZ=dZ, G=G, dU=dU)
+    fwd = backend.load(compile_sources(backend.arch, [(registry.get("conv", "unroll").source, {})])[0], "unroll").func
+    dims = s.dims()
+    ip = lambda b: np.intp(int(b))
+    bm, bn = params["BM"], params["BN"]
+
+    def run():
+        fwd(dims, ip(layer.X), ip(U), block=(256, 1, 1), grid=_grid(backend, m * s.C))
+        k["from_nchw"](dims, ip(bufs["dY"]), ip(dZ), block=(256, 1, 1), grid=_grid(backend, layer.count))
+        k["filter_grad"](np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps),
+                         block=(threads, 1, 1), grid=(-(-crr // bm), -(-s.K // bn), slices))
+        k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(bufs["dW"]), block=(256, 1, 1),
+                        grid=_grid(backend, crr * s.K))
+        k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(layer.Wt), ip(dU),
+                       block=(threads, 1, 1), grid=(-(-m // bm), -(-crr // bn), 1))
+        k["col2im"](dims, ip(dU), ip(bufs["dX"]), block=(256, 1, 1), grid=_grid(backend, layer.x.size))
+    return run
+
+
+def _direct_backward(backend, params: dict, comp, layer: _Layer, bufs: dict):
+    s = layer.shape
+    dg = backend.load(comp, "data_grad_direct").func
+    fg = backend.load(comp, "filter_grad_direct").func
+    dims, ip = s.dims(), (lambda b: np.intp(int(b)))
+    threads = params["THREADS"]
+
+    def run():
+        dg(dims, ip(bufs["dY"]), ip(layer.Wt), ip(bufs["dX"]), block=(256, 1, 1), grid=_grid(backend, layer.x.size))
+        fg(dims, ip(layer.X), ip(bufs["dY"]), ip(bufs["dW"]), block=(threads, 1, 1), grid=(layer.wt.size, 1, 1))
+    return run
+
+
+def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
+    """05_pool.cu's pool_backward against the float64 reference (dX poisoned except the cut-off
+    edge, which the host zeroes as the kernel's contract says)."""
+    v = registry.get("pool", mode)
+    (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
+    N, C, H, W = x.shape
+    dy = random_nonzero(np.random.default_rng(5), (N, C, H // S, W // S))
+    ref = pool_backward_reference(x, dy, S, mode)
+    init = np.full(x.shape, np.nan, np.float32)
+    init[:, :, (H // S) * S:, :] = 0.0
+    init[:, :, :, (W // S) * S:] = 0.0
+    X, DY, DX = backend.upload(x.astype(np.float32)), backend.upload(dy), backend.upload(init)
+    func = backend.load(comp, "pool_backward").func
+    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX, block=(256, 1, 1),
+         grid=_grid(backend, dy.size))
+    return measure.rel_err(backend.download(DX, np.zeros(x.shape, np.float32)), ref)
