@@ -200,15 +200,17 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
     if backend != "auto":
         conv_suite.plan(list(paths_), backend, overrides)
+    if backward and backend == "cpu":
+        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     be = _open(backend)
+    if backward and be.name != "cuda":
+        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
     env = results.environment(be)
     path = csv_path or results.default_path("conv", env["gpu"])
     sink = results.CsvSink(path, fields=results.CONV_FIELDS)
     out.print(_device_line(env))
-    if backward and be.name != "cuda":
-        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     settings = measure.TimingSettings(budget_s=budget, cold=cold)
     runs = [conv_suite.run(be, chosen, shapes, settings, with_cudnn=not no_cudnn, seed=seed, env=env)]
     if backward:
