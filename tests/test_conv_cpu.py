@@ -116,6 +116,7 @@ def test_backward_reference_against_finite_differences(N, C, H, W, R, stride, pa
     assert np.sum(conv.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * conv.col2im(u, x.shape, R, stride,
                                                                                                   pad)))
     dx, dw = conv.conv_backward_reference(x, wt, dy, stride, pad)
+    assert dx.flags.c_contiguous and dw.flags.c_contiguous  # uploaded as NCHW (a padded view was not)
     loss = lambda xx, ww: float(np.sum(dy * conv.conv_reference(xx, ww, stride, pad)))
     for arr, grad, idx in ((x, dx, (0, C - 1, H // 2, W - 1)), (wt, dw, (K - 1, 0, R - 1, R // 2))):
         e = np.zeros_like(arr)

@@ -167,7 +167,7 @@ def col2im(u: np.ndarray, shape: tuple[int, int, int, int], R: int, stride: int,
     for p in range(R):
         for q in range(R):
             xp[:, :, p:p + stride * Ho:stride, q:q + stride * Wo:stride] += cols[:, :, p, q]
-    return xp[:, :, pad:pad + H, pad:pad + W]
+    return np.ascontiguousarray(xp[:, :, pad:pad + H, pad:pad + W])  # NCHW in memory, as uploads expect
 
 
 def conv_backward_reference(x: np.ndarray, wt: np.ndarray, dy: np.ndarray, stride: int, pad: int):
