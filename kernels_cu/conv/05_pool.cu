@@ -16,19 +16,25 @@
 #define MODE 0
 #endif
 
+// Pooled element t of (N, C, H/S, W/S): the offset of its window's first input element.
+__device__ __forceinline__ size_t window(long long t, int H, int W, int S) {
+    const int Ho = H / S, Wo = W / S;
+    const int w = (int)(t % Wo), h = (int)((t / Wo) % Ho);
+    const long long nc = t / ((long long)Ho * Wo);
+    return (size_t)nc * H * W + (size_t)h * S * W + (size_t)w * S;
+}
+
 extern "C" __global__ void pool_forward(int N, int C, int H, int W, int S, const float* __restrict__ X,
                                         float* __restrict__ Y) {
     const int Ho = H / S, Wo = W / S;
     const long long total = (long long)N * C * Ho * Wo;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
-        const int w = (int)(t % Wo), h = (int)((t / Wo) % Ho);
-        const long long nc = t / ((long long)Ho * Wo);
-        const float* x = X + (size_t)nc * H * W;
+        const float* x = X + window(t, H, W, S);
         float r = MODE == 1 ? -INFINITY : 0.0f;
         for (int p = 0; p < S; ++p)
             for (int q = 0; q < S; ++q) {
-                const float v = x[(size_t)(h * S + p) * W + w * S + q];
+                const float v = x[(size_t)p * W + q];
                 r = MODE == 1 ? fmaxf(r, v) : r + v;
             }
         Y[t] = MODE == 1 ? r : r / (S * S);
@@ -41,20 +47,19 @@ extern "C" __global__ void pool_backward(int N, int C, int H, int W, int S, cons
     const long long total = (long long)N * C * Ho * Wo;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
-        const int w = (int)(t % Wo), h = (int)((t / Wo) % Ho);
-        const long long nc = t / ((long long)Ho * Wo);
-        const float* x = X + (size_t)nc * H * W;
-        float* dx = dX + (size_t)nc * H * W;
+        const size_t at = window(t, H, W, S);
+        const float* x = X + at;
+        float* dx = dX + at;
         int best = 0;
         if (MODE == 1) {
             float m = -INFINITY;
             for (int i = 0; i < S * S; ++i) {
-                const float v = x[(size_t)(h * S + i / S) * W + w * S + i % S];
+                const float v = x[(size_t)(i / S) * W + i % S];
                 if (v > m) { m = v; best = i; }
             }
         }
         for (int i = 0; i < S * S; ++i)
-            dx[(size_t)(h * S + i / S) * W + w * S + i % S] =
+            dx[(size_t)(i / S) * W + i % S] =
                 MODE == 1 ? (i == best ? dY[t] : 0.0f) : dY[t] / (S * S);
     }
 }

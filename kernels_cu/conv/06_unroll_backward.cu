@@ -63,19 +63,11 @@ extern "C" __global__ void col2im(ConvDims d, const float* __restrict__ dU, floa
     const long long cols = (long long)d.N * d.Ho * d.Wo, total = (long long)d.N * d.C * d.H * d.W;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
-        const int w = (int)(t % d.W), h = (int)((t / d.W) % d.H), c = (int)((t / ((long long)d.W * d.H)) % d.C);
-        const int n = (int)(t / ((long long)d.W * d.H * d.C));
-        float g = 0.0f;
-        for (int p = 0; p < d.R; ++p) {
-            const int hp = h + d.pad - p;
-            if (hp < 0 || hp % d.stride || hp / d.stride >= d.Ho) continue;
-            for (int q = 0; q < d.R; ++q) {
-                const int wq = w + d.pad - q;
-                if (wq < 0 || wq % d.stride || wq / d.stride >= d.Wo) continue;
-                const long long col = ((long long)n * d.Ho + hp / d.stride) * d.Wo + wq / d.stride;
-                g += dU[(size_t)((c * d.R + p) * d.R + q) * cols + col];
-            }
-        }
+        int n, c, h, w;
+        nchw(t, d.C, d.H, d.W, n, c, h, w);
+        const float g = gather_taps(d, h, w, [&](int p, int q, int ho, int wo) {
+            return dU[(size_t)((c * d.R + p) * d.R + q) * cols + ((long long)n * d.Ho + ho) * d.Wo + wo];
+        });
         dX[t] = g;
     }
 }

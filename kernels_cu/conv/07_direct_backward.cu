@@ -20,20 +20,15 @@ extern "C" __global__ void data_grad_direct(ConvDims d, const float* __restrict_
     const long long total = (long long)d.N * d.C * d.H * d.W;
     for (long long t = blockIdx.x * (long long)blockDim.x + threadIdx.x; t < total;
          t += (long long)gridDim.x * blockDim.x) {
-        const int w = (int)(t % d.W), h = (int)((t / d.W) % d.H), c = (int)((t / ((long long)d.W * d.H)) % d.C);
-        const int n = (int)(t / ((long long)d.W * d.H * d.C));
-        float g = 0.0f;
-        for (int p = 0; p < d.R; ++p) {
-            const int hp = h + d.pad - p;
-            if (hp < 0 || hp % d.stride || hp / d.stride >= d.Ho) continue;
-            for (int q = 0; q < d.R; ++q) {
-                const int wq = w + d.pad - q;
-                if (wq < 0 || wq % d.stride || wq / d.stride >= d.Wo) continue;
-                for (int k = 0; k < d.K; ++k)
-                    g += dY[((size_t)(n * d.K + k) * d.Ho + hp / d.stride) * d.Wo + wq / d.stride] *
-                         Wt[((size_t)(k * d.C + c) * d.R + p) * d.R + q];
-            }
-        }
+        int n, c, h, w;
+        nchw(t, d.C, d.H, d.W, n, c, h, w);
+        const float g = gather_taps(d, h, w, [&](int p, int q, int ho, int wo) {
+            float s = 0.0f;
+            for (int k = 0; k < d.K; ++k)
+                s += dY[((size_t)(n * d.K + k) * d.Ho + ho) * d.Wo + wo] *
+                     Wt[((size_t)(k * d.C + c) * d.R + p) * d.R + q];
+            return s;
+        });
         dX[t] = g;
     }
 }

@@ -38,3 +38,29 @@ __device__ __forceinline__ bool output_pixel(const ConvDims& d, int& h, int& w) 
     w = (blockIdx.y % tiles_w) * TILE_ + threadIdx.x;
     return h < d.Ho && w < d.Wo;
 }
+
+// The backward gather for input element (n, c, h, w): term(p, q, ho, wo) for every filter tap
+// (p, q) whose output (ho, wo) read this element in the forward pass (col2im and the direct data
+// gradient both sum this way, one thread per input element, without atomics).
+template <class Term>
+__device__ __forceinline__ float gather_taps(const ConvDims& d, int h, int w, Term term) {
+    float g = 0.0f;
+    for (int p = 0; p < d.R; ++p) {
+        const int hp = h + d.pad - p;
+        if (hp < 0 || hp % d.stride || hp / d.stride >= d.Ho) continue;
+        for (int q = 0; q < d.R; ++q) {
+            const int wq = w + d.pad - q;
+            if (wq < 0 || wq % d.stride || wq / d.stride >= d.Wo) continue;
+            g += term(p, q, hp / d.stride, wq / d.stride);
+        }
+    }
+    return g;
+}
+
+// Element t of an (N, C, H, W) tensor as its coordinates.
+__device__ __forceinline__ void nchw(long long t, int C, int H, int W, int& n, int& c, int& h, int& w) {
+    w = (int)(t % W);
+    h = (int)((t / W) % H);
+    c = (int)((t / ((long long)W * H)) % C);
+    n = (int)(t / ((long long)W * H * C));
+}
