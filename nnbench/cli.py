@@ -171,10 +171,13 @@ def devices(do_measure: bool) -> None:
 @click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
 @click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll "
                                                "and direct), each checked against float64.")
+@click.option("--model", type=click.Choice(["lenet5"]), default=None,
+              help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
+                   "(--n is the batch, default 64), checked against float64, beside PyTorch.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
 @backend_option
-def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, seed,
-         backend) -> None:
+def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
+         seed, backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
 
@@ -184,6 +187,10 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
       nnbench conv --n 32 --c 64 --h 56 --w 56 --k 64 --r 3 --pad 1 -p tiled -p unroll
     """
     from nnbench.suites import conv as conv_suite
+    if model is not None:
+        _conv_model(model, n, budget, cold, csv_path, no_cudnn, seed, backend,
+                    [x is not None for x in (c, h, w, k, r)] + [bool(sets), bool(paths_), backward])
+        return
     given = [x is not None for x in (n, c, h, w, k, r)]
     if any(given) and not all(given):
         raise NnbenchError("--n, --c, --h, --w, --k and --r go together: give all six, or use --set")
@@ -230,6 +237,37 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     for rec in records:
         if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
             out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
+    out.print(f"CSV: {path}")
+    if any(rec.get("status") in results.FAILED for rec in records):
+        sys.exit(1)
+
+
+def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backend, others: list[bool]) -> None:
+    from nnbench.suites import lenet
+    if any(others):
+        raise NnbenchError(f"--model {model}: takes --n (the batch) only; the layers are the model's")
+    batch = 64 if batch is None else batch
+    if batch < 1:
+        raise NnbenchError(f"--n {batch}: the batch must be >= 1")
+    if backend == "cpu":
+        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    be = _open(backend)
+    if be.name != "cuda":
+        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    env = results.environment(be)
+    out.print(_device_line(env))
+    path = csv_path or results.default_path("conv", env["gpu"])
+    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
+    records = []
+    try:
+        for rec in lenet.run(be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold),
+                             with_torch=not no_torch, env=env):
+            sink.append(rec)
+            records.append(rec)
+    finally:
+        sink.close()
+    out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
+                                         f"(rel_err: weight changes and loss)"))
     out.print(f"CSV: {path}")
     if any(rec.get("status") in results.FAILED for rec in records):
         sys.exit(1)

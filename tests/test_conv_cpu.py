@@ -137,3 +137,25 @@ def test_pool_backward_reference(mode):
     e[1, 0, 2, 3] = 1e-6
     f = lambda xx: float(np.sum(dy * conv.pool_reference(xx, 2, mode)))
     assert dx[1, 0, 2, 3] == pytest.approx((f(x + e) - f(x - e)) / 2e-6, rel=1e-5, abs=1e-9)
+
+
+def test_lenet5_reference_step_is_gradient_descent():
+    """The reference's update is -rate times the loss gradient: checked by central differences
+    on a weight of each kind (a conv filter, a fully connected weight, a bias)."""
+    from nnbench.suites import lenet
+    x, labels = lenet.images(1, 0)
+    x, labels = x[:6], labels[:6]
+    params = lenet.init_params(1)
+    rate = 0.1
+    loss, new, logits = lenet.reference_step(params, x, labels, rate)
+    assert logits.shape == (6, lenet.CLASSES) and loss == pytest.approx(np.log(lenet.CLASSES), rel=0.05)
+
+    def loss_at(i, which, idx, delta):
+        p = [(W.copy(), b.copy()) for W, b in params]
+        p[i][which][idx] += delta
+        return lenet.reference_step(p, x, labels, 0.0)[0]
+
+    for i, which, idx in ((0, 0, (2, 0, 1, 3)), (2, 0, (7, 5, 2, 2)), (4, 1, (labels[0],))):
+        grad = (params[i][which][idx] - new[i][which][idx]) / rate
+        num = (loss_at(i, which, idx, 1e-6) - loss_at(i, which, idx, -1e-6)) / 2e-6
+        assert grad == pytest.approx(num, rel=1e-4, abs=1e-9), (i, which, idx)

@@ -47,3 +47,15 @@ def test_backward_paths_match_the_reference(cuda_backend, set_name):
 def test_pooling_backward(cuda_backend, mode, shape, S):
     x = conv.random_nonzero(np.random.default_rng(1), shape)
     assert conv.pool_backward_check(cuda_backend, mode, x, S) < 1e-6
+
+
+@pytest.mark.parametrize("batch", [64, 50])
+def test_lenet5_step_matches_the_reference(cuda_backend, batch):
+    """One SGD step of LeNet-5 on our kernels against float64 (weight changes and loss), and
+    PyTorch's first loss on the same weights and images agrees with the reference."""
+    from nnbench.suites import lenet
+    recs = {r["variant"]: r for r in lenet.run(cuda_backend, batch, settings=FAST)}
+    assert recs["lenet5-step"]["status"] == "PASS", recs["lenet5-step"]["rel_err"]
+    assert recs["lenet5-forward"]["median_ms"] > 0
+    if "torch-step" in recs:
+        assert recs["torch-step"]["status"] == "PASS", recs["torch-step"]["rel_err"]

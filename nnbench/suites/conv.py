@@ -277,30 +277,34 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
 
 
 def _unroll_launch(backend, comp, gemm_comp, layer: _Layer):
-    """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW."""
+    run, layer.U, layer.Z = unroll_forward(backend, comp, gemm_comp, layer.shape, layer.X, layer.Wt, layer.Y)
+    return run
+
+
+def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
+    """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW.
+    Returns (run, U, Z): the launcher and its two workspaces."""
     from nnbench.suites import gemm as gemm_suite
-    s = layer.shape
     unroll, to_nchw = backend.load(comp, "unroll").func, backend.load(comp, "to_nchw").func
     g = registry.get("gemm", "tf32x3")
     gp = g.defaults()
     kernel = backend.load(gemm_comp, g.kernel)
-    layer.U = backend.upload(np.zeros(s.N * s.Ho * s.Wo * s.C * s.R * s.R, np.float32))
-    layer.Z = backend.upload(np.zeros(layer.count, np.float32))
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
+    U = backend.upload(np.zeros(m * crr, np.float32))
+    Z = backend.upload(np.zeros(m * s.K, np.float32))
     gemm = backend.launcher(kernel, g.launch_grid(gp, {"M": m, "N": s.K, "K": crr}), g.launch_block(gp),
-                            (np.int32(m), np.int32(s.K), np.int32(crr), np.float32(1.0), np.intp(int(layer.U)),
-                             np.intp(int(layer.Wt)), np.float32(0.0), np.intp(int(layer.Z))), gemm_suite.SIGNATURE)
-    dims, cap = s.dims(), 8 * backend.device.sm_count
-    u_grid = (max(1, min(-(-m * s.C // 256), cap)), 1, 1)
-    y_grid = (max(1, min(-(-layer.count // 256), cap)), 1, 1)
-    u_args = (dims, np.intp(int(layer.X)), np.intp(int(layer.U)))
-    y_args = (dims, np.intp(int(layer.Z)), np.intp(int(layer.Y)))
+                            (np.int32(m), np.int32(s.K), np.int32(crr), np.float32(1.0), np.intp(int(U)),
+                             np.intp(int(Wt)), np.float32(0.0), np.intp(int(Z))), gemm_suite.SIGNATURE)
+    dims = s.dims()
+    u_grid, y_grid = _grid(backend, m * s.C), _grid(backend, m * s.K)
+    u_args = (dims, np.intp(int(X)), np.intp(int(U)))
+    y_args = (dims, np.intp(int(Z)), np.intp(int(Y)))
 
     def run():
         unroll(*u_args, block=(256, 1, 1), grid=u_grid)
         gemm()
         to_nchw(*y_args, block=(256, 1, 1), grid=y_grid)
-    return run
+    return run, U, Z
 
 
 def _cudnn_launch(layer: _Layer):
@@ -466,35 +470,42 @@ def _grid(backend, total: int) -> tuple[int, int, int]:
 
 
 def _unroll_backward(backend, v: Variant, params: dict, comp, layer: _Layer, bufs: dict):
-    s = layer.shape
+    fwd = compile_sources(backend.arch, [(registry.get("conv", "unroll").source, {})])[0]
+    run, work = unroll_backward(backend, v, params, comp, fwd, layer.shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
+                                bufs["dW"])
+    bufs.update(work)
+    return run
+
+
+def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvShape, X, Wt, dY, dX, dW):
+    """dX and dW of y = conv(X, Wt) for dY, through the unrolled input (06_unroll_backward.cu).
+    Returns (run, workspaces)."""
     k = {name: backend.load(comp, name).func for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad",
                                                          "col2im")}
     threads = v.threads(params)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
-    bk = params["BK"]
-    kps = _round_up(-(-m // SPLIT_SLICES), bk)
+    kps = _round_up(-(-m // SPLIT_SLICES), params["BK"])
     slices = -(-m // kps)
-    U = backend.upload(np.zeros(m * crr, np.float32))
-    dZ = backend.upload(np.zeros(m * s.K, np.float32))
-    G = backend.upload(np.zeros(slices * crr * s.K, np.float32))
-    dU = backend.upload(np.zeros(m * crr, np.float32))
-    bufs.update(U=U, dZ=dZ, G=G, dU=dU)
-    fwd = backend.load(compile_sources(backend.arch, [(registry.get("conv", "unroll").source, {})])[0], "unroll").func
+    work = dict(U=backend.upload(np.zeros(m * crr, np.float32)), dZ=backend.upload(np.zeros(m * s.K, np.float32)),
+                G=backend.upload(np.zeros(slices * crr * s.K, np.float32)),
+                dU=backend.upload(np.zeros(m * crr, np.float32)))
+    U, dZ, G, dU = (work[n] for n in ("U", "dZ", "G", "dU"))
+    unroll = backend.load(fwd_comp, "unroll").func
     dims = s.dims()
     ip = lambda b: np.intp(int(b))
     bm, bn = params["BM"], params["BN"]
 
     def run():
-        fwd(dims, ip(layer.X), ip(U), block=(256, 1, 1), grid=_grid(backend, m * s.C))
-        k["from_nchw"](dims, ip(bufs["dY"]), ip(dZ), block=(256, 1, 1), grid=_grid(backend, layer.count))
+        unroll(dims, ip(X), ip(U), block=(256, 1, 1), grid=_grid(backend, m * s.C))
+        k["from_nchw"](dims, ip(dY), ip(dZ), block=(256, 1, 1), grid=_grid(backend, m * s.K))
         k["filter_grad"](np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps),
                          block=(threads, 1, 1), grid=(-(-crr // bm), -(-s.K // bn), slices))
-        k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(bufs["dW"]), block=(256, 1, 1),
+        k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW), block=(256, 1, 1),
                         grid=_grid(backend, crr * s.K))
-        k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(layer.Wt), ip(dU),
+        k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU),
                        block=(threads, 1, 1), grid=(-(-m // bm), -(-crr // bn), 1))
-        k["col2im"](dims, ip(dU), ip(bufs["dX"]), block=(256, 1, 1), grid=_grid(backend, layer.x.size))
-    return run
+        k["col2im"](dims, ip(dU), ip(dX), block=(256, 1, 1), grid=_grid(backend, s.N * s.C * s.H * s.W))
+    return run, work
 
 
 def _direct_backward(backend, params: dict, comp, layer: _Layer, bufs: dict):
