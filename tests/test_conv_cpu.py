@@ -159,3 +159,18 @@ def test_lenet5_reference_step_is_gradient_descent():
         grad = (params[i][which][idx] - new[i][which][idx]) / rate
         num = (loss_at(i, which, idx, 1e-6) - loss_at(i, which, idx, -1e-6)) / 2e-6
         assert grad == pytest.approx(num, rel=1e-4, abs=1e-9), (i, which, idx)
+
+
+def test_lenet5_layers_must_chain():
+    from dataclasses import replace
+
+    from nnbench.suites import lenet
+    lenet.check_chain()
+    bad = list(lenet.LAYERS)
+    bad[1] = replace(bad[1], C=4)
+    with pytest.raises(NnbenchError, match="layer conv2: takes 4 channels, but layer conv1 gives 6"):
+        lenet.check_chain(bad)
+    bad = list(lenet.LAYERS)
+    bad[2] = replace(bad[2], H=6)
+    with pytest.raises(NnbenchError, match="layer fc1: takes 6x6 inputs, but layer conv2 gives 5x5"):
+        lenet.check_chain(bad)
