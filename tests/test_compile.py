@@ -21,6 +21,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/ceilings.cu", {"CHAINS": 8}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/blocking.cu", {}, arch))
+    reqs.append(cc.CompileRequest.make(paths.KERNELS / "conv/08_lenet.cu", {}, arch))  # LeNet-5's elementwise work
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
     from nnbench import registry
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
