@@ -46,11 +46,6 @@ filter_grad_direct(ConvDims d, const float* __restrict__ X, const float* __restr
         g += dY[((size_t)(n * d.K + k)) * hw + h * d.Wo + w] *
              x_at(X, d, n, c, h * d.stride - d.pad + p, w * d.stride - d.pad + q);
     }
-    part[threadIdx.x] = g;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) dW[weight] = part[0];
+    const float total = block_sum<THREADS>(g, part);
+    if (threadIdx.x == 0) dW[weight] = total;
 }

@@ -7,6 +7,8 @@
 //         convolution to a 1 x 1 output; fc2 and fc3 are 1 x 1 convolutions), so the unroll path
 //         serves them too.
 // Launch: 1-D grid-stride loops; bias_grad: one block of THREADS per channel.
+#include "conv/conv_common.cuh"
+
 #ifndef THREADS
 #define THREADS 256
 #endif
@@ -36,13 +38,8 @@ extern "C" __global__ void __launch_bounds__(THREADS) bias_grad(const float* __r
     const int k = blockIdx.x;
     float g = 0.0f;
     for (int i = threadIdx.x; i < N * P; i += THREADS) g += dY[((size_t)(i / P) * K + k) * P + i % P];
-    part[threadIdx.x] = g;
-    __syncthreads();
-    for (int s = THREADS / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
-        __syncthreads();
-    }
-    if (threadIdx.x == 0) db[k] = part[0];
+    const float total = block_sum<THREADS>(g, part);
+    if (threadIdx.x == 0) db[k] = total;
 }
 
 // Mean softmax cross-entropy over the batch: loss[0] += sum of -log p[label] / N, and

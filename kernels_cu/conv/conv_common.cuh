@@ -64,3 +64,16 @@ __device__ __forceinline__ void nchw(long long t, int C, int H, int W, int& n, i
     c = (int)((t / ((long long)W * H)) % C);
     n = (int)(t / ((long long)W * H * C));
 }
+
+// The sum of every thread's v over a block of NT threads (a shared-memory tree); every thread
+// gets it back. `part` is NT floats of shared memory.
+template <int NT>
+__device__ __forceinline__ float block_sum(float v, float* part) {
+    part[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = NT / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) part[threadIdx.x] += part[threadIdx.x + s];
+        __syncthreads();
+    }
+    return part[0];
+}
