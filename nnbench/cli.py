@@ -86,10 +86,17 @@ def backend_option(f):
                         help="cuda: PyCUDA on GPU 0. cpu: the NumPy path. auto: cuda if it works, else cpu.")(f)
 
 
-def param_options(suite: str):
-    """One --name option per kernel parameter in the registry (TS -> --ts, WPT -> --wpt, ...)."""
+def param_options(*suites: str):
+    """One --name option per kernel parameter in the registry (TS -> --ts, WPT -> --wpt, ...), for
+    every parameter name of the given suites (the first declaration's help)."""
+    first: dict[str, object] = {}
+    for suite in suites:
+        for p in registry.all_param_names(suite):
+            first.setdefault(p.name, p)
+    params = list(first.values())
+
     def deco(f):
-        for p in reversed(registry.all_param_names(suite)):
+        for p in reversed(params):
             f = click.option(p.option, p.name, type=int, default=None, help=f"{p.name}: {p.help}.")(f)
         return f
     return deco
@@ -274,21 +281,10 @@ def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backe
 
 
 # -- profile --------------------------------------------------------------------------------------
-def _all_param_options(f):
-    """One --name option per kernel parameter of any suite (the profiled variant says which apply)."""
-    seen = {}
-    for suite in ("gemm", "mlp"):
-        for p in registry.all_param_names(suite):
-            seen.setdefault(p.name, p)
-    for p in reversed(list(seen.values())):
-        f = click.option(p.option, p.name, type=int, default=None, help=f"{p.name}: {p.help}.")(f)
-    return f
-
-
 @cli.command()
 @click.argument("suite", metavar="SUITE")
 @click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
-@_all_param_options
+@param_options("gemm", "mlp")  # every suite's parameters; the profiled variant says which apply
 @click.option("--m", "m", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM rows of A and C.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM columns of B and C.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM inner size.")

@@ -29,3 +29,11 @@ def test_peaks_from_datasheet_numbers():
     assert d.fp32_peak_flops / 1e12 == pytest.approx(66.9, abs=0.05)   # 132 * 128 * 2 * 1.98 GHz
     assert d.dram_peak_bytes / 1e9 == pytest.approx(3352, abs=1)       # 2 * 2619 MHz * 5120 bit / 8
     assert d.arch == "sm_90"
+
+
+def test_stride_blocks():
+    from nnbench.runtime.device import DeviceInfo
+    dev = DeviceInfo(name="x", cc=(9, 0), sm_count=132, sm_clock_mhz=0, mem_clock_mhz=0, bus_width_bits=0,
+                     mem_bytes=0, l2_bytes=0)
+    assert dev.stride_blocks(0) == 1 and dev.stride_blocks(257) == 2 and dev.stride_blocks(10**9) == 8 * 132
+    assert dev.stride_blocks(1000, threads=100) == 10

@@ -150,7 +150,7 @@ class CudaBackend:
             self._verifier = (kernel.func, drv.mem_alloc(16))
         func, acc = self._verifier
         drv.memset_d32(acc, 0, 4)
-        blocks = max(1, min(-(-count // 256), 8 * self.device.sm_count))
+        blocks = self.device.stride_blocks(count)
         func.prepared_call((blocks, 1, 1), (256, 1, 1), int(out), int(ref), np.int32(count), int(acc))
         sums = np.empty(2, dtype=np.float64)
         try:

@@ -53,6 +53,11 @@ class DeviceInfo:
         """Double data rate: two transfers per memory clock across the bus."""
         return 2 * self.mem_clock_mhz * 1e6 * self.bus_width_bits / 8
 
+    def stride_blocks(self, total: int, threads: int = 256) -> int:
+        """Blocks for a grid-stride loop over `total` items: enough for one item per thread, at most
+        8 per SM (more only adds scheduling; each thread then takes several items)."""
+        return max(1, min(-(-total // threads), 8 * self.sm_count))
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["arch"] = self.arch

@@ -205,7 +205,6 @@ class BatchedNet:
         self.err = backend.upload(np.zeros(1, np.float32))
         self.load(train)
         self.tpb = 256
-        self.sms = backend.device.sm_count
 
     def _activations(self, n: int, cols: int, fill: float) -> np.ndarray:
         """(cols, round4(n + 1)) row-major = column-major H: `fill` above, the row of ones, zero pad."""
@@ -249,7 +248,7 @@ class BatchedNet:
         return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
 
     def _pass(self, name: str, total: int, args: tuple, sig: str):
-        grid = (max(1, min(-(-total // self.tpb), 8 * self.sms)), 1, 1)
+        grid = (self.be.device.stride_blocks(total, self.tpb), 1, 1)
         return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig)
 
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:

@@ -316,16 +316,10 @@ def _cudnn_launch(layer: _Layer):
         return None
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
+    from nnbench.suites.gemm import torch_view
     s = layer.shape
-
-    def view(buf, shape):
-        class _Cai:
-            __cuda_array_interface__ = {"shape": shape, "typestr": "<f4", "data": (int(buf), False), "version": 3,
-                                        "strides": None}
-        return torch.as_tensor(_Cai(), device="cuda")
-
-    x, w = view(layer.X, (s.N, s.C, s.H, s.W)), view(layer.Wt, (s.K, s.C, s.R, s.R))
-    y = view(layer.Y, (s.N, s.K, s.Ho, s.Wo))
+    x, w = torch_view(torch, layer.X, (s.N, s.C, s.H, s.W)), torch_view(torch, layer.Wt, (s.K, s.C, s.R, s.R))
+    y = torch_view(torch, layer.Y, (s.N, s.K, s.Ho, s.Wo))
     return lambda: y.copy_(F.conv2d(x, w, stride=s.stride, padding=s.pad))
 
 
@@ -341,9 +335,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape], se
         compiled["_gemm"] = comps[-1]
     for shape in shapes:
         layer = _Layer(backend, shape, seed)
-        base = dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K,
-                    R=shape.R, stride=shape.stride, pad=shape.pad, flops=shape.flops, bytes=shape.bytes, rtol=rtol,
-                    seed=seed, **(env or {}))
+        base = _base(shape, shape.flops, rtol, seed, env)
         cudnn_ms = naive_ms = None
         if with_cudnn and backend.name == "cuda":
             launch = _cudnn_launch(layer)
@@ -378,6 +370,12 @@ def run(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape], se
                 rec["pct_cudnn"] = 100 * cudnn_ms / ms if cudnn_ms else None
                 rec["speedup"] = naive_ms / ms if naive_ms else None
             yield rec
+
+
+def _base(shape: ConvShape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
+    """The fields every row of a layer carries."""
+    return dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K, R=shape.R,
+                stride=shape.stride, pad=shape.pad, flops=flops, bytes=shape.bytes, rtol=rtol, seed=seed, **(env or {}))
 
 
 def _timed(backend, rec: dict, layer: _Layer, launch, settings, rtol) -> dict:
@@ -415,8 +413,8 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     X, Y = backend.upload(x.astype(np.float32)), backend.upload(np.zeros(ref.shape, np.float32))
     backend.fill_nan(Y, ref.size)
     func = backend.load(comp, v.kernel).func
-    blocks = max(1, min(-(-ref.size // 256), 8 * backend.device.sm_count))
-    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1), grid=(blocks, 1, 1))
+    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1),
+         grid=_grid(backend, ref.size))
     return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)
 
 
@@ -428,7 +426,8 @@ def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvS
                  settings: measure.TimingSettings, rtol: float = DEFAULT_RTOL, seed: int = 0, env: dict | None = None):
     """Yield one record per (shape, backward path): dX and dW both checked against float64 (both
     poisoned first; the error is the larger of the two), then the whole backward pass timed."""
-    comps = compile_sources(backend.arch, [(v.source, p) for v, p in chosen])
+    *comps, fwd = compile_sources(backend.arch, [(v.source, p) for v, p in chosen]
+                                  + [(registry.get("conv", "unroll").source, {})])
     for shape in shapes:
         layer = _Layer(backend, shape, seed)
         rng = np.random.default_rng([seed, 7, shape.N, shape.K])
@@ -437,9 +436,7 @@ def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvS
         bufs = dict(dY=backend.upload(dy), dX=backend.upload(np.zeros(layer.x.shape, np.float32)),
                     dW=backend.upload(np.zeros(layer.wt.shape, np.float32)), DX=backend.upload(dx_ref),
                     DW=backend.upload(dw_ref))
-        base = dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K,
-                    R=shape.R, stride=shape.stride, pad=shape.pad, flops=2 * shape.flops, bytes=shape.bytes,
-                    rtol=rtol, seed=seed, **(env or {}))
+        base = _base(shape, 2 * shape.flops, rtol, seed, env)  # two gradients, each a forward's work
         for (v, params), comp in zip(chosen, comps):
             rec = dict(base, variant=f"{v.name}-backward", step=v.step,
                        params=" ".join(f"{k}={x}" for k, x in params.items()),
@@ -447,7 +444,7 @@ def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvS
             if isinstance(comp, Exception):
                 yield dict(rec, status="ERROR", error=str(comp))
                 continue
-            launch = (_unroll_backward(backend, v, params, comp, layer, bufs) if v.name == "unroll"
+            launch = (_unroll_backward(backend, v, params, comp, fwd, layer, bufs) if v.name == "unroll"
                       else _direct_backward(backend, params, comp, layer, bufs))
             backend.fill_nan(bufs["dX"], layer.x.size)
             backend.fill_nan(bufs["dW"], layer.wt.size)
@@ -466,11 +463,10 @@ def _round_up(n: int, m: int) -> int:
 
 
 def _grid(backend, total: int) -> tuple[int, int, int]:
-    return (max(1, min(-(-total // 256), 8 * backend.device.sm_count)), 1, 1)
+    return (backend.device.stride_blocks(total), 1, 1)
 
 
-def _unroll_backward(backend, v: Variant, params: dict, comp, layer: _Layer, bufs: dict):
-    fwd = compile_sources(backend.arch, [(registry.get("conv", "unroll").source, {})])[0]
+def _unroll_backward(backend, v: Variant, params: dict, comp, fwd, layer: _Layer, bufs: dict):
     run, work = unroll_backward(backend, v, params, comp, fwd, layer.shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
                                 bufs["dW"])
     bufs.update(work)

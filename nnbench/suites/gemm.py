@@ -199,15 +199,16 @@ class Cublas:
             return lambda: cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
         torch = self._torch
         # Row-major views of the column-major buffers: C^T (N x M) = B^T (N x K) @ A^T (K x M).
-        At, Bt, Ct = (_torch_view(torch, p, r, c) for p, r, c in ((pa, K, M), (pb, N, K), (pc, N, M)))
+        At, Bt, Ct = (torch_view(torch, p, shape) for p, shape in ((pa, (K, M)), (pb, (N, K)), (pc, (N, M))))
         if beta == 0 and alpha == 1:
             return lambda: torch.matmul(Bt, At, out=Ct)
         return lambda: Ct.copy_(torch.addmm(Ct, Bt, At, beta=beta, alpha=alpha))
 
 
-def _torch_view(torch, ptr: int, rows: int, cols: int):
+def torch_view(torch, ptr: int, shape: tuple[int, ...]):
+    """A float32 PyTorch tensor over nnbench's device buffer at `ptr` (row-major `shape`), no copy."""
     class _Cai:
-        __cuda_array_interface__ = {"shape": (rows, cols), "typestr": "<f4", "data": (ptr, False),
+        __cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<f4", "data": (int(ptr), False),
                                     "version": 3, "strides": None}
 
     return torch.as_tensor(_Cai(), device="cuda")

@@ -121,7 +121,7 @@ def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
 
 # -- on the GPU -----------------------------------------------------------------------------------
 def _block_grid(backend, total: int):
-    return (256, 1, 1), (max(1, min(-(-total // 256), 8 * backend.device.sm_count)), 1, 1)
+    return (256, 1, 1), (backend.device.stride_blocks(total), 1, 1)
 
 
 class GpuLeNet:
@@ -244,7 +244,19 @@ def torch_model(params):
     return m
 
 
-def torch_times(params, x, labels, rate: float, reps: int = 50) -> dict:
+ISSUED_REPS = 50  # steps back to back as the host issues them, for ours and PyTorch alike
+
+
+def host_issued_ms(backend, fn) -> float:
+    """Milliseconds per call of `fn` (after 3 warm-up calls) over ISSUED_REPS calls issued back to
+    back from Python between two CUDA events on the default stream, where PyTorch's eager kernels
+    run too: launch gaps included, as a training loop sees them."""
+    for _ in range(3):
+        fn()
+    return backend.timed(fn, ISSUED_REPS)
+
+
+def torch_times(backend, params, x, labels, rate: float) -> dict:
     import torch
     torch.backends.cudnn.allow_tf32 = False
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -261,22 +273,10 @@ def torch_times(params, x, labels, rate: float, reps: int = 50) -> dict:
         opt.step()
         return loss
 
-    def timed(fn) -> float:
-        for _ in range(3):
-            fn()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) / reps
-
     with torch.no_grad():
-        fwd_ms = timed(lambda: m(X))
-    with torch.no_grad():
+        fwd_ms = host_issued_ms(backend, lambda: m(X))
         first = float(lossf(m(X), T))
-    step_ms = timed(step)
+    step_ms = host_issued_ms(backend, step)
     return dict(forward_ms=fwd_ms, step_ms=step_ms, loss=first)
 
 
@@ -310,7 +310,7 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
     err = max(err, abs(loss - ref_loss) / abs(ref_loss))
     fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
     step = measure.measure(backend, net.callable(net.step_launches), settings)
-    issued_ms = backend.timed(net.callable(net.step_launches), 50)  # as the host issues it, like PyTorch eager
+    issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
     rec = dict(base, variant="lenet5-step", step=4, params=f"unroll path, SGD rate {rate}",
                median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=STEP_RTOL,
                status="PASS" if err <= STEP_RTOL else "FAIL")
@@ -318,11 +318,11 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
                iqr_ms=fwd.iqr_ms, samples=fwd.samples, status=rec["status"], rel_err=err, rtol=STEP_RTOL)
     yield rec
     yield dict(rec, variant="lenet5-step-issued", params=rec["params"] + ", host-issued (launch gaps included)",
-               median_ms=issued_ms, iqr_ms=None, samples=50)
+               median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS)
     if not with_torch:
         return
     try:
-        t = torch_times(params, x, labels, rate)
+        t = torch_times(backend, params, x, labels, rate)
     except ImportError:
         yield dict(base, variant="torch", status="SKIP", error="PyTorch is not installed")
         return
