@@ -134,7 +134,7 @@ def devices(do_measure: bool) -> None:
     t = Table(title="CUDA devices", title_justify="left", header_style="bold")
     cols = ["#", "name", "CC", "SMs", "SM MHz", "mem MHz", "memory", "L2", "FP32 peak", "DRAM peak"]
     if do_measure:
-        cols += ["FMA measured", "copy measured"]
+        cols += ["FMA measured", "copy measured", "SM→SM", "grid barrier"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("name",) else "right")
     from nnbench.suites.ceilings import measure_ceilings
@@ -148,12 +148,15 @@ def devices(do_measure: bool) -> None:
             c = measure_ceilings(be)
             be.close()
             row += [f"{c['fma_tflops']:.1f} TFLOP/s ({c['fma_pct_theory']:.0f}%)",
-                    f"{c['copy_gbs']:,.0f} GB/s ({c['copy_pct_theory']:.0f}%)"]
+                    f"{c['copy_gbs']:,.0f} GB/s ({c['copy_pct_theory']:.0f}%)", f"{c['handoff_us']:.2f} µs",
+                    f"{c['grid_barrier_us']:.2f} µs"]
         t.add_row(*row)
     out.print(t)
     if do_measure:
         out.print("FMA: 8 independent FMA chains per thread, full occupancy. copy: grid-stride float4 copy of "
-                  "1 GiB, counting bytes read + written. % = of the theoretical figure at the maximum clock.")
+                  "1 GiB, counting bytes read + written. % = of the theoretical figure at the maximum clock. "
+                  "SM→SM: one-way latency of a tagged 8-byte value passed between two blocks through L2. grid "
+                  "barrier: one counter barrier across one block per SM.")
 
 
 # -- conv -----------------------------------------------------------------------------------------

@@ -255,7 +255,8 @@ GEMM: tuple[Variant, ...] = (
 # the whole iteration (forward, deltas, updates) from the version's kernels and tags:
 #   kcm  = the momentum and rate updates merged into one kernel;  mass = one block per neuron;
 #   fused = every iteration in one launch (its grid, one block per SM by default, is chosen at run
-#           time by nnbench/suites/fused.py, so `grid` here is only a placeholder).
+#           time by nnbench/suites/fused.py, so `grid` here is only a placeholder);
+#   tagged = the blocks exchange tagged values instead of meeting at grid barriers.
 _NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
 _MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
@@ -277,18 +278,25 @@ MLP: tuple[Variant, ...] = (
             "mlp/03_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
     Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/04_kcm_mass.cu", params=(_MASS_THREADS,),
             tags=("kcm", "mass"), **_MASS_GRID),
-    Variant("mlp", "fused", 7, "one persistent kernel for many iterations: grid barriers, weights in shared memory",
-            "mlp/05_fused.cu", params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
-                                       _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
+    Variant("mlp", "fused-barrier", 7, "one persistent kernel for many iterations: grid barriers, weights in "
+            "shared memory", "mlp/05_fused.cu",
+            params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
+                    _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
             tags=("fused",), block="(THREADS,)", grid="(1,)"),
+    Variant("mlp", "fused", 8, "fused-barrier with the barriers merged into the data: every value stored with its "
+            "iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
+            params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
+                    _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
+                    _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss")),
+            tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
             None, backend="cpu", tags=("batched",)),
-    Variant("mlp", "batched", 8, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
+    Variant("mlp", "batched", 9, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
-    Variant("mlp", "batched-cublas", 9, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+    Variant("mlp", "batched-cublas", 10, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
 

@@ -43,25 +43,29 @@ def test_versions_train_alike_and_report(cuda_backend):
         assert np.isfinite(r["test_accuracy"])
 
 
-FUSED = next(v for v in mlp.versions("cuda") if v.name == "fused")
+FUSED = {v.name: v for v in mlp.versions("cuda") if "fused" in v.tags}
 
 
 @pytest.fixture(scope="module")
 def fused_compiled(cuda_backend):
-    sets = [dict(FUSED.defaults(), BARRIER=b) for b in (0, 1)]
-    return list(zip(sets, compile_sources(cuda_backend.arch, [(FUSED.source, p) for p in sets])))
+    """(variant, params, compiled) for fused with its defaults and fused-barrier with either barrier."""
+    sets = [(FUSED["fused"], FUSED["fused"].defaults())]
+    sets += [(FUSED["fused-barrier"], dict(FUSED["fused-barrier"].defaults(), BARRIER=b)) for b in (0, 1)]
+    comps = compile_sources(cuda_backend.arch, [(v.source, p) for v, p in sets])
+    return [(v, p, c) for (v, p), c in zip(sets, comps)]
 
 
-@pytest.mark.parametrize("net,blocks", [("1", 1), ("1", 7), ("1", None), ("8", None), ("8", 120)])
+@pytest.mark.parametrize("net,blocks", [("1", 1), ("1", 7), ("1", None), ("8", None), ("8", 128)])
 def test_fused_matches_the_reference_at_any_grid(cuda_backend, fused_compiled, net, blocks):
-    """One block (barriers reduce to __syncthreads), blocks owning many rows, one block per SM;
-    both barriers. Deltas are summed with atomics, so only rounding may differ."""
+    """One block (fused-barrier's barriers reduce to __syncthreads, fused awaits its own values),
+    blocks owning many rows, one block per SM. Outputs and delta sums are poisoned first: fused
+    would wait for a value never written and fail, fused-barrier would return NaN."""
     layers = nets.get(net).layers
     init = mlp.init_params(layers, 0, 5.0, "centered")
     data = glyphs.clean(layers[0])
-    for p, comp in fused_compiled:
-        err = mlp.check_version(cuda_backend, FUSED, p, comp, layers, init, data, mlp.Hyper(0.1, 0.8), blocks)
-        assert err <= mlp.CHECK_RTOL, (p, blocks, err)
+    for v, p, comp in fused_compiled:
+        err = mlp.check_version(cuda_backend, v, p, comp, layers, init, data, mlp.Hyper(0.1, 0.8), blocks)
+        assert err <= mlp.CHECK_RTOL, (v.name, p, blocks, err)
 
 
 def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
@@ -69,22 +73,41 @@ def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
     layers = nets.get(8).layers
     data = glyphs.clean(layers[0])
     init = mlp.init_params(layers, 0)
-    for p, comp in fused_compiled:
-        net = mlp.fused_net(cuda_backend, p, comp, layers, init, data, mlp.Hyper(), None)
+    for v, p, comp in fused_compiled:
+        net = mlp.fused_net(cuda_backend, v, p, comp, layers, init, data, mlp.Hyper(), None)
+        per = fused.barriers_per_iteration(layers, net.tagged)
         net.train(40, -1.0)  # within one epoch: no epoch-boundary barrier
-        assert net.barriers_passed() == 40 * fused.barriers_per_iteration(layers)
+        assert net.barriers_passed() == 40 * per, v.name
         net.train(2 * len(data), -1.0)  # one epoch boundary, checked on the GPU
-        assert net.barriers_passed() == 2 * len(data) * fused.barriers_per_iteration(layers) + 1
+        assert net.barriers_passed() == 2 * len(data) * per + 1, v.name
+
+
+def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled):
+    """fused adds its partial delta sums in a fixed order, so two runs from the same weights agree
+    bit for bit; and two launches of 26 samples equal one of 52 on a 26-sample set (the tags move
+    on across launches, so a value left by the launch before is never taken for a new one)."""
+    v, p, comp = fused_compiled[0]
+    layers = nets.get(8).layers
+    data = glyphs.clean(layers[0]).take(slice(0, 26))
+    init = mlp.init_params(layers, 0, 5.0, "centered")
+    runs = []
+    for chunks in ((52,), (52,), (26, 26)):
+        net = mlp.fused_net(cuda_backend, v, p, comp, layers, init, data, mlp.Hyper(0.02, 0.8), None)
+        for n in chunks:
+            net.train(n, -1.0)
+        runs.append(np.concatenate([W.ravel() for W in net.weights(init)]))
+    assert not np.array_equal(runs[0], np.concatenate([W.ravel() for W in init]))
+    assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
 
 
 def test_fused_refuses_a_grid_that_cannot_be_resident(cuda_backend, fused_compiled):
     from nnbench.errors import NnbenchError
     layers = nets.get(1).layers
-    p, comp = fused_compiled[0]
-    too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
-    with pytest.raises(NnbenchError, match="resident"):
-        mlp.fused_net(cuda_backend, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
-                      mlp.Hyper(), too_many)
+    for v, p, comp in fused_compiled[:2]:
+        too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
+        with pytest.raises(NnbenchError, match="resident"):
+            mlp.fused_net(cuda_backend, v, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
+                          mlp.Hyper(), too_many)
 
 
 def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled):
@@ -92,15 +115,15 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
     it must stop at the first epoch the host also calls converged, and not train past it."""
     layers = nets.get(1).layers
     data = glyphs.clean(60)
-    p, comp = fused_compiled[0]
-    init = mlp.init_params(layers, 0)
-    probe = mlp.train_fused(cuda_backend, FUSED, p, comp, layers, init, data, data, mlp.Hyper(max_iterations=30 * 52))
-    tol = sorted(e for _, e in probe.error_curve)[len(probe.error_curve) // 3]  # reached about two thirds in
-    out = mlp.train_fused(cuda_backend, FUSED, p, comp, layers, init, data, data,
-                          mlp.Hyper(tolerance=tol, max_iterations=30 * 52))
-    errors = [e for _, e in out.error_curve]
-    assert out.converged and out.iterations == 52 * len(errors)
-    assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])
+    for v, p, comp in fused_compiled[:2]:
+        init = mlp.init_params(layers, 0)
+        probe = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data, mlp.Hyper(max_iterations=30 * 52))
+        tol = sorted(e for _, e in probe.error_curve)[len(probe.error_curve) // 3]  # reached about two thirds in
+        out = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data,
+                              mlp.Hyper(tolerance=tol, max_iterations=30 * 52))
+        errors = [e for _, e in out.error_curve]
+        assert out.converged and out.iterations == 52 * len(errors)
+        assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])
 
 
 # -- mini-batch versions --------------------------------------------------------------------------

@@ -132,11 +132,18 @@ def test_fused_rows_cover_every_layer_once():
 
 def test_fused_barrier_count_and_shared_memory():
     from nnbench.suites import fused
-    assert fused.barriers_per_iteration(nets.get(8).layers) == 28  # against 2L + 1 = 31 naive phases
+    assert fused.phases_per_iteration(nets.get(8).layers) == 28  # against 2L + 1 = 31 naive phases
+    assert fused.barriers_per_iteration(nets.get(8).layers) == 28
+    assert fused.barriers_per_iteration(nets.get(8).layers, tagged=True) == 0  # its phases are tagged values
     assert fused.barriers_per_iteration(nets.get(1).layers) == 4
     assert fused.barriers_per_iteration((60, 7)) == 0
     # one block holds all of Net 1: 2 x (60 + 60 + 7 rows of 64 floats) + 64 staged + 60 deltas
     assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
+    # fused keeps every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas instead, and
+    # room for the 60 x 1 partial sums of a backward phase
+    assert fused.smem_bytes(nets.get(1).layers, 1, tagged=True) == 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127 + 60)
+    # Net 8 on 132 SMs fits both ways in the H100's 227 KiB (fused in 215 KiB)
+    assert fused.smem_bytes(nets.get(8).layers, 132, tagged=True) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
 
 
 def test_fused_refuses_what_cannot_run():

@@ -1,5 +1,6 @@
-"""Measured device ceilings: the FP32 FMA rate and device-to-device copy bandwidth, with our own
-kernels (kernels_cu/common/ceilings.cu), for `nnbench devices --measure` and the roofline."""
+"""Measured device ceilings: the FP32 FMA rate, device-to-device copy bandwidth, and the latency of
+one exchange between SMs and of a grid barrier, with our own kernels (kernels_cu/common/ceilings.cu),
+for `nnbench devices --measure`, the roofline, and the persistent trainers' phase floor."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ CHAINS, UNROLL = 8, 16  # must match ceilings.cu
 FMA_ITERS = 4096
 FMA_THREADS = 256
 COPY_BYTES = 1 << 30  # far past any L2, so the copy streams from DRAM
+ROUNDS = 2000  # handoffs and barriers per launch: launch overhead is < 1% of it
 
 
 def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingSettings()) -> dict:
@@ -36,8 +38,24 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
                               (backend.ptr(src), backend.ptr(dst), np.int64(n4)), "PPq")
     st2 = measure.measure(backend, launch, settings)
     copy_gbs = 2.0 * COPY_BYTES / (st2.median_ms * 1e-3) / 1e9
+
+    handoff = backend.load(comp, "handoff")
+    box = backend.upload(np.zeros(1, dtype=np.uint64))
+    launch = backend.launcher(handoff, (2, 1, 1), (32, 1, 1), (backend.ptr(box), np.int32(ROUNDS)), "Pi")
+    handoff_us = measure.measure(backend, launch, settings).median_ms * 1e3 / (2 * ROUNDS)
+
+    barrier = backend.load(comp, "grid_barrier")
+    count = backend.upload(np.zeros(1, dtype=np.uint32))
+
+    def barriers():  # the count must start at 0 each launch; the write is outside the kernel's time
+        backend.write(count, np.zeros(1, dtype=np.uint32))
+        return backend.timed(lambda: barrier.func.prepared_call((dev.sm_count, 1, 1), (128, 1, 1),
+                                                                backend.ptr(count), np.int32(ROUNDS)), 1)
+    barrier.func.prepare("Pi")
+    barrier_us = float(np.median([barriers() for _ in range(5)])) * 1e3 / ROUNDS
     return {
         "fma_tflops": fma_tflops, "fma_pct_theory": 100 * fma_tflops * 1e12 / dev.fp32_peak_flops,
         "fma_sm_clock_mhz": st.sm_clock_mhz,
         "copy_gbs": copy_gbs, "copy_pct_theory": 100 * copy_gbs * 1e9 / dev.dram_peak_bytes,
+        "handoff_us": handoff_us, "grid_barrier_us": barrier_us,
     }

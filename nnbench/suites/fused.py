@@ -1,6 +1,7 @@
-"""The host side of `fused`, the persistent per-sample trainer (kernels_cu/mlp/05_fused.cu): which
-block owns which rows, how much shared memory that takes, how many barriers an iteration costs,
-whether the grid can be co-resident, and the launches.
+"""The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/05_fused.cu)
+and `fused` (08_fused_tagged.cu): which block owns which rows, how much shared memory that takes,
+how many phases and barriers an iteration costs, whether the grid can be co-resident, and the
+launches.
 
 Co-residency. A grid barrier deadlocks unless every block of the grid is running at once, and
 PyCUDA has no cooperative launch (cuLaunchCooperativeKernel), which would have the driver check
@@ -16,19 +17,27 @@ from __future__ import annotations
 import numpy as np
 
 from nnbench import glyphs
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.runtime.device import DeviceInfo, occupancy
 
-SIGNATURE = "PiPPiiiPPPPPfPPPPffq"
+MAX_LAYERS = 32  # weight layers the kernels' plan holds (fused_common.cuh)
+SIGNATURE = "PiPPiiiPPPPPfPPPPffqIP"
+PHASE_WORDS = 4 * MAX_LAYERS + 2  # the PHASE_TIMES build's sums (fused_common.cuh's PhaseTimer)
 BARRIER_TIMEOUT_NS = 1_000_000_000
 EPOCHS_PER_LAUNCH = 20
 
 
-def barriers_per_iteration(layers: tuple[int, ...]) -> int:
-    """Grid barriers in one training iteration of a net with len(layers) - 1 weight layers: one
-    after every forward layer but the output layer, one after every backward layer but the first
-    (05_fused.cu says why). Epoch boundaries add one per epoch."""
+def phases_per_iteration(layers: tuple[int, ...]) -> int:
+    """Dependent exchanges between blocks in one training iteration of a net with len(layers) - 1
+    weight layers: one after every forward layer but the output layer, one after every backward
+    layer but the first (05_fused.cu says why). Net 8: 28, against 2L + 1 = 31 naive phases."""
     return 2 * (len(layers) - 2)
+
+
+def barriers_per_iteration(layers: tuple[int, ...], tagged: bool = False) -> int:
+    """Grid barriers in one training iteration: one per phase for fused-barrier, none for fused
+    (its phases are tagged values). Epoch boundaries add one per epoch to both."""
+    return 0 if tagged else phases_per_iteration(layers)
 
 
 def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
@@ -43,21 +52,33 @@ def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
     return out
 
 
+def partial_sums(layers: tuple[int, ...], blocks: int) -> int:
+    """The tagged partial delta sums `fused` keeps in L2: for every weight layer but the first, a
+    slot per sending block of G rows of rm values, rm = the most rows of the layer below a block
+    owns, rounded up to even (08_fused_tagged.cu)."""
+    return sum(blocks * blocks * ((-(-n // blocks) + 1) // 2 * 2) for n in layers[1:-1])
+
+
 def _pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def smem_bytes(layers: tuple[int, ...], blocks: int) -> int:
-    """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats),
-    a staged input vector with the bias input, and its rows' deltas; the block with the most rows
-    sets it."""
+def smem_bytes(layers: tuple[int, ...], blocks: int, tagged: bool = False) -> int:
+    """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats);
+    for fused-barrier one staged input vector with the bias input and its rows' deltas, for fused
+    every layer's input, its rows' outputs and deltas of every layer, and the partial delta sums
+    of one backward phase. The block with the most rows sets it."""
     rows = rows_per_block(layers, blocks)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
-    floats = 2 * (rows * stride).sum(axis=0) + int(stride.max()) + rows.max(axis=0)
+    weights = 2 * (rows * stride).sum(axis=0)
+    if tagged:  # ... and room for one backward phase's partial sums, (its rows) x G
+        floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + int(rows[:-1].max(initial=0)) * blocks
+    else:
+        floats = weights + int(stride.max()) + rows.max(axis=0)
     return int(4 * floats.max())
 
 
-STATIC_SMEM_ALLOWANCE = 4096  # the kernel's static shared memory (its layer plan), ~2.8 KiB
+STATIC_SMEM_ALLOWANCE = 4096  # the kernel's static shared memory (its layer plan), ~2 KiB
 
 
 def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
@@ -65,20 +86,23 @@ def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
     return min(dev.sm_count, max(layers[1:]))
 
 
-def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...]) -> bool:
+def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], tagged: bool = True) -> bool:
     """Whether the default grid holds the net's rows in shared memory (before compiling)."""
-    return smem_bytes(layers, default_blocks(dev, layers)) + STATIC_SMEM_ALLOWANCE <= dev.smem_per_block_optin
+    need = smem_bytes(layers, default_blocks(dev, layers), tagged) + STATIC_SMEM_ALLOWANCE
+    return len(layers) - 1 <= MAX_LAYERS and need <= dev.smem_per_block_optin
 
 
 def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
-         blocks: int | None, flag_barrier: bool = False) -> tuple[int, int]:
+         blocks: int | None, flag_barrier: bool = False, tagged: bool = False) -> tuple[int, int]:
     """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
     default_blocks, at most `threads` with the flag barrier."""
     g = blocks or min(default_blocks(dev, layers), threads if flag_barrier else dev.sm_count)
     if flag_barrier and g > threads:
         raise NnbenchError(f"--blocks {g}: the barrier polls one block's flag per thread, so fused with "
                            f"THREADS={threads} runs at most {threads} blocks")
-    dyn = smem_bytes(layers, g)
+    if len(layers) - 1 > MAX_LAYERS:
+        raise NnbenchError(f"fused runs nets of at most {MAX_LAYERS} weight layers; this one has {len(layers) - 1}")
+    dyn = smem_bytes(layers, g, tagged)
     if static_smem + dyn > dev.smem_per_block_optin:
         raise NnbenchError(
             f"fused keeps each block's weight rows on chip: {g} blocks need {(static_smem + dyn) / 1024:.0f} KiB of "
@@ -88,7 +112,8 @@ def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers
     resident = dev.sm_count * occ.blocks_per_sm
     if g > resident:
         raise NnbenchError(
-            f"--blocks {g}: a grid barrier needs every block resident at once, and this device holds {resident} "
+            f"--blocks {g}: the blocks wait for each other, so every block must be resident at once, and this device "
+            f"holds {resident} "
             f"blocks of this kernel ({dev.sm_count} SMs x {occ.blocks_per_sm}, limited by {occ.limiter}); "
             f"use --blocks <= {resident}")
     return g, dyn
@@ -99,14 +124,15 @@ class FusedNet:
     kernel in launches of up to EPOCHS_PER_LAUNCH epochs."""
 
     def __init__(self, backend, kernel, params: dict[str, int], layers: tuple[int, ...], init: list[np.ndarray],
-                 data: glyphs.Dataset, rate: float, momentum: float, blocks: int | None = None) -> None:
+                 data: glyphs.Dataset, rate: float, momentum: float, blocks: int | None = None,
+                 tagged: bool = False) -> None:
         import pycuda.driver as drv
 
-        self.be, self.layers, self.threads = backend, layers, params["THREADS"]
+        self.be, self.layers, self.threads, self.tagged = backend, layers, params["THREADS"], tagged
         self.flag_barrier = params.get("BARRIER") == 1
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
-                                     self.flag_barrier)
+                                     self.flag_barrier, tagged)
         self.func = kernel.func
         self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
         self.func.prepare(SIGNATURE)
@@ -114,8 +140,15 @@ class FusedNet:
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
         self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
         self.d_v = backend.upload(np.zeros(sum(self.w_sizes), np.float32))
-        self.d_out = backend.upload(np.zeros(sum(layers[1:]), np.float32))
-        self.d_acc = backend.upload(np.zeros(sum(_pad4(n) for n in layers[1:]), np.float32))  # 16-byte slices
+        # every layer's outputs and delta sums, slices padded to 4 (16-byte aligned): floats, or for
+        # `fused` tagged values (8 bytes) and G slots of partial sums per layer but the first
+        outs = sum(_pad4(n) for n in layers[1:])
+        self.out_words = 2 * outs if tagged else outs
+        self.acc_words = 2 * partial_sums(layers, self.blocks) if tagged else outs
+        self.d_out = backend.upload(np.zeros(self.out_words, np.float32))
+        self.d_acc = backend.upload(np.zeros(self.acc_words, np.float32))
+        self.tag0 = 1  # the first tag of the next launch; 0, what the buffers hold, is never awaited
+        self.d_phase = backend.upload(np.zeros(PHASE_WORDS, np.int64))
         self.d_bar = backend.upload(np.zeros(self.blocks + 2, np.uint32))  # barrier flags, status, done
         self.d_err = backend.upload(np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
         self.rate, self.momentum = np.float32(rate), np.float32(momentum)
@@ -137,13 +170,18 @@ class FusedNet:
         args = (self.d_widths, np.int32(len(self.layers)), self.d_x, self.d_t, np.int32(self.n),
                 np.int32(iterations), np.int32(mode), self.d_w, self.d_v, self.d_out, self.d_acc, self.d_err,
                 np.float32(tolerance), self.d_pred, np.intp(p), np.intp(p + 4 * g), np.intp(p + 4 * g + 4), self.rate,
-                self.momentum, np.int64(BARRIER_TIMEOUT_NS))
+                self.momentum, np.int64(BARRIER_TIMEOUT_NS), np.uint32(self.tag0), self.d_phase)
         ms = be.timed(lambda: self.func.prepared_call((self.blocks, 1, 1), (self.threads, 1, 1), *args,
                                                       shared_size=self.dyn), 1)
         state = be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
+        if state[0] == 2:
+            raise KernelFault("fused: a block read a value tagged with a later iteration than it awaited (a bug in "
+                               "the kernel's exchange); the results of this launch are void")
         if state[0]:
-            raise NnbenchError(f"fused: a grid barrier waited more than {BARRIER_TIMEOUT_NS / 1e9:g} s: the "
-                               f"{self.blocks} blocks were not all resident (another process on this GPU?)")
+            raise KernelFault(f"fused: a block waited more than {BARRIER_TIMEOUT_NS / 1e9:g} s for the others: the "
+                               f"{self.blocks} blocks were not all resident (another process on this GPU?), or a "
+                               f"value was never written")
+        self.tag0 += int(state[1]) + 1
         return ms, int(state[1]), be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
 
     def train(self, iterations: int, tolerance: float) -> tuple[float, list[float]]:
@@ -160,6 +198,25 @@ class FusedNet:
         ms, _, _ = self._launch(len(data), 1, -1.0)
         pred = self.be.download(self.d_pred, np.zeros(len(data) * self.layers[-1], np.float32))
         return pred.reshape(len(data), self.layers[-1]).astype(np.float64), ms
+
+    def phase_times(self, iterations: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """(wait, work) in µs per iteration for each phase of the last launch, from a kernel built
+        with PHASE_TIMES (block 0's view; SM cycles turned into time by the launch's own clock),
+        and that clock in MHz."""
+        raw = self.be.download(self.d_phase, np.zeros(PHASE_WORDS, np.int64))
+        n = phases_per_iteration(self.layers)
+        mhz = int(raw[-2]) / max(int(raw[-1]), 1) * 1e3
+        sums = raw[:4 * MAX_LAYERS].reshape(-1, 2)[:n] / mhz / iterations
+        return sums[:, 0], sums[:, 1], mhz
+
+    def poison(self) -> None:
+        """NaN in every output and delta sum before a check, so a neuron never written shows up:
+        as NaN in fused-barrier's weights, as a value `fused` waits for in vain (tag 0)."""
+        if not self.tagged:  # (its delta sums are added to, so they must start at 0)
+            self.be.fill_nan(self.d_out, self.out_words)
+            return
+        for buf, words in ((self.d_out, self.out_words), (self.d_acc, self.acc_words)):  # NaN bits, tag 0
+            self.be.write(buf, np.tile(np.array([0x7FC00000, 0], np.uint32), words // 2).view(np.float32))
 
     def barriers_passed(self) -> int:
         """Grid barriers the last launch passed (read from the counter, or block 0's flag)."""

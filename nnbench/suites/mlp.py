@@ -25,7 +25,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from nnbench import glyphs, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
@@ -390,10 +390,11 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     return out
 
 
-def fused_net(backend, params: dict, compiled, layers, init, train, hyper: Hyper, blocks: int | None):
+def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
+              blocks: int | None):
     from nnbench.suites import fused
     return fused.FusedNet(backend, backend.load(compiled, "fused_train"), params, layers, init, train, hyper.rate,
-                          hyper.momentum, blocks)
+                          hyper.momentum, blocks, tagged="tagged" in variant.tags)
 
 
 def train_fused(backend, variant: Variant, params: dict, compiled, layers, init, train, test, hyper: Hyper,
@@ -401,7 +402,7 @@ def train_fused(backend, variant: Variant, params: dict, compiled, layers, init,
     """`fused`: launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent kernel, each timed
     with CUDA events (so the load and store of the weights at each launch's ends are included)."""
     from nnbench.suites import fused
-    net = fused_net(backend, params, compiled, layers, init, train, hyper, blocks)
+    net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
     out = Outcome(variant.name, launches_per_iteration=1)
     out.threads_per_iteration = net.blocks * net.threads
     out.busy_threads_mean = float(net.blocks * net.threads)
@@ -528,8 +529,8 @@ def check_version(backend, variant: Variant, params: dict, compiled, layers, ini
     reference (the weights themselves barely move, so comparing them would hide a wrong update).
     Outputs and deltas start as NaN, so a neuron a kernel never writes poisons the result."""
     if "fused" in variant.tags:
-        net = fused_net(backend, params, compiled, layers, init, train, hyper, blocks)
-        backend.fill_nan(net.d_out, sum(layers[1:]))
+        net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
+        net.poison()
         net.train(CHECK_ITERATIONS, -1.0)
     else:
         net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
@@ -618,15 +619,18 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 continue
             try:
                 err = check_version(backend, v, p, comp, layers, init, train, hyper, blocks)
+                rec.update(weights_rel_err=err, status="PASS" if err <= CHECK_RTOL else "FAIL")
+                if "fused" in v.tags:
+                    out = train_fused(backend, v, p, comp, layers, init, train, test, hyper, say, blocks)
+                    rec["params"] += f" blocks={out.blocks}"
+                else:
+                    out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
             except NnbenchError as e:  # fused refuses a grid it cannot make co-resident
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
-            rec.update(weights_rel_err=err, status="PASS" if err <= CHECK_RTOL else "FAIL")
-            if "fused" in v.tags:
-                out = train_fused(backend, v, p, comp, layers, init, train, test, hyper, say, blocks)
-                rec["params"] += f" blocks={out.blocks}"
-            else:
-                out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
+            except KernelFault as e:  # the rows already yielded stand
+                yield dict(rec, status="ERROR", error=str(e))
+                continue
         yield _record(rec, out, seq_s, peak, lanes)
     for mode in torch_modes:
         rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum)", status="PASS")

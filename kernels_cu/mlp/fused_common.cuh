@@ -1,0 +1,271 @@
+// Shared by the persistent per-sample trainers (05_fused.cu, 08_fused_tagged.cu): which block owns
+// which rows, the rows' life in shared memory, the grid barrier, and the update of a block's rows.
+//
+// Ownership: row r of weight layer l (neuron r, its n_in weights and its bias) belongs to block
+// (r + rot_l) mod G, rot_l = the rows of the layers before, so small layers spread over
+// different blocks. A block keeps its rows' weights and velocities in shared memory for the
+// whole launch. Shared-memory rows are padded to a multiple of 4 floats so the update reads and
+// writes float4.
+#pragma once
+#include "mlp/mlp_common.cuh"
+
+#ifndef THREADS
+#define THREADS 256
+#endif
+#ifndef BARRIER
+#define BARRIER 0
+#endif
+#define MAX_LAYERS 32
+#define WARPS (THREADS / 32)
+
+struct Plan {  // per weight layer, for this block
+    int n_in, n_out, rows, first, rot, stride, w_glob, o_glob, in_glob, acc_glob, in_acc, px_glob, rm, w_loc,
+        act_loc, own_loc;
+};
+
+__device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
+
+// Thread 0 fills plan[0..L-1] for this block; plan[L] holds the totals (w_loc: this block's
+// weights, act_loc: every layer's staged input, own_loc: its rows of every layer). Global offsets:
+// w_glob into the weights (the seed's layout), o_glob into the outputs, acc_glob into the
+// delta sums (each layer's slice padded to 4, so 16-byte aligned), px_glob into per-block
+// partial delta sums (layers l >= 1: G x G x rm of the layer below, rm = the most rows a block
+// owns, rounded up to even).
+__device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, int* widest) {
+    int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, rm_below = 0, rot = 0, w_loc = 0, act_loc = 0, own_loc = 0;
+    *widest = 0;
+    for (int l = 0; l < L; ++l) {
+        Plan p;
+        p.n_in = widths[l];
+        p.n_out = widths[l + 1];
+        p.rot = rot % G;
+        p.first = ((b - p.rot) % G + G) % G;
+        p.rows = p.first < p.n_out ? (p.n_out - p.first + G - 1) / G : 0;
+        p.stride = pad4(p.n_in + 1);  // n_in weights and the bias, padded to 4
+        p.w_glob = w_glob;
+        p.o_glob = o_glob;
+        p.in_glob = l == 0 ? -1 : o_glob - pad4(p.n_in);
+        p.in_acc = l == 0 ? -1 : acc_glob - pad4(p.n_in);
+        p.acc_glob = acc_glob;
+        p.px_glob = l == 0 ? -1 : px_glob;
+        p.rm = ((p.n_out + G - 1) / G + 1) & ~1;
+        p.w_loc = w_loc;
+        p.act_loc = act_loc;
+        p.own_loc = own_loc;
+        plan[l] = p;
+        w_glob += p.n_out * (p.n_in + 1);
+        o_glob += pad4(p.n_out);
+        acc_glob += pad4(p.n_out);
+        if (l > 0) px_glob += G * G * rm_below;
+        rm_below = p.rm;
+        rot += p.n_out;
+        w_loc += p.rows * p.stride;
+        act_loc += p.stride;
+        own_loc += p.rows;
+        *widest = max(*widest, p.stride);
+    }
+    plan[L].w_loc = w_loc;
+    plan[L].act_loc = act_loc;
+    plan[L].own_loc = own_loc;
+}
+
+// The block's rows between global memory (the seed's layout) and shared memory (padded rows);
+// weights W and velocities V. Padding columns are zero: 0 x anything finite stays 0.
+template <bool TO_SHARED>
+__device__ __forceinline__ void move_rows(const Plan* plan, int L, int G, float* w, float* v, float* W, float* V) {
+    for (int l = 0; l < L; ++l) {
+        const Plan p = plan[l];
+        for (int i = threadIdx.x; i < p.rows * p.stride; i += THREADS) {
+            const int r = p.first + (i / p.stride) * G, k = i % p.stride;
+            const bool real = k <= p.n_in;
+            const int g = p.w_glob + r * (p.n_in + 1) + k;
+            if (TO_SHARED) {
+                W[p.w_loc + i] = real ? w[g] : 0.0f;
+                V[p.w_loc + i] = real ? v[g] : 0.0f;
+            } else if (real) {
+                w[g] = W[p.w_loc + i];
+                v[g] = V[p.w_loc + i];
+            }
+        }
+    }
+}
+
+// z = row . act for a padded row (the bias rides along: act[n_in] = 1), by one warp; every lane
+// gets the sum.
+__device__ __forceinline__ float row_dot(const float* row, const float* act, int stride) {
+    const float4* wr = reinterpret_cast<const float4*>(row);
+    const float4* a4 = reinterpret_cast<const float4*>(act);
+    const int lane = threadIdx.x & 31;
+    float z = 0.0f;
+    for (int j = lane; j < stride / 4; j += 32) {
+        const float4 wv = wr[j], av = a4[j];
+        z += wv.x * av.x + wv.y * av.y + wv.z * av.z + wv.w * av.w;
+    }
+    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
+    return z;
+}
+
+// The momentum update of the block's rows of one layer, v = momentum v + rate d in, w += v, and
+// their share of W^T d (with the weights from before the update, as the math requires), columns
+// 4 at a time: emit(j, sums of columns j..j+3). The bias column n_in is updated too; padding
+// columns are zero and stay zero.
+template <typename Emit>
+__device__ __forceinline__ void update_rows(const Plan& p, float* W, float* V, const float* in, const float* d_own,
+                                            float rate, float momentum, Emit emit) {
+    for (int j = 4 * threadIdx.x; j <= p.n_in; j += 4 * THREADS) {
+        const float4 a = *reinterpret_cast<const float4*>(in + j);
+        float4 back = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < p.rows; ++i) {
+            float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
+            float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);
+            const float4 wo = *wp, vo = *vp;
+            const float d = d_own[i], rd = rate * d;
+            back.x += wo.x * d; back.y += wo.y * d; back.z += wo.z * d; back.w += wo.w * d;
+            const float4 vn = make_float4(momentum * vo.x + rd * a.x, momentum * vo.y + rd * a.y,
+                                          momentum * vo.z + rd * a.z, momentum * vo.w + rd * a.w);
+            *vp = vn;
+            *wp = make_float4(wo.x + vn.x, wo.y + vn.y, wo.z + vn.z, wo.w + vn.w);
+        }
+        if (p.rows > 0) emit(j, back);
+    }
+}
+
+__device__ __forceinline__ long long now_ns() {
+    long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+    unsigned v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// A wait that gives up: after timeout_ns, or as soon as another block has given up (*status set).
+// Checked every 256 spins, so the clock and status reads stay off the fast path.
+struct Patience {
+    int* status;
+    long long timeout_ns, start = 0;
+    unsigned spin = 0;
+
+    __device__ __forceinline__ bool still() {
+        if ((++spin & 255) != 0) return true;
+        const long long t = now_ns();
+        if (start == 0) start = t;
+        if (*(volatile int*)status != 0 || t - start > timeout_ns) {
+            atomicCAS(status, 0, 1);
+            return false;
+        }
+        return true;
+    }
+};
+
+// The grid barrier (BARRIER selects one of two; both count barriers in numbers that only grow,
+// so nothing is ever reset):
+//   0  a counter: thread 0 of each block adds 1 with release semantics and polls it with acquire
+//      loads until it reaches (barriers passed) x G, as CUTLASS's GenericBarrier does; the G
+//      adds to one address are serialized at L2;
+//   1  a flag per block: thread 0 stores the barrier's number to its block's flag with release
+//      semantics; thread i polls block i's flag with acquire loads. No atomics, G pollers.
+// __syncthreads() before the release puts every thread's writes (and atomics) of the phase before
+// it; the acquire loads and the __syncthreads() after them put the next phase after the other
+// blocks' releases. The wait is split from the arrival, so a block can fetch what the next phase
+// needs and does not depend on the barrier while it waits. A wait longer than timeout_ns (a grid
+// that is not co-resident, or a fault in another block) sets *status and every block leaves: an
+// error, not a hang.
+struct GridBarrier {
+    unsigned* sync;  // BARRIER 0: the counter; 1: one flag per block
+    int* status;
+    long long timeout_ns;
+    unsigned passed;  // barriers this block has arrived at
+
+    __device__ __forceinline__ void arrive() {
+        __syncthreads();
+        ++passed;
+        if (threadIdx.x == 0) {
+#if BARRIER == 0
+            asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(sync), "r"(1u) : "memory");
+#else
+            asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(sync + blockIdx.x), "r"(passed) : "memory");
+#endif
+        }
+    }
+
+    // false when the wait timed out or another block gave up: the caller leaves.
+    __device__ __forceinline__ bool wait() {
+        __shared__ int give_up;
+        if (threadIdx.x == 0) give_up = 0;
+#if BARRIER == 0
+        const unsigned want = passed * gridDim.x;
+        const unsigned* watch = sync;
+        const bool watcher = threadIdx.x == 0;
+#else
+        const unsigned want = passed;
+        const unsigned* watch = sync + threadIdx.x;
+        const bool watcher = threadIdx.x < gridDim.x;  // the host keeps G <= THREADS
+#endif
+        __syncthreads();
+        if (watcher) {
+            Patience patience{status, timeout_ns};
+            while ((int)(load_acquire(watch) - want) < 0)
+                if (!patience.still()) {
+                    give_up = 1;
+                    break;
+                }
+        }
+        __syncthreads();
+        return !give_up;
+    }
+};
+
+// Where an iteration's time goes, phase by phase (built with PHASE_TIMES, scripts/fused_phases.py):
+// thread 0 of block 0 adds the SM cycles from the start of each phase's wait until the data it
+// waits for are there (wait) and from then until the next phase's wait starts (work: its own
+// part of the critical path) to sums[2k] and sums[2k + 1], k the phase's number in the iteration.
+// The kernel writes the sums, then the cycles and nanoseconds of the whole launch, to phase_out.
+struct PhaseTimer {
+#ifdef PHASE_TIMES
+    long long* sums;  // 2 * 2 * MAX_LAYERS, in shared memory
+    long long mark, first_cycle, first_ns;
+    int k, prev;
+    bool on;
+
+    __device__ void begin(long long* s) {
+        sums = s;
+        on = blockIdx.x == 0 && threadIdx.x == 0;
+        if (on)
+            for (int i = 0; i < 4 * MAX_LAYERS; ++i) sums[i] = 0;
+        k = 0;
+        prev = -1;
+        mark = first_cycle = clock64();
+        first_ns = now_ns();
+    }
+    __device__ void iteration() { k = 0; }
+    __device__ void waits() {
+        if (!on) return;
+        const long long t = clock64();
+        if (prev >= 0) sums[2 * prev + 1] += t - mark;
+        mark = t;
+    }
+    __device__ void ready() {
+        if (!on) return;
+        const long long t = clock64();
+        sums[2 * k] += t - mark;
+        mark = t;
+        prev = k++;
+    }
+    __device__ void end(long long* phase_out) {
+        if (!on) return;
+        for (int i = 0; i < 4 * MAX_LAYERS; ++i) phase_out[i] = sums[i];
+        phase_out[4 * MAX_LAYERS] = clock64() - first_cycle;
+        phase_out[4 * MAX_LAYERS + 1] = now_ns() - first_ns;
+    }
+#else
+    __device__ void begin(long long*) {}
+    __device__ void iteration() {}
+    __device__ void waits() {}
+    __device__ void ready() {}
+    __device__ void end(long long*) {}
+#endif
+};
