@@ -724,7 +724,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--init-scale", type=float, default=None,
               help="The scale of --init (default: the net's setting, else 4, Glorot's advice for sigmoid units).")
 @click.option("--blocks", type=click.IntRange(min=1), default=None,
-              help="Grid of the fused version (default: one block per SM, at most the widest layer's rows).")
+              help="Grid of fused and fused-barrier (default: one block per SM, at most the widest layer's rows).")
 @click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
               help="Held-out noisy copies of each letter in the test set.")
 @click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")

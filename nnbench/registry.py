@@ -285,9 +285,10 @@ MLP: tuple[Variant, ...] = (
             tags=("fused",), block="(THREADS,)", grid="(1,)"),
     Variant("mlp", "fused", 8, "fused-barrier with the barriers merged into the data: every value stored with its "
             "iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
-            params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
+            params=(_p("THREADS", 512, (128, 256, 512, 1024), "threads per block"),
                     _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
-                    _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss")),
+                    _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss"),
+                    _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done")),
             tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",

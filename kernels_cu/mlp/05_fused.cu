@@ -96,7 +96,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             for (int i = warp; i < p.rows; i += WARPS) {
                 const float z = row_dot(W + p.w_loc + i * p.stride, act, p.stride);
                 if (lane == 0) {
-                    const int r = p.first + i * G;
+                    const int r = p.first + i;
                     const float o = sigmoid(z);
                     out[p.o_glob + r] = o;
                     if (l == L - 1 && mode == 1) predictions[s * p.n_out + r] = o;
@@ -124,7 +124,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             const Plan p = plan[l];
             if (l < L - 1) {  // act was staged while waiting; the delta sums need the barrier
                 for (int i = threadIdx.x; i < p.rows; i += THREADS) {
-                    const int r = p.first + i * G;
+                    const int r = p.first + i;
                     const float o = __ldcg(out + p.o_glob + r);
                     d_own[i] = o * (1.0f - o) * __ldcg(acc + p.acc_glob + r);
                     acc[p.acc_glob + r] = 0.0f;  // ready for the next sample: nothing adds to it before

@@ -15,7 +15,8 @@
 //         atomics, a run is reproducible).
 // Source: NCCL's LL protocol (8-byte stores of data and flag); step 5 for everything else.
 // Params: THREADS (threads per block), IN_FLIGHT (tagged loads a thread issues before it waits),
-//         BACKOFF (ns a poller sleeps after a miss; 0: none).
+//         BACKOFF (ns a poller sleeps after a miss; 0: none), QUIET (1: no thread starts to poll
+//         until the block's work of the phase before is done).
 //         Launch: as step 5 (nnbench/suites/fused.py); any G the device holds at once.
 //
 // Why one buffer per layer is enough in training: no value is overwritten before every reader
@@ -31,15 +32,20 @@
 // one grid barrier per sample. A tag newer than the one awaited would mean this argument is
 // broken: the reader then stops every block with *status = 2 instead of using the value.
 //
+// Quiet: a warp that polls issues an instruction every few cycles and takes issue slots from the
+// warps on its scheduler, so threads with nothing left to compute in a phase would slow the few
+// warps whose rows every other block waits for. With QUIET a __syncthreads() ends each phase's
+// work before anyone polls for the next.
+//
 // Tags: iteration it of a launch carries tag0 + it; the host moves tag0 past every launch, so no
 // tag repeats, and tag 0 (what the buffers start as) is never awaited. A value never stored is
 // waited for until timeout_ns, then every block leaves (*status = 1): an error, not a hang.
 // Layouts (u64 = tag << 32 | float bits): ox, the outputs of every layer, each layer's slice
-// padded to 4 (o_glob); px, for weight layers l >= 1, a slot per sending block of G rows of rm
-// partial sums, row o for the rows of layer l-1 that block o owns (px_glob, Plan::rm). Shared memory: the rows' weights and velocities, every layer's input (staged once a
+// padded to 4 (o_glob); px, for weight layers l >= 1, G slots of pad4(n_in) partial sums
+// (px_glob). Shared memory: the rows' weights and velocities, every layer's input (staged once a
 // sample and kept for the update, so the backward fetches nothing but partial sums), the
 // block's outputs and deltas of every layer, and room for the partial sums one backward phase
-// gathers (rows x G).
+// gathers (G x rows).
 #include "mlp/fused_common.cuh"
 
 #ifndef IN_FLIGHT
@@ -47,6 +53,9 @@
 #endif
 #ifndef BACKOFF
 #define BACKOFF 0
+#endif
+#ifndef QUIET
+#define QUIET 1
 #endif
 
 typedef unsigned long long u64;
@@ -71,17 +80,62 @@ __device__ __forceinline__ void store_tagged(u64* p, float value, unsigned tag) 
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(tagged(value, tag)) : "memory");
 }
 
+// This thread's share of `count` tagged values (threadIdx.x, + THREADS, ...): value i lies at
+// addr(i) (nullptr: nothing to await, use(i, 0)) and goes to use(i, value) once its tag is
+// `want`. IN_FLIGHT loads are issued before the first is waited for, so a thread waits about one
+// L2 round trip for them all. False when the wait gave up or a newer tag showed up (the caller
+// leaves).
+template <typename Addr, typename Use>
+__device__ __forceinline__ bool await_tagged(int count, unsigned want, int* status, long long timeout_ns, Addr addr,
+                                             Use use) {
+    Patience patience{status, timeout_ns};
+    for (int base = threadIdx.x; base < count; base += IN_FLIGHT * THREADS) {
+        const u64* at[IN_FLIGHT];
+        u64 got[IN_FLIGHT];
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k) {
+            const int i = base + k * THREADS;
+            at[k] = i < count ? addr(i) : nullptr;
+            if (at[k]) got[k] = load_tagged(at[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < IN_FLIGHT; ++k) {
+            const int i = base + k * THREADS;
+            if (i >= count) continue;
+            if (at[k] == nullptr) {
+                use(i, 0.0f);
+                continue;
+            }
+            for (unsigned tag; (tag = (unsigned)(got[k] >> 32)) != want; got[k] = load_tagged(at[k])) {
+                if ((int)(tag - want) > 0) {
+                    atomicCAS(status, 0, 2);
+                    return false;
+                }
+                if (!patience.still()) return false;
+                if (BACKOFF) __nanosleep(BACKOFF);
+            }
+            use(i, __uint_as_float((unsigned)got[k]));
+        }
+    }
+    return true;
+}
+
+// Four columns' partial sums; p is 32-byte aligned (slots and columns are multiples of 4).
+__device__ __forceinline__ void store_tagged4(u64* p, float4 s, unsigned tag) {
+    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(tagged(s.x, tag)), "l"(tagged(s.y, tag))
+                 : "memory");
+    asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p + 2), "l"(tagged(s.z, tag)),
+                 "l"(tagged(s.w, tag))
+                 : "memory");
+}
+
 struct Pair {  // where two tagged values lie (16-byte aligned), and whether the second is awaited too
     const u64* at;
     bool two;
 };
 
-// This thread's share of `count` pairs of tagged values (threadIdx.x, + THREADS, ...): pair i lies
-// at where(i) (at nullptr: nothing to await, use(i, 0, 0)) and goes to use(i, a, b) once its tags
-// are `want`. A pair is one 16-byte load, and IN_FLIGHT of them are issued before the first is
-// waited for, so a thread waits about one L2 round trip for them all: what costs here is the
-// number of requests every block keeps in flight while it polls. False when the wait gave up or
-// a newer tag showed up (the caller leaves).
+// As await_tagged, two values a load: pair i lies at where(i) and goes to use(i, a, b). Half the
+// requests, which matters in the forward, where every block polls every value of the layer.
 template <typename Where, typename Use>
 __device__ __forceinline__ bool await_pairs(int count, unsigned want, int* status, long long timeout_ns,
                                             Where where, Use use) {
@@ -163,7 +217,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
     const Plan& last = plan[L - 1];
     const bool x_ahead = first.n_in <= THREADS, t_ahead = last.rows <= WARPS;
     float x_next = x_ahead && threadIdx.x < first.n_in ? __ldg(x + threadIdx.x) : 0.0f;
-    float t_next = t_ahead && lane == 0 && warp < last.rows ? __ldg(t + last.first + warp * G) : 0.0f;
+    float t_next = t_ahead && lane == 0 && warp < last.rows ? __ldg(t + last.first + warp) : 0.0f;
     int it = 0;
     for (; it < iterations; ++it) {
         const int s = it % n_samples;
@@ -185,6 +239,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             } else if (l == 0) {
                 for (int j = threadIdx.x; j < p.n_in; j += THREADS) in[j] = __ldg(x + s * p.n_in + j);
             } else {
+                if (QUIET) __syncthreads();  // see "Quiet" above
                 timer.waits();
                 ok = await_pairs(
                     (p.n_in + 1) / 2, tag, status, timeout_ns,
@@ -199,7 +254,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             for (int i = warp; i < p.rows; i += WARPS) {
                 const float z = row_dot(W + p.w_loc + i * p.stride, in, p.stride);
                 if (lane == 0) {
-                    const int r = p.first + i * G;
+                    const int r = p.first + i;
                     const float o = sigmoid(z);
                     own[p.own_loc + i] = o;
                     if (l < L - 1) {
@@ -216,7 +271,7 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
         }
         const int s_next = (it + 1) % n_samples;
         if (x_ahead && threadIdx.x < first.n_in) x_next = __ldg(x + s_next * first.n_in + threadIdx.x);
-        if (t_ahead && lane == 0 && warp < last.rows) t_next = __ldg(t + s_next * last.n_out + last.first + warp * G);
+        if (t_ahead && lane == 0 && warp < last.rows) t_next = __ldg(t + s_next * last.n_out + last.first + warp);
         if (mode == 1) {  // nothing else holds the first layers back from the next sample
             bar.arrive();
             if (!bar.wait()) return;
@@ -227,29 +282,24 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             const Plan p = plan[l];
             bool ok = true;
             if (l < L - 1) {
-                // every thread awaits its share of the (block, row pair) partial sums, so the
-                // block waits one round trip for them all; then a warp per row adds them in block
-                // order. Each sender keeps this block's rows together (its slot's row b), so
-                // a pair of rows is one load.
+                if (QUIET) __syncthreads();
+                // every thread awaits its share of the (block, row) partial sums, so the block
+                // waits one round trip for them all, and neighbouring threads read one block's
+                // neighbouring rows, one sector; then a warp per row adds them in block order
                 timer.waits();
                 const Plan q = plan[l + 1];  // its owners sent their shares of W_(l+1)^T d_(l+1)
-                const int halves = p.rm / 2;
-                ok = await_pairs(
-                    G * halves, tag, status, timeout_ns,
-                    [&](int k) {
-                        const int c = k / halves, i = 2 * (k - c * halves);
-                        const bool sent = ((c - q.rot) % G + G) % G < q.n_out && i < p.rows;
-                        return Pair{sent ? px + q.px_glob + (c * G + b) * p.rm + i : nullptr, i + 1 < p.rows};
+                const int slot = pad4(q.n_in);
+                ok = await_tagged(
+                    G * p.rows, tag, status, timeout_ns,
+                    [&](int k) -> const u64* {
+                        const int c = k / p.rows, i = k - c * p.rows;
+                        return owns_rows(q, c, G) ? px + q.px_glob + c * slot + p.first + i : nullptr;
                     },
-                    [&](int k, float a, float d) {
-                        const int c = k / halves, i = 2 * (k - c * halves);
-                        if (i < p.rows) parts[i * G + c] = a;
-                        if (i + 1 < p.rows) parts[(i + 1) * G + c] = d;
-                    });
+                    [&](int k, float part) { parts[k] = part; });
                 if (__syncthreads_or(!ok)) return;
                 for (int i = warp; i < p.rows; i += WARPS) {
                     float sum = 0.0f;
-                    for (int c = lane; c < G; c += 32) sum += parts[i * G + c];
+                    for (int c = lane; c < G; c += 32) sum += parts[c * p.rows + i];
                     for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
                     if (lane == 0) {
                         const float o = own[p.own_loc + i];
@@ -259,14 +309,8 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             }
             if (__syncthreads_or(!ok)) return;
             if (l < L - 1) timer.ready();
-            const Plan& below = plan[l > 0 ? l - 1 : 0];  // whose rows the partial sums go to
             update_rows(p, W, V, acts + p.act_loc, dl + p.own_loc, rate, momentum, [&](int j, float4 back) {
-                if (l == 0) return;
-                const float sums[4] = {back.x, back.y, back.z, back.w};
-                for (int c = j; c < j + 4 && c < p.n_in; ++c) {  // row c of layer l-1: owner o, its i-th
-                    const int o = (c % G + below.rot) % G, i = c / G;
-                    store_tagged(px + p.px_glob + (b * G + o) * below.rm + i, sums[c - j], tag);
-                }
+                if (l > 0 && j < p.n_in) store_tagged4(px + p.px_glob + b * pad4(p.n_in) + j, back, tag);
             });
         }
     }

@@ -1,11 +1,15 @@
 // Shared by the persistent per-sample trainers (05_fused.cu, 08_fused_tagged.cu): which block owns
 // which rows, the rows' life in shared memory, the grid barrier, and the update of a block's rows.
 //
-// Ownership: row r of weight layer l (neuron r, its n_in weights and its bias) belongs to block
-// (r + rot_l) mod G, rot_l = the rows of the layers before, so small layers spread over
-// different blocks. A block keeps its rows' weights and velocities in shared memory for the
-// whole launch. Shared-memory rows are padded to a multiple of 4 floats so the update reads and
-// writes float4.
+// Ownership: each block owns a run of consecutive rows (neurons: n_in weights and a bias each) of
+// every weight layer: block b owns rows [v n / G, (v + 1) n / G) of a layer of n rows, v =
+// (b - rot_l) mod G. Runs, so that a block's rows are neighbours in every vector other blocks read
+// (fused polls 4 of them as one sector, not 4). The rotation rot_l = 4 l moves which blocks own
+// one row more than the others from layer to layer, so no block owns the most rows of every layer:
+// Net 8's fullest block holds 217.7 KiB instead of 225.8 with rot_l = the rows of the layers
+// before (nnbench/suites/fused.py, rows_per_block). A block keeps its rows' weights and
+// velocities in shared memory for the whole launch; shared-memory rows are padded to a multiple
+// of 4 floats so the update reads and writes float4.
 #pragma once
 #include "mlp/mlp_common.cuh"
 
@@ -19,8 +23,8 @@
 #define WARPS (THREADS / 32)
 
 struct Plan {  // per weight layer, for this block
-    int n_in, n_out, rows, first, rot, stride, w_glob, o_glob, in_glob, acc_glob, in_acc, px_glob, rm, w_loc,
-        act_loc, own_loc;
+    int n_in, n_out, rows, first, rot, stride, w_glob, o_glob, in_glob, acc_glob, in_acc, px_glob, w_loc, act_loc,
+        own_loc;
 };
 
 __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
@@ -29,18 +33,18 @@ __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
 // weights, act_loc: every layer's staged input, own_loc: its rows of every layer). Global offsets:
 // w_glob into the weights (the seed's layout), o_glob into the outputs, acc_glob into the
 // delta sums (each layer's slice padded to 4, so 16-byte aligned), px_glob into per-block
-// partial delta sums (layers l >= 1: G x G x rm of the layer below, rm = the most rows a block
-// owns, rounded up to even).
+// partial delta sums (layers l >= 1: G slots of pad4(n_in) each).
 __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, int* widest) {
-    int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, rm_below = 0, rot = 0, w_loc = 0, act_loc = 0, own_loc = 0;
+    int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, w_loc = 0, act_loc = 0, own_loc = 0;
     *widest = 0;
     for (int l = 0; l < L; ++l) {
         Plan p;
         p.n_in = widths[l];
         p.n_out = widths[l + 1];
-        p.rot = rot % G;
-        p.first = ((b - p.rot) % G + G) % G;
-        p.rows = p.first < p.n_out ? (p.n_out - p.first + G - 1) / G : 0;
+        p.rot = (4 * l) % G;
+        const int v = ((b - p.rot) % G + G) % G;
+        p.first = v * p.n_out / G;
+        p.rows = (v + 1) * p.n_out / G - p.first;
         p.stride = pad4(p.n_in + 1);  // n_in weights and the bias, padded to 4
         p.w_glob = w_glob;
         p.o_glob = o_glob;
@@ -48,7 +52,6 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         p.in_acc = l == 0 ? -1 : acc_glob - pad4(p.n_in);
         p.acc_glob = acc_glob;
         p.px_glob = l == 0 ? -1 : px_glob;
-        p.rm = ((p.n_out + G - 1) / G + 1) & ~1;
         p.w_loc = w_loc;
         p.act_loc = act_loc;
         p.own_loc = own_loc;
@@ -56,9 +59,7 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         w_glob += p.n_out * (p.n_in + 1);
         o_glob += pad4(p.n_out);
         acc_glob += pad4(p.n_out);
-        if (l > 0) px_glob += G * G * rm_below;
-        rm_below = p.rm;
-        rot += p.n_out;
+        if (l > 0) px_glob += G * pad4(p.n_in);
         w_loc += p.rows * p.stride;
         act_loc += p.stride;
         own_loc += p.rows;
@@ -76,7 +77,7 @@ __device__ __forceinline__ void move_rows(const Plan* plan, int L, int G, float*
     for (int l = 0; l < L; ++l) {
         const Plan p = plan[l];
         for (int i = threadIdx.x; i < p.rows * p.stride; i += THREADS) {
-            const int r = p.first + (i / p.stride) * G, k = i % p.stride;
+            const int r = p.first + i / p.stride, k = i % p.stride;
             const bool real = k <= p.n_in;
             const int g = p.w_glob + r * (p.n_in + 1) + k;
             if (TO_SHARED) {
@@ -88,6 +89,12 @@ __device__ __forceinline__ void move_rows(const Plan* plan, int L, int G, float*
             }
         }
     }
+}
+
+// Whether block c owns any row of layer p (a layer narrower than the grid leaves some blocks out).
+__device__ __forceinline__ bool owns_rows(const Plan& p, int c, int G) {
+    const int v = ((c - p.rot) % G + G) % G;
+    return (v + 1) * p.n_out / G > v * p.n_out / G;
 }
 
 // z = row . act for a padded row (the bias rides along: act[n_in] = 1), by one warp; every lane
@@ -107,26 +114,32 @@ __device__ __forceinline__ float row_dot(const float* row, const float* act, int
 
 // The momentum update of the block's rows of one layer, v = momentum v + rate d in, w += v, and
 // their share of W^T d (with the weights from before the update, as the math requires), columns
-// 4 at a time: emit(j, sums of columns j..j+3). The bias column n_in is updated too; padding
-// columns are zero and stay zero.
+// 4 at a time: emit(j, sums of columns j..j+3). The sums are emitted before the columns are
+// updated, so other blocks that wait for them need not wait for the update too. The bias column
+// n_in is updated too; padding columns are zero and stay zero.
 template <typename Emit>
 __device__ __forceinline__ void update_rows(const Plan& p, float* W, float* V, const float* in, const float* d_own,
                                             float rate, float momentum, Emit emit) {
     for (int j = 4 * threadIdx.x; j <= p.n_in; j += 4 * THREADS) {
-        const float4 a = *reinterpret_cast<const float4*>(in + j);
+        if (p.rows == 0) break;
         float4 back = make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int i = 0; i < p.rows; ++i) {
+            const float4 wo = *reinterpret_cast<const float4*>(W + p.w_loc + i * p.stride + j);
+            const float d = d_own[i];
+            back.x += wo.x * d; back.y += wo.y * d; back.z += wo.z * d; back.w += wo.w * d;
+        }
+        emit(j, back);
+        const float4 a = *reinterpret_cast<const float4*>(in + j);
         for (int i = 0; i < p.rows; ++i) {
             float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
             float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);
             const float4 wo = *wp, vo = *vp;
-            const float d = d_own[i], rd = rate * d;
-            back.x += wo.x * d; back.y += wo.y * d; back.z += wo.z * d; back.w += wo.w * d;
+            const float rd = rate * d_own[i];
             const float4 vn = make_float4(momentum * vo.x + rd * a.x, momentum * vo.y + rd * a.y,
                                           momentum * vo.z + rd * a.z, momentum * vo.w + rd * a.w);
             *vp = vn;
             *wp = make_float4(wo.x + vn.x, wo.y + vn.y, wo.z + vn.z, wo.w + vn.w);
         }
-        if (p.rows > 0) emit(j, back);
     }
 }
 

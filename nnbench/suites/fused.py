@@ -41,22 +41,19 @@ def barriers_per_iteration(layers: tuple[int, ...], tagged: bool = False) -> int
 
 
 def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
-    """rows[l, b]: how many rows (neurons) of weight layer l block b owns. Row r of layer l goes to
-    block (r + rot_l) mod G, rot_l the rows of the layers before, as in the kernel."""
+    """rows[l, b]: how many rows (neurons) of weight layer l block b owns: a run of n/G or n/G + 1
+    rows, block b's run being run number (b - 4l) mod G, as in the kernels (fused_common.cuh)."""
     out = np.zeros((len(layers) - 1, blocks), dtype=np.int64)
-    rot = 0
     for l, n_out in enumerate(layers[1:]):
-        first = (np.arange(blocks) - rot % blocks) % blocks  # the first row each block owns
-        out[l] = np.where(first < n_out, (n_out - first + blocks - 1) // blocks, 0)
-        rot += n_out
+        v = (np.arange(blocks) - 4 * l) % blocks
+        out[l] = (v + 1) * n_out // blocks - v * n_out // blocks
     return out
 
 
 def partial_sums(layers: tuple[int, ...], blocks: int) -> int:
     """The tagged partial delta sums `fused` keeps in L2: for every weight layer but the first, a
-    slot per sending block of G rows of rm values, rm = the most rows of the layer below a block
-    owns, rounded up to even (08_fused_tagged.cu)."""
-    return sum(blocks * blocks * ((-(-n // blocks) + 1) // 2 * 2) for n in layers[1:-1])
+    slot per block of its input width, padded to 4 (08_fused_tagged.cu)."""
+    return blocks * sum(_pad4(n) for n in layers[1:-1])
 
 
 def _pad4(n: int) -> int:
