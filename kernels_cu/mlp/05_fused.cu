@@ -59,33 +59,26 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
     extern __shared__ float4 smem4[];
     __shared__ Plan plan[MAX_LAYERS];
     __shared__ int widest;
-    const int L = n_widths - 1, G = gridDim.x, b = blockIdx.x;
+    const int L = n_widths - 1;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-    if (threadIdx.x == 0) make_plan(plan, widths, L, G, b, &widest);
-    __syncthreads();
-    float* smem = reinterpret_cast<float*>(smem4);
-    const int local = plan[L].w_loc;
-    float* W = smem;
-    float* V = smem + local;
-    float* act = smem + 2 * local;     // the current layer's input and the bias input 1
+    float* W = reinterpret_cast<float*>(smem4);
+    start_block(plan, widths, L, &widest, w, v, W);
+    float* V = W + plan[L].w_loc;
+    float* act = V + plan[L].w_loc;    // the current layer's input and the bias input 1
     float* d_own = act + widest;       // the deltas of this block's rows of the current layer
 
-    move_rows<true>(plan, L, G, w, v, W, V);
     GridBarrier bar{sync, status, timeout_ns, 0u};
     PhaseTimer timer;
-#ifdef PHASE_TIMES
-    __shared__ long long phase_sums[4 * MAX_LAYERS];
-    timer.begin(phase_sums);
-#endif
+    timer.begin();
     int it = 0;
     for (; it < iterations; ++it) {
         const int s = it % n_samples;
         timer.iteration();
-        if (mode == 0 && s == 0 && it > 0) {  // epoch boundary: every block reads the same sum
-            bar.arrive();
-            if (!bar.wait()) return;
-            if (__fdiv_rn(__ldcg(err + it / n_samples - 1), (float)n_samples) <= tolerance) break;
+        if (mode == 0 && s == 0 && it > 0) {
+            const int go_on = epoch_ends(bar, err, it, n_samples, tolerance);
+            if (go_on < 0) return;
+            if (go_on == 0) break;
         }
         // ---- forward
         __syncthreads();  // the last update of the previous sample may still read act and d_own
@@ -144,8 +137,5 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             }
         }
     }
-    __syncthreads();  // the last layer-1 update may still be running in other threads
-    move_rows<false>(plan, L, G, w, v, W, V);  // the weights go back for the host (and the next launch)
-    if (b == 0 && threadIdx.x == 0) *done = it;
-    timer.end(phase_out);
+    finish_block(plan, L, w, v, W, it, done, timer, phase_out);
 }

@@ -80,46 +80,6 @@ __device__ __forceinline__ void store_tagged(u64* p, float value, unsigned tag) 
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(tagged(value, tag)) : "memory");
 }
 
-// This thread's share of `count` tagged values (threadIdx.x, + THREADS, ...): value i lies at
-// addr(i) (nullptr: nothing to await, use(i, 0)) and goes to use(i, value) once its tag is
-// `want`. IN_FLIGHT loads are issued before the first is waited for, so a thread waits about one
-// L2 round trip for them all. False when the wait gave up or a newer tag showed up (the caller
-// leaves).
-template <typename Addr, typename Use>
-__device__ __forceinline__ bool await_tagged(int count, unsigned want, int* status, long long timeout_ns, Addr addr,
-                                             Use use) {
-    Patience patience{status, timeout_ns};
-    for (int base = threadIdx.x; base < count; base += IN_FLIGHT * THREADS) {
-        const u64* at[IN_FLIGHT];
-        u64 got[IN_FLIGHT];
-#pragma unroll
-        for (int k = 0; k < IN_FLIGHT; ++k) {
-            const int i = base + k * THREADS;
-            at[k] = i < count ? addr(i) : nullptr;
-            if (at[k]) got[k] = load_tagged(at[k]);
-        }
-#pragma unroll
-        for (int k = 0; k < IN_FLIGHT; ++k) {
-            const int i = base + k * THREADS;
-            if (i >= count) continue;
-            if (at[k] == nullptr) {
-                use(i, 0.0f);
-                continue;
-            }
-            for (unsigned tag; (tag = (unsigned)(got[k] >> 32)) != want; got[k] = load_tagged(at[k])) {
-                if ((int)(tag - want) > 0) {
-                    atomicCAS(status, 0, 2);
-                    return false;
-                }
-                if (!patience.still()) return false;
-                if (BACKOFF) __nanosleep(BACKOFF);
-            }
-            use(i, __uint_as_float((unsigned)got[k]));
-        }
-    }
-    return true;
-}
-
 // Four columns' partial sums; p is 32-byte aligned (slots and columns are multiples of 4).
 __device__ __forceinline__ void store_tagged4(u64* p, float4 s, unsigned tag) {
     asm volatile("st.relaxed.gpu.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(tagged(s.x, tag)), "l"(tagged(s.y, tag))
@@ -129,36 +89,44 @@ __device__ __forceinline__ void store_tagged4(u64* p, float4 s, unsigned tag) {
                  : "memory");
 }
 
-struct Pair {  // where two tagged values lie (16-byte aligned), and whether the second is awaited too
+struct Span {  // n tagged words at `at` (n = 2: 16-byte aligned, one load); n = 0: nothing to await
     const u64* at;
-    bool two;
+    int n;
 };
 
-// As await_tagged, two values a load: pair i lies at where(i) and goes to use(i, a, b). Half the
-// requests, which matters in the forward, where every block polls every value of the layer.
+__device__ __forceinline__ ulonglong2 load_span(Span s) {
+    return s.n == 2 ? load_tagged2(s.at) : make_ulonglong2(load_tagged(s.at), 0);
+}
+
+// This thread's share of `count` spans of tagged values (threadIdx.x, + THREADS, ...): span i lies
+// at where(i) and its values go to use(i, a, b) (b, and both for an empty span, 0) once every tag
+// in it is `want`. IN_FLIGHT loads are issued before the first is waited for, so a thread waits
+// about one L2 round trip for them all; spans of two values halve the requests, which matters in
+// the forward, where every block polls every value of the layer. False when the wait gave up or a
+// newer tag showed up (the caller leaves).
 template <typename Where, typename Use>
-__device__ __forceinline__ bool await_pairs(int count, unsigned want, int* status, long long timeout_ns,
-                                            Where where, Use use) {
+__device__ __forceinline__ bool await_tagged(int count, unsigned want, int* status, long long timeout_ns,
+                                             Where where, Use use) {
     Patience patience{status, timeout_ns};
     for (int base = threadIdx.x; base < count; base += IN_FLIGHT * THREADS) {
-        Pair at[IN_FLIGHT];
+        Span at[IN_FLIGHT];
         ulonglong2 got[IN_FLIGHT];
 #pragma unroll
         for (int k = 0; k < IN_FLIGHT; ++k) {
             const int i = base + k * THREADS;
-            at[k] = i < count ? where(i) : Pair{nullptr, false};
-            if (at[k].at) got[k] = load_tagged2(at[k].at);
+            at[k] = i < count ? where(i) : Span{nullptr, 0};
+            if (at[k].n) got[k] = load_span(at[k]);
         }
 #pragma unroll
         for (int k = 0; k < IN_FLIGHT; ++k) {
             const int i = base + k * THREADS;
             if (i >= count) continue;
-            if (at[k].at == nullptr) {
+            if (at[k].n == 0) {
                 use(i, 0.0f, 0.0f);
                 continue;
             }
             for (;;) {
-                const unsigned tx = (unsigned)(got[k].x >> 32), ty = at[k].two ? (unsigned)(got[k].y >> 32) : want;
+                const unsigned tx = (unsigned)(got[k].x >> 32), ty = at[k].n == 2 ? (unsigned)(got[k].y >> 32) : want;
                 if (tx == want && ty == want) break;
                 if ((int)(tx - want) > 0 || (int)(ty - want) > 0) {
                     atomicCAS(status, 0, 2);
@@ -166,7 +134,7 @@ __device__ __forceinline__ bool await_pairs(int count, unsigned want, int* statu
                 }
                 if (!patience.still()) return false;
                 if (BACKOFF) __nanosleep(BACKOFF);
-                got[k] = load_tagged2(at[k].at);
+                got[k] = load_span(at[k]);
             }
             use(i, __uint_as_float((unsigned)got[k].x), __uint_as_float((unsigned)got[k].y));
         }
@@ -191,9 +159,8 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
     const int L = n_widths - 1, G = gridDim.x, b = blockIdx.x;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-    if (threadIdx.x == 0) make_plan(plan, widths, L, G, b, &widest);
-    __syncthreads();
     float* W = reinterpret_cast<float*>(smem4);
+    start_block(plan, widths, L, &widest, w, v, W);
     float* V = W + plan[L].w_loc;
     float* acts = V + plan[L].w_loc;     // every layer's input, then the bias input 1 and zeros
     float* own = acts + plan[L].act_loc;  // this block's outputs of every layer
@@ -203,13 +170,9 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
         const Plan p = plan[l];
         for (int j = p.n_in + threadIdx.x; j < p.stride; j += THREADS) acts[p.act_loc + j] = j == p.n_in ? 1.0f : 0.0f;
     }
-    move_rows<true>(plan, L, G, w, v, W, V);
     GridBarrier bar{sync, status, timeout_ns, 0u};
     PhaseTimer timer;
-#ifdef PHASE_TIMES
-    __shared__ long long phase_sums[4 * MAX_LAYERS];
-    timer.begin(phase_sums);
-#endif
+    timer.begin();
     // The next sample's input and targets are fetched an iteration ahead, so no load from global
     // memory sits on the critical path: thread j holds input j, lane 0 of warp i the target of
     // output row i (where they fit; else they are loaded when needed).
@@ -223,10 +186,10 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
         const int s = it % n_samples;
         timer.iteration();
         const unsigned tag = tag0 + it;
-        if (mode == 0 && s == 0 && it > 0) {  // epoch boundary: every block reads the same sum
-            bar.arrive();
-            if (!bar.wait()) return;
-            if (__fdiv_rn(__ldcg(err + it / n_samples - 1), (float)n_samples) <= tolerance) break;
+        if (mode == 0 && s == 0 && it > 0) {
+            const int go_on = epoch_ends(bar, err, it, n_samples, tolerance);
+            if (go_on < 0) return;
+            if (go_on == 0) break;
         }
         // ---- forward
         __syncthreads();  // the last update of the previous sample may still read layer 1's input
@@ -241,9 +204,9 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             } else {
                 if (QUIET) __syncthreads();  // see "Quiet" above
                 timer.waits();
-                ok = await_pairs(
+                ok = await_tagged(
                     (p.n_in + 1) / 2, tag, status, timeout_ns,
-                    [&](int i) { return Pair{ox + p.in_glob + 2 * i, 2 * i + 1 < p.n_in}; },
+                    [&](int i) { return Span{ox + p.in_glob + 2 * i, 2 * i + 1 < p.n_in ? 2 : 1}; },
                     [&](int i, float a, float c) {
                         in[2 * i] = a;
                         if (2 * i + 1 < p.n_in) in[2 * i + 1] = c;
@@ -291,11 +254,11 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
                 const int slot = pad4(q.n_in);
                 ok = await_tagged(
                     G * p.rows, tag, status, timeout_ns,
-                    [&](int k) -> const u64* {
+                    [&](int k) {
                         const int c = k / p.rows, i = k - c * p.rows;
-                        return owns_rows(q, c, G) ? px + q.px_glob + c * slot + p.first + i : nullptr;
+                        return owns_rows(q, c, G) ? Span{px + q.px_glob + c * slot + p.first + i, 1} : Span{nullptr, 0};
                     },
-                    [&](int k, float part) { parts[k] = part; });
+                    [&](int k, float part, float) { parts[k] = part; });
                 if (__syncthreads_or(!ok)) return;
                 for (int i = warp; i < p.rows; i += WARPS) {
                     float sum = 0.0f;
@@ -314,8 +277,5 @@ fused_train(const int* __restrict__ widths, int n_widths, const float* __restric
             });
         }
     }
-    __syncthreads();  // the last layer-1 update may still be running in other threads
-    move_rows<false>(plan, L, G, w, v, W, V);  // the weights go back for the host (and the next launch)
-    if (b == 0 && threadIdx.x == 0) *done = it;
-    timer.end(phase_out);
+    finish_block(plan, L, w, v, W, it, done, timer, phase_out);
 }

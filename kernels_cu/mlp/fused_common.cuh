@@ -239,13 +239,14 @@ struct GridBarrier {
 // The kernel writes the sums, then the cycles and nanoseconds of the whole launch, to phase_out.
 struct PhaseTimer {
 #ifdef PHASE_TIMES
-    long long* sums;  // 2 * 2 * MAX_LAYERS, in shared memory
+    long long* sums;  // 2 * 2 * MAX_LAYERS, in shared memory (begin's)
     long long mark, first_cycle, first_ns;
     int k, prev;
     bool on;
 
-    __device__ void begin(long long* s) {
-        sums = s;
+    __device__ void begin() {
+        __shared__ long long block_sums[4 * MAX_LAYERS];
+        sums = block_sums;
         on = blockIdx.x == 0 && threadIdx.x == 0;
         if (on)
             for (int i = 0; i < 4 * MAX_LAYERS; ++i) sums[i] = 0;
@@ -275,10 +276,38 @@ struct PhaseTimer {
         phase_out[4 * MAX_LAYERS + 1] = now_ns() - first_ns;
     }
 #else
-    __device__ void begin(long long*) {}
+    __device__ void begin() {}
     __device__ void iteration() {}
     __device__ void waits() {}
     __device__ void ready() {}
     __device__ void end(long long*) {}
 #endif
 };
+
+// The start of every block of a persistent trainer: thread 0 plans the layers, then the block's
+// rows go to shared memory (W, then V, each plan[L].w_loc floats).
+__device__ __forceinline__ void start_block(Plan* plan, const int* widths, int L, int* widest, float* w, float* v,
+                                            float* W) {
+    if (threadIdx.x == 0) make_plan(plan, widths, L, gridDim.x, blockIdx.x, widest);
+    __syncthreads();
+    move_rows<true>(plan, L, gridDim.x, w, v, W, W + plan[L].w_loc);
+}
+
+// An epoch boundary in training: after a grid barrier every block reads the same summed error of
+// the epoch just ended, so all stop at the same one. 1: go on; 0: converged, stop; -1: the
+// barrier gave up, leave.
+__device__ __forceinline__ int epoch_ends(GridBarrier& bar, const float* err, int it, int n_samples, float tolerance) {
+    bar.arrive();
+    if (!bar.wait()) return -1;
+    return __fdiv_rn(__ldcg(err + it / n_samples - 1), (float)n_samples) <= tolerance ? 0 : 1;
+}
+
+// The end of every block: its rows go back for the host (and the next launch), block 0 says how
+// many iterations ran.
+__device__ __forceinline__ void finish_block(const Plan* plan, int L, float* w, float* v, float* W, int it, int* done,
+                                             PhaseTimer& timer, long long* phase_out) {
+    __syncthreads();  // the last layer-1 update may still be running in other threads
+    move_rows<false>(plan, L, gridDim.x, w, v, W, W + plan[L].w_loc);
+    if (blockIdx.x == 0 && threadIdx.x == 0) *done = it;
+    timer.end(phase_out);
+}
