@@ -256,10 +256,15 @@ GEMM: tuple[Variant, ...] = (
 #   kcm  = the momentum and rate updates merged into one kernel;  mass = one block per neuron;
 #   fused = every iteration in one launch (its grid, one block per SM by default, is chosen at run
 #           time by nnbench/suites/fused.py, so `grid` here is only a placeholder);
-#   tagged = the blocks exchange tagged values instead of meeting at grid barriers.
+#   tagged = the blocks exchange tagged values instead of meeting at grid barriers;
+#   columns = each block keeps the weight columns its deltas need, so the deltas travel whole.
 _NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
 _MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
+_TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block"),
+                  _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
+                  _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss"),
+                  _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
     Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
             None, backend="cpu"),
@@ -283,21 +288,26 @@ MLP: tuple[Variant, ...] = (
             params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
                     _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
             tags=("fused",), block="(THREADS,)", grid="(1,)"),
-    Variant("mlp", "fused", 8, "fused-barrier with the barriers merged into the data: every value stored with its "
-            "iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
-            params=(_p("THREADS", 512, (128, 256, 512, 1024), "threads per block"),
-                    _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
-                    _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss"),
-                    _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done")),
-            tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)"),
+    Variant("mlp", "fused-partials", 8, "fused-barrier with the barriers merged into the data: every value stored "
+            "with its iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
+            params=_TAGGED_PARAMS, tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)"),
+    Variant("mlp", "fused", 9, "fused-partials with the deltas broadcast like the outputs: each block keeps the "
+            "weight columns its deltas need (in L2, in registers by the wait), so a backward phase is a local dot",
+            "mlp/09_fused_columns.cu",
+            params=(replace(_TAGGED_PARAMS[0], default=256), replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
+            + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
+               _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
+               _p("L2_KEEP", 0, (0, 50, 75, 100), "percent of the columns' L2 lines marked evict-last"),
+               _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss")),
+            tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
             None, backend="cpu", tags=("batched",)),
-    Variant("mlp", "batched", 9, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
+    Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
-    Variant("mlp", "batched-cublas", 10, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+    Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
 

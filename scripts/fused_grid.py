@@ -46,7 +46,7 @@ for name in sys.argv[2].split(","):
                     errs += e
                 n = len(errs) * len(train)
                 ff = min(fn.feedforward(train)[1] for _ in range(3)) / len(train)
-                print(name, label, fn.blocks, fused.barriers_per_iteration(layers, fn.tagged), f"{fn.dyn / 1024:.0f}",
+                print(name, label, fn.blocks, fused.barriers_per_iteration(layers, fn.exchange), f"{fn.dyn / 1024:.0f}",
                       f"{err:.1e}", f"{secs / n * 1e6:.2f}", f"{ff * 1e3:.2f}", f"{errs[-1]:.2e}", flush=True)
             except NnbenchError as e:
                 print(name, label, g, "refused:", e, flush=True)

@@ -48,18 +48,21 @@ FUSED = {v.name: v for v in mlp.versions("cuda") if "fused" in v.tags}
 
 @pytest.fixture(scope="module")
 def fused_compiled(cuda_backend):
-    """(variant, params, compiled) for fused with its defaults and fused-barrier with either barrier."""
-    sets = [(FUSED["fused"], FUSED["fused"].defaults())]
+    """(variant, params, compiled): fused and fused-partials with their defaults, fused-barrier with
+    either barrier, and fused with a column longer than its registers hold (read in chunks)."""
+    sets = [(FUSED[n], FUSED[n].defaults()) for n in ("fused", "fused-partials")]
     sets += [(FUSED["fused-barrier"], dict(FUSED["fused-barrier"].defaults(), BARRIER=b)) for b in (0, 1)]
+    sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), COL_REGS=4))]
     comps = compile_sources(cuda_backend.arch, [(v.source, p) for v, p in sets])
     return [(v, p, c) for (v, p), c in zip(sets, comps)]
 
 
 @pytest.mark.parametrize("net,blocks", [("1", 1), ("1", 7), ("1", None), ("8", None), ("8", 130)])
 def test_fused_matches_the_reference_at_any_grid(cuda_backend, fused_compiled, net, blocks):
-    """One block (fused-barrier's barriers reduce to __syncthreads, fused awaits its own values),
-    blocks owning many rows, one block per SM. Outputs and delta sums are poisoned first: fused
-    would wait for a value never written and fail, fused-barrier would return NaN."""
+    """One block (fused-barrier's barriers reduce to __syncthreads, the tagged ones await their own
+    values), blocks owning many rows (more than fused has warps), one block per SM. Outputs and
+    deltas are poisoned first: a tagged kernel would wait for a value never written and fail,
+    fused-barrier would return NaN."""
     layers = nets.get(net).layers
     init = mlp.init_params(layers, 0, 5.0, "centered")
     data = glyphs.clean(layers[0])
@@ -75,18 +78,20 @@ def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
     init = mlp.init_params(layers, 0)
     for v, p, comp in fused_compiled:
         net = mlp.fused_net(cuda_backend, v, p, comp, layers, init, data, mlp.Hyper(), None)
-        per = fused.barriers_per_iteration(layers, net.tagged)
+        per = fused.barriers_per_iteration(layers, net.exchange)
         net.train(40, -1.0)  # within one epoch: no epoch-boundary barrier
         assert net.barriers_passed() == 40 * per, v.name
         net.train(2 * len(data), -1.0)  # one epoch boundary, checked on the GPU
         assert net.barriers_passed() == 2 * len(data) * per + 1, v.name
 
 
-def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled):
-    """fused adds its partial delta sums in a fixed order, so two runs from the same weights agree
+@pytest.mark.parametrize("which", [0, 1])
+def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled, which):
+    """The tagged kernels add every sum in a fixed order, so two runs from the same weights agree
     bit for bit; and two launches of 26 samples equal one of 52 on a 26-sample set (the tags move
-    on across launches, so a value left by the launch before is never taken for a new one)."""
-    v, p, comp = fused_compiled[0]
+    on across launches, so a value left by the launch before is never taken for a new one).
+    fused's second copy of the weights, its columns, equals the rows bit for bit at the end."""
+    v, p, comp = fused_compiled[which]
     layers = nets.get(8).layers
     data = glyphs.clean(layers[0]).take(slice(0, 26))
     init = mlp.init_params(layers, 0, 5.0, "centered")
@@ -95,7 +100,11 @@ def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled):
         net = mlp.fused_net(cuda_backend, v, p, comp, layers, init, data, mlp.Hyper(0.02, 0.8), None)
         for n in chunks:
             net.train(n, -1.0)
-        runs.append(np.concatenate([W.ravel() for W in net.weights(init)]))
+        rows = net.weights(init)
+        runs.append(np.concatenate([W.ravel() for W in rows]))
+        if net.exchange == "columns":
+            for W, cols in zip(rows[1:], net.transposed()):
+                assert np.array_equal(W[:, :-1].T.astype(np.float32), cols)
     assert not np.array_equal(runs[0], np.concatenate([W.ravel() for W in init]))
     assert np.array_equal(runs[0], runs[1]) and np.array_equal(runs[0], runs[2])
 
@@ -103,7 +112,7 @@ def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled):
 def test_fused_refuses_a_grid_that_cannot_be_resident(cuda_backend, fused_compiled):
     from nnbench.errors import NnbenchError
     layers = nets.get(1).layers
-    for v, p, comp in fused_compiled[:2]:
+    for v, p, comp in fused_compiled[:3]:
         too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
         with pytest.raises(NnbenchError, match="resident"):
             mlp.fused_net(cuda_backend, v, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
@@ -115,7 +124,7 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
     it must stop at the first epoch the host also calls converged, and not train past it."""
     layers = nets.get(1).layers
     data = glyphs.clean(60)
-    for v, p, comp in fused_compiled[:2]:
+    for v, p, comp in fused_compiled[:3]:
         init = mlp.init_params(layers, 0)
         probe = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data, mlp.Hyper(max_iterations=30 * 52))
         tol = sorted(e for _, e in probe.error_curve)[len(probe.error_curve) // 3]  # reached about two thirds in

@@ -134,16 +134,34 @@ def test_fused_barrier_count_and_shared_memory():
     from nnbench.suites import fused
     assert fused.phases_per_iteration(nets.get(8).layers) == 28  # against 2L + 1 = 31 naive phases
     assert fused.barriers_per_iteration(nets.get(8).layers) == 28
-    assert fused.barriers_per_iteration(nets.get(8).layers, tagged=True) == 0  # its phases are tagged values
+    for exchange in ("partials", "columns"):  # their phases are tagged values
+        assert fused.barriers_per_iteration(nets.get(8).layers, exchange) == 0
     assert fused.barriers_per_iteration(nets.get(1).layers) == 4
     assert fused.barriers_per_iteration((60, 7)) == 0
     # one block holds all of Net 1: 2 x (60 + 60 + 7 rows of 64 floats) + 64 staged + 60 deltas
     assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
-    # fused keeps every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas instead, and
-    # room for the 60 x 1 partial sums of a backward phase
-    assert fused.smem_bytes(nets.get(1).layers, 1, tagged=True) == 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127 + 60)
-    # Net 8 on 132 SMs fits both ways in the H100's 227 KiB (fused in 215 KiB)
-    assert fused.smem_bytes(nets.get(8).layers, 132, tagged=True) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
+    # the tagged ones keep every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas
+    # instead, and room for the backward: fused-partials' 60 x 1 partial sums of a phase, fused's
+    # deltas of two layers above (the widest such layer: 60 of Net 1's [60, 60, 7])
+    tagged = 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127)
+    assert fused.smem_bytes(nets.get(1).layers, 1, "partials") == tagged + 4 * 60
+    assert fused.smem_bytes(nets.get(1).layers, 1, "columns") == tagged + 4 * 2 * 60
+    # on 132 blocks fused-partials' room is 4 rows x 132 partial sums, fused's 2 x 500 deltas
+    n8 = nets.get(8).layers
+    assert fused.smem_bytes(n8, 132, "partials") - fused.smem_bytes(n8, 132, "columns") == 4 * (4 * 132 - 1000)
+    # Net 8 on 132 SMs fits every way in the H100's 227 KiB (fused in about 218 KiB)
+    for exchange in fused.EXCHANGES:
+        assert fused.smem_bytes(n8, 132, exchange) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
+
+
+def test_fused_keeps_the_exchange_buffers_the_kernels_address():
+    from nnbench.suites import fused
+    layers = nets.get(1).layers  # [60, 60, 60, 7]: padded outputs 60 + 60 + 8
+    assert fused.exchange_words(layers, 5, "barrier") == 128
+    assert fused.exchange_words(layers, 5, "partials") == 2 * 5 * (60 + 60)  # tagged: 2 words a value
+    assert fused.transposed_weights(layers) == 60 * 60 + 60 * 7
+    assert fused.exchange_words(layers, 5, "columns") == 2 * 128 + 2 * (60 * 60 + 60 * 7)
+    assert [fused.exchange_of(v.tags) for v in mlp.versions("cuda") if "fused" in v.tags] == list(fused.EXCHANGES)
 
 
 def test_fused_refuses_what_cannot_run():

@@ -23,19 +23,20 @@
 #define WARPS (THREADS / 32)
 
 struct Plan {  // per weight layer, for this block
-    int n_in, n_out, rows, first, rot, stride, w_glob, o_glob, in_glob, acc_glob, in_acc, px_glob, w_loc, act_loc,
-        own_loc;
+    int n_in, n_out, rows, first, rot, stride, w_glob, o_glob, in_glob, acc_glob, in_acc, px_glob, t_glob, w_loc,
+        act_loc, own_loc;
 };
 
 __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
 
 // Thread 0 fills plan[0..L-1] for this block; plan[L] holds the totals (w_loc: this block's
-// weights, act_loc: every layer's staged input, own_loc: its rows of every layer). Global offsets:
-// w_glob into the weights (the seed's layout), o_glob into the outputs, acc_glob into the
-// delta sums (each layer's slice padded to 4, so 16-byte aligned), px_glob into per-block
-// partial delta sums (layers l >= 1: G slots of pad4(n_in) each).
+// weights, act_loc: every layer's staged input, own_loc: its rows of every layer, o_glob: the
+// outputs of every layer, t_glob: every transposed layer). Global offsets: w_glob into the weights
+// (the seed's layout), o_glob into the outputs, acc_glob into the delta sums (each layer's slice
+// padded to 4, so 16-byte aligned), px_glob into per-block partial delta sums (layers l >= 1: G
+// slots of pad4(n_in) each), t_glob into the transposed weights (layers l >= 1: n_in x n_out).
 __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, int* widest) {
-    int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, w_loc = 0, act_loc = 0, own_loc = 0;
+    int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, t_glob = 0, w_loc = 0, act_loc = 0, own_loc = 0;
     *widest = 0;
     for (int l = 0; l < L; ++l) {
         Plan p;
@@ -52,6 +53,7 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         p.in_acc = l == 0 ? -1 : acc_glob - pad4(p.n_in);
         p.acc_glob = acc_glob;
         p.px_glob = l == 0 ? -1 : px_glob;
+        p.t_glob = l == 0 ? -1 : t_glob;
         p.w_loc = w_loc;
         p.act_loc = act_loc;
         p.own_loc = own_loc;
@@ -60,6 +62,7 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         o_glob += pad4(p.n_out);
         acc_glob += pad4(p.n_out);
         if (l > 0) px_glob += G * pad4(p.n_in);
+        if (l > 0) t_glob += p.n_in * p.n_out;
         w_loc += p.rows * p.stride;
         act_loc += p.stride;
         own_loc += p.rows;
@@ -68,6 +71,8 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
     plan[L].w_loc = w_loc;
     plan[L].act_loc = act_loc;
     plan[L].own_loc = own_loc;
+    plan[L].o_glob = o_glob;
+    plan[L].t_glob = t_glob;
 }
 
 // The block's rows between global memory (the seed's layout) and shared memory (padded rows);
@@ -112,6 +117,25 @@ __device__ __forceinline__ float row_dot(const float* row, const float* act, int
     return z;
 }
 
+// One weight's momentum step, v = momentum v + (rate d) in, in one fixed rounding (no contraction
+// left to the compiler), so that two copies of a weight given the same operands stay equal bit
+// for bit (09_fused_columns.cu keeps each weight twice).
+__device__ __forceinline__ float velocity(float v, float rate_d, float in, float momentum) {
+    return __fmaf_rn(rate_d, in, __fmul_rn(momentum, v));
+}
+
+// Columns j..j+3 of row i of a layer's rows: v = momentum v + rate d in, w += v.
+__device__ __forceinline__ void update_four(const Plan& p, float* W, float* V, int i, int j, float4 a, float rd,
+                                            float momentum) {
+    float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
+    float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);
+    const float4 wo = *wp, vo = *vp;
+    const float4 vn = make_float4(velocity(vo.x, rd, a.x, momentum), velocity(vo.y, rd, a.y, momentum),
+                                  velocity(vo.z, rd, a.z, momentum), velocity(vo.w, rd, a.w, momentum));
+    *vp = vn;
+    *wp = make_float4(__fadd_rn(wo.x, vn.x), __fadd_rn(wo.y, vn.y), __fadd_rn(wo.z, vn.z), __fadd_rn(wo.w, vn.w));
+}
+
 // The momentum update of the block's rows of one layer, v = momentum v + rate d in, w += v, and
 // their share of W^T d (with the weights from before the update, as the math requires), columns
 // 4 at a time: emit(j, sums of columns j..j+3). The sums are emitted before the columns are
@@ -130,16 +154,18 @@ __device__ __forceinline__ void update_rows(const Plan& p, float* W, float* V, c
         }
         emit(j, back);
         const float4 a = *reinterpret_cast<const float4*>(in + j);
-        for (int i = 0; i < p.rows; ++i) {
-            float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
-            float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);
-            const float4 wo = *wp, vo = *vp;
-            const float rd = rate * d_own[i];
-            const float4 vn = make_float4(momentum * vo.x + rd * a.x, momentum * vo.y + rd * a.y,
-                                          momentum * vo.z + rd * a.z, momentum * vo.w + rd * a.w);
-            *vp = vn;
-            *wp = make_float4(wo.x + vn.x, wo.y + vn.y, wo.z + vn.z, wo.w + vn.w);
-        }
+        for (int i = 0; i < p.rows; ++i) update_four(p, W, V, i, j, a, __fmul_rn(rate, d_own[i]), momentum);
+    }
+}
+
+// The update alone, when nobody needs W^T d from the rows: (row, 4 columns) items spread over a
+// team of threads (me of team), not a column group per thread, so it takes one pass, not rows.
+__device__ __forceinline__ void update_rows_flat(const Plan& p, float* W, float* V, const float* in,
+                                                 const float* d_own, float rate, float momentum, int me, int team) {
+    const int groups = (p.n_in + 4) / 4;  // columns 0..n_in, the bias included
+    for (int k = me; k < p.rows * groups; k += team) {
+        const int i = k / groups, j = 4 * (k - i * groups);
+        update_four(p, W, V, i, j, *reinterpret_cast<const float4*>(in + j), __fmul_rn(rate, d_own[i]), momentum);
     }
 }
 
@@ -156,22 +182,25 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
 }
 
 // A wait that gives up: after timeout_ns, or as soon as another block has given up (*status set).
-// Checked every 256 spins, so the clock and status reads stay off the fast path.
+// Checked every 256 spins, so the clock and status reads stay off the fast path, and out of line,
+// so the many waits inlined in a trainer's loop do not each carry a copy (the loop's code is the
+// SM's instruction cache's to hold).
+__device__ __noinline__ bool patience_holds(int* status, long long timeout_ns, long long* start) {
+    const long long t = now_ns();
+    if (*start == 0) *start = t;
+    if (*(volatile int*)status != 0 || t - *start > timeout_ns) {
+        atomicCAS(status, 0, 1);
+        return false;
+    }
+    return true;
+}
+
 struct Patience {
     int* status;
     long long timeout_ns, start = 0;
     unsigned spin = 0;
 
-    __device__ __forceinline__ bool still() {
-        if ((++spin & 255) != 0) return true;
-        const long long t = now_ns();
-        if (start == 0) start = t;
-        if (*(volatile int*)status != 0 || t - start > timeout_ns) {
-            atomicCAS(status, 0, 1);
-            return false;
-        }
-        return true;
-    }
+    __device__ __forceinline__ bool still() { return (++spin & 255) != 0 || patience_holds(status, timeout_ns, &start); }
 };
 
 // The grid barrier (BARRIER selects one of two; both count barriers in numbers that only grow,

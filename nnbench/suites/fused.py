@@ -1,7 +1,12 @@
-"""The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/05_fused.cu)
-and `fused` (08_fused_tagged.cu): which block owns which rows, how much shared memory that takes,
-how many phases and barriers an iteration costs, whether the grid can be co-resident, and the
-launches.
+"""The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/05_fused.cu),
+`fused-partials` (08_fused_tagged.cu) and `fused` (09_fused_columns.cu): which block owns which
+rows, how much shared memory that takes, how many phases and barriers an iteration costs, whether
+the grid can be co-resident, and the launches.
+
+The three differ in how the blocks exchange what the next phase needs (EXCHANGES): at grid
+barriers, with deltas summed by atomics; as tagged values, with deltas as per-block partial sums;
+as tagged values, with the deltas themselves broadcast and each block holding the columns of the
+weights it needs for them.
 
 Co-residency. A grid barrier deadlocks unless every block of the grid is running at once, and
 PyCUDA has no cooperative launch (cuLaunchCooperativeKernel), which would have the driver check
@@ -25,6 +30,12 @@ SIGNATURE = "PiPPiiiPPPPPfPPPPffqIP"
 PHASE_WORDS = 4 * MAX_LAYERS + 2  # the PHASE_TIMES build's sums (fused_common.cuh's PhaseTimer)
 BARRIER_TIMEOUT_NS = 1_000_000_000
 EPOCHS_PER_LAUNCH = 20
+EXCHANGES = ("barrier", "partials", "columns")
+
+
+def exchange_of(tags: tuple[str, ...]) -> str:
+    """A fused variant's exchange, from its registry tags."""
+    return "columns" if "columns" in tags else "partials" if "tagged" in tags else "barrier"
 
 
 def phases_per_iteration(layers: tuple[int, ...]) -> int:
@@ -34,10 +45,10 @@ def phases_per_iteration(layers: tuple[int, ...]) -> int:
     return 2 * (len(layers) - 2)
 
 
-def barriers_per_iteration(layers: tuple[int, ...], tagged: bool = False) -> int:
-    """Grid barriers in one training iteration: one per phase for fused-barrier, none for fused
-    (its phases are tagged values). Epoch boundaries add one per epoch to both."""
-    return 0 if tagged else phases_per_iteration(layers)
+def barriers_per_iteration(layers: tuple[int, ...], exchange: str = "barrier") -> int:
+    """Grid barriers in one training iteration: one per phase for fused-barrier, none for the
+    tagged exchanges. Epoch boundaries add one per epoch to all."""
+    return phases_per_iteration(layers) if exchange == "barrier" else 0
 
 
 def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
@@ -50,28 +61,45 @@ def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
     return out
 
 
-def partial_sums(layers: tuple[int, ...], blocks: int) -> int:
-    """The tagged partial delta sums `fused` keeps in L2: for every weight layer but the first, a
-    slot per block of its input width, padded to 4 (08_fused_tagged.cu)."""
-    return blocks * sum(_pad4(n) for n in layers[1:-1])
+def exchange_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
+    """4-byte words of the kernel's `acc` buffer: fused-barrier's delta sums (every layer's outputs,
+    padded to 4); fused-partials' tagged partial sums (for every weight layer but the first, a slot
+    per block of its input width, padded to 4); fused's tagged deltas (laid out as the outputs),
+    then the transposed weights and velocities of every weight layer but the first."""
+    outs = sum(_pad4(n) for n in layers[1:])
+    if exchange == "barrier":
+        return outs
+    if exchange == "partials":
+        return 2 * blocks * sum(_pad4(n) for n in layers[1:-1])
+    return 2 * outs + 2 * transposed_weights(layers)
+
+
+def transposed_weights(layers: tuple[int, ...]) -> int:
+    """Weights of every layer but the first, without biases: what fused keeps a second time, as
+    columns."""
+    return sum(a * b for a, b in zip(layers[1:-1], layers[2:]))
 
 
 def _pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def smem_bytes(layers: tuple[int, ...], blocks: int, tagged: bool = False) -> int:
+def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") -> int:
     """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats);
-    for fused-barrier one staged input vector with the bias input and its rows' deltas, for fused
-    every layer's input, its rows' outputs and deltas of every layer, and the partial delta sums
-    of one backward phase. The block with the most rows sets it."""
+    for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
+    tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room
+    for the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole
+    delta vectors of two layers (one polled, one kept for the update that overlaps the poll),
+    padded to 4. The block with the most rows sets it."""
     rows = rows_per_block(layers, blocks)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
-    if tagged:  # ... and room for one backward phase's partial sums, (its rows) x G
-        floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + int(rows[:-1].max(initial=0)) * blocks
-    else:
+    if exchange == "barrier":
         floats = weights + int(stride.max()) + rows.max(axis=0)
+    else:
+        room = (int(rows[:-1].max(initial=0)) * blocks if exchange == "partials"
+                else 2 * max((_pad4(n) for n in layers[2:]), default=0))
+        floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + room
     return int(4 * floats.max())
 
 
@@ -83,14 +111,14 @@ def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
     return min(dev.sm_count, max(layers[1:]))
 
 
-def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], tagged: bool = True) -> bool:
+def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], exchange: str = "columns") -> bool:
     """Whether the default grid holds the net's rows in shared memory (before compiling)."""
-    need = smem_bytes(layers, default_blocks(dev, layers), tagged) + STATIC_SMEM_ALLOWANCE
+    need = smem_bytes(layers, default_blocks(dev, layers), exchange) + STATIC_SMEM_ALLOWANCE
     return len(layers) - 1 <= MAX_LAYERS and need <= dev.smem_per_block_optin
 
 
 def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
-         blocks: int | None, flag_barrier: bool = False, tagged: bool = False) -> tuple[int, int]:
+         blocks: int | None, flag_barrier: bool = False, exchange: str = "barrier") -> tuple[int, int]:
     """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
     default_blocks, at most `threads` with the flag barrier."""
     g = blocks or min(default_blocks(dev, layers), threads if flag_barrier else dev.sm_count)
@@ -99,7 +127,7 @@ def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers
                            f"THREADS={threads} runs at most {threads} blocks")
     if len(layers) - 1 > MAX_LAYERS:
         raise NnbenchError(f"fused runs nets of at most {MAX_LAYERS} weight layers; this one has {len(layers) - 1}")
-    dyn = smem_bytes(layers, g, tagged)
+    dyn = smem_bytes(layers, g, exchange)
     if static_smem + dyn > dev.smem_per_block_optin:
         raise NnbenchError(
             f"fused keeps each block's weight rows on chip: {g} blocks need {(static_smem + dyn) / 1024:.0f} KiB of "
@@ -122,14 +150,15 @@ class FusedNet:
 
     def __init__(self, backend, kernel, params: dict[str, int], layers: tuple[int, ...], init: list[np.ndarray],
                  data: glyphs.Dataset, rate: float, momentum: float, blocks: int | None = None,
-                 tagged: bool = False) -> None:
+                 exchange: str = "barrier") -> None:
         import pycuda.driver as drv
 
-        self.be, self.layers, self.threads, self.tagged = backend, layers, params["THREADS"], tagged
+        self.be, self.layers, self.threads, self.exchange = backend, layers, params["THREADS"], exchange
+        self.tagged = exchange != "barrier"
         self.flag_barrier = params.get("BARRIER") == 1
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
-                                     self.flag_barrier, tagged)
+                                     self.flag_barrier, exchange)
         self.func = kernel.func
         self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
         self.func.prepare(SIGNATURE)
@@ -137,11 +166,12 @@ class FusedNet:
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
         self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
         self.d_v = backend.upload(np.zeros(sum(self.w_sizes), np.float32))
-        # every layer's outputs and delta sums, slices padded to 4 (16-byte aligned): floats, or for
-        # `fused` tagged values (8 bytes) and G slots of partial sums per layer but the first
+        # every layer's outputs, slices padded to 4 (16-byte aligned): floats, or tagged values (8
+        # bytes); and the exchange's buffer
         outs = sum(_pad4(n) for n in layers[1:])
-        self.out_words = 2 * outs if tagged else outs
-        self.acc_words = 2 * partial_sums(layers, self.blocks) if tagged else outs
+        self.out_words = 2 * outs if self.tagged else outs
+        self.acc_words = exchange_words(layers, self.blocks, exchange)
+        self.tagged_acc_words = 2 * outs if exchange == "columns" else self.acc_words  # its tagged head
         self.d_out = backend.upload(np.zeros(self.out_words, np.float32))
         self.d_acc = backend.upload(np.zeros(self.acc_words, np.float32))
         self.tag0 = 1  # the first tag of the next launch; 0, what the buffers hold, is never awaited
@@ -207,18 +237,28 @@ class FusedNet:
         return sums[:, 0], sums[:, 1], mhz
 
     def poison(self) -> None:
-        """NaN in every output and delta sum before a check, so a neuron never written shows up:
-        as NaN in fused-barrier's weights, as a value `fused` waits for in vain (tag 0)."""
+        """NaN in every output and delta (sum) before a check, so a neuron never written shows up:
+        as NaN in fused-barrier's weights, as a value the tagged kernels wait for in vain (tag 0)."""
         if not self.tagged:  # (its delta sums are added to, so they must start at 0)
             self.be.fill_nan(self.d_out, self.out_words)
             return
-        for buf, words in ((self.d_out, self.out_words), (self.d_acc, self.acc_words)):  # NaN bits, tag 0
+        for buf, words in ((self.d_out, self.out_words), (self.d_acc, self.tagged_acc_words)):  # NaN bits, tag 0
             self.be.write(buf, np.tile(np.array([0x7FC00000, 0], np.uint32), words // 2).view(np.float32))
 
     def barriers_passed(self) -> int:
         """Grid barriers the last launch passed (read from the counter, or block 0's flag)."""
         first = int(self.be.download(self.d_bar, np.zeros(self.blocks + 2, np.uint32))[0])
         return first if self.flag_barrier else first // self.blocks
+
+    def transposed(self) -> list[np.ndarray]:
+        """fused's second copy of every weight layer but the first, W_l[:, :n_in].T, as the kernel
+        last left it (it must equal the rows bit for bit)."""
+        flat = self.be.download(self.d_acc, np.zeros(self.acc_words, np.float32))[self.tagged_acc_words:]
+        out, at = [], 0
+        for n_in, n_out in zip(self.layers[1:-1], self.layers[2:]):
+            out.append(flat[at:at + n_in * n_out].reshape(n_in, n_out).copy())
+            at += n_in * n_out
+        return out
 
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
         flat = self.be.download(self.d_w, np.zeros(sum(self.w_sizes), np.float32))

@@ -394,7 +394,7 @@ def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, t
               blocks: int | None):
     from nnbench.suites import fused
     return fused.FusedNet(backend, backend.load(compiled, "fused_train"), params, layers, init, train, hyper.rate,
-                          hyper.momentum, blocks, tagged="tagged" in variant.tags)
+                          hyper.momentum, blocks, fused.exchange_of(variant.tags))
 
 
 def train_fused(backend, variant: Variant, params: dict, compiled, layers, init, train, test, hyper: Hyper,
