@@ -297,7 +297,6 @@ MLP: tuple[Variant, ...] = (
             params=(replace(_TAGGED_PARAMS[0], default=256), replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
-               _p("L2_KEEP", 0, (0, 50, 75, 100), "percent of the columns' L2 lines marked evict-last"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).

@@ -43,6 +43,32 @@ def test_versions_train_alike_and_report(cuda_backend):
         assert np.isfinite(r["test_accuracy"])
 
 
+def test_neuron_per_thread_versions_are_one_trajectory(cuda_backend):
+    """simple, warped-good and warped-bad are one source (01_neuron_per_thread.cu) at 1, 32 and 50
+    threads a block: a neuron's arithmetic is one thread's, in the same order whatever the block, so
+    their weights agree bit for bit after any number of steps. The convergence runs on Nets 5-8 rest
+    on this (docs/RESULTS.md): simple's run is the other two's. Net 8 at its own settings, 10 epochs."""
+    net = nets.get(8)
+    hyper = mlp.Hyper.from_settings(dict(net.settings))
+    init = mlp.init_params(net.layers, 0, hyper.init_scale, hyper.init)
+    data = glyphs.clean(net.layers[0])
+    chosen = mlp.plan(["simple", "warped-good", "warped-bad"], "cuda")
+    compiled = mlp.compile_versions(cuda_backend.arch, chosen)
+    got = {}
+    for v, p in chosen:
+        g = mlp.GpuNet(cuda_backend, v, p, net.layers, init, data, hyper, compiled[v.name])
+        epoch = [g.callable(g.step_launches(s)) for s in range(len(data))]
+        for _ in range(10):
+            for run in epoch:
+                run()
+        cuda_backend.synchronize()
+        got[v.name] = np.concatenate([w.ravel() for w in g.weights(init)])
+    start = np.concatenate([w.astype(np.float32).astype(np.float64).ravel() for w in init])
+    assert np.count_nonzero(got["simple"] != start) > 0.5 * start.size  # they did train
+    for name in ("warped-good", "warped-bad"):
+        assert np.array_equal(got[name], got["simple"]), name
+
+
 FUSED = {v.name: v for v in mlp.versions("cuda") if "fused" in v.tags}
 
 

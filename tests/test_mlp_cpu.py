@@ -142,13 +142,13 @@ def test_fused_barrier_count_and_shared_memory():
     assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
     # the tagged ones keep every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas
     # instead, and room for the backward: fused-partials' 60 x 1 partial sums of a phase, fused's
-    # deltas of two layers above (the widest such layer: 60 of Net 1's [60, 60, 7])
+    # deltas of the widest layer above the first (60 of Net 1's [60, 60, 7]), 16-byte aligned
     tagged = 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127)
     assert fused.smem_bytes(nets.get(1).layers, 1, "partials") == tagged + 4 * 60
-    assert fused.smem_bytes(nets.get(1).layers, 1, "columns") == tagged + 4 * 2 * 60
-    # on 132 blocks fused-partials' room is 4 rows x 132 partial sums, fused's 2 x 500 deltas
+    assert fused.smem_bytes(nets.get(1).layers, 1, "columns") == tagged + 4 * (60 + 3)  # 16-byte aligned
+    # on 132 blocks fused-partials' room is 4 rows x 132 partial sums, fused's 500 deltas
     n8 = nets.get(8).layers
-    assert fused.smem_bytes(n8, 132, "partials") - fused.smem_bytes(n8, 132, "columns") == 4 * (4 * 132 - 1000)
+    assert fused.smem_bytes(n8, 132, "partials") - fused.smem_bytes(n8, 132, "columns") == 4 * (4 * 132 - 503)
     # Net 8 on 132 SMs fits every way in the H100's 227 KiB (fused in about 218 KiB)
     for exchange in fused.EXCHANGES:
         assert fused.smem_bytes(n8, 132, exchange) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
@@ -159,8 +159,8 @@ def test_fused_keeps_the_exchange_buffers_the_kernels_address():
     layers = nets.get(1).layers  # [60, 60, 60, 7]: padded outputs 60 + 60 + 8
     assert fused.exchange_words(layers, 5, "barrier") == 128
     assert fused.exchange_words(layers, 5, "partials") == 2 * 5 * (60 + 60)  # tagged: 2 words a value
-    assert fused.transposed_weights(layers) == 60 * 60 + 60 * 7
-    assert fused.exchange_words(layers, 5, "columns") == 2 * 128 + 2 * (60 * 60 + 60 * 7)
+    assert fused.transposed_weights(layers) == 60 * 60 + 60 * 8  # columns padded to 4
+    assert fused.exchange_words(layers, 5, "columns") == 2 * 128 + 2 * (60 * 60 + 60 * 8)
     assert [fused.exchange_of(v.tags) for v in mlp.versions("cuda") if "fused" in v.tags] == list(fused.EXCHANGES)
 
 

@@ -15,12 +15,19 @@
 //         H100's L2, and do not fit in shared memory beside the rows). Both copies get the same
 //         update from the same two floats, v = momentum v + (rate d_j) o_i, w += v, in one fixed
 //         rounding (velocity(), fused_common.cuh), so they stay equal bit for bit; a GPU test
-//         checks that after training. A warp holds its column in registers, fetched before the
-//         phase's wait, so the L2 read is off the critical path; the update is a store.
+//         checks that after training. A warp holds its column in registers, w and v, fetched
+//         before the phase's wait, so the L2 reads are off the critical path; right after its
+//         dot and the delta's store it updates the column: 16 KB of stores a block a step on Net 8.
 // Source: step 8; the transposed copy is the usual trade of memory for a reduction.
 // Params: as step 8; COL_REGS (a column of up to 32 x COL_REGS weights sits in a warp's
 //         registers; longer ones, or more rows than warps, are read in chunks of that size);
-//         POLLERS (warps that poll while the others update); L2_KEEP (below).
+//         POLLERS (warps that poll while the others update the rows of the step before).
+//
+// The stores are what the backward phases of Net 8 wait on (docs/RESULTS.md, "fourth step"):
+// without them a phase overlapping a 500-long column update waited 0.84 us instead of 1.45.
+// Hence one 16-byte access a lane (4 memory instructions a column and operand, not 16), v
+// fetched with w before the wait rather than after the dot (so the update need not wait for
+// it), and the update right after the delta's store, not left to run beside the next poll.
 //
 // Why one δ buffer per layer is enough: δ_l of sample s+1 is stored by the owners of layer l
 // after their forward of layer l of s+1, which waited for o_(l-1) of s+1 from every owner of layer
@@ -29,136 +36,118 @@
 //
 // Layouts: ox as step 8's. acc holds dx, the deltas of every layer, tagged like ox and at the
 // same offsets (o_glob), then the transposed weights, then their velocities: for weight layers
-// l >= 1, n_in rows of n_out floats each (t_glob). Shared memory: step 8's, with room for one
-// layer's gathered deltas instead of the partial sums.
-#include "mlp/fused_common.cuh"  // (for WARPS; POLLERS must be set before tagged.cuh)
+// l >= 1, n_in rows of pad4(n_out) floats each (t_glob), 16-byte aligned. Shared memory: step
+// 8's, with room for one layer's gathered deltas (16-byte aligned) instead of the partial sums.
+#include "mlp/fused_common.cuh"
 
 #ifndef COL_REGS
 #define COL_REGS 16
 #endif
-#ifndef L2_KEEP
-#define L2_KEEP 0
+#if COL_REGS % 4
+#error "COL_REGS: a multiple of 4 (a lane holds its share of a column as float4s)"
 #endif
+#define COL_VECS (COL_REGS / 4)
 #define CHUNK (32 * COL_REGS)
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
 #include "mlp/tagged.cuh"
 
-// The columns' loads and stores go to L2 only (.cg: a block reads back only what it wrote). With
-// L2_KEEP > 0 that share of their lines, in percent, is marked evict-last, so that a net whose
-// columns outgrow what L2 holds of them keeps that share resident instead of missing on every
-// line in turn (the columns are walked in the same order every iteration).
-__device__ __forceinline__ unsigned long long column_policy() {
-    unsigned long long p = 0;
-#if L2_KEEP
-    asm volatile("createpolicy.fractional.L2::evict_last.b64 %0, %1;" : "=l"(p) : "f"(L2_KEEP / 100.0f));
-#endif
-    return p;
-}
+__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
-__device__ __forceinline__ float load_column(const float* a, unsigned long long policy) {
-#if L2_KEEP
-    float v;
-    asm volatile("ld.global.cg.L2::cache_hint.f32 %0, [%1], %2;" : "=f"(v) : "l"(a), "l"(policy));
-    return v;
-#else
-    return __ldcg(a);
-#endif
-}
-
-__device__ __forceinline__ void store_column(float* a, float v, unsigned long long policy) {
-#if L2_KEEP
-    asm volatile("st.global.cg.L2::cache_hint.f32 [%0], %1, %2;" ::"l"(a), "f"(v), "l"(policy) : "memory");
-#else
-    __stcg(a, v);
-#endif
-}
-
-// Up to CHUNK weights of a column and their velocities, lane j holding elements j, j + 32, ...
+// Up to CHUNK weights of a column and their velocities, lane j holding elements 4j..4j+3, then
+// 128 + 4j.., so that each fetch and store is one 16-byte access a lane (see "The stores" above).
+// Columns are stored padded to a multiple of 4 floats with zeros, which stay zero.
 struct Column {
-    float w[COL_REGS], v[COL_REGS];
+    float4 w[COL_VECS], v[COL_VECS];
 
-    __device__ __forceinline__ void fetch_w(const float* wt, int n, unsigned long long policy) {
-        const int lane = threadIdx.x & 31;
+    __device__ __forceinline__ static int at(int g) { return 4 * (threadIdx.x & 31) + 128 * g; }
+
+    __device__ __forceinline__ static void fetch(float4* dst, const float* src, int n) {
 #pragma unroll
-        for (int k = 0; k < COL_REGS; ++k) w[k] = lane + 32 * k < n ? load_column(wt + lane + 32 * k, policy) : 0.0f;
+        for (int g = 0; g < COL_VECS; ++g)
+            dst[g] = at(g) < n ? __ldcg(reinterpret_cast<const float4*>(src + at(g))) : zero4();
     }
 
-    __device__ __forceinline__ void fetch_v(const float* vt, int n, unsigned long long policy) {
-        const int lane = threadIdx.x & 31;
-#pragma unroll
-        for (int k = 0; k < COL_REGS; ++k) v[k] = lane + 32 * k < n ? load_column(vt + lane + 32 * k, policy) : 0.0f;
-    }
+    __device__ __forceinline__ void fetch_w(const float* wt, int n) { fetch(w, wt, n); }
+    __device__ __forceinline__ void fetch_v(const float* vt, int n) { fetch(v, vt, n); }
 
+    // d's padding past n is whatever the room held: left out, not multiplied by the zero weights.
     __device__ __forceinline__ float dot(const float* d, int n, float s) const {
-        const int lane = threadIdx.x & 31;
 #pragma unroll
-        for (int k = 0; k < COL_REGS; ++k)
-            if (lane + 32 * k < n) s = fmaf(w[k], d[lane + 32 * k], s);
+        for (int g = 0; g < COL_VECS; ++g) {
+            const int j = at(g);
+            if (j >= n) continue;
+            const float4 e = *reinterpret_cast<const float4*>(d + j);
+            s = fmaf(w[g].x, e.x, s);
+            if (j + 1 < n) s = fmaf(w[g].y, e.y, s);
+            if (j + 2 < n) s = fmaf(w[g].z, e.z, s);
+            if (j + 3 < n) s = fmaf(w[g].w, e.w, s);
+        }
         return s;
     }
 
     // The same update the row's owner gives W[j][i] (update_rows): rate d_j, times o_i.
     __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
-                                           float momentum, unsigned long long policy) const {
-        const int lane = threadIdx.x & 31;
+                                           float momentum) const {
 #pragma unroll
-        for (int k = 0; k < COL_REGS; ++k) {
-            const int j = lane + 32 * k;
+        for (int g = 0; g < COL_VECS; ++g) {
+            const int j = at(g);
             if (j >= n) continue;
-            const float vn = velocity(v[k], __fmul_rn(rate, d[j]), o, momentum);
-            store_column(vt + j, vn, policy);
-            store_column(wt + j, __fadd_rn(w[k], vn), policy);
+            const float4 e = *reinterpret_cast<const float4*>(d + j);
+            float4 vn, wn;
+            step(v[g].x, w[g].x, e.x, true, o, rate, momentum, vn.x, wn.x);
+            step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
+            step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
+            step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
+            __stcg(reinterpret_cast<float4*>(vt + j), vn);
+            __stcg(reinterpret_cast<float4*>(wt + j), wn);
         }
+    }
+
+    __device__ __forceinline__ static void step(float v, float w, float d, bool real, float o, float rate,
+                                                float momentum, float& v_new, float& w_new) {
+        v_new = real ? velocity(v, __fmul_rn(rate, d), o, momentum) : 0.0f;
+        w_new = real ? __fadd_rn(w, v_new) : 0.0f;
     }
 };
 
 // Columns go to the last warps, counted down: the first warps poll (thread i a pair of values),
-// the last ones hold the columns and update while the first poll.
+// the last ones hold the columns and update the rows while the first poll.
 __device__ __forceinline__ int column_warp() { return WARPS - 1 - (threadIdx.x >> 5); }
 
 struct Columns {
     const Plan* plan;
     const Staged& sm;
     u64* dx;
-    float *wt, *vt;
+    float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
-    int L, d_stride;
+    int L;
     float rate, momentum;
-    // Updates left for later, so that they run while other warps poll. The flags are changed only
-    // where every thread of the block passes, so all agree on them.
-    //   pend_rows >= 0: the block's rows of that layer (staged input, dl);
-    //   pend_cols: in the warp of each of the pend_count columns a step computed with, that
-    //              column, held in `cur` (w, and v fetched after the dot), with where it goes,
-    //              d of the layer above (pend_d, pend_n values) and the row's own output o.
-    int pend_rows, pend_count, pend_n;
-    bool pend_cols;
-    float *pend_w, *pend_v;
-    const float* pend_d;
-    float pend_o;
-    unsigned long long policy;  // the columns' L2 policy
-    Column cur, next;
+    // pend_rows >= 0: the block's rows of that layer wait for their update (staged input, dl),
+    // which runs while the next step polls. Changed only where every thread of the block passes.
+    int pend_rows;
+    Column col;
 
     // The block's columns are copied from the row layout at the start of every launch (the rows
     // stay the record the host reads), each by the thread that will read and write it later.
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          d_stride(0), rate(rate), momentum(momentum), pend_rows(-1), pend_count(0), pend_cols(false) {
-        policy = column_policy();
+          rate(rate), momentum(momentum), pend_rows(-1) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
+        room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
         const int lane = threadIdx.x & 31, cw = column_warp();
         for (int l = 1; l < L; ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
-            d_stride = max(d_stride, pad4(q.n_out));
+            const int n4 = pad4(q.n_out);
             for (int c = cw; c < p.rows; c += WARPS)
-                for (int j = lane; j < q.n_out; j += 32) {
+                for (int j = lane; j < n4; j += 32) {
                     const int i = p.first + c, g = q.w_glob + j * (q.n_in + 1) + i;
-                    store_column(wt + q.t_glob + i * q.n_out + j, w[g], policy);
-                    store_column(vt + q.t_glob + i * q.n_out + j, v[g], policy);
+                    __stcg(wt + q.t_glob + i * n4 + j, j < q.n_out ? w[g] : 0.0f);
+                    __stcg(vt + q.t_glob + i * n4 + j, j < q.n_out ? v[g] : 0.0f);
                 }
         }
     }
@@ -170,25 +159,11 @@ struct Columns {
         update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
     }
 
-    __device__ void settle_columns() const {
-        if (column_warp() < pend_count) cur.update(pend_w, pend_v, pend_d, pend_n, pend_o, rate, momentum, policy);
-    }
-
-    // The forward's hooks (tagged_train): whether columns wait for an update, which the threads
-    // beyond the first POLLERS warps make while those poll the first layer's outputs.
-    __device__ bool pending() const { return pend_cols; }
-    __device__ void settled() { pend_cols = false; }
-
-    // The end of a launch: the last columns' update, so they equal the rows the host reads.
-    __device__ void flush() {
-        if (pend_cols) settle_columns();
-        pend_cols = false;
-    }
-
     // Step l. Where the block's rows of layer l fit the column warps and a column fits their
-    // registers (Net 8 on 132 blocks: every step), the update of step l+1 runs in the column
-    // warps while the others poll for d_(l+1), and this step's update is left to the next: the
-    // critical path of a step is the poll and one dot product. Otherwise the whole block polls,
+    // registers (Net 8 on 132 blocks: every step), each column warp fetches its column, w and v,
+    // before the wait, the rows' update of step l+1 runs in the column warps while the others
+    // poll for d_(l+1), and after its dot and the delta's store a column warp updates its column
+    // at once (its stores are the only thing left of the step). Otherwise the whole block polls,
     // then computes and updates, a column chunk at a time.
     __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
@@ -197,62 +172,52 @@ struct Columns {
             return true;
         }
         const Plan p = plan[l], q = plan[l + 1];
-        const int n = q.n_out, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
-        float* d = sm.room + (l & 1) * d_stride;  // d_(l+1); the other buffer keeps d_(l+2) for settle
-        float* wcol = wt + q.t_glob + p.first * n;
-        float* vcol = vt + q.t_glob + p.first * n;
+        const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
+        float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
+        float* wcol = wt + q.t_glob + p.first * n4;
+        float* vcol = vt + q.t_glob + p.first * n4;
         const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
         if (overlap) {
-            if (cw < p.rows) next.fetch_w(wcol + cw * n, n, policy);  // the dot's operand, before the wait
+            if (cw < p.rows) {  // the dot's and the update's operands, before the wait
+                col.fetch_w(wcol + cw * n4, n);
+                col.fetch_v(vcol + cw * n4, n);
+            }
             __syncthreads();  // the step before's deltas are in dl
             timer.waits();
             bool ok = true;
-            if (warp < POLLERS) {
+            if (warp < POLLERS)
                 ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-            } else {
-                if (pend_rows >= 0) settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-                if (pend_cols) settle_columns();
-            }
+            else if (pend_rows >= 0)
+                settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
             if (__syncthreads_or(!ok)) return false;
             timer.ready();
             if (cw < p.rows) {
-                float s = next.dot(d, n, 0.0f);
+                float s = col.dot(d, n, 0.0f);
                 for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
                 const float o = sm.own[p.own_loc + cw], dl = o * (1.0f - o) * s;
                 if (lane == 0) {
                     sm.dl[p.own_loc + cw] = dl;
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
-#pragma unroll
-                for (int k = 0; k < COL_REGS; ++k) cur.w[k] = next.w[k];
-                cur.fetch_v(vcol + cw * n, n, policy);  // needed only by the update, a step later
-                pend_w = wcol + cw * n;
-                pend_v = vcol + cw * n;
-                pend_o = o;
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend_rows = l;
-            pend_cols = true;
-            pend_count = p.rows;
-            pend_d = d;
-            pend_n = n;
-            if (l == 0) settle_now();  // the next sample's first layer needs its rows now; the
-            return true;               // columns wait for the forward's first poll
+            if (l == 0) settle_now();  // the next sample's first layer needs its rows now
+            return true;
         }
         settle_now();
-        if (pend_cols) settle_columns();
-        pend_cols = false;
         __syncthreads();
         timer.waits();
         const bool ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns);
         if (__syncthreads_or(!ok)) return false;
         timer.ready();
         for (int c = cw; c < p.rows; c += WARPS) {
-            float* wc = wcol + c * n;
-            float* vc = vcol + c * n;
+            float* wc = wcol + c * n4;
+            float* vc = vcol + c * n4;
             float s = 0.0f;
             for (int at = 0; at < n; at += CHUNK) {
-                next.fetch_w(wc + at, n - at, policy);
-                s = next.dot(d + at, n - at, s);
+                col.fetch_w(wc + at, n - at);
+                s = col.dot(d + at, n - at, s);
             }
             for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
             const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
@@ -261,9 +226,9 @@ struct Columns {
                 if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
             }
             for (int at = 0; at < n; at += CHUNK) {
-                if (n > CHUNK) next.fetch_w(wc + at, n - at, policy);
-                next.fetch_v(vc + at, n - at, policy);
-                next.update(wc + at, vc + at, d + at, n - at, o, rate, momentum, policy);
+                if (n > CHUNK) col.fetch_w(wc + at, n - at);
+                col.fetch_v(vc + at, n - at);
+                col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum);
             }
         }
         pend_rows = l;

@@ -34,7 +34,8 @@ __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
 // outputs of every layer, t_glob: every transposed layer). Global offsets: w_glob into the weights
 // (the seed's layout), o_glob into the outputs, acc_glob into the delta sums (each layer's slice
 // padded to 4, so 16-byte aligned), px_glob into per-block partial delta sums (layers l >= 1: G
-// slots of pad4(n_in) each), t_glob into the transposed weights (layers l >= 1: n_in x n_out).
+// slots of pad4(n_in) each), t_glob into the transposed weights (layers l >= 1: n_in rows of
+// pad4(n_out)).
 __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, int* widest) {
     int w_glob = 0, o_glob = 0, acc_glob = 0, px_glob = 0, t_glob = 0, w_loc = 0, act_loc = 0, own_loc = 0;
     *widest = 0;
@@ -62,7 +63,7 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         o_glob += pad4(p.n_out);
         acc_glob += pad4(p.n_out);
         if (l > 0) px_glob += G * pad4(p.n_in);
-        if (l > 0) t_glob += p.n_in * p.n_out;
+        if (l > 0) t_glob += p.n_in * pad4(p.n_out);
         w_loc += p.rows * p.stride;
         act_loc += p.stride;
         own_loc += p.rows;

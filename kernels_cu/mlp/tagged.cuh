@@ -32,9 +32,6 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-#ifndef POLLERS
-#define POLLERS WARPS  // warps that poll while the others make updates an exchange left for later
-#endif
 
 typedef unsigned long long u64;
 
@@ -59,7 +56,7 @@ __device__ __forceinline__ void store_tagged(u64* p, float value, unsigned tag) 
 }
 
 // A missed poll's pause, spent on the clock, not the load path: a warp that polls back to back
-// keeps the SM's load/store queue full, and warps that update while others poll (POLLERS) wait
+// keeps the SM's load/store queue full, and warps that update while others poll (09_fused_columns.cu's POLLERS) wait
 // behind its loads. (__nanosleep, BACKOFF, sleeps far longer than asked on this scale.)
 __device__ __forceinline__ void pause_cycles(int cycles) {
     const long long start = clock64();
@@ -152,11 +149,6 @@ struct Staged {
 //                                  returns (false: a wait gave up, leave). It calls
 //                                  timer.waits() when it starts to wait, timer.ready() when the
 //                                  values are there;
-//   ex.pending(), settle_columns(), settled()
-//                                  whether the exchange left work for a forward poll: then the
-//                                  warps from POLLERS on do it (settle_columns) while the first
-//                                  poll, and settled() says it is done;
-//   ex.flush()                     at the end of a launch, anything still left.
 // mode 0: train `iterations` samples from sample 0, adding each sample's E to err[epoch]; stop
 //         early at an epoch whose mean E is at most `tolerance` (*done = iterations run).
 // mode 1: feedforward `iterations` samples, writing the output layer to predictions. It has no
@@ -203,15 +195,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
             } else {
                 if (QUIET) __syncthreads();  // see "Quiet" above
                 timer.waits();
-                // updates the exchange left for later run while the first warps poll (one wait
-                // in the code, not two: the loop's code is the SM's instruction cache's to hold)
-                const bool split = ex.pending();
-                const int team = split ? 32 * POLLERS : THREADS;
-                if (threadIdx.x < team)
-                    ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns, threadIdx.x, team);
-                else
-                    ex.settle_columns();
-                if (split) ex.settled();
+                ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
@@ -280,6 +264,5 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         tagged_train(plan, L, sm, x, t, n_samples, iterations, mode, reinterpret_cast<u64*>(out), err, tolerance,     \
                      predictions, bar, status, timeout_ns, rate, momentum, tag0, timer, ex, it);                      \
         if (*(volatile int*)status != 0) return;                                                                      \
-        ex.flush();                                                                                                   \
         finish_block(plan, L, w, v, W, it, done, timer, phase_out);                                                   \
     }

@@ -76,8 +76,8 @@ def exchange_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
 
 def transposed_weights(layers: tuple[int, ...]) -> int:
     """Weights of every layer but the first, without biases: what fused keeps a second time, as
-    columns."""
-    return sum(a * b for a, b in zip(layers[1:-1], layers[2:]))
+    columns (n_in rows of n_out padded to 4, so that each is 16-byte aligned)."""
+    return sum(a * _pad4(b) for a, b in zip(layers[1:-1], layers[2:]))
 
 
 def _pad4(n: int) -> int:
@@ -89,8 +89,7 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") 
     for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
     tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room
     for the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole
-    delta vectors of two layers (one polled, one kept for the update that overlaps the poll),
-    padded to 4. The block with the most rows sets it."""
+    delta vector of one layer, padded to 4 and aligned to 16 bytes. The block with the most rows sets it."""
     rows = rows_per_block(layers, blocks)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
@@ -98,7 +97,7 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") 
         floats = weights + int(stride.max()) + rows.max(axis=0)
     else:
         room = (int(rows[:-1].max(initial=0)) * blocks if exchange == "partials"
-                else 2 * max((_pad4(n) for n in layers[2:]), default=0))
+                else max((_pad4(n) for n in layers[2:]), default=0) + 3)  # + 3: aligned to 16 bytes
         floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + room
     return int(4 * floats.max())
 
@@ -256,8 +255,8 @@ class FusedNet:
         flat = self.be.download(self.d_acc, np.zeros(self.acc_words, np.float32))[self.tagged_acc_words:]
         out, at = [], 0
         for n_in, n_out in zip(self.layers[1:-1], self.layers[2:]):
-            out.append(flat[at:at + n_in * n_out].reshape(n_in, n_out).copy())
-            at += n_in * n_out
+            out.append(flat[at:at + n_in * _pad4(n_out)].reshape(n_in, _pad4(n_out))[:, :n_out].copy())
+            at += n_in * _pad4(n_out)
         return out
 
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
