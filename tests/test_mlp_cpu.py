@@ -115,6 +115,23 @@ def test_sequential_version_stops_at_tolerance_or_limit():
     assert loose.converged and loose.iterations == 52
 
 
+def test_an_epoch_is_accounted_once_whoever_trains_it():
+    """record_epoch, shared by every training loop (and scripts/converge_together.py): a cut-short
+    last epoch counts its samples but neither sets the error nor converges; the tolerance is
+    compared in float32, as the fused kernel compares it."""
+    hyper = mlp.Hyper(tolerance=1e-5)
+    out = mlp.Outcome("x")
+    mlp.record_epoch(out, hyper, 52, 52, 2e-5)
+    assert (out.iterations, out.final_error, out.converged) == (52, 2e-5, False)
+    mlp.record_epoch(out, hyper, 52, 10, 1e-9)  # cut short: not the net's error
+    assert (out.iterations, out.final_error, out.converged) == (62, 2e-5, False)
+    mlp.record_epoch(out, hyper, 52, 52, float(np.float32(1e-5)))  # equal in float32
+    assert out.converged and out.error_curve == [(52, 2e-5), (62, 1e-9), (114, float(np.float32(1e-5)))]
+    first = mlp.Outcome("y")
+    mlp.record_epoch(first, hyper, 52, 10, 3e-3)  # a run shorter than an epoch still reports its error
+    assert first.final_error == 3e-3 and not first.converged
+
+
 def test_flop_counts():
     assert mlp.flops_per_feedforward((60, 60, 7)) == 2 * (60 * 61 + 7 * 61)
     assert mlp.flops_per_iteration((60, 60, 7)) == 2 * (60 * 61 + 7 * 61) + 2 * (7 * 61) + 5 * (60 * 61 + 7 * 61)

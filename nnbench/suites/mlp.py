@@ -259,9 +259,14 @@ class GpuNet:
                                                                mom), useful))
         return seq
 
-    def callable(self, launches: list[Launch]):
-        calls = [(self.kernels[la.kernel].prepared_call, (la.grid, 1, 1), (la.block, 1, 1), la.args)
-                 for la in launches]
+    def callable(self, launches: list[Launch], stream=None):
+        """The launches as one call, on the default stream or, async, on `stream`."""
+        if stream is None:
+            calls = [(self.kernels[la.kernel].prepared_call, (la.grid, 1, 1), (la.block, 1, 1), la.args)
+                     for la in launches]
+        else:
+            calls = [(self.kernels[la.kernel].prepared_async_call, (la.grid, 1, 1), (la.block, 1, 1),
+                      (stream, *la.args)) for la in launches]
 
         def run():
             for f, g, b, a in calls:
@@ -323,17 +328,22 @@ def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run
         spent, errors = run(n)
         seconds += spent
         for e, err in enumerate(errors):
-            done = min(size, n - e * size)
-            out.iterations += done
-            if done == size or math.isnan(out.final_error):  # a cut-short last epoch is not the error
-                out.final_error = err
-            out.error_curve.append((out.iterations, err))
-            if done == size and converged(err, hyper.tolerance):
-                out.converged = True
+            record_epoch(out, hyper, size, min(size, n - e * size), err)
+            if out.converged:
                 break
         if progress:
             progress(out.iterations, out.final_error)
     return seconds
+
+
+def record_epoch(out: Outcome, hyper: Hyper, size: int, done: int, err: float) -> None:
+    """An epoch's account: `done` samples of a `size`-sample epoch, with mean error `err`. A last
+    epoch cut short at the iteration limit is not the net's error, nor can it converge."""
+    out.iterations += done
+    if done == size or math.isnan(out.final_error):
+        out.final_error = err
+    out.error_curve.append((out.iterations, err))
+    out.converged = done == size and converged(err, hyper.tolerance)
 
 
 def converged(mean_error: float, tolerance: float) -> bool:
