@@ -1,6 +1,6 @@
-"""A persistent trainer (fused or fused-barrier) across grid sizes and parameter sets: the weight
-check against the float64 reference, then microseconds per training iteration over a fixed number
-of iterations (no early stop) and per feedforward.
+"""A persistent trainer (fused, fused-partials or fused-barrier) across grid sizes and parameter
+sets: the weight check against the float64 reference, then microseconds per training iteration
+over a fixed number of iterations (no early stop) and per feedforward.
     python3 scripts/fused_grid.py VERSION NETS ITERATIONS BLOCKS[,BLOCKS...] [PARAMS ...]
 NETS: names from configs/nets.yaml or layer lists, comma-separated (1,8,60-8-8-7); PARAMS: sets
 like THREADS=256:BARRIER=1 (default: the registry's defaults).

@@ -56,8 +56,9 @@ __device__ __forceinline__ void store_tagged(u64* p, float value, unsigned tag) 
 }
 
 // A missed poll's pause, spent on the clock, not the load path: a warp that polls back to back
-// keeps the SM's load/store queue full, and warps that update while others poll (09_fused_columns.cu's POLLERS) wait
-// behind its loads. (__nanosleep, BACKOFF, sleeps far longer than asked on this scale.)
+// keeps the SM's load/store queue full, and warps that update while others poll (POLLERS in
+// 09_fused_columns.cu) wait behind its loads. (__nanosleep, BACKOFF, sleeps far longer than asked
+// on this scale.) Measured: no gain (docs/RESULTS.md, third step).
 __device__ __forceinline__ void pause_cycles(int cycles) {
     const long long start = clock64();
     while (clock64() - start < cycles) {
