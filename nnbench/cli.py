@@ -6,8 +6,10 @@ code 2; a failed verification or a kernel fault exits 1 after the results are wr
 
 from __future__ import annotations
 
+import math
 import re
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -890,19 +892,27 @@ def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: 
     sys.exit(exchange.launch(ranks, ARGV))
 
 
+PLAIN_PROGRESS_S = 60.0  # without a terminal (a CI log, a file), a progress line this often per version
+
+
 def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:
     """Run `records(progress)`, a generator of result rows, with a rich progress bar per version
-    (current error in it); each row goes to the CSV the moment it exists."""
+    (current error in it); each row goes to the CSV the moment it exists. Where stderr is no
+    terminal the bar cannot redraw, so a line a minute says how far each version is."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                         TextColumn("{task.completed:,.0f} " + unit), TextColumn("error {task.fields[error]}"),
                         TimeElapsedColumn(), console=err)
-    tasks, rows = {}, []
+    tasks, rows, said, start = {}, [], {}, time.monotonic()
 
     def on_progress(name, done, e):
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total, error="—")
         progress.update(tasks[name], completed=done, error=f"{e:.2e}")
+        now = time.monotonic()
+        if not err.is_terminal and now - said.get(name, -math.inf) >= PLAIN_PROGRESS_S:
+            said[name] = now
+            err.print(f"{name}: {done:,} of {total:,} {unit}, error {e:.2e}, {now - start:,.0f} s")
 
     try:
         with progress:

@@ -146,6 +146,8 @@ def test_train_sequential_on_the_cpu(tmp_path):
               "--csv", str(path))
     assert res.exit_code == 0, res.output
     assert "sequential" in res.output and "A 1000001->" in res.output
+    # no terminal here: a plain progress line, not a bar that cannot redraw
+    assert "sequential: 52 of 104 it, error " in res.output
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0].keys()) == results.TRAIN_FIELDS
     assert rows[0]["version"] == "sequential" and rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"
