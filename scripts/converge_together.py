@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pycuda.driver as drv
 
-from nnbench import glyphs, nets, results
+from nnbench import nets, results
 from nnbench.results import CsvSink
 from nnbench.runtime.cuda import CudaBackend
 from nnbench.suites import mlp
@@ -34,9 +34,7 @@ class Run:
         self.net, self.v = net, variant
         self.layers = net.layers
         self.hyper = mlp.Hyper.from_settings(dict(net.settings), max_iterations=max_iterations)
-        self.init = mlp.init_params(self.layers, self.hyper.seed, self.hyper.init_scale, self.hyper.init)
-        self.train = glyphs.clean(self.layers[0])
-        self.test = glyphs.noisy(self.layers[0], 10, seed=self.hyper.seed + 1, flips=2)
+        self.init, self.train, self.test = mlp.data_sets(self.layers, self.hyper)  # nnbench train's
         self.check = mlp.check_version(be, variant, params, compiled, self.layers, self.init, self.train, self.hyper)
         self.gpu = mlp.GpuNet(be, variant, params, self.layers, self.init, self.train, self.hyper, compiled)
         self.stream = drv.Stream()
@@ -67,16 +65,10 @@ class Run:
         self.stream.synchronize()
         mlp.record_epoch(self.out, self.hyper, len(self.train), self.batch, float(self.err[0]) / self.batch)
 
-    def finish(self, be) -> dict:
-        self.out.test_outputs, _ = mlp._gpu_outputs(be, self.gpu, self.test)
-        self.out.test_accuracy = mlp.accuracy(self.out.test_outputs, self.test.t)
-        self.out.train_accuracy = mlp.accuracy(mlp._gpu_outputs(be, self.gpu, self.train)[0], self.train.t)
-        hy = self.hyper
-        rec = dict(suite="mlp", net=f"Net {self.net.name}", layers="-".join(map(str, self.layers)),
+    def finish(self) -> dict:
+        mlp.score(self.out, self.gpu.feedforward, self.train, self.test)
+        rec = dict(mlp.base_record(self.layers, self.hyper, self.test), net=f"Net {self.net.name}",
                    version=self.v.name, step=self.v.step, params=" ".join(f"{k}={x}" for k, x in self.params.items()),
-                   encoding=self.layers[0], init=hy.init, init_scale=hy.init_scale, rate=hy.rate,
-                   momentum=hy.momentum, tolerance=hy.tolerance, max_iterations=hy.max_iterations, seed=hy.seed,
-                   test_samples=len(self.test), flops_per_iteration=mlp.flops_per_iteration(self.layers),
                    weights_rel_err=self.check, status="PASS" if self.check <= mlp.CHECK_RTOL else "FAIL",
                    error="trained side by side with others (scripts/converge_together.py): no time per iteration")
         rec = mlp._record(rec, self.out, None, None, None)
@@ -132,7 +124,7 @@ def main() -> None:
         for r in active:
             r.settle()
         for r in [r for r in active if r.done]:
-            sink.append(dict(r.finish(be), **env))
+            sink.append(dict(r.finish(), **env))
             print(f"Net {r.net.name} {r.v.name}: {r.out.iterations:,} iterations, converged {r.out.converged}, "
                   f"error {r.out.final_error:.2e}, test {r.out.test_accuracy:.1%}", flush=True)
         active = [r for r in active if not r.done]

@@ -278,6 +278,16 @@ class GpuNet:
         return [flat[self.w_off[l]:self.w_off[l + 1]].reshape(W.shape).astype(np.float64)
                 for l, W in enumerate(init)]
 
+    def feedforward(self, data: glyphs.Dataset) -> tuple[np.ndarray, float]:
+        """Feedforward every sample of `data` (which replaces the training set on the GPU); returns
+        the outputs and the device milliseconds, as FusedNet.feedforward does."""
+        self.load_data(data)
+        outs, ms = [], 0.0
+        for s in range(len(data)):
+            ms += self.be.timed(self.callable(self.forward_launches(s)), 1)
+            outs.append(self.outputs())
+        return np.array(outs), ms
+
     def outputs(self) -> np.ndarray:
         L = len(self.layers) - 1
         all_ = self.be.download(self.d_out, np.zeros(sum(self.layers[1:]), np.float32))
@@ -393,10 +403,7 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
 
     seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
     out.seconds_per_iteration = seconds / out.iterations
-    out.test_outputs, ff_ms = _gpu_outputs(backend, net, test)
-    out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
-    out.test_accuracy = accuracy(out.test_outputs, test.t)
-    out.train_accuracy = accuracy(_gpu_outputs(backend, net, train)[0], train.t)
+    score(out, net.feedforward, train, test)
     return out
 
 
@@ -420,21 +427,17 @@ def train_fused(backend, variant: Variant, params: dict, compiled, layers, init,
     seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance), progress,
                       fused.EPOCHS_PER_LAUNCH)
     out.seconds_per_iteration = seconds / out.iterations
-    out.test_outputs, ff_ms = net.feedforward(test)
-    out.seconds_per_feedforward = ff_ms * 1e-3 / len(test)
-    out.test_accuracy = accuracy(out.test_outputs, test.t)
-    out.train_accuracy = accuracy(net.feedforward(train)[0], train.t)
+    score(out, net.feedforward, train, test)
     return out
 
 
-def _gpu_outputs(backend, net: GpuNet, data: glyphs.Dataset) -> tuple[np.ndarray, float]:
-    """Feedforward every sample of `data`; returns the outputs and the device milliseconds."""
-    net.load_data(data)
-    outs, ms = [], 0.0
-    for s in range(len(data)):
-        ms += backend.timed(net.callable(net.forward_launches(s)), 1)
-        outs.append(net.outputs())
-    return np.array(outs), ms
+def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset) -> None:
+    """A trained GPU net's test outputs and accuracy, train accuracy and time per feedforward;
+    feedforward(data) returns (outputs, device milliseconds for all of data)."""
+    out.test_outputs, ms = feedforward(test)
+    out.seconds_per_feedforward = ms * 1e-3 / len(test)
+    out.test_accuracy = accuracy(out.test_outputs, test.t)
+    out.train_accuracy = accuracy(feedforward(train)[0], train.t)
 
 
 def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1) -> Outcome:
@@ -597,15 +600,10 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         flips: int = 2, torch_modes: tuple[str, ...] = (), torch_iterations: int = 2000,
         baseline_iterations: int = 104, progress=None, env: dict | None = None, blocks: int | None = None):
     """Yield one record per version (then per PyTorch mode), each verified before it is trained."""
-    train = glyphs.clean(layers[0])
-    test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
-    init = init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
+    init, train, test = data_sets(layers, hyper, test_per_letter, flips)
     gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
     compiled = compile_versions(backend.arch, gpu) if gpu else {}
-    base = dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], init=hyper.init,
-                init_scale=hyper.init_scale, rate=hyper.rate,
-                momentum=hyper.momentum, tolerance=hyper.tolerance, max_iterations=hyper.max_iterations,
-                seed=hyper.seed, test_samples=len(test), flops_per_iteration=flops_per_iteration(layers), **(env or {}))
+    base = dict(base_record(layers, hyper, test), **(env or {}))
     seq_s = None
     if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
         quick = replace(hyper, max_iterations=baseline_iterations)
@@ -650,6 +648,23 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
         yield _record(rec, out, seq_s, peak, lanes)
+
+
+def data_sets(layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
+              flips: int = 2) -> tuple[list[np.ndarray], glyphs.Dataset, glyphs.Dataset]:
+    """A run's initial weights, its training set (the 52 clean letters) and its held-out noisy
+    test set, all from the hyperparameters' seed."""
+    train = glyphs.clean(layers[0])
+    test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
+    return init_params(layers, hyper.seed, hyper.init_scale, hyper.init), train, test
+
+
+def base_record(layers: tuple[int, ...], hyper: Hyper, test: glyphs.Dataset) -> dict:
+    """The fields every row of a run shares: the net and its training settings."""
+    return dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], init=hyper.init,
+                init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, tolerance=hyper.tolerance,
+                max_iterations=hyper.max_iterations, seed=hyper.seed, test_samples=len(test),
+                flops_per_iteration=flops_per_iteration(layers))
 
 
 def _record(rec: dict, out: Outcome, seq_s: float | None, peak: float | None, lanes: int | None) -> dict:
