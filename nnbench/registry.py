@@ -60,6 +60,19 @@ class Variant:
     def defaults(self) -> dict[str, int]:
         return {p.name: p.default for p in self.params}
 
+    def parse_params(self, spec: str) -> dict[str, int]:
+        """The defaults with a set like "THREADS=256:BARRIER=1" applied, checked against the choices."""
+        params = self.defaults()
+        for kv in filter(None, spec.split(":")):
+            k, _, x = kv.partition("=")
+            if self.param(k) is None or not x.lstrip("-").isdigit():
+                raise NnbenchError(f"{self.name}: '{kv}' is not NAME=INTEGER with NAME one of "
+                                   f"{', '.join(p.name for p in self.params) or '(none)'}")
+            params[k] = int(x)
+        if bad := self.problems(params):
+            raise NnbenchError(bad[0])
+        return params
+
     def env(self, params: dict[str, int], shape: dict[str, int] | None = None) -> dict[str, float]:
         env: dict[str, float] = {**params, **(shape or {})}
         for name, text in self.derived:
@@ -277,7 +290,8 @@ MLP: tuple[Variant, ...] = (
             "mlp/01_neuron_per_thread.cu", params=(_p("THREADS", 50, (50, 100, 200), "threads per block"),),
             **_NEURON_GRID),
     Variant("mlp", "kcm", 4, "warped-good with the momentum and rate updates merged into one kernel",
-            "mlp/02_kcm.cu", params=(_p("THREADS", 32, (32, 64, 128, 256), "threads per block"),),
+            "mlp/02_kcm.cu", params=(_p("THREADS", 32, (1, 32, 64, 128, 256), "threads per block (1: simple's "
+                                        "blocks, the same trajectory bit for bit, faster)"),),
             tags=("kcm",), **_NEURON_GRID),
     Variant("mlp", "mass", 5, "one block per neuron, one thread per weight, shared-memory reduction",
             "mlp/03_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),

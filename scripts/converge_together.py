@@ -7,7 +7,9 @@ train`; the rows are `nnbench train`'s, with the per-iteration times left out (t
 the GPU, so those are not their own).
     python3 scripts/converge_together.py NETS VERSIONS CSV [--max-iterations N]
                                          [--time-limit S] [--checkpoints DIR]
-NETS and VERSIONS comma-separated (5,6 simple,kcm,mass,kcm-mass). With --time-limit the run
+NETS and VERSIONS comma-separated (5,6 simple,kcm,mass,kcm-mass); a version may carry a parameter
+set, kcm@THREADS=1 (kcm in simple's one-thread blocks, spread over more SMs: the same trajectory bit
+for bit, tests/test_gpu_mlp.py). With --time-limit the run
 stops at the first epoch end after S seconds; with --checkpoints each unfinished (net, version)
 leaves its weights, velocities and curve there at the end of an epoch, and a later run with the
 same directory goes on from them, bit for bit as if it had not stopped.
@@ -103,7 +105,9 @@ def main() -> None:
     ap.add_argument("--checkpoints")
     a = ap.parse_args()
     be = CudaBackend(0)
-    chosen = mlp.plan(a.versions.split(","), "cuda")
+    specs = [x.partition("@") for x in a.versions.split(",")]
+    plain = mlp.plan([n for n, _, _ in specs], "cuda")
+    chosen = [(v, v.parse_params(spec)) for (v, _), (_, _, spec) in zip(plain, specs)]
     compiled = mlp.compile_versions(be.arch, chosen)
     if a.checkpoints:
         Path(a.checkpoints).mkdir(parents=True, exist_ok=True)

@@ -20,7 +20,7 @@ be = CudaBackend(0)
 v = next(x for x in mlp.versions() if x.name == sys.argv[1])
 iters = int(sys.argv[3])
 grids = [int(g) for g in sys.argv[4].split(",")]
-psets = [dict(v.defaults(), **{k: int(x) for k, x in (kv.split("=") for kv in a.split(":"))}) for a in sys.argv[5:]]
+psets = [v.parse_params(a) for a in sys.argv[5:]]
 psets = psets or [v.defaults()]
 comp = compile_sources(be.arch, [(v.source, p) for p in psets])
 print("net params blocks barriers/it smem_KiB check_err us/iter us/feedforward epoch_error")

@@ -20,7 +20,7 @@ v = next(x for x in mlp.versions() if x.name == sys.argv[1])
 net = nets.get(sys.argv[2]) if "-" not in sys.argv[2] else None
 layers = net.layers if net else tuple(int(x) for x in sys.argv[2].split("-"))
 iters = int(sys.argv[3])
-psets = [dict(v.defaults(), **{k: int(x) for k, x in (kv.split("=") for kv in a.split(":"))}) for a in sys.argv[4:]]
+psets = [v.parse_params(a) for a in sys.argv[4:]]
 psets = psets or [v.defaults()]
 c = measure_ceilings(be)
 print(f"{be.device.name}: SM->SM handoff {c['handoff_us']:.3f} us one way, grid barrier ({be.device.sm_count} "

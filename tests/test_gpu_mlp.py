@@ -45,28 +45,32 @@ def test_versions_train_alike_and_report(cuda_backend):
 
 def test_neuron_per_thread_versions_are_one_trajectory(cuda_backend):
     """simple, warped-good and warped-bad are one source (01_neuron_per_thread.cu) at 1, 32 and 50
-    threads a block: a neuron's arithmetic is one thread's, in the same order whatever the block, so
-    their weights agree bit for bit after any number of steps. The convergence runs on Nets 5-8 rest
-    on this (docs/RESULTS.md): simple's run is the other two's. Net 8 at its own settings, 10 epochs."""
+    threads a block, and kcm adds a merged update that is also one thread's per neuron: a neuron's
+    arithmetic is one thread's, in the same order whatever the block, so their weights agree bit
+    for bit after any number of steps, and kcm's at 1 and 32 threads a block too. The convergence
+    runs on Nets 5-8 rest on this (docs/RESULTS.md): simple's run is the other two's, and kcm ran in
+    one-thread blocks. Net 8 at its own settings, 10 epochs."""
     net = nets.get(8)
     hyper = mlp.Hyper.from_settings(dict(net.settings))
     init = mlp.init_params(net.layers, 0, hyper.init_scale, hyper.init)
     data = glyphs.clean(net.layers[0])
-    chosen = mlp.plan(["simple", "warped-good", "warped-bad"], "cuda")
-    compiled = mlp.compile_versions(cuda_backend.arch, chosen)
-    got = {}
-    for v, p in chosen:
-        g = mlp.GpuNet(cuda_backend, v, p, net.layers, init, data, hyper, compiled[v.name])
+    kcm = mlp.plan(["kcm"], "cuda")[0][0]
+    sets = mlp.plan(["simple", "warped-good", "warped-bad"], "cuda") + [(kcm, {"THREADS": t}) for t in (32, 1)]
+    comps = compile_sources(cuda_backend.arch, [(v.source, p) for v, p in sets])
+    got = []
+    for (v, p), c in zip(sets, comps):
+        g = mlp.GpuNet(cuda_backend, v, p, net.layers, init, data, hyper, c)
         epoch = [g.callable(g.step_launches(s)) for s in range(len(data))]
         for _ in range(10):
             for run in epoch:
                 run()
         cuda_backend.synchronize()
-        got[v.name] = np.concatenate([w.ravel() for w in g.weights(init)])
+        got.append(np.concatenate([w.ravel() for w in g.weights(init)]))
     start = np.concatenate([w.astype(np.float32).astype(np.float64).ravel() for w in init])
-    assert np.count_nonzero(got["simple"] != start) > 0.5 * start.size  # they did train
-    for name in ("warped-good", "warped-bad"):
-        assert np.array_equal(got[name], got["simple"]), name
+    assert np.count_nonzero(got[0] != start) > 0.5 * start.size  # they did train
+    assert np.array_equal(got[1], got[0]) and np.array_equal(got[2], got[0])
+    assert np.array_equal(got[4], got[3])
+    assert not np.array_equal(got[3], got[0])  # kcm's merged update rounds otherwise: its own trajectory
 
 
 FUSED = {v.name: v for v in mlp.versions("cuda") if "fused" in v.tags}

@@ -1,10 +1,12 @@
 """The MLP on the CPU: the data, the nets' sizes against the seed, the reference's gradient
 against finite differences, one update against the optimizer's definition, and convergence."""
 
+import re
+
 import numpy as np
 import pytest
 
-from nnbench import glyphs, nets
+from nnbench import glyphs, nets, registry
 from nnbench.errors import NnbenchError
 from nnbench.suites import mlp
 
@@ -271,3 +273,13 @@ def test_batched_numpy_learns_net_1():
     out = batched.train_numpy(layers, init, train, test, 64, 5, mlp.Hyper(rate=3.0))
     assert out.steps == 5 * 32 and out.error_curve[-1][1] < out.error_curve[0][1]
     assert out.test_accuracy > 0.2
+
+
+def test_a_parameter_set_is_parsed_over_the_defaults_and_checked():
+    kcm = registry.get("mlp", "kcm")
+    assert kcm.parse_params("") == {"THREADS": 32}
+    assert kcm.parse_params("THREADS=1") == {"THREADS": 1}
+    for bad, says in (("THREADS=7", "allows THREADS in {1, 32, 64, 128, 256}"), ("WPT=2", "NAME one of THREADS"),
+                      ("THREADS", "not NAME=INTEGER"), ("THREADS=x", "not NAME=INTEGER")):
+        with pytest.raises(NnbenchError, match=re.escape(says)):
+            kcm.parse_params(bad)
