@@ -1,7 +1,7 @@
 """A persistent trainer (fused, fused-partials or fused-barrier) across grid sizes and parameter
 sets: the weight check against the float64 reference, then microseconds per training iteration
 over a fixed number of iterations (no early stop) and per feedforward.
-    python3 scripts/fused_grid.py VERSION NETS ITERATIONS BLOCKS[,BLOCKS...] [PARAMS ...]
+    python3 scripts/fused_grid.py VERSION NETS ITERATIONS BLOCKS[,BLOCKS...] [PARAMS ...]   (BLOCKS 0: the default)
 NETS: names from configs/nets.yaml or layer lists, comma-separated (1,8,60-8-8-7); PARAMS: sets
 like THREADS=256:BARRIER=1 (default: the registry's defaults).
 e.g. python3 scripts/fused_grid.py fused-barrier 1,8 1040 8,33,132 THREADS=256:BARRIER=0 THREADS=256:BARRIER=1
@@ -19,7 +19,7 @@ from nnbench.suites import fused, mlp
 be = CudaBackend(0)
 v = next(x for x in mlp.versions() if x.name == sys.argv[1])
 iters = int(sys.argv[3])
-grids = [int(g) for g in sys.argv[4].split(",")]
+grids = [int(g) or None for g in sys.argv[4].split(",")]  # 0: the default grid
 psets = [v.parse_params(a) for a in sys.argv[5:]]
 psets = psets or [v.defaults()]
 comp = compile_sources(be.arch, [(v.source, p) for p in psets])

@@ -21,7 +21,10 @@
 // Source: step 8; the transposed copy is the usual trade of memory for a reduction.
 // Params: as step 8; COL_REGS (a column of up to 32 x COL_REGS weights sits in a warp's
 //         registers; longer ones, or more rows than warps, are read in chunks of that size);
-//         POLLERS (warps that poll while the others update the rows of the step before).
+//         POLLERS (warps that poll while the others update the rows of the step before);
+//         PREV_W (fused_common.cuh: the previous weights kept instead of the velocities, so a
+//         column update stores 8 KB a block a step on Net 8 instead of 16, into the buffer of the
+//         step before; the rows keep them too, so both copies still round alike).
 //
 // The stores are what the backward phases of Net 8 wait on (docs/RESULTS.md, "fourth step"):
 // without them a phase overlapping a 500-long column update waited 0.84 us instead of 1.45.
@@ -87,8 +90,10 @@ struct Column {
         return s;
     }
 
-    // The same update the row's owner gives W[j][i] (update_rows): rate d_j, times o_i.
-    __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
+    // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i. The new
+    // weights go to w_to, the new velocities to v_to; with PREV_W (v holds the weights of the step
+    // before) only the weights are stored, over the step before's (w_to = where v came from).
+    __device__ __forceinline__ void update(float* w_to, float* v_to, const float* d, int n, float o, float rate,
                                            float momentum) const {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
@@ -100,14 +105,14 @@ struct Column {
             step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
             step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
             step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
-            __stcg(reinterpret_cast<float4*>(vt + j), vn);
-            __stcg(reinterpret_cast<float4*>(wt + j), wn);
+            if (!PREV_W) __stcg(reinterpret_cast<float4*>(v_to + j), vn);
+            __stcg(reinterpret_cast<float4*>(w_to + j), wn);
         }
     }
 
     __device__ __forceinline__ static void step(float v, float w, float d, bool real, float o, float rate,
                                                 float momentum, float& v_new, float& w_new) {
-        v_new = real ? velocity(v, __fmul_rn(rate, d), o, momentum) : 0.0f;
+        v_new = real ? velocity(velocity_of(w, v), __fmul_rn(rate, d), o, momentum) : 0.0f;
         w_new = real ? __fadd_rn(w, v_new) : 0.0f;
     }
 };
@@ -128,6 +133,9 @@ struct Columns {
     // pend_rows >= 0: the block's rows of that layer wait for their update (staged input, dl),
     // which runs while the next step polls. Changed only where every thread of the block passes.
     int pend_rows;
+    // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
+    // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
+    unsigned flipped;
     Column col;
 
     // The block's columns are copied from the row layout at the start of every launch (the rows
@@ -135,7 +143,7 @@ struct Columns {
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1) {
+          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
@@ -174,8 +182,10 @@ struct Columns {
         const Plan p = plan[l], q = plan[l + 1];
         const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
         float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
-        float* wcol = wt + q.t_glob + p.first * n4;
-        float* vcol = vt + q.t_glob + p.first * n4;
+        const bool flip = PREV_W && (flipped >> l & 1u);
+        float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
+        float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;  // velocities, or the weights before
+        if (PREV_W) flipped ^= 1u << l;
         const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
         if (overlap) {
             if (cw < p.rows) {  // the dot's and the update's operands, before the wait
@@ -199,7 +209,7 @@ struct Columns {
                     sm.dl[p.own_loc + cw] = dl;
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
-                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
+                col.update((PREV_W ? vcol : wcol) + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend_rows = l;
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
@@ -228,7 +238,7 @@ struct Columns {
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);
-                col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum);
+                col.update((PREV_W ? vc : wc) + at, vc + at, d + at, n - at, o, rate, momentum);
             }
         }
         pend_rows = l;

@@ -19,6 +19,9 @@
 #ifndef BARRIER
 #define BARRIER 0
 #endif
+#ifndef PREV_W
+#define PREV_W 0
+#endif
 #define MAX_LAYERS 32
 #define WARPS (THREADS / 32)
 
@@ -76,6 +79,16 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
     plan[L].t_glob = t_glob;
 }
 
+// PREV_W: what sits beside a weight w (in v, V and the columns' second buffer) is not its
+// velocity but its value before the last step, p; the velocity is w - p. A copy of the weights
+// kept elsewhere (09's columns) can then keep the weights of two steps in two buffers and store
+// only the new weight, half the stores. The host starts v as a copy of w (velocity 0) and reads
+// it back as it is, so launches chain bit for bit. w - p is the step really applied, w having
+// been rounded, where a kept velocity is the step before that rounding: the two recurrences differ
+// in that rounding alone (by Sterbenz's lemma w - p is exact wherever p and w are within a
+// factor 2).
+__device__ __forceinline__ float velocity_of(float w, float beside) { return PREV_W ? __fsub_rn(w, beside) : beside; }
+
 // The block's rows between global memory (the seed's layout) and shared memory (padded rows);
 // weights W and velocities V. Padding columns are zero: 0 x anything finite stays 0.
 template <bool TO_SHARED>
@@ -130,10 +143,12 @@ __device__ __forceinline__ void update_four(const Plan& p, float* W, float* V, i
                                             float momentum) {
     float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
     float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);
-    const float4 wo = *wp, vo = *vp;
-    const float4 vn = make_float4(velocity(vo.x, rd, a.x, momentum), velocity(vo.y, rd, a.y, momentum),
-                                  velocity(vo.z, rd, a.z, momentum), velocity(vo.w, rd, a.w, momentum));
-    *vp = vn;
+    const float4 wo = *wp, so = *vp;
+    const float4 vn = make_float4(velocity(velocity_of(wo.x, so.x), rd, a.x, momentum),
+                                  velocity(velocity_of(wo.y, so.y), rd, a.y, momentum),
+                                  velocity(velocity_of(wo.z, so.z), rd, a.z, momentum),
+                                  velocity(velocity_of(wo.w, so.w), rd, a.w, momentum));
+    *vp = PREV_W ? wo : vn;
     *wp = make_float4(__fadd_rn(wo.x, vn.x), __fadd_rn(wo.y, vn.y), __fadd_rn(wo.z, vn.z), __fadd_rn(wo.w, vn.w));
 }
 

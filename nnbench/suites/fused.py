@@ -155,6 +155,9 @@ class FusedNet:
         self.be, self.layers, self.threads, self.exchange = backend, layers, params["THREADS"], exchange
         self.tagged = exchange != "barrier"
         self.flag_barrier = params.get("BARRIER") == 1
+        # PREV_W: fused's columns swap buffers every step, so where they are now depends on the
+        # parity of the last training launch (a launch starts them in the first, from the rows)
+        self.prev_w, self.columns_swapped = params.get("PREV_W") == 1, False
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
                                      self.flag_barrier, exchange)
@@ -164,7 +167,9 @@ class FusedNet:
         self.w_sizes = [W.size for W in init]
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
         self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
-        self.d_v = backend.upload(np.zeros(sum(self.w_sizes), np.float32))
+        # beside each weight its velocity (0), or with PREV_W its value a step before (itself)
+        self.d_v = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32) if self.prev_w
+                                  else np.zeros(sum(self.w_sizes), np.float32))
         # every layer's outputs, slices padded to 4 (16-byte aligned): floats, or tagged values (8
         # bytes); and the exchange's buffer
         outs = sum(_pad4(n) for n in layers[1:])
@@ -208,6 +213,7 @@ class FusedNet:
                                f"{self.blocks} blocks were not all resident (another process on this GPU?), or a "
                                f"value was never written")
         self.tag0 += int(state[1]) + 1
+        self.columns_swapped = self.prev_w and mode == 0 and int(state[1]) % 2 == 1
         return ms, int(state[1]), be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
 
     def train(self, iterations: int, tolerance: float) -> tuple[float, list[float]]:
@@ -252,7 +258,8 @@ class FusedNet:
     def transposed(self) -> list[np.ndarray]:
         """fused's second copy of every weight layer but the first, W_l[:, :n_in].T, as the kernel
         last left it (it must equal the rows bit for bit)."""
-        flat = self.be.download(self.d_acc, np.zeros(self.acc_words, np.float32))[self.tagged_acc_words:]
+        now = self.tagged_acc_words + (transposed_weights(self.layers) if self.columns_swapped else 0)
+        flat = self.be.download(self.d_acc, np.zeros(self.acc_words, np.float32))[now:]
         out, at = [], 0
         for n_in, n_out in zip(self.layers[1:-1], self.layers[2:]):
             out.append(flat[at:at + n_in * _pad4(n_out)].reshape(n_in, _pad4(n_out))[:, :n_out].copy())
