@@ -32,9 +32,6 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-#ifndef STAGGER
-#define STAGGER 0
-#endif
 
 typedef unsigned long long u64;
 
@@ -68,10 +65,6 @@ __device__ __forceinline__ void pause_cycles(int cycles) {
     }
 }
 
-// Staggered polls (STAGGER > 0): a missed poll's data come back an L2 round trip after it went
-// out, so a value that lands just after a poll is seen up to a round trip late, half of one on
-// average. With two polls of the same span in flight, STAGGER cycles apart, a value is seen
-// at most about half a round trip late. The data are polled twice as often.
 struct Span {  // n tagged words at `at` (n = 2: 16-byte aligned, one load); n = 0: nothing to await
     const u64* at;
     int n;
@@ -109,38 +102,17 @@ __device__ __forceinline__ bool await_tagged(int count, unsigned want, int* stat
                 use(i, 0.0f, 0.0f);
                 continue;
             }
-            // 1: every tag is the one awaited; 0: not yet; -1: a newer one (the caller leaves)
-            auto state = [&](ulonglong2 g) {
-                const unsigned tx = (unsigned)(g.x >> 32), ty = at[k].n == 2 ? (unsigned)(g.y >> 32) : want;
-                if (tx == want && ty == want) return 1;
-                return (int)(tx - want) > 0 || (int)(ty - want) > 0 ? -1 : 0;
-            };
-            int st = state(got[k]);
-            if (STAGGER && st == 0) {
-                got[k] = load_span(at[k]);
-                pause_cycles(STAGGER);
-                ulonglong2 second = load_span(at[k]);
-                for (;;) {
-                    if ((st = state(got[k])) != 0) break;
-                    got[k] = load_span(at[k]);
-                    if ((st = state(second)) != 0) {
-                        got[k] = second;
-                        break;
-                    }
-                    if (!patience.still()) return false;
-                    second = load_span(at[k]);
+            for (;;) {
+                const unsigned tx = (unsigned)(got[k].x >> 32), ty = at[k].n == 2 ? (unsigned)(got[k].y >> 32) : want;
+                if (tx == want && ty == want) break;
+                if ((int)(tx - want) > 0 || (int)(ty - want) > 0) {
+                    atomicCAS(status, 0, 2);
+                    return false;
                 }
-            }
-            while (st == 0) {
                 if (!patience.still()) return false;
                 if (BACKOFF) __nanosleep(BACKOFF);
                 if (PAUSE) pause_cycles(PAUSE);
                 got[k] = load_span(at[k]);
-                st = state(got[k]);
-            }
-            if (st < 0) {
-                atomicCAS(status, 0, 2);
-                return false;
             }
             use(i, __uint_as_float((unsigned)got[k].x), __uint_as_float((unsigned)got[k].y));
         }
