@@ -312,7 +312,6 @@ MLP: tuple[Variant, ...] = (
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
-               _p("OUT_COPIES", 1, (1, 2, 4, 8), "copies of each output, each polled by a share of the blocks"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
                   "(their difference), so a column update stores the new weight alone")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),

@@ -32,12 +32,6 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-// OUT_COPIES: each output is stored in that many copies, plan[L].o_glob tagged words apart, and
-// block b polls copy b % OUT_COPIES, so each L2 line of a layer's outputs is polled by a share
-// of the blocks, not all of them (every block polls every output: a hot spot).
-#ifndef OUT_COPIES
-#define OUT_COPIES 1
-#endif
 
 typedef unsigned long long u64;
 
@@ -202,8 +196,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
             } else {
                 if (QUIET) __syncthreads();  // see "Quiet" above
                 timer.waits();
-                ok = await_vector(in, ox + (blockIdx.x % OUT_COPIES) * plan[L].o_glob + p.in_glob, p.n_in, tag,
-                                  status, timeout_ns);
+                ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
@@ -214,8 +207,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                     const float o = sigmoid(z);
                     sm.own[p.own_loc + i] = o;
                     if (l < L - 1) {
-#pragma unroll
-                        for (int c = 0; c < OUT_COPIES; ++c) store_tagged(ox + c * plan[L].o_glob + p.o_glob + r, o, tag);
+                        store_tagged(ox + p.o_glob + r, o, tag);
                     } else if (mode == 1) {
                         predictions[s * p.n_out + r] = o;
                     } else {

@@ -173,7 +173,7 @@ class FusedNet:
         # every layer's outputs, slices padded to 4 (16-byte aligned): floats, or tagged values (8
         # bytes); and the exchange's buffer
         outs = sum(_pad4(n) for n in layers[1:])
-        self.out_words = 2 * outs * params.get("OUT_COPIES", 1) if self.tagged else outs
+        self.out_words = 2 * outs if self.tagged else outs
         self.acc_words = exchange_words(layers, self.blocks, exchange)
         self.tagged_acc_words = 2 * outs if exchange == "columns" else self.acc_words  # its tagged head
         self.d_out = backend.upload(np.zeros(self.out_words, np.float32))
