@@ -91,9 +91,9 @@ struct Column {
     }
 
     // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i. The new
-    // weights go to w_to, the new velocities to v_to; with PREV_W (v holds the weights of the step
-    // before) only the weights are stored, over the step before's (w_to = where v came from).
-    __device__ __forceinline__ void update(float* w_to, float* v_to, const float* d, int n, float o, float rate,
+    // column goes back where it was fetched from, w to wt and v to vt; with PREV_W (v holds the
+    // weights of the step before) only the new weights are stored, over the step before's in vt.
+    __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
                                            float momentum) const {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
@@ -105,8 +105,8 @@ struct Column {
             step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
             step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
             step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
-            if (!PREV_W) __stcg(reinterpret_cast<float4*>(v_to + j), vn);
-            __stcg(reinterpret_cast<float4*>(w_to + j), wn);
+            if (!PREV_W) __stcg(reinterpret_cast<float4*>(vt + j), vn);
+            __stcg(reinterpret_cast<float4*>((PREV_W ? vt : wt) + j), wn);
         }
     }
 
@@ -209,7 +209,7 @@ struct Columns {
                     sm.dl[p.own_loc + cw] = dl;
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
-                col.update((PREV_W ? vcol : wcol) + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend_rows = l;
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
@@ -238,7 +238,7 @@ struct Columns {
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);
-                col.update((PREV_W ? vc : wc) + at, vc + at, d + at, n - at, o, rate, momentum);
+                col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum);
             }
         }
         pend_rows = l;

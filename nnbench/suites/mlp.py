@@ -261,12 +261,9 @@ class GpuNet:
 
     def callable(self, launches: list[Launch], stream=None):
         """The launches as one call, on the default stream or, async, on `stream`."""
-        if stream is None:
-            calls = [(self.kernels[la.kernel].prepared_call, (la.grid, 1, 1), (la.block, 1, 1), la.args)
-                     for la in launches]
-        else:
-            calls = [(self.kernels[la.kernel].prepared_async_call, (la.grid, 1, 1), (la.block, 1, 1),
-                      (stream, *la.args)) for la in launches]
+        on = () if stream is None else (stream,)
+        calls = [(self.kernels[la.kernel].prepared_async_call if on else self.kernels[la.kernel].prepared_call,
+                  (la.grid, 1, 1), (la.block, 1, 1), (*on, *la.args)) for la in launches]
 
         def run():
             for f, g, b, a in calls:
