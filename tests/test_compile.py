@@ -26,8 +26,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
     from nnbench import registry
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
              for v in registry.suite_variants("mlp", "cuda") for p in v.params for c in p.choices
-             if not v.problems(dict(v.defaults(), **{p.name: c}))
-             and not (p.name == "BULK_STORE" and c and arch < "sm_90")]  # the copy engine is Hopper's
+             if not v.problems(dict(v.defaults(), **{p.name: c}))]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
              for suite in ("mlp", "conv") for v in registry.suite_variants(suite, "cuda") if not v.params]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)

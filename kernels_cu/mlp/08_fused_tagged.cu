@@ -62,8 +62,6 @@ struct PartialSums {
         : plan(plan), sm(sm), px(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
           rate(rate), momentum(momentum) {}
 
-    __device__ void drain() const {}  // its stores are plain ones
-
     // Step l: the deltas from the partial sums of layer l+1's owners, then the update of the rows,
     // which stores their own partial sums (of W_l^T d_l, for layer l-1) before the weights change.
     __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {

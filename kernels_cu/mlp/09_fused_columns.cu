@@ -54,34 +54,7 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef BULK_STORE
-#define BULK_STORE 0
-#endif
-#if BULK_STORE && !PREV_W
-#error "BULK_STORE: one buffer stored a column update, so PREV_W=1"
-#endif
-#if BULK_STORE && defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
-#error "BULK_STORE: cp.async.bulk needs sm_90 or later"
-#endif
 #include "mlp/tagged.cuh"
-
-// BULK_STORE = k > 0: a column warp writes its new column, 128 weights at a time, to one of k
-// slots of shared memory, and one lane hands each piece to the copy engine (TMA,
-// cp.async.bulk), so no warp waits for the stores to drain, as every warp does for st.global
-// when 132 blocks store 1 MB at once (docs/RESULTS.md, fifth step). A slot is written again once
-// the engine has read it (wait_group.read); the columns are read again by the same warp an
-// iteration later, after a wait for the copies' completion (Columns::backward at the output layer).
-__device__ __forceinline__ void bulk_store(float* dst, const float* src, int bytes) {
-    asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;\n\tcp.async.bulk.commit_group;" ::"l"(
-                     __cvta_generic_to_global(dst)),
-                 "r"((unsigned)__cvta_generic_to_shared(src)), "r"(bytes)
-                 : "memory");
-}
-template <int PENDING>
-__device__ __forceinline__ void bulk_wait_read() {
-    asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(PENDING) : "memory");
-}
-__device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
@@ -117,62 +90,25 @@ struct Column {
         return s;
     }
 
-    // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i, for the
-    // four weights of group g (lane's j >= n: not called). The new velocities (with PREV_W, the
-    // weights before: unchanged) and weights.
-    __device__ __forceinline__ void next(int g, const float* d, int n, float o, float rate, float momentum, float4& vn,
-                                         float4& wn) const {
-        const int j = at(g);
-        const float4 e = *reinterpret_cast<const float4*>(d + j);
-        step(v[g].x, w[g].x, e.x, true, o, rate, momentum, vn.x, wn.x);
-        step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
-        step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
-        step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
-    }
-
-    // The new column goes back where it was fetched from, w to wt and v to vt; with PREV_W (v
-    // holds the weights of the step before) only the new weights are stored, over the step
-    // before's in vt.
+    // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i. The new
+    // column goes back where it was fetched from, w to wt and v to vt; with PREV_W (v holds the
+    // weights of the step before) only the new weights are stored, over the step before's in vt.
     __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
                                            float momentum) const {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
             const int j = at(g);
             if (j >= n) continue;
+            const float4 e = *reinterpret_cast<const float4*>(d + j);
             float4 vn, wn;
-            next(g, d, n, o, rate, momentum, vn, wn);
+            step(v[g].x, w[g].x, e.x, true, o, rate, momentum, vn.x, wn.x);
+            step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
+            step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
+            step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
             if (!PREV_W) __stcg(reinterpret_cast<float4*>(vt + j), vn);
             __stcg(reinterpret_cast<float4*>((PREV_W ? vt : wt) + j), wn);
         }
     }
-
-#if BULK_STORE
-    // update() with PREV_W, the new weights going to vt through the warp's BULK_STORE slots
-    // (`slots`, 128 floats each, 16-byte aligned) and the copy engine. Called by the whole warp.
-    __device__ __forceinline__ void update_bulk(float* vt, const float* d, int n, float o, float rate, float momentum,
-                                                float* slots) const {
-        const int lane = threadIdx.x & 31;
-        if (lane == 0) bulk_wait_read<0>();  // the step before's pieces are out of the slots
-        __syncwarp();
-#pragma unroll
-        for (int g = 0; g < COL_VECS; ++g) {
-            if (128 * g >= n) break;
-            float* slot = slots + 128 * (g % BULK_STORE);
-            if (g >= BULK_STORE) {  // the piece that had this slot is out of it
-                if (lane == 0) bulk_wait_read<BULK_STORE - 1>();
-                __syncwarp();
-            }
-            if (at(g) < n) {
-                float4 vn, wn;
-                next(g, d, n, o, rate, momentum, vn, wn);
-                *reinterpret_cast<float4*>(slot + 4 * lane) = wn;
-            }
-            asm volatile("fence.proxy.async.shared::cta;" ::: "memory");  // the copy engine sees the slot
-            __syncwarp();
-            if (lane == 0) bulk_store(vt + 128 * g, slot, 4 * (min(128 * (g + 1), pad4(n)) - 128 * g));
-        }
-    }
-#endif
 
     __device__ __forceinline__ static void step(float v, float w, float d, bool real, float o, float rate,
                                                 float momentum, float& v_new, float& w_new) {
@@ -189,7 +125,7 @@ struct Columns {
     const Plan* plan;
     const Staged& sm;
     u64* dx;
-    float *wt, *vt, *room, *slots;  // slots: BULK_STORE's, after room
+    float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
     int L;
@@ -212,9 +148,6 @@ struct Columns {
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
         const int lane = threadIdx.x & 31, cw = column_warp();
-        int widest_column = 0;
-        for (int l = 1; l < L; ++l) widest_column = max(widest_column, pad4(plan[l].n_out));
-        slots = room + widest_column + 128 * BULK_STORE * cw;
         for (int l = 1; l < L; ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
             const int n4 = pad4(q.n_out);
@@ -242,7 +175,6 @@ struct Columns {
     // then computes and updates, a column chunk at a time.
     __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
-            drain();  // the columns this backward reads are all stored
             pend_rows = l;
             if (l == 0) settle_now();  // (unless it is the only layer)
             return true;
@@ -256,40 +188,28 @@ struct Columns {
         if (PREV_W) flipped ^= 1u << l;
         const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
         if (overlap) {
-            const bool c0 = cw == 0 && (threadIdx.x & 31) == 0;
             if (cw < p.rows) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
             }
-            timer.lap(l < L - 2 ? 7 : -1, c0);
             __syncthreads();  // the step before's deltas are in dl
-            timer.lap(8, c0);
             timer.waits();
             bool ok = true;
             if (warp < POLLERS)
                 ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
             else if (pend_rows >= 0)
                 settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-            timer.lap(9, c0);
             if (__syncthreads_or(!ok)) return false;
             timer.ready();
-            timer.lap(10, c0);
             if (cw < p.rows) {
                 float s = col.dot(d, n, 0.0f);
                 for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                timer.lap(4, c0);
                 const float o = sm.own[p.own_loc + cw], dl = o * (1.0f - o) * s;
                 if (lane == 0) {
                     sm.dl[p.own_loc + cw] = dl;
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
-                timer.lap(5, c0);
-#if BULK_STORE
-                col.update_bulk(vcol + cw * n4, d, n, o, rate, momentum, slots);
-#else
                 col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
-#endif
-                timer.lap(6, c0);
             }
             pend_rows = l;
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
@@ -324,15 +244,6 @@ struct Columns {
         pend_rows = l;
         settle_now();
         return true;
-    }
-
-    // Every column copy this thread handed to the copy engine has landed in global memory, and the
-    // warp's other lanes see it (the lanes read the columns; lane 0 made the copies).
-    __device__ void drain() const {
-        if (BULK_STORE) {
-            if ((threadIdx.x & 31) == 0) bulk_wait_all();
-            __syncwarp();
-        }
     }
 
     // The pending rows' update by the whole block, now (after the deltas are in dl).

@@ -150,8 +150,6 @@ struct Staged {
 //                                  returns (false: a wait gave up, leave). It calls
 //                                  timer.waits() when it starts to wait, timer.ready() when the
 //                                  values are there;
-//   ex.drain()                     at the end: whatever the exchange still has in flight to
-//                                  global memory has landed;
 // mode 0: train `iterations` samples from sample 0, adding each sample's E to err[epoch]; stop
 //         early at an epoch whose mean E is at most `tolerance` (*done = iterations run).
 // mode 1: feedforward `iterations` samples, writing the output layer to predictions. It has no
@@ -196,19 +194,14 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
             } else if (l == 0) {
                 for (int j = threadIdx.x; j < p.n_in; j += THREADS) in[j] = __ldg(x + s * p.n_in + j);
             } else {
-                timer.lap(l >= 2 ? 2 : -1, threadIdx.x == 0);
                 if (QUIET) __syncthreads();  // see "Quiet" above
-                timer.lap(l >= 2 ? 3 : -1, threadIdx.x == 0);
                 timer.waits();
                 ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
-            const bool t0 = threadIdx.x == 0 && l > 0;
-            timer.lap(-1, t0);
             for (int i = warp; i < p.rows; i += WARPS) {
                 const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
-                timer.lap(0, t0 && i == 0);
                 if (lane == 0) {
                     const int r = p.first + i;
                     const float o = sigmoid(z);
@@ -225,7 +218,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                         atomicAdd(err + it / n_samples, 0.5f * e * e);
                     }
                 }
-                timer.lap(1, t0 && i == 0);
             }
         }
         const int s_next = (it + 1) % n_samples;
@@ -272,7 +264,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         int it = 0;                                                                                                   \
         tagged_train(plan, L, sm, x, t, n_samples, iterations, mode, reinterpret_cast<u64*>(out), err, tolerance,     \
                      predictions, bar, status, timeout_ns, rate, momentum, tag0, timer, ex, it);                      \
-        ex.drain();                                                                                                   \
         if (*(volatile int*)status != 0) return;                                                                      \
         finish_block(plan, L, w, v, W, it, done, timer, phase_out);                                                   \
     }
