@@ -54,9 +54,6 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef EARLY_POLL
-#define EARLY_POLL 0
-#endif
 #include "mlp/tagged.cuh"
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -128,16 +125,14 @@ struct Columns {
     const Plan* plan;
     const Staged& sm;
     u64* dx;
-    float *wt, *vt, *room, *room2;  // room2: EARLY_POLL's second delta vector
+    float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
     int L;
     float rate, momentum;
     // pend_rows >= 0: the block's rows of that layer wait for their update (staged input, dl),
-    // which runs while the next step polls; with EARLY_POLL, while the one after polls, and
-    // pend_ready is the layer whose deltas are final already. Changed only where every thread of
-    // the block passes.
-    int pend_rows, pend_ready;
+    // which runs while the next step polls. Changed only where every thread of the block passes.
+    int pend_rows;
     // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
@@ -148,14 +143,11 @@ struct Columns {
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), pend_ready(-1), flipped(0u) {
+          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
         const int lane = threadIdx.x & 31, cw = column_warp();
-        int widest = 0;
-        for (int l = 1; l < L; ++l) widest = max(widest, pad4(plan[l].n_out));
-        room2 = room + widest;
         for (int l = 1; l < L; ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
             const int n4 = pad4(q.n_out);
@@ -170,10 +162,8 @@ struct Columns {
 
     __device__ void output_delta(const Plan& p, int r, float d, unsigned tag) { store_tagged(dx + p.o_glob + r, d, tag); }
 
-    // The update of the rows of layer l (none: l < 0), by member `me` of a team of `team`.
-    __device__ void settle(int l, int me, int team) const {
-        if (l < 0) return;
-        const Plan p = plan[l];
+    __device__ void settle_rows(int me, int team) const {
+        const Plan p = plan[pend_rows];
         update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
     }
 
@@ -185,15 +175,13 @@ struct Columns {
     // then computes and updates, a column chunk at a time.
     __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
-            (EARLY_POLL ? pend_ready : pend_rows) = l;
+            pend_rows = l;
             if (l == 0) settle_now();  // (unless it is the only layer)
             return true;
         }
         const Plan p = plan[l], q = plan[l + 1];
         const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
-        // d_(l+1): the step before has read its own by the first __syncthreads below, or with
-        // EARLY_POLL, whose pollers do not wait for the column warps, it read the other room
-        float* d = EARLY_POLL && (l & 1) ? room2 : room;
+        float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
         const bool flip = PREV_W && (flipped >> l & 1u);
         float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
         float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;  // velocities, or the weights before
@@ -204,24 +192,13 @@ struct Columns {
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
             }
-            if (!EARLY_POLL) __syncthreads();  // the step before's deltas are in dl
+            __syncthreads();  // the step before's deltas are in dl
             timer.waits();
             bool ok = true;
-            if (EARLY_POLL) {
-                // The pollers update the rows whose deltas were there when this step began (not
-                // layer l+1's, which the column warps may still be computing), then poll, while
-                // the column warps finish the step before.
-                if (warp < POLLERS) {
-                    settle(pend_ready, threadIdx.x, 32 * POLLERS);
-                    ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-                }
-                pend_ready = pend_rows;  // final once every thread is past the barrier below
-            } else if (warp < POLLERS) {
+            if (warp < POLLERS)
                 ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-            } else {
-                settle(pend_rows, threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-            }
-            pend_rows = -1;
+            else if (pend_rows >= 0)
+                settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
             if (__syncthreads_or(!ok)) return false;
             timer.ready();
             if (cw < p.rows) {
@@ -233,10 +210,6 @@ struct Columns {
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
                 col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
-            }
-            if (EARLY_POLL && l == 0) {  // the pollers take layer 1's rows, the block layer 0's
-                if (warp < POLLERS) settle(pend_ready, threadIdx.x, 32 * POLLERS);
-                pend_ready = -1;
             }
             pend_rows = l;
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
@@ -276,9 +249,8 @@ struct Columns {
     // The pending rows' update by the whole block, now (after the deltas are in dl).
     __device__ void settle_now() {
         __syncthreads();
-        settle(pend_ready, threadIdx.x, THREADS);
-        settle(pend_rows, threadIdx.x, THREADS);
-        pend_ready = pend_rows = -1;
+        if (pend_rows >= 0) settle_rows(threadIdx.x, THREADS);
+        pend_rows = -1;
     }
 };
 
