@@ -308,16 +308,12 @@ MLP: tuple[Variant, ...] = (
     Variant("mlp", "fused", 9, "fused-partials with the deltas broadcast like the outputs: each block keeps the "
             "weight columns its deltas need (in L2, in registers by the wait), so a backward phase is a local dot",
             "mlp/09_fused_columns.cu",
-            params=(replace(_TAGGED_PARAMS[0], default=256, choices=(128, 256, 384, 512, 1024)),
-                    replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
+            params=(replace(_TAGGED_PARAMS[0], default=256), replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
-                  "(their difference), so a column update stores the new weight alone"),
-               _p("GROUPS", 1, (1, 2), "2: the column warps form two groups that take the backward steps in turn"),
-               _p("RING_SPIN", 0, (0, 1), "GROUPS 2: 1 spin on the ring's barriers (test_wait), 0 sleep (try_wait)")),
-            rules=(Rule("(THREADS // 32 - POLLERS) % GROUPS == 0", "the column warps split into GROUPS equal groups"),),
+                  "(their difference), so a column update stores the new weight alone")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",

@@ -12,7 +12,7 @@ import sys
 from nnbench import glyphs, nets
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.cuda import CudaBackend
-from nnbench.suites import fused, mlp
+from nnbench.suites import mlp
 from nnbench.suites.ceilings import measure_ceilings
 
 be = CudaBackend(0)
@@ -44,6 +44,3 @@ for p, cc in zip(psets, comp):
     for k, name in enumerate(names):
         n_in = layers[int(name.split()[1])] if name.startswith("fwd") else layers[int(name.split()[1]) + 1]
         print(f"{name:7s} {n_in:6d} {wait[k]:8.3f} {work[k]:8.3f}")
-    import numpy as np  # EXPERIMENT: the laps
-    raw = fn.be.download(fn.d_phase, np.zeros(fused.PHASE_WORDS, np.int64))
-    print("laps us/iteration:", " ".join(f"{i}:{x / mhz / iters:.3f}" for i, x in enumerate(raw[112:128])))

@@ -54,58 +54,7 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef GROUPS
-#define GROUPS 1
-#endif
-#if GROUPS != 1 && GROUPS != 2
-#error "GROUPS: 1 or 2"
-#endif
-#define COL_WARPS ((WARPS - POLLERS) / GROUPS)
-#define ROOMS (GROUPS == 2 ? 3 : 1)
-#ifndef RING_SPIN
-#define RING_SPIN 0
-#endif
 #include "mlp/tagged.cuh"
-
-// GROUPS 2: the column warps form two groups that take the backward steps in turn, so a group's
-// stores and next fetch (what a step's column warps spend most of it on: docs/RESULTS.md, sixth
-// step) run while the other group computes the next step's deltas. The pollers and a group meet
-// at shared-memory arrive/wait barriers (mbarrier, sm_80), not __syncthreads: the pollers fill a
-// ring of ROOMS delta vectors and go on polling, a group waits for its vector to be full and
-// frees it after its update. A wait gives up like every other (Patience), so a fault elsewhere
-// never leaves a warp waiting for a partner that has left.
-__device__ __forceinline__ unsigned shared_address(const void* p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void ring_init(u64* bar, unsigned arrivals) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(shared_address(bar)), "r"(arrivals) : "memory");
-}
-// One arrival a warp, by lane 0 once the warp's lanes are done (__syncwarp orders their shared
-// memory accesses before its release).
-__device__ __forceinline__ void ring_arrive(u64* bar) {
-    __syncwarp();
-    if ((threadIdx.x & 31) == 0) asm volatile("{\n\t.reg .b64 state;\n\tmbarrier.arrive.shared::cta.b64 state, [%0];\n\t}" ::"r"(shared_address(bar))
-                 : "memory");
-}
-__device__ __forceinline__ bool ring_wait(u64* bar, unsigned parity, int* status, long long timeout_ns) {
-    Patience patience{status, timeout_ns};
-    for (;;) {
-        unsigned done;
-#if __CUDA_ARCH__ >= 900 && !RING_SPIN  // the waiting warp sleeps in hardware until the phase completes (or a while passes)
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(shared_address(bar)), "r"(parity)
-            : "memory");
-#else
-        asm volatile(
-            "{\n\t.reg .pred p;\n\tmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\n\tselp.u32 %0, 1, 0, p;\n\t}"
-            : "=r"(done)
-            : "r"(shared_address(bar)), "r"(parity)
-            : "memory");
-#endif
-        if (done) return true;
-        if (!patience.still()) return false;
-    }
-}
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
@@ -176,7 +125,7 @@ struct Columns {
     const Plan* plan;
     const Staged& sm;
     u64* dx;
-    float *wt, *vt, *room;  // room: ROOMS delta vectors of `widest` floats
+    float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
     int L;
@@ -184,12 +133,6 @@ struct Columns {
     // pend_rows >= 0: the block's rows of that layer wait for their update (staged input, dl),
     // which runs while the next step polls. Changed only where every thread of the block passes.
     int pend_rows;
-    // GROUPS 2: ring: the overlapped steps taken so far (the same count in every thread); have:
-    // this thread's col holds its next step's column already; full, empty: the ring's barriers.
-    unsigned ring;
-    bool have;
-    u64 *full, *empty;
-    int widest;
     // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
@@ -200,24 +143,11 @@ struct Columns {
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), ring(0u), have(false), flipped(0u) {
+          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
         const int lane = threadIdx.x & 31, cw = column_warp();
-        widest = 0;
-        for (int l = 1; l < L; ++l) widest = max(widest, pad4(plan[l].n_out));
-#if GROUPS == 2
-        __shared__ u64 barriers[2 * ROOMS];
-        full = barriers;
-        empty = barriers + ROOMS;
-        if (threadIdx.x == 0)
-            for (int r = 0; r < ROOMS; ++r) {
-                ring_init(full + r, POLLERS);
-                ring_init(empty + r, COL_WARPS);
-            }
-        __syncthreads();
-#endif
         for (int l = 1; l < L; ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
             const int n4 = pad4(q.n_out);
@@ -232,108 +162,9 @@ struct Columns {
 
     __device__ void output_delta(const Plan& p, int r, float d, unsigned tag) { store_tagged(dx + p.o_glob + r, d, tag); }
 
-    __device__ void settle_rows(int me, int team) const { settle_layer(pend_rows, me, team); }
-
-    __device__ void settle_layer(int l, int me, int team) const {
-        const Plan p = plan[l];
+    __device__ void settle_rows(int me, int team) const {
+        const Plan p = plan[pend_rows];
         update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
-    }
-
-    // Step l's columns (W_(l+1)'s, for this block's rows of layer l), in whichever of the two
-    // buffers hold them now, and the other (velocities, or the weights a step before).
-    __device__ void columns_of(int l, float*& wcol, float*& vcol) const {
-        const Plan p = plan[l], q = plan[l + 1];
-        const int n4 = pad4(q.n_out);
-        const bool flip = PREV_W && (flipped >> l & 1u);
-        wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
-        vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;
-    }
-
-    // Whether step l's columns fit the column warps and their registers.
-    __device__ bool overlaps(int l) const { return plan[l].rows <= COL_WARPS && plan[l + 1].n_out <= CHUNK; }
-
-    // Column c's share of step l (its column in col, d_(l+1) in d): the delta of row c of layer l,
-    // kept and (but for layer 0) broadcast, then the column's update. By one warp.
-    __device__ void delta_and_update(int l, int c, const float* d, float* wcol, float* vcol, unsigned tag,
-                                     PhaseTimer& timer, bool tg) {
-        const Plan p = plan[l];
-        const int n = plan[l + 1].n_out, n4 = pad4(n);
-        float s = col.dot(d, n, 0.0f);
-        for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-        timer.lap(8, tg);
-        const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
-        if ((threadIdx.x & 31) == 0) {
-            sm.dl[p.own_loc + c] = dl;
-            if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
-        }
-        col.update(wcol + c * n4, vcol + c * n4, d, n, o, rate, momentum);
-    }
-
-    // Which group holds column warp cw (GROUPS 2), and its member number of a team of 32 COL_WARPS.
-    __device__ static int group_of(int cw) { return cw / COL_WARPS; }
-    __device__ static int member() { return (column_warp() % COL_WARPS) * 32 + (threadIdx.x & 31); }
-
-    // Step l with two column groups (GROUPS 2; overlaps(l)): group l % 2 computes it. The pollers
-    // wait until the room's last reader has freed it, poll d_(l+1) into it and mark it full; the
-    // group waits for it, computes its deltas and updates its columns, frees the room, fetches
-    // its columns of step l-2 and updates its rows of layer l (those of layer 0 the block does,
-    // at once), all while the other group computes step l-1.
-    __device__ bool backward_in_groups(int l, unsigned tag, PhaseTimer& timer) {
-        const int warp = threadIdx.x >> 5, cw = column_warp(), c = cw % COL_WARPS, g = l & 1;
-        const int n = plan[l + 1].n_out, n4 = pad4(n);
-        const bool in_group = warp >= POLLERS && group_of(cw) == g, mine = in_group && c < plan[l].rows;
-        const unsigned k = ring++, r = k % ROOMS, use = k / ROOMS;
-        float* d = room + r * widest;
-        float *wcol, *vcol;
-        columns_of(l, wcol, vcol);
-        if (PREV_W) flipped ^= 1u << l;
-        if (mine && !have) {
-            col.fetch_w(wcol + c * n4, n);
-            col.fetch_v(vcol + c * n4, n);
-        }
-        timer.waits();
-        const bool t0 = threadIdx.x == 0, tg = in_group && c == 0 && (threadIdx.x & 31) == 0 && l < L - 2;
-        timer.lap(-1, t0);
-        if (warp < POLLERS) {
-            bool ok = use == 0 || ring_wait(empty + r, (use - 1) & 1u, status, timeout_ns);
-            timer.lap(0, t0);
-            ok = ok && await_vector(d, dx + plan[l + 1].o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-            timer.lap(1, t0);
-            if (!ok) return false;
-            ring_arrive(full + r);
-            timer.lap(2, t0);
-            timer.ready();
-        } else if (in_group) {
-            have = false;
-            timer.lap(l < L - 4 ? 9 : -1, tg);  // since the group's last lap (its step l+2's end)
-            if (!ring_wait(full + r, use & 1u, status, timeout_ns)) return false;
-            timer.lap(3, tg);
-            if (mine) delta_and_update(l, c, d, wcol, vcol, tag, timer, tg);
-            timer.lap(4, tg);
-            ring_arrive(empty + r);
-            if (l >= 2 && overlaps(l - 2)) {  // the group's next step; its flip bit is not taken yet
-                if (c < plan[l - 2].rows) {
-                    const int m = plan[l - 1].n_out, m4 = pad4(m);
-                    float *wn, *vn;
-                    columns_of(l - 2, wn, vn);
-                    col.fetch_w(wn + c * m4, m);
-                    col.fetch_v(vn + c * m4, m);
-                }
-                have = true;
-            }
-            timer.lap(5, tg);
-            if (l > 0) {
-                asm volatile("bar.sync %0, %1;" ::"r"(1 + g), "r"(32 * COL_WARPS) : "memory");  // the group's deltas
-                timer.lap(6, tg);
-                settle_layer(l, member(), 32 * COL_WARPS);
-                timer.lap(7, tg);
-            }
-        }
-        if (l == 0) {
-            pend_rows = 0;
-            settle_now();  // the next sample's first layer needs its rows now
-        }
-        return true;
     }
 
     // Step l. Where the block's rows of layer l fit the column warps and a column fits their
@@ -344,18 +175,10 @@ struct Columns {
     // then computes and updates, a column chunk at a time.
     __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
-            if (GROUPS == 1)
-                pend_rows = l;
-            else {
-                __syncthreads();  // the forward's last layer has put its deltas in dl
-                if (threadIdx.x >> 5 >= POLLERS && group_of(column_warp()) == (l & 1))  // idle in step l-1
-                    settle_layer(l, member(), 32 * COL_WARPS);
-            }
+            pend_rows = l;
             if (l == 0) settle_now();  // (unless it is the only layer)
             return true;
         }
-        if (GROUPS == 2 && overlaps(l)) return backward_in_groups(l, tag, timer);
-        have = false;  // (GROUPS 2: what a group fetched ahead, the chunks below overwrite)
         const Plan p = plan[l], q = plan[l + 1];
         const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
         float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
@@ -363,7 +186,7 @@ struct Columns {
         float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
         float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;  // velocities, or the weights before
         if (PREV_W) flipped ^= 1u << l;
-        const bool overlap = GROUPS == 1 && overlaps(l);
+        const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
         if (overlap) {
             if (cw < p.rows) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);

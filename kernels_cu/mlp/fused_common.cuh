@@ -285,7 +285,7 @@ struct GridBarrier {
 struct PhaseTimer {
 #ifdef PHASE_TIMES
     long long* sums;  // 2 * 2 * MAX_LAYERS, in shared memory (begin's)
-    long long mark, first_cycle, first_ns, lapmark;
+    long long mark, first_cycle, first_ns;
     int k, prev;
     bool on;
 
@@ -301,13 +301,6 @@ struct PhaseTimer {
         first_ns = now_ns();
     }
     __device__ void iteration() { k = 0; }
-    // EXPERIMENT: cycles of a stretch inside a phase, by the thread `me` of block 0 (slot < 0: start)
-    __device__ void lap(int slot, bool me) {
-        if (blockIdx.x != 0 || !me) return;
-        const long long t = clock64();
-        if (slot >= 0) sums[4 * MAX_LAYERS - 16 + slot] += t - lapmark;
-        lapmark = t;
-    }
     __device__ void waits() {
         if (!on) return;
         const long long t = clock64();
@@ -330,7 +323,6 @@ struct PhaseTimer {
 #else
     __device__ void begin() {}
     __device__ void iteration() {}
-    __device__ void lap(int, bool) {}
     __device__ void waits() {}
     __device__ void ready() {}
     __device__ void end(long long*) {}

@@ -84,13 +84,12 @@ def _pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier", rooms: int = 1) -> int:
+def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") -> int:
     """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats);
     for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
     tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room
     for the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole
-    delta vector of one layer, padded to 4 and aligned to 16 bytes (`rooms` of them: fused with
-    GROUPS 2 keeps a ring of 3). The block with the most rows sets it."""
+    delta vector of one layer, padded to 4 and aligned to 16 bytes. The block with the most rows sets it."""
     rows = rows_per_block(layers, blocks)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
@@ -98,7 +97,7 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier", 
         floats = weights + int(stride.max()) + rows.max(axis=0)
     else:
         room = (int(rows[:-1].max(initial=0)) * blocks if exchange == "partials"
-                else rooms * max((_pad4(n) for n in layers[2:]), default=0) + 3)  # + 3: aligned to 16 bytes
+                else max((_pad4(n) for n in layers[2:]), default=0) + 3)  # + 3: aligned to 16 bytes
         floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + room
     return int(4 * floats.max())
 
@@ -118,7 +117,7 @@ def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], exchange: str = "colu
 
 
 def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
-         blocks: int | None, flag_barrier: bool = False, exchange: str = "barrier", rooms: int = 1) -> tuple[int, int]:
+         blocks: int | None, flag_barrier: bool = False, exchange: str = "barrier") -> tuple[int, int]:
     """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
     default_blocks, at most `threads` with the flag barrier."""
     g = blocks or min(default_blocks(dev, layers), threads if flag_barrier else dev.sm_count)
@@ -127,7 +126,7 @@ def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers
                            f"THREADS={threads} runs at most {threads} blocks")
     if len(layers) - 1 > MAX_LAYERS:
         raise NnbenchError(f"fused runs nets of at most {MAX_LAYERS} weight layers; this one has {len(layers) - 1}")
-    dyn = smem_bytes(layers, g, exchange, rooms)
+    dyn = smem_bytes(layers, g, exchange)
     if static_smem + dyn > dev.smem_per_block_optin:
         raise NnbenchError(
             f"fused keeps each block's weight rows on chip: {g} blocks need {(static_smem + dyn) / 1024:.0f} KiB of "
@@ -161,7 +160,7 @@ class FusedNet:
         self.prev_w, self.columns_swapped = params.get("PREV_W") == 1, False
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
-                                     self.flag_barrier, exchange, 3 if params.get("GROUPS") == 2 else 1)
+                                     self.flag_barrier, exchange)
         self.func = kernel.func
         self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
         self.func.prepare(SIGNATURE)
