@@ -176,33 +176,13 @@ __device__ __forceinline__ void update_rows(const Plan& p, float* W, float* V, c
 
 // The update alone, when nobody needs W^T d from the rows: (row, 4 columns) items spread over a
 // team of threads (me of team), not a column group per thread, so it takes one pass, not rows.
-#ifndef OLD_INDEXING
-#define OLD_INDEXING 0
-#endif
 __device__ __forceinline__ void update_rows_flat(const Plan& p, float* W, float* V, const float* in,
                                                  const float* d_own, float rate, float momentum, int me, int team) {
     const int groups = (p.n_in + 4) / 4;  // columns 0..n_in, the bias included
-#if OLD_INDEXING
     for (int k = me; k < p.rows * groups; k += team) {
         const int i = k / groups, j = 4 * (k - i * groups);
         update_four(p, W, V, i, j, *reinterpret_cast<const float4*>(in + j), __fmul_rn(rate, d_own[i]), momentum);
     }
-#else
-    // item k = i groups + g, walked from k = me in steps of team without a division a step (the
-    // update runs in the poll window of every backward step, where its latency counts)
-    int i = me / groups, g = me - i * groups;
-    const int di = team / groups, dg = team - di * groups;
-    while (i < p.rows) {
-        update_four(p, W, V, i, 4 * g, *reinterpret_cast<const float4*>(in + 4 * g), __fmul_rn(rate, d_own[i]),
-                    momentum);
-        i += di;
-        g += dg;
-        if (g >= groups) {
-            g -= groups;
-            ++i;
-        }
-    }
-#endif
 }
 
 __device__ __forceinline__ long long now_ns() {

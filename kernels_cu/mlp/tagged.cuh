@@ -125,15 +125,9 @@ __device__ __forceinline__ bool await_vector(float* dst, const u64* src, int n, 
                                              long long timeout_ns, int me = threadIdx.x, int team = THREADS) {
     return await_tagged(
         (n + 1) / 2, want, status, timeout_ns, [&](int i) { return Span{src + 2 * i, 2 * i + 1 < n ? 2 : 1}; },
-        [&](int i, float a, float c) {  // dst 8-byte aligned: one store a pair, no 2-way bank conflict
-            if (OLD_INDEXING) {
-                dst[2 * i] = a;
-                if (2 * i + 1 < n) dst[2 * i + 1] = c;
-            } else if (2 * i + 1 < n) {
-                *reinterpret_cast<float2*>(dst + 2 * i) = make_float2(a, c);
-            } else {
-                dst[2 * i] = a;
-            }
+        [&](int i, float a, float c) {
+            dst[2 * i] = a;
+            if (2 * i + 1 < n) dst[2 * i + 1] = c;
         },
         me, team);
 }
