@@ -54,9 +54,6 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0
-#endif
 #include "mlp/tagged.cuh"
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -140,14 +137,13 @@ struct Columns {
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
     Column col;
-    bool have;  // PREFETCH: col holds this thread's column of the next step already
 
     // The block's columns are copied from the row layout at the start of every launch (the rows
     // stay the record the host reads), each by the thread that will read and write it later.
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u), have(false) {
+          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
@@ -192,7 +188,7 @@ struct Columns {
         if (PREV_W) flipped ^= 1u << l;
         const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
         if (overlap) {
-            if (cw < p.rows && !have) {  // the dot's and the update's operands, before the wait
+            if (cw < p.rows) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
             }
@@ -213,28 +209,12 @@ struct Columns {
                     sm.dl[p.own_loc + cw] = dl;
                     if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
                 }
-                if (PREFETCH && l > 0 && plan[l - 1].rows <= WARPS - POLLERS && p.n_out <= CHUNK &&
-                    cw < plan[l - 1].rows) {
-                    // the next step's column, fetched before this one's stores queue up ahead of it
-                    const int m4 = pad4(p.n_out);
-                    const bool f = PREV_W && (flipped >> (l - 1) & 1u);
-                    const int at = plan[l].t_glob + plan[l - 1].first * m4 + cw * m4;
-                    Column next;
-                    next.fetch_w((f ? vt : wt) + at, p.n_out);
-                    next.fetch_v((f ? wt : vt) + at, p.n_out);
-                    col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
-                    col = next;
-                    have = true;
-                } else {
-                    col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
-                    have = false;
-                }
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend_rows = l;
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
             return true;
         }
-        have = false;
         settle_now();
         __syncthreads();
         timer.waits();
