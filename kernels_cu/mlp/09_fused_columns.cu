@@ -54,9 +54,6 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef PREFETCH
-#define PREFETCH 0
-#endif
 #include "mlp/tagged.cuh"
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -139,15 +136,14 @@ struct Columns {
     // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
-    Column col, col2;  // col2: PREFETCH's, the odd steps' (col the even ones')
-    bool have;         // PREFETCH: the column of this thread's step is fetched already
+    Column col;
 
     // The block's columns are copied from the row layout at the start of every launch (the rows
     // stay the record the host reads), each by the thread that will read and write it later.
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u), have(false) {
+          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
@@ -171,56 +167,6 @@ struct Columns {
         update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
     }
 
-    // Step l where its columns fit the column warps and their registers (see backward). With
-    // PREFETCH, steps alternate between two columns of registers (by parity, so that each is
-    // named at compile time), and the next step's column is fetched before this step's stores.
-    template <int P>
-    __device__ bool overlapped(int l, unsigned tag, PhaseTimer& timer) {
-        Column& c = P ? col2 : col;
-        Column& next = P ? col : col2;
-        const Plan p = plan[l], q = plan[l + 1];
-        const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
-        float* d = room;
-        const bool flip = PREV_W && (flipped >> l & 1u);
-        float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
-        float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;
-        if (PREV_W) flipped ^= 1u << l;
-        if (cw < p.rows && !have) {  // the dot's and the update's operands, before the wait
-            c.fetch_w(wcol + cw * n4, n);
-            c.fetch_v(vcol + cw * n4, n);
-        }
-        __syncthreads();  // the step before's deltas are in dl
-        timer.waits();
-        bool ok = true;
-        if (warp < POLLERS)
-            ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-        else if (pend_rows >= 0)
-            settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-        if (__syncthreads_or(!ok)) return false;
-        timer.ready();
-        have = false;
-        if (cw < p.rows) {
-            float s = c.dot(d, n, 0.0f);
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            const float o = sm.own[p.own_loc + cw], dl = o * (1.0f - o) * s;
-            if (lane == 0) {
-                sm.dl[p.own_loc + cw] = dl;
-                if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
-            }
-            if (PREFETCH && l > 0 && plan[l - 1].rows <= WARPS - POLLERS && p.n_out <= CHUNK && cw < plan[l - 1].rows) {
-                const int m4 = pad4(p.n_out), at = p.t_glob + plan[l - 1].first * m4 + cw * m4;
-                const bool f = PREV_W && (flipped >> (l - 1) & 1u);
-                next.fetch_w((f ? vt : wt) + at, p.n_out);
-                next.fetch_v((f ? wt : vt) + at, p.n_out);
-                have = true;
-            }
-            c.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
-        }
-        pend_rows = l;
-        if (l == 0) settle_now();  // the next sample's first layer needs its rows now
-        return true;
-    }
-
     // Step l. Where the block's rows of layer l fit the column warps and a column fits their
     // registers (Net 8 on 132 blocks: every step), each column warp fetches its column, w and v,
     // before the wait, the rows' update of step l+1 runs in the column warps while the others
@@ -234,15 +180,41 @@ struct Columns {
             return true;
         }
         const Plan p = plan[l], q = plan[l + 1];
-        const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, cw = column_warp();
-        if (p.rows <= WARPS - POLLERS && n <= CHUNK)
-            return PREFETCH && (l & 1) ? overlapped<1>(l, tag, timer) : overlapped<0>(l, tag, timer);
-        have = false;
+        const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
         float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
         const bool flip = PREV_W && (flipped >> l & 1u);
         float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
         float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;  // velocities, or the weights before
         if (PREV_W) flipped ^= 1u << l;
+        const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
+        if (overlap) {
+            if (cw < p.rows) {  // the dot's and the update's operands, before the wait
+                col.fetch_w(wcol + cw * n4, n);
+                col.fetch_v(vcol + cw * n4, n);
+            }
+            __syncthreads();  // the step before's deltas are in dl
+            timer.waits();
+            bool ok = true;
+            if (warp < POLLERS)
+                ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
+            else if (pend_rows >= 0)
+                settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
+            if (__syncthreads_or(!ok)) return false;
+            timer.ready();
+            if (cw < p.rows) {
+                float s = col.dot(d, n, 0.0f);
+                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+                const float o = sm.own[p.own_loc + cw], dl = o * (1.0f - o) * s;
+                if (lane == 0) {
+                    sm.dl[p.own_loc + cw] = dl;
+                    if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
+                }
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
+            }
+            pend_rows = l;
+            if (l == 0) settle_now();  // the next sample's first layer needs its rows now
+            return true;
+        }
         settle_now();
         __syncthreads();
         timer.waits();
