@@ -25,6 +25,7 @@ import pycuda.driver as drv
 
 from nnbench import nets, results
 from nnbench.results import CsvSink
+from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.cuda import CudaBackend
 from nnbench.suites import mlp
 
@@ -44,7 +45,8 @@ class Run:
         self.err = drv.pagelocked_empty(1, np.float32)
         self.out = mlp.Outcome(variant.name)
         self.params = params
-        self.saved = Path(checkpoints) / f"net{net.name}_{variant.name}.npz" if checkpoints else None
+        changed = "".join(f"@{k}={x}" for k, x in params.items() if x != variant.defaults()[k])  # kcm@THREADS=1
+        self.saved = Path(checkpoints) / f"net{net.name}_{variant.name}{changed}.npz" if checkpoints else None
         if self.saved and self.saved.exists():
             self.resume()
 
@@ -73,7 +75,7 @@ class Run:
                    version=self.v.name, step=self.v.step, params=" ".join(f"{k}={x}" for k, x in self.params.items()),
                    weights_rel_err=self.check, status="PASS" if self.check <= mlp.CHECK_RTOL else "FAIL",
                    error="trained side by side with others (scripts/converge_together.py): no time per iteration")
-        rec = mlp._record(rec, self.out, None, None, None)
+        rec = mlp.train_record(rec, self.out, None, None, None)
         rec["us_per_iteration"] = rec["us_per_feedforward"] = None
         if self.saved and self.saved.exists():
             self.saved.unlink()
@@ -108,11 +110,12 @@ def main() -> None:
     specs = [x.partition("@") for x in a.versions.split(",")]
     plain = mlp.plan([n for n, _, _ in specs], "cuda")
     chosen = [(v, v.parse_params(spec)) for (v, _), (_, _, spec) in zip(plain, specs)]
-    compiled = mlp.compile_versions(be.arch, chosen)
+    # one build per (version, parameters): kcm and kcm@THREADS=1 may run side by side
+    compiled = compile_sources(be.arch, [(v.source, p) for v, p in chosen])
     if a.checkpoints:
         Path(a.checkpoints).mkdir(parents=True, exist_ok=True)
-    runs = [Run(be, nets.get(n), v, p, compiled[v.name], a.max_iterations, a.checkpoints)
-            for n in a.nets.split(",") for v, p in chosen]
+    runs = [Run(be, nets.get(n), v, p, c, a.max_iterations, a.checkpoints)
+            for n in a.nets.split(",") for (v, p), c in zip(chosen, compiled)]
     sink = CsvSink(Path(a.csv), append=Path(a.csv).exists(), fields=results.TRAIN_FIELDS)
     env = results.environment(be)
     start, last = time.perf_counter(), 0.0

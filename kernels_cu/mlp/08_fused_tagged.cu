@@ -98,7 +98,7 @@ struct PartialSums {
         for (int i = warp; i < p.rows; i += WARPS) {
             float sum = 0.0f;
             for (int c = lane; c < G; c += 32) sum += parts[c * p.rows + i];
-            for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+            sum = warp_sum(sum);
             if (lane == 0) {
                 const float o = sm.own[p.own_loc + i];
                 sm.dl[p.own_loc + i] = o * (1.0f - o) * sum;

@@ -162,6 +162,19 @@ struct Columns {
 
     __device__ void output_delta(const Plan& p, int r, float d, unsigned tag) { store_tagged(dx + p.o_glob + r, d, tag); }
 
+    // The delta of this block's row c of layer l (plan p), o (1 - o) W_(l+1)[:, row] . d_(l+1), from
+    // each lane's share s of the dot: kept in dl and, but for layer 0 (whose deltas nobody awaits),
+    // broadcast. Returns o. By one warp.
+    __device__ float own_delta(const Plan& p, int l, int c, float s, unsigned tag) {
+        s = warp_sum(s);
+        const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
+        if ((threadIdx.x & 31) == 0) {
+            sm.dl[p.own_loc + c] = dl;
+            if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
+        }
+        return o;
+    }
+
     __device__ void settle_rows(int me, int team) const {
         const Plan p = plan[pend_rows];
         update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
@@ -180,7 +193,7 @@ struct Columns {
             return true;
         }
         const Plan p = plan[l], q = plan[l + 1];
-        const int n = q.n_out, n4 = pad4(n), lane = threadIdx.x & 31, warp = threadIdx.x >> 5, cw = column_warp();
+        const int n = q.n_out, n4 = pad4(n), warp = threadIdx.x >> 5, cw = column_warp();
         float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
         const bool flip = PREV_W && (flipped >> l & 1u);
         float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
@@ -202,13 +215,7 @@ struct Columns {
             if (__syncthreads_or(!ok)) return false;
             timer.ready();
             if (cw < p.rows) {
-                float s = col.dot(d, n, 0.0f);
-                for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-                const float o = sm.own[p.own_loc + cw], dl = o * (1.0f - o) * s;
-                if (lane == 0) {
-                    sm.dl[p.own_loc + cw] = dl;
-                    if (l > 0) store_tagged(dx + p.o_glob + p.first + cw, dl, tag);
-                }
+                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag);
                 col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend_rows = l;
@@ -229,12 +236,7 @@ struct Columns {
                 col.fetch_w(wc + at, n - at);
                 s = col.dot(d + at, n - at, s);
             }
-            for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-            const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
-            if (lane == 0) {
-                sm.dl[p.own_loc + c] = dl;
-                if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
-            }
+            const float o = own_delta(p, l, c, s, tag);
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);

@@ -26,7 +26,7 @@ extern "C" __global__ void output_delta_batch(const float* __restrict__ H, int l
         D[(size_t)b * ldd + j] = o * (1.0f - o) * e;
         e2 += e * e;
     }
-    for (int s = 16; s > 0; s >>= 1) e2 += __shfl_xor_sync(0xffffffffu, e2, s);
+    e2 = warp_sum(e2);
     if (threadIdx.x % 32 == 0 && e2 != 0.0f) atomicAdd(err, 0.5f * e2);
 }
 

@@ -127,8 +127,7 @@ __device__ __forceinline__ float row_dot(const float* row, const float* act, int
         const float4 wv = wr[j], av = a4[j];
         z += wv.x * av.x + wv.y * av.y + wv.z * av.z + wv.w * av.w;
     }
-    for (int o = 16; o > 0; o >>= 1) z += __shfl_xor_sync(0xffffffffu, z, o);
-    return z;
+    return warp_sum(z);
 }
 
 // One weight's momentum step, v = momentum v + (rate d) in, in one fixed rounding (no contraction

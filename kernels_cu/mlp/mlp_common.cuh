@@ -8,6 +8,12 @@
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
 
+// The sum of x over the warp, in every lane (a butterfly, so every lane adds in the same order).
+__device__ __forceinline__ float warp_sum(float x) {
+    for (int o = 16; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 // delta[j] = o(1 - o)(t - o) at the output layer, one thread per output neuron (every version);
 // adds the sample's error 1/2 sum (t - o)^2 to *err, which the host reads once per epoch.
 extern "C" __global__ void delta_output(const float* __restrict__ o, const float* __restrict__ t,

@@ -636,7 +636,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             except KernelFault as e:  # the rows already yielded stand
                 yield dict(rec, status="ERROR", error=str(e))
                 continue
-        yield _record(rec, out, seq_s, peak, lanes)
+        yield train_record(rec, out, seq_s, peak, lanes)
     for mode in torch_modes:
         rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum)", status="PASS")
         try:
@@ -644,7 +644,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
-        yield _record(rec, out, seq_s, peak, lanes)
+        yield train_record(rec, out, seq_s, peak, lanes)
 
 
 def data_sets(layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
@@ -664,7 +664,8 @@ def base_record(layers: tuple[int, ...], hyper: Hyper, test: glyphs.Dataset) -> 
                 flops_per_iteration=flops_per_iteration(layers))
 
 
-def _record(rec: dict, out: Outcome, seq_s: float | None, peak: float | None, lanes: int | None) -> dict:
+def train_record(rec: dict, out: Outcome, seq_s: float | None, peak: float | None, lanes: int | None) -> dict:
+    """A version's row: base_record's fields in rec, with the outcome's counts, times and rates."""
     speedup = seq_s / out.seconds_per_iteration if seq_s and out.seconds_per_iteration > 0 else None
     threads_per_launch = out.threads_per_iteration / out.launches_per_iteration if out.launches_per_iteration else None
     busy = min(out.busy_threads_mean, lanes) if lanes and out.launches_per_iteration else None
