@@ -320,7 +320,7 @@ MLP: tuple[Variant, ...] = (
             "weight kept once, in shared memory, and partial sums exchanged both ways from about 11 blocks, not 132",
             "mlp/10_fused_tiles.cu",
             params=(replace(_TAGGED_PARAMS[0], default=256),) + _TAGGED_PARAMS[2:]
-            + (_p("POLL_SPANS", 4, (1, 2, 4), "16-byte tagged loads a thread issues before it waits"),
+            + (_p("POLL_SPANS", 1, (1, 2, 4), "16-byte tagged loads (a pair of values' partial sums) a thread has in flight"),
                _p("ROW_LANES", 4, (2, 4, 8), "threads that share a row (or column) of a tile's dot product")),
             tags=("fused", "tagged", "tiles"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).

@@ -37,16 +37,17 @@
 // is rewritten only after its next forward read x[C_c], stored by the readers of g_l[C_c] after
 // their backward step l read it.
 //
-// Layouts: out holds y, the forward partials, tagged, layer l's n_out x Q_l words (Q_l of row i
-// together) from y_glob; acc holds g, the backward partials of layers l >= 1, n_in x P_l words
-// (P_l of column j together) from g_glob; every layer's slice an even number of words (16-byte
-// aligned). Shared memory: every tile's weights W (rows of `stride` floats: its columns, then the
-// bias if c = Q - 1, padded to 4, zero), then their velocities V, every layer's staged input xs
-// (x[C_c], then 1 for the bias, then 0), the deltas of every layer's rows, and the polled words.
+// Layouts: out holds y, the forward partial sums, tagged: for layer l, Q_l rows (part c) of
+// even(n_out) words from y_glob; acc holds g, the backward ones of layers l >= 1: P_l rows (part a)
+// of even(n_in) words from g_glob. Part-major, so a producer's stores are contiguous and a
+// reader's poll of a part is 512 contiguous bytes a warp. Shared memory: every tile's weights W
+// (rows of `stride` floats: its columns, then the bias if c = Q - 1, padded to 4, zero), then
+// their velocities V, every layer's staged input xs (x[C_c], then 1 for the bias, then 0), the
+// deltas of every layer's rows, and the values of one poll.
 #include "mlp/tagged.cuh"
 
 #ifndef POLL_SPANS
-#define POLL_SPANS 4
+#define POLL_SPANS 1
 #endif
 #ifndef ROW_LANES
 #define ROW_LANES 4
@@ -93,8 +94,8 @@ __device__ void make_tiles(Tile* tiles, const int* widths, int L, int b) {
         t.d_loc = d_loc;
         tiles[l] = t;
         w_glob += t.n_out * (t.n_in + 1);
-        y_glob += even(t.n_out * t.Q);
-        if (l > 0) g_glob += even(t.n_in * t.P);
+        y_glob += t.Q * even(t.n_out);
+        if (l > 0) g_glob += t.P * even(t.n_in);
         w_loc += t.nr * t.stride;
         x_loc += t.stride;
         d_loc += t.nr;
@@ -128,51 +129,74 @@ struct TileMemory {  // the dynamic shared memory, as laid out in the header
     float *W, *V, *xs, *dl, *got;
 };
 
-// Words [k0, k1) of a tagged buffer (16-byte aligned) into got[0 .. k1 - k0), once every tag is
-// `want`, by the whole block: 16-byte spans from the even word at or below k0 (a word of a span
-// outside the range is not awaited), POLL_SPANS of them a thread in flight. meanwhile(me, team),
-// work that needs none of the words, runs while they come: in the warps that poll nothing, where
-// there are any (so a poller's next look is never held up by it), else in every thread after its
-// first loads are issued. False when the wait gave up or a newer tag showed up (the caller leaves).
+// The `parts` tagged partial sums of values v0 .. v0 + n - 1, part k of value v at buf[k row + v]
+// (row even, buf 16-byte aligned), into got[k span + i] (i = v - e0, e0 the even value at or below
+// v0, span = the pairs' width) once every tag is `want`, by the whole block: a 16-byte load (a pair
+// of values) a thread, pairs of a part row on consecutive threads, so a warp's load is 512
+// contiguous bytes. (One warp with a dozen polls in flight waits far longer than eight warps with
+// one each: docs/RESULTS.md.) A value outside the range is not awaited. Every load not yet fresh
+// is issued again in each round, so a round costs one L2 round trip however many are missing.
+// meanwhile(me, team), work that needs none of the values, runs while they come: in the warps
+// that poll nothing, where there are any, else in every thread after its first loads are issued.
+// Returns span (the caller leaves on a false `ok`: the wait gave up or a newer tag showed up).
 template <typename Meanwhile>
-__device__ __forceinline__ bool await_words(float* got, const u64* buf, int k0, int k1, unsigned want, int* status,
-                                            long long timeout_ns, Meanwhile meanwhile) {
-    const int e0 = k0 & ~1, spans = (k1 - e0 + 1) / 2;
-    const int busy = min(THREADS, (spans + 31) / 32 * 32);  // the warps with spans
+__device__ __forceinline__ int await_parts(float* got, const u64* buf, int row, int v0, int n, int parts, unsigned want,
+                                           int* status, long long timeout_ns, bool& ok, Meanwhile meanwhile) {
+    const int e0 = v0 & ~1, pairs = (v0 + n - e0 + 1) / 2, loads = pairs * parts;
+    const int busy = min(THREADS, (loads + 31) / 32 * 32);  // the warps with loads
+    ok = true;
     if (busy < THREADS && (int)threadIdx.x >= busy) {
         meanwhile(threadIdx.x - busy, THREADS - busy);
-        return true;
+        return 2 * pairs;
     }
     Patience patience{status, timeout_ns};
-    bool first = true;
-    for (int base = threadIdx.x;; base += POLL_SPANS * THREADS) {
-        ulonglong2 v[POLL_SPANS];
-#pragma unroll
-        for (int k = 0; k < POLL_SPANS; ++k)
-            if (base + k * THREADS < spans) v[k] = load_tagged2(buf + e0 + 2 * (base + k * THREADS));
-        if (first && busy == THREADS) meanwhile(threadIdx.x, THREADS);
-        first = false;
+    bool owed = busy == THREADS;  // this thread's share of meanwhile
+    for (int base = threadIdx.x; base < loads; base += POLL_SPANS * THREADS) {
+        ulonglong2 w[POLL_SPANS];
+        const u64* at[POLL_SPANS];
+        bool lo[POLL_SPANS], hi[POLL_SPANS];
 #pragma unroll
         for (int k = 0; k < POLL_SPANS; ++k) {
-            const int at = e0 + 2 * (base + k * THREADS);
-            if (base + k * THREADS >= spans) break;
-            const bool lo = at >= k0, hi = at + 1 < k1;
-            for (;;) {
-                const unsigned tx = lo ? (unsigned)(v[k].x >> 32) : want, ty = hi ? (unsigned)(v[k].y >> 32) : want;
-                if (tx == want && ty == want) break;
-                if ((int)(tx - want) > 0 || (int)(ty - want) > 0) {
-                    atomicCAS(status, 0, 2);
-                    return false;
-                }
-                if (!patience.still()) return false;
-                if (BACKOFF) __nanosleep(BACKOFF);
-                v[k] = load_tagged2(buf + at);
-            }
-            if (lo) got[at - k0] = __uint_as_float((unsigned)v[k].x);
-            if (hi) got[at + 1 - k0] = __uint_as_float((unsigned)v[k].y);
+            const int j = base + k * THREADS, part = j / pairs, v = e0 + 2 * (j - part * pairs);
+            at[k] = buf + part * row + v;
+            lo[k] = j < loads && v >= v0;
+            hi[k] = j < loads && v + 1 < v0 + n;
+            if (j < loads) w[k] = load_tagged2(at[k]);
         }
-        if (base - threadIdx.x + POLL_SPANS * THREADS >= spans) return true;
+        if (owed) meanwhile(threadIdx.x, THREADS);
+        owed = false;
+        unsigned fresh = 0u;
+        for (;;) {
+#pragma unroll
+            for (int k = 0; k < POLL_SPANS; ++k) {
+                if (fresh >> k & 1u) continue;
+                const unsigned tx = lo[k] ? (unsigned)(w[k].x >> 32) : want, ty = hi[k] ? (unsigned)(w[k].y >> 32) : want;
+                if (tx == want && ty == want) fresh |= 1u << k;
+                else if ((int)(tx - want) > 0 || (int)(ty - want) > 0) {
+                    atomicCAS(status, 0, 2);
+                    ok = false;
+                    return 2 * pairs;
+                }
+            }
+            if (fresh == (1u << POLL_SPANS) - 1u) break;
+            if (!patience.still()) {
+                ok = false;
+                return 2 * pairs;
+            }
+            if (BACKOFF) __nanosleep(BACKOFF);
+#pragma unroll
+            for (int k = 0; k < POLL_SPANS; ++k)
+                if (!(fresh >> k & 1u)) w[k] = load_tagged2(at[k]);
+        }
+#pragma unroll
+        for (int k = 0; k < POLL_SPANS; ++k) {
+            const int j = base + k * THREADS, part = j / pairs, i = 2 * (j - part * pairs);
+            if (lo[k]) got[part * 2 * pairs + i] = __uint_as_float((unsigned)w[k].x);
+            if (hi[k]) got[part * 2 * pairs + i + 1] = __uint_as_float((unsigned)w[k].y);
+        }
     }
+    if (owed) meanwhile(threadIdx.x, THREADS);
+    return 2 * pairs;
 }
 
 __device__ __forceinline__ float team_sum(float s) {  // over the ROW_LANES threads of a team
@@ -181,18 +205,19 @@ __device__ __forceinline__ float team_sum(float s) {  // over the ROW_LANES thre
     return s;
 }
 
-// got[i * parts .. + parts) summed, for i < n, into f(i, sum) in the team's first thread: a team a
-// value, each thread adding every ROW_LANES-th part, so the loads go out together and the chain of
-// dependent adds is parts / ROW_LANES long, not parts (in a fixed order: reproducible).
+// The n values' sums of their parts (got[k span + skip + i], as await_parts left them) into
+// f(i, sum) in the team's first thread: a team a value, each thread adding every ROW_LANES-th
+// part, so the loads go out together and the chain of dependent adds is parts / ROW_LANES long (in
+// a fixed order: reproducible).
 template <typename F>
-__device__ __forceinline__ void sum_parts(const float* got, int n, int parts, F f) {
+__device__ __forceinline__ void sum_parts(const float* got, int span, int skip, int n, int parts, F f) {
     const int part = threadIdx.x % ROW_LANES;
     for (int base = 0; base < n; base += ROW_TEAMS) {
         const int i = base + threadIdx.x / ROW_LANES;
         float s = 0.0f;
         if (i < n)
 #pragma unroll 4
-            for (int k = part; k < parts; k += ROW_LANES) s += got[i * parts + k];
+            for (int k = part; k < parts; k += ROW_LANES) s += got[k * span + skip + i];
         s = team_sum(s);
         if (part == 0 && i < n) f(i, s);
     }
@@ -206,19 +231,19 @@ __device__ __forceinline__ void tile_dot(const Tile& t, const TileMemory& sm, Em
     const int part = threadIdx.x % ROW_LANES, m4 = t.stride / 4;
     for (int base = 0; base < t.nr; base += ROW_TEAMS) {
         const int i = base + threadIdx.x / ROW_LANES;
-        float s = 0.0f;
+        float4 a = make_float4(0.0f, 0.0f, 0.0f, 0.0f);  // four chains of adds, not one
         if (i < t.nr) {
             const float4* w4 = reinterpret_cast<const float4*>(sm.W + t.w_loc + i * t.stride);
 #pragma unroll 4
             for (int m = part; m < m4; m += ROW_LANES) {
                 const float4 w = w4[m], x = x4[m];
-                s = fmaf(w.x, x.x, s);
-                s = fmaf(w.y, x.y, s);
-                s = fmaf(w.z, x.z, s);
-                s = fmaf(w.w, x.w, s);
+                a.x = fmaf(w.x, x.x, a.x);
+                a.y = fmaf(w.y, x.y, a.y);
+                a.z = fmaf(w.z, x.z, a.z);
+                a.w = fmaf(w.w, x.w, a.w);
             }
         }
-        s = team_sum(s);
+        const float s = team_sum((a.x + a.y) + (a.z + a.w));
         if (part == 0 && i < t.nr) emit(i, s);
     }
 }
@@ -231,11 +256,18 @@ __device__ __forceinline__ void tile_dot_t(const Tile& t, const TileMemory& sm, 
     const int part = threadIdx.x % ROW_LANES;
     for (int base = 0; base < t.nc; base += ROW_TEAMS) {
         const int j = base + threadIdx.x / ROW_LANES;
-        float s = 0.0f;
-        if (j < t.nc)
-#pragma unroll 4
-            for (int i = part; i < t.nr; i += ROW_LANES) s = fmaf(sm.W[t.w_loc + i * t.stride + j], d[i], s);
-        s = team_sum(s);
+        float s0 = 0.0f, s1 = 0.0f;  // two chains of adds, not one
+        if (j < t.nc) {
+            const float* col = sm.W + t.w_loc + j;
+            int i = part;
+#pragma unroll 2
+            for (; i + ROW_LANES < t.nr; i += 2 * ROW_LANES) {
+                s0 = fmaf(col[i * t.stride], d[i], s0);
+                s1 = fmaf(col[(i + ROW_LANES) * t.stride], d[i + ROW_LANES], s1);
+            }
+            if (i < t.nr) s0 = fmaf(col[i * t.stride], d[i], s0);
+        }
+        const float s = team_sum(s0 + s1);
         if (part == 0 && j < t.nc) {
             const float x = sm.xs[t.x_loc + j];
             emit(j, x * (1.0f - x) * s);
@@ -299,15 +331,16 @@ __device__ __forceinline__ void tile_train(const Tile* tiles, int L, const TileM
                 const Tile p = tiles[l - 1];
                 if (QUIET) __syncthreads();  // see "Quiet" in tagged.cuh
                 timer.waits();
-                const bool ok = await_words(sm.got, y + p.y_glob, q.c0 * p.Q, (q.c0 + q.nc) * p.Q, tag, status,
-                                            timeout_ns, [](int, int) {});
+                bool ok;
+                const int span = await_parts(sm.got, y + p.y_glob, even(p.n_out), q.c0, q.nc, p.Q, tag, status,
+                                             timeout_ns, ok, [](int, int) {});
                 if (__syncthreads_or(!ok)) return;
                 timer.ready();
-                sum_parts(sm.got, q.nc, p.Q, [&](int j, float z) { xs[j] = sigmoid(z); });
+                sum_parts(sm.got, span, q.c0 & 1, q.nc, p.Q, [&](int j, float z) { xs[j] = sigmoid(z); });
             }
             __syncthreads();
             if (l < L - 1) {
-                tile_dot(q, sm, [&](int i, float z) { store_tagged(y + q.y_glob + (q.r0 + i) * q.Q + q.c, z, tag); });
+                tile_dot(q, sm, [&](int i, float z) { store_tagged(y + q.y_glob + q.c * even(q.n_out) + q.r0 + i, z, tag); });
             } else {  // the output layer: Q = 1, so the sums are whole
                 tile_dot(q, sm, [&](int i, float z) {
                     const int r = q.r0 + i;
@@ -340,20 +373,21 @@ __device__ __forceinline__ void tile_train(const Tile* tiles, int L, const TileM
             if (l < L - 1 && q.a >= 0) {
                 const Tile n = tiles[l + 1];
                 timer.waits();
-                const bool ok = await_words(sm.got, g + n.g_glob, q.r0 * n.P, (q.r0 + q.nr) * n.P, tag, status,
-                                            timeout_ns, [&](int me, int team) {
-                                                if (pending >= 0) update_tile(tiles[pending], sm, rate, momentum, me, team);
-                                            });
+                bool ok;
+                const int span = await_parts(sm.got, g + n.g_glob, even(n.n_in), q.r0, q.nr, n.P, tag, status,
+                                             timeout_ns, ok, [&](int me, int team) {
+                                                 if (pending >= 0) update_tile(tiles[pending], sm, rate, momentum, me, team);
+                                             });
                 if (__syncthreads_or(!ok)) return;
                 timer.ready();
-                sum_parts(sm.got, q.nr, n.P, [&](int i, float d) { sm.dl[q.d_loc + i] = d; });
+                sum_parts(sm.got, span, q.r0 & 1, q.nr, n.P, [&](int i, float d) { sm.dl[q.d_loc + i] = d; });
                 __syncthreads();
             } else if (l < L - 1 && pending >= 0) {
                 update_tile(tiles[pending], sm, rate, momentum);
             }
             pending = q.a >= 0 ? l : -1;
             if (l > 0 && q.a >= 0)
-                tile_dot_t(q, sm, [&](int j, float v) { store_tagged(g + q.g_glob + (q.c0 + j) * q.P + q.a, v, tag); });
+                tile_dot_t(q, sm, [&](int j, float v) { store_tagged(g + q.g_glob + q.a * even(q.n_in) + q.c0 + j, v, tag); });
         }
         __syncthreads();
         if (pending >= 0) update_tile(tiles[pending], sm, rate, momentum);

@@ -98,11 +98,12 @@ def tiles_of(layers: tuple[int, ...], blocks: int) -> list[dict[str, np.ndarray]
 
 
 def polled_words(layers: tuple[int, ...], blocks: int) -> int:
-    """The most tagged words a fused-tiles block polls in one phase: Q_(l-1) partials of each input
-    column of its tile (forward), P_(l+1) of each of its rows' deltas (backward)."""
+    """The most values a fused-tiles block stages in one poll: Q_(l-1) parts of each input column of
+    its tile (forward), P_(l+1) of each of its rows' deltas (backward), a part's values from the
+    even one at or below the first (10_fused_tiles.cu, await_parts)."""
     t = tiles_of(layers, blocks)
-    fwd = [int(t[l]["nc"].max()) * t[l - 1]["Q"] for l in range(1, len(t))]
-    bwd = [int(t[l]["nr"].max()) * t[l + 1]["P"] for l in range(len(t) - 1)]
+    fwd = [(int(t[l]["nc"].max()) + 2) * t[l - 1]["Q"] for l in range(1, len(t))]
+    bwd = [(int(t[l]["nr"].max()) + 2) * t[l + 1]["P"] for l in range(len(t) - 1)]
     return max(fwd + bwd, default=0)
 
 
@@ -115,11 +116,11 @@ def exchange_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
     padded to 4); fused-partials' tagged partial sums (for every weight layer but the first, a slot
     per block of its input width, padded to 4); fused's tagged deltas (laid out as the outputs),
     then the transposed weights and velocities of every weight layer but the first; fused-tiles'
-    tagged backward partial sums (every weight layer but the first: P of each input column, an even
-    number of 8-byte words a layer)."""
+    tagged backward partial sums (every weight layer but the first: P rows of its input width,
+    each an even number of 8-byte words, so that each row is 16-byte aligned)."""
     outs = sum(_pad4(n) for n in layers[1:])
     if exchange == "tiles":
-        return 2 * sum(_even(n_in * P) for n_in, (P, _) in list(zip(layers[:-1], tile_grid(layers, blocks)))[1:])
+        return 2 * sum(P * _even(n_in) for n_in, (P, _) in list(zip(layers[:-1], tile_grid(layers, blocks)))[1:])
     if exchange == "barrier":
         return outs
     if exchange == "partials":
@@ -129,10 +130,10 @@ def exchange_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
 
 def output_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
     """4-byte words of the kernel's `out` buffer: every layer's outputs (slices padded to 4), as
-    floats (fused-barrier) or tagged (8 bytes); fused-tiles' tagged forward partial sums (Q of each
-    output, an even number of 8-byte words a layer)."""
+    floats (fused-barrier) or tagged (8 bytes); fused-tiles' tagged forward partial sums (Q rows of
+    every layer's outputs, each an even number of 8-byte words)."""
     if exchange == "tiles":
-        return 2 * sum(_even(n_out * Q) for n_out, (_, Q) in zip(layers[1:], tile_grid(layers, blocks)))
+        return 2 * sum(Q * _even(n_out) for n_out, (_, Q) in zip(layers[1:], tile_grid(layers, blocks)))
     outs = sum(_pad4(n) for n in layers[1:])
     return outs if exchange == "barrier" else 2 * outs
 
