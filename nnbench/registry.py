@@ -270,8 +270,7 @@ GEMM: tuple[Variant, ...] = (
 #   fused = every iteration in one launch (its grid, one block per SM by default, is chosen at run
 #           time by nnbench/suites/fused.py, so `grid` here is only a placeholder);
 #   tagged = the blocks exchange tagged values instead of meeting at grid barriers;
-#   columns = each block keeps the weight columns its deltas need, so the deltas travel whole;
-#   tiles = each block keeps a tile of every weight layer, and partial sums travel both ways.
+#   columns = each block keeps the weight columns its deltas need, so the deltas travel whole.
 _NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
 _MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
@@ -316,21 +315,14 @@ MLP: tuple[Variant, ...] = (
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
                   "(their difference), so a column update stores the new weight alone")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
-    Variant("mlp", "fused-tiles", 10, "fused with each weight layer cut into a grid of tiles, one a block: every "
-            "weight kept once, in shared memory, and partial sums exchanged both ways from about 11 blocks, not 132",
-            "mlp/10_fused_tiles.cu",
-            params=(replace(_TAGGED_PARAMS[0], default=256),) + _TAGGED_PARAMS[2:]
-            + (_p("POLL_SPANS", 1, (1, 2, 4), "16-byte tagged loads (a pair of values' partial sums) a thread has in flight"),
-               _p("ROW_LANES", 4, (2, 4, 8), "threads that share a row (or column) of a tile's dot product")),
-            tags=("fused", "tagged", "tiles"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
             None, backend="cpu", tags=("batched",)),
-    Variant("mlp", "batched", 11, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
+    Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
-    Variant("mlp", "batched-cublas", 12, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+    Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
 

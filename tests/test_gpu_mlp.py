@@ -79,13 +79,12 @@ FUSED = {v.name: v for v in mlp.versions("cuda") if "fused" in v.tags}
 @pytest.fixture(scope="module")
 def fused_compiled(cuda_backend):
     """(variant, params, compiled): fused and fused-partials with their defaults, fused-barrier with
-    either barrier, fused with a column longer than its registers hold (read in chunks), fused
-    with PREV_W the other way (previous weights or velocities beside the weights), and fused-tiles."""
+    either barrier, fused with a column longer than its registers hold (read in chunks), and fused
+    with PREV_W the other way (previous weights or velocities beside the weights)."""
     sets = [(FUSED[n], FUSED[n].defaults()) for n in ("fused", "fused-partials")]
     sets += [(FUSED["fused-barrier"], dict(FUSED["fused-barrier"].defaults(), BARRIER=b)) for b in (0, 1)]
     sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), COL_REGS=4))]
     sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), PREV_W=1 - FUSED["fused"].defaults()["PREV_W"]))]
-    sets += [(FUSED["fused-tiles"], FUSED["fused-tiles"].defaults())]
     comps = compile_sources(cuda_backend.arch, [(v.source, p) for v, p in sets])
     return [(v, p, c) for (v, p), c in zip(sets, comps)]
 
@@ -118,7 +117,7 @@ def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
         assert net.barriers_passed() == 2 * len(data) * per + 1, v.name
 
 
-@pytest.mark.parametrize("which", [0, 1, 5, 6])
+@pytest.mark.parametrize("which", [0, 1, 5])
 def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled, which):
     """The tagged kernels add every sum in a fixed order, so two runs from the same weights agree
     bit for bit; and two launches of 26 samples equal one of 52 on a 26-sample set (the tags move
@@ -145,7 +144,7 @@ def test_fused_is_reproducible_and_launches_chain(cuda_backend, fused_compiled, 
 def test_fused_refuses_a_grid_that_cannot_be_resident(cuda_backend, fused_compiled):
     from nnbench.errors import NnbenchError
     layers = nets.get(1).layers
-    for v, p, comp in fused_compiled[:3] + fused_compiled[6:]:
+    for v, p, comp in fused_compiled[:3]:
         too_many = 2 * cuda_backend.device.sm_count * 8 + 1  # more than the device holds at once
         with pytest.raises(NnbenchError, match="resident"):
             mlp.fused_net(cuda_backend, v, p, comp, layers, mlp.init_params(layers, 0), glyphs.clean(60),
@@ -157,7 +156,7 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
     it must stop at the first epoch the host also calls converged, and not train past it."""
     layers = nets.get(1).layers
     data = glyphs.clean(60)
-    for v, p, comp in fused_compiled[:3] + fused_compiled[6:]:
+    for v, p, comp in fused_compiled[:3]:
         init = mlp.init_params(layers, 0)
         probe = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data, mlp.Hyper(max_iterations=30 * 52))
         tol = sorted(e for _, e in probe.error_curve)[len(probe.error_curve) // 3]  # reached about two thirds in

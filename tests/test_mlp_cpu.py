@@ -173,43 +173,6 @@ def test_fused_barrier_count_and_shared_memory():
         assert fused.smem_bytes(n8, 132, exchange) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
 
 
-def test_fused_tiles_cover_every_weight_once_and_their_partial_sums_add_up():
-    """fused-tiles' decomposition, modelled with the kernel's rules (10_fused_tiles.cu): tile (a, c)
-    stores y[c * even(n_out) + i] for its rows and g[a * even(n_in) + j] for its columns; a reader
-    sums each value's words in order. Each weight (bias included) lies in one tile, every word a reader
-    sums is written, and the forward partials add up to W [x, 1], the backward ones to the slope
-    times W^T d."""
-    from nnbench.suites import fused
-    rng = np.random.default_rng(5)
-    for layers in [nets.get(n).layers for n in "148"] + [(60, 7), (120, 3, 300, 7)]:
-        for g in (1, 7, 60, 130, 132):
-            grid, tiles = fused.tile_grid(layers, g), fused.tiles_of(layers, g)
-            assert grid[0][1] == 1 and grid[-1][1] == 1 and all(p * q <= g for p, q in grid)
-            for l, ((n_in, n_out), t) in enumerate(zip(zip(layers[:-1], layers[1:]), tiles)):
-                P, Q = grid[l]
-                assert (t["nr"] * (t["nc"] + t["bias"])).sum() == n_out * (n_in + 1)  # each weight once
-                W = rng.uniform(-1, 1, (n_out, n_in + 1))
-                x, d = rng.uniform(0.1, 0.9, n_in), rng.uniform(-1, 1, n_out)
-                ro, ri = n_out + n_out % 2, n_in + n_in % 2
-                y, gw = np.full(Q * ro, np.nan), np.full(P * ri, np.nan)
-                for b in range(P * Q):
-                    a, c = divmod(b, Q)
-                    r0, c0 = a * n_out // P, c * n_in // Q
-                    rows, cols = slice(r0, r0 + t["nr"][b]), slice(c0, c0 + t["nc"][b])
-                    part = W[rows, cols] @ x[cols] + (W[rows, n_in] if t["bias"][b] else 0)
-                    y[c * ro + np.arange(rows.start, rows.stop)] = part
-                    gw[a * ri + np.arange(cols.start, cols.stop)] = x[cols] * (1 - x[cols]) * (W[rows, cols].T @ d[rows])
-                y, gw = y.reshape(Q, ro)[:, :n_out], gw.reshape(P, ri)[:, :n_in]  # the words readers sum
-                assert not np.isnan(y).any() and not np.isnan(gw).any()
-                np.testing.assert_allclose(y.sum(axis=0), W @ np.append(x, 1.0))
-                np.testing.assert_allclose(gw.sum(axis=0), x * (1 - x) * (W[:, :n_in].T @ d))
-            assert fused.output_words(layers, g, "tiles") == 2 * sum((n + n % 2) * q for n, (_, q) in zip(layers[1:], grid))
-    # Net 8 on 132 SMs: 12 x 11 tiles of the hidden layers (42 x 46 weights), about 500 words a
-    # block polls either way
-    n8 = nets.get(8).layers
-    assert fused.tile_grid(n8, 132)[1:-1] == [(12, 11)] * 13
-
-
 def test_fused_keeps_the_exchange_buffers_the_kernels_address():
     from nnbench.suites import fused
     layers = nets.get(1).layers  # [60, 60, 60, 7]: padded outputs 60 + 60 + 8

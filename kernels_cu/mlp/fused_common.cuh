@@ -137,10 +137,8 @@ __device__ __forceinline__ float velocity(float v, float rate_d, float in, float
     return __fmaf_rn(rate_d, in, __fmul_rn(momentum, v));
 }
 
-// Columns j..j+3 of row i of a layer's rows (p: a Plan, or anything with w_loc and stride, as
-// 10_fused_tiles.cu's Tile): v = momentum v + rate d in, w += v.
-template <typename Rows>
-__device__ __forceinline__ void update_four(const Rows& p, float* W, float* V, int i, int j, float4 a, float rd,
+// Columns j..j+3 of row i of a layer's rows: v = momentum v + rate d in, w += v.
+__device__ __forceinline__ void update_four(const Plan& p, float* W, float* V, int i, int j, float4 a, float rd,
                                             float momentum) {
     float4* wp = reinterpret_cast<float4*>(W + p.w_loc + i * p.stride + j);
     float4* vp = reinterpret_cast<float4*>(V + p.w_loc + i * p.stride + j);

@@ -1,13 +1,12 @@
 """The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/05_fused.cu),
-`fused-partials` (08_fused_tagged.cu), `fused` (09_fused_columns.cu) and `fused-tiles`
-(10_fused_tiles.cu): which block owns which rows (or tiles), how much shared memory that takes, how
-many phases and barriers an iteration costs, whether the grid can be co-resident, and the launches.
+`fused-partials` (08_fused_tagged.cu) and `fused` (09_fused_columns.cu): which block owns which
+rows, how much shared memory that takes, how many phases and barriers an iteration costs, whether
+the grid can be co-resident, and the launches.
 
-The four differ in how the blocks exchange what the next phase needs (EXCHANGES): at grid
+The three differ in how the blocks exchange what the next phase needs (EXCHANGES): at grid
 barriers, with deltas summed by atomics; as tagged values, with deltas as per-block partial sums;
 as tagged values, with the deltas themselves broadcast and each block holding the columns of the
-weights it needs for them; as tagged partial sums both ways, each block holding one tile of every
-weight layer.
+weights it needs for them.
 
 Co-residency. A grid barrier deadlocks unless every block of the grid is running at once, and
 PyCUDA has no cooperative launch (cuLaunchCooperativeKernel), which would have the driver check
@@ -31,15 +30,12 @@ SIGNATURE = "PiPPiiiPPPPPfPPPPffqIP"
 PHASE_WORDS = 4 * MAX_LAYERS + 2  # the PHASE_TIMES build's sums (fused_common.cuh's PhaseTimer)
 BARRIER_TIMEOUT_NS = 1_000_000_000
 EPOCHS_PER_LAUNCH = 20
-EXCHANGES = ("barrier", "partials", "columns", "tiles")
+EXCHANGES = ("barrier", "partials", "columns")
 
 
 def exchange_of(tags: tuple[str, ...]) -> str:
     """A fused variant's exchange, from its registry tags."""
-    for exchange in ("tiles", "columns"):
-        if exchange in tags:
-            return exchange
-    return "partials" if "tagged" in tags else "barrier"
+    return "columns" if "columns" in tags else "partials" if "tagged" in tags else "barrier"
 
 
 def phases_per_iteration(layers: tuple[int, ...]) -> int:
@@ -65,77 +61,17 @@ def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
     return out
 
 
-def tile_grid(layers: tuple[int, ...], blocks: int) -> list[tuple[int, int]]:
-    """fused-tiles' grid of tiles (P, Q) for each weight layer: P tiles of rows, Q of input columns,
-    block b < PQ holding tile (b // Q, b % Q). The first and the output layer are cut in rows alone
-    (Q = 1: the output's deltas are then whole where the outputs are, and the input comes from the
-    host); the others use as many blocks as a grid can, as square as it can (P >= Q), so that a
-    block polls about a layer's width of partial sums either way (10_fused_tiles.cu)."""
-    last = len(layers) - 2
-    grids = []
-    for l, (n_in, n_out) in enumerate(zip(layers[:-1], layers[1:])):
-        if l in (0, last):
-            grids.append((min(blocks, n_out), 1))
-            continue
-        cands = [(min(blocks // q, n_out), q) for q in range(1, min(blocks, n_in) + 1)]
-        grids.append(max(cands, key=lambda pq: (pq[0] * pq[1], -abs(pq[0] - pq[1]), pq[0])))
-    return grids
-
-
-def tiles_of(layers: tuple[int, ...], blocks: int) -> list[dict[str, np.ndarray]]:
-    """For each weight layer, per block: the tile's rows nr and columns nc, whether it holds the
-    bias (the last tile column), and its shared-memory stride (as make_tiles, 10_fused_tiles.cu)."""
-    out = []
-    b = np.arange(blocks)
-    for (n_in, n_out), (P, Q) in zip(zip(layers[:-1], layers[1:]), tile_grid(layers, blocks)):
-        mine = b < P * Q
-        a, c = b // Q, b % Q
-        nr = np.where(mine, (a + 1) * n_out // P - a * n_out // P, 0)
-        nc = np.where(mine, (c + 1) * n_in // Q - c * n_in // Q, 0)
-        bias = mine & (c == Q - 1)
-        out.append(dict(nr=nr, nc=nc, bias=bias, stride=(nc + bias + 3) // 4 * 4, P=P, Q=Q))
-    return out
-
-
-def polled_words(layers: tuple[int, ...], blocks: int) -> int:
-    """The most values a fused-tiles block stages in one poll: Q_(l-1) parts of each input column of
-    its tile (forward), P_(l+1) of each of its rows' deltas (backward), a part's values from the
-    even one at or below the first (10_fused_tiles.cu, await_parts)."""
-    t = tiles_of(layers, blocks)
-    fwd = [(int(t[l]["nc"].max()) + 2) * t[l - 1]["Q"] for l in range(1, len(t))]
-    bwd = [(int(t[l]["nr"].max()) + 2) * t[l + 1]["P"] for l in range(len(t) - 1)]
-    return max(fwd + bwd, default=0)
-
-
-def _even(n: int) -> int:
-    return n + n % 2
-
-
 def exchange_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
     """4-byte words of the kernel's `acc` buffer: fused-barrier's delta sums (every layer's outputs,
     padded to 4); fused-partials' tagged partial sums (for every weight layer but the first, a slot
     per block of its input width, padded to 4); fused's tagged deltas (laid out as the outputs),
-    then the transposed weights and velocities of every weight layer but the first; fused-tiles'
-    tagged backward partial sums (every weight layer but the first: P rows of its input width,
-    each an even number of 8-byte words, so that each row is 16-byte aligned)."""
+    then the transposed weights and velocities of every weight layer but the first."""
     outs = sum(_pad4(n) for n in layers[1:])
-    if exchange == "tiles":
-        return 2 * sum(P * _even(n_in) for n_in, (P, _) in list(zip(layers[:-1], tile_grid(layers, blocks)))[1:])
     if exchange == "barrier":
         return outs
     if exchange == "partials":
         return 2 * blocks * sum(_pad4(n) for n in layers[1:-1])
     return 2 * outs + 2 * transposed_weights(layers)
-
-
-def output_words(layers: tuple[int, ...], blocks: int, exchange: str) -> int:
-    """4-byte words of the kernel's `out` buffer: every layer's outputs (slices padded to 4), as
-    floats (fused-barrier) or tagged (8 bytes); fused-tiles' tagged forward partial sums (Q rows of
-    every layer's outputs, each an even number of 8-byte words)."""
-    if exchange == "tiles":
-        return 2 * sum(Q * _even(n_out) for n_out, (_, Q) in zip(layers[1:], tile_grid(layers, blocks)))
-    outs = sum(_pad4(n) for n in layers[1:])
-    return outs if exchange == "barrier" else 2 * outs
 
 
 def transposed_weights(layers: tuple[int, ...]) -> int:
@@ -153,15 +89,7 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") 
     for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
     tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room
     for the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole
-    delta vector of one layer, padded to 4 and aligned to 16 bytes; for fused-tiles its tiles'
-    weights and velocities, each layer's staged input, its rows' deltas and the words of one poll.
-    The block with the most rows sets it."""
-    if exchange == "tiles":
-        t = tiles_of(layers, blocks)
-        weights = sum(x["nr"] * x["stride"] for x in t)
-        deltas = (sum(x["nr"] for x in t) + 3) // 4 * 4
-        floats = 2 * weights + sum(x["stride"] for x in t) + deltas + polled_words(layers, blocks)
-        return int(4 * floats.max())
+    delta vector of one layer, padded to 4 and aligned to 16 bytes. The block with the most rows sets it."""
     rows = rows_per_block(layers, blocks)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
@@ -237,16 +165,15 @@ class FusedNet:
         self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
         self.func.prepare(SIGNATURE)
         self.w_sizes = [W.size for W in init]
-        # fused-tiles reads each layer's tile grid after the widths
-        grids = [x for pq in tile_grid(layers, self.blocks) for x in pq] if exchange == "tiles" else []
-        self.d_widths = backend.upload(np.array(list(layers) + grids, dtype=np.int32))
+        self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
         self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
         # beside each weight its velocity (0), or with PREV_W its value a step before (itself)
         self.d_v = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32) if self.prev_w
                                   else np.zeros(sum(self.w_sizes), np.float32))
-        # the outputs (or forward partial sums), and the exchange's buffer
+        # every layer's outputs, slices padded to 4 (16-byte aligned): floats, or tagged values (8
+        # bytes); and the exchange's buffer
         outs = sum(_pad4(n) for n in layers[1:])
-        self.out_words = output_words(layers, self.blocks, exchange)
+        self.out_words = 2 * outs if self.tagged else outs
         self.acc_words = exchange_words(layers, self.blocks, exchange)
         self.tagged_acc_words = 2 * outs if exchange == "columns" else self.acc_words  # its tagged head
         self.d_out = backend.upload(np.zeros(self.out_words, np.float32))
