@@ -166,10 +166,10 @@ class FusedNet:
         self.func.prepare(SIGNATURE)
         self.w_sizes = [W.size for W in init]
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
-        self.d_w = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32))
+        flat = np.concatenate([W.ravel() for W in init]).astype(np.float32)
+        self.d_w = backend.upload(flat)
         # beside each weight its velocity (0), or with PREV_W its value a step before (itself)
-        self.d_v = backend.upload(np.concatenate([W.ravel() for W in init]).astype(np.float32) if self.prev_w
-                                  else np.zeros(sum(self.w_sizes), np.float32))
+        self.d_v = backend.upload(flat if self.prev_w else np.zeros_like(flat))
         # every layer's outputs, slices padded to 4 (16-byte aligned): floats, or tagged values (8
         # bytes); and the exchange's buffer
         outs = sum(_pad4(n) for n in layers[1:])
