@@ -313,7 +313,11 @@ MLP: tuple[Variant, ...] = (
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
-                  "(their difference), so a column update stores the new weight alone")),
+                  "(their difference), so a column update stores the new weight alone"),
+               _p("OUT_LOCAL", 1, (0, 1), "1: every block holds and computes the whole output layer, so the last "
+                  "two layers' deltas need no exchange"),
+               _p("AHEAD", 1, (0, 1), "1: the last backward step updates the first layer's rows and computes the "
+                  "next sample's first layer at once, in the column warps")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",

@@ -11,7 +11,7 @@ e.g. python3 scripts/fused_grid.py fused-barrier 1,8 1040 8,33,132 THREADS=256:B
 import sys
 
 from nnbench import glyphs, nets
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.cuda import CudaBackend
 from nnbench.suites import fused, mlp
@@ -50,3 +50,5 @@ for name in sys.argv[2].split(","):
                       f"{err:.1e}", f"{secs / n * 1e6:.2f}", f"{ff * 1e3:.2f}", f"{errs[-1]:.2e}", flush=True)
             except NnbenchError as e:
                 print(name, label, g, "refused:", e, flush=True)
+            except KernelFault as e:
+                print(name, label, g, "FAULT:", e, flush=True)

@@ -159,18 +159,38 @@ def test_fused_barrier_count_and_shared_memory():
     assert fused.barriers_per_iteration((60, 7)) == 0
     # one block holds all of Net 1: 2 x (60 + 60 + 7 rows of 64 floats) + 64 staged + 60 deltas
     assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
-    # the tagged ones keep every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas
-    # instead, and room for the backward: fused-partials' 60 x 1 partial sums of a phase, fused's
-    # deltas of the widest layer above the first (60 of Net 1's [60, 60, 7]), 16-byte aligned
-    tagged = 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127)
+    # the tagged ones keep every layer's input (64 + 64 + 64 floats) and the next sample's (64),
+    # 127 outputs and 127 deltas instead, and room for the backward: fused-partials' 60 x 1
+    # partial sums of a phase, fused's deltas of the widest layer above the first (60 of Net 1's
+    # [60, 60, 7]), 16-byte aligned
+    tagged = 4 * (2 * 127 * 64 + 4 * 64 + 2 * 127)
     assert fused.smem_bytes(nets.get(1).layers, 1, "partials") == tagged + 4 * 60
     assert fused.smem_bytes(nets.get(1).layers, 1, "columns") == tagged + 4 * (60 + 3)  # 16-byte aligned
     # on 132 blocks fused-partials' room is 4 rows x 132 partial sums, fused's 500 deltas
     n8 = nets.get(8).layers
     assert fused.smem_bytes(n8, 132, "partials") - fused.smem_bytes(n8, 132, "columns") == 4 * (4 * 132 - 503)
-    # Net 8 on 132 SMs fits every way in the H100's 227 KiB (fused in about 218 KiB)
+    # Net 8 on 132 SMs fits every way in the H100's 227 KiB (fused in about 218 KiB, 223 with
+    # the output layer in every block)
     for exchange in fused.EXCHANGES:
         assert fused.smem_bytes(n8, 132, exchange) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
+    assert fused.smem_bytes(n8, 132, "columns", out_local=True) + fused.STATIC_SMEM_ALLOWANCE <= 227 * 1024
+
+
+def test_fused_output_layer_in_every_block():
+    """OUT_LOCAL: every block holds all of the output layer (rows and velocities: its 7 rows of 104
+    floats twice, where one block held 0 or 1 row), and two backward exchanges go."""
+    from nnbench.suites import fused
+    n1, n8 = nets.get(1).layers, nets.get(8).layers
+    assert fused.phases_per_iteration(n8, out_local=True) == 26
+    assert fused.phases_per_iteration(n1, out_local=True) == 2  # the forward's two exchanges alone
+    assert fused.phases_per_iteration((60, 7), out_local=True) == fused.phases_per_iteration((60, 7)) == 0
+    rows = fused.rows_per_block(n8, 132, out_local=True)
+    assert rows[-1].tolist() == [7] * 132 and (rows[:-1] == fused.rows_per_block(n8, 132)[:-1]).all()
+    assert fused.rows_per_block((60, 7), 5, out_local=True).sum() == 7  # one layer: nothing to replicate
+    # the fullest block keeps 6 or 7 output rows more (stride 104, weights and velocities, and an
+    # output and a delta each)
+    grown = fused.smem_bytes(n8, 132, "columns", True) - fused.smem_bytes(n8, 132, "columns")
+    assert 4 * (6 * (2 * 104 + 2)) <= grown <= 4 * (7 * (2 * 104 + 2))
 
 
 def test_fused_keeps_the_exchange_buffers_the_kernels_address():

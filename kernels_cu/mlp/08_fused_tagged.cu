@@ -56,15 +56,19 @@ struct PartialSums {
     long long timeout_ns;
     int L;
     float rate, momentum;
+    bool first_done = false;  // never: the first layer waits for the forward
 
-    __device__ PartialSums(const Plan* plan, int L, const Staged& sm, float*, float*, float* acc, int* status,
+    __device__ PartialSums(const Plan* plan, int L, const Staged& sm, float*, float*, u64*, float* acc, int* status,
                            long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), px(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
           rate(rate), momentum(momentum) {}
 
+    __device__ bool reports() const { return true; }
+    __device__ void before_wait(int) {}
+
     // Step l: the deltas from the partial sums of layer l+1's owners, then the update of the rows,
     // which stores their own partial sums (of W_l^T d_l, for layer l-1) before the weights change.
-    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
+    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer, bool, float) {
         const bool ok = l == L - 1 || deltas(l, tag, timer);
         if (__syncthreads_or(!ok)) return false;
         if (l < L - 1) timer.ready();

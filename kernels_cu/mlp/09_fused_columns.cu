@@ -54,6 +54,9 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
+#ifndef AHEAD
+#define AHEAD 1
+#endif
 #include "mlp/tagged.cuh"
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -124,31 +127,36 @@ __device__ __forceinline__ int column_warp() { return WARPS - 1 - (threadIdx.x >
 struct Columns {
     const Plan* plan;
     const Staged& sm;
-    u64* dx;
+    u64 *ox, *dx;
     float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
     int L;
     float rate, momentum;
-    // pend_rows >= 0: the block's rows of that layer wait for their update (staged input, dl),
-    // which runs while the next step polls. Changed only where every thread of the block passes.
-    int pend_rows;
+    // pend_rows..pend_top (pend_rows >= 0): the block's rows of those layers wait for their update
+    // (staged input, dl), which runs while the next step polls. Changed only where every thread
+    // of the block passes.
+    int pend_rows, pend_top;
     // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
+    bool first_done;  // AHEAD: step 0 computed and sent the next sample's first layer
+    bool prefetched;  // OUT_LOCAL: step L-3's columns were fetched during the forward
     Column col;
 
     // The block's columns are copied from the row layout at the start of every launch (the rows
     // stay the record the host reads), each by the thread that will read and write it later.
-    __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
+    // OUT_LOCAL: the output layer needs no columns (every block holds its rows).
+    __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, u64* ox, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
-        : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), flipped(0u) {
+        : plan(plan), sm(sm), ox(ox), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
+          rate(rate), momentum(momentum), pend_rows(-1), pend_top(-1), flipped(0u), first_done(false),
+          prefetched(false) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
         const int lane = threadIdx.x & 31, cw = column_warp();
-        for (int l = 1; l < L; ++l) {
+        for (int l = 1; l < (out_local(L) ? L - 1 : L); ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
             const int n4 = pad4(q.n_out);
             for (int c = cw; c < p.rows; c += WARPS)
@@ -160,14 +168,21 @@ struct Columns {
         }
     }
 
-    __device__ void output_delta(const Plan& p, int r, float d, unsigned tag) { store_tagged(dx + p.o_glob + r, d, tag); }
+    __device__ void output_delta(const Plan& p, int r, float d, unsigned tag) {
+        if (!out_local(L)) store_tagged(dx + p.o_glob + r, d, tag);
+    }
+
+    // OUT_LOCAL: every block computes the whole output layer; one adds the error and writes the
+    // predictions.
+    __device__ bool reports() const { return !out_local(L) || blockIdx.x == 0; }
 
     // The delta of this block's row c of layer l (plan p), o (1 - o) W_(l+1)[:, row] . d_(l+1), from
     // each lane's share s of the dot: kept in dl and, but for layer 0 (whose deltas nobody awaits),
-    // broadcast. Returns o. By one warp.
-    __device__ float own_delta(const Plan& p, int l, int c, float s, unsigned tag) {
+    // broadcast. Returns o, and the delta in every lane. By one warp.
+    __device__ float own_delta(const Plan& p, int l, int c, float s, unsigned tag, float& dl) {
         s = warp_sum(s);
-        const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
+        const float o = sm.own[p.own_loc + c];
+        dl = o * (1.0f - o) * s;
         if ((threadIdx.x & 31) == 0) {
             sm.dl[p.own_loc + c] = dl;
             if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
@@ -175,9 +190,86 @@ struct Columns {
         return o;
     }
 
+    __device__ void pend(int lo, int hi) {
+        pend_rows = lo;
+        pend_top = hi;
+    }
+
     __device__ void settle_rows(int me, int team) const {
-        const Plan p = plan[pend_rows];
-        update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
+        for (int l = pend_rows; l <= pend_top; ++l) {
+            const Plan p = plan[l];
+            update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
+        }
+    }
+
+    // Where step l's columns (of W_(l+1), this block's rows of layer l) are now: w and, beside them,
+    // the velocities or the weights of the step before.
+    __device__ void columns_of(int l, float*& wcol, float*& vcol) const {
+        const Plan p = plan[l], q = plan[l + 1];
+        const int n4 = pad4(q.n_out);
+        const bool flip = PREV_W && (flipped >> l & 1u);
+        wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
+        vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;
+    }
+
+    // Whether step l can hold its columns in the column warps' registers and overlap the poll.
+    __device__ bool overlaps(int l) const {
+        return plan[l].rows <= WARPS - POLLERS && plan[l + 1].n_out <= CHUNK;
+    }
+
+    // OUT_LOCAL: step L-3 polls nothing (its d_(L-2) is computed locally), so nothing would hide
+    // the fetch of its columns; it is issued here, while the forward waits for the output layer's
+    // input, by the column warps (the poll of a 100-wide input needs only the first two warps).
+    __device__ void before_wait(int l) {
+        if (!out_local(L) || l != L - 1 || L < 3 || !overlaps(L - 3)) return;
+        const int cw = column_warp(), n = plan[L - 2].n_out, n4 = pad4(n);
+        if (cw < plan[L - 3].rows) {
+            float *wcol, *vcol;
+            columns_of(L - 3, wcol, vcol);
+            col.fetch_w(wcol + cw * n4, n);
+            col.fetch_v(vcol + cw * n4, n);
+        }
+        prefetched = true;
+    }
+
+    // OUT_LOCAL, step L-2: the whole d_(L-2) = o (1 - o) W_(L-1)^T d_(L-1) in every block, from the
+    // output layer's rows (before their update, as the math requires) and deltas, into room, where
+    // step L-3 reads it as if it had been polled; this block's rows of layer L-2 keep theirs in dl.
+    // The summation order is not the column warps' (fmaf over the 7 outputs in order), so the
+    // result differs from OUT_LOCAL=0 in the last bits, not from the float64 reference.
+    __device__ void local_deltas(int l) {
+        const Plan p = plan[l], q = plan[l + 1];
+        __syncthreads();  // the output layer's deltas are in dl
+        const float* o_in = sm.acts + q.act_loc;
+        for (int j = threadIdx.x; j < q.n_in; j += THREADS) {
+            float s = 0.0f;
+            for (int k = 0; k < q.rows; ++k) s = fmaf(sm.W[q.w_loc + k * q.stride + j], sm.dl[q.own_loc + k], s);
+            const float o = o_in[j], d = o * (1.0f - o) * s;
+            room[j] = d;
+            if (j >= p.first && j < p.first + p.rows) sm.dl[p.own_loc + j - p.first] = d;
+        }
+        pend(l, L - 1);
+        if (l == 0) settle_now();
+    }
+
+    // AHEAD, step 0, by the column warp of row c of layer 0: the row's update with its delta d (the
+    // same update_four, in the same rounding, that settle_rows would give it), then the next
+    // sample's output of the row from x_alt, sent with the next iteration's tag. This is exactly
+    // what the next forward would compute, but the row's owner need not wait for the block's
+    // barriers, the whole block's update of the layer, or the next iteration's start.
+    __device__ void first_row_ahead(const Plan& p, int c, float d, unsigned next_tag) {
+        const int lane = threadIdx.x & 31;
+        const float rd = __fmul_rn(rate, d);
+        const float* in = sm.acts + p.act_loc;
+        for (int j = 4 * lane; j <= p.n_in; j += 128)
+            update_four(p, sm.W, sm.V, c, j, *reinterpret_cast<const float4*>(in + j), rd, momentum);
+        __syncwarp();
+        const float z = row_dot(sm.W + p.w_loc + c * p.stride, sm.x_alt, p.stride);
+        if (lane == 0) {
+            const float o = sigmoid(z);
+            sm.own[p.own_loc + c] = o;
+            store_tagged(ox + p.o_glob + p.first + c, o, next_tag);
+        }
     }
 
     // Step l. Where the block's rows of layer l fit the column warps and a column fits their
@@ -185,49 +277,70 @@ struct Columns {
     // before the wait, the rows' update of step l+1 runs in the column warps while the others
     // poll for d_(l+1), and after its dot and the delta's store a column warp updates its column
     // at once (its stores are the only thing left of the step). Otherwise the whole block polls,
-    // then computes and updates, a column chunk at a time.
-    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
+    // then computes and updates, a column chunk at a time. With OUT_LOCAL, step L-2 is local and
+    // step L-3 polls nothing: its pollers update the rows of the two layers above instead.
+    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer, bool ahead, float x_next) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
-            pend_rows = l;
+            pend(l, l);
             if (l == 0) settle_now();  // (unless it is the only layer)
             return true;
         }
+        if (out_local(L) && l == L - 2) {
+            local_deltas(l);
+            return true;
+        }
+        const bool local = out_local(L) && l == L - 3;  // d_(l+1) is in room already
         const Plan p = plan[l], q = plan[l + 1];
         const int n = q.n_out, n4 = pad4(n), warp = threadIdx.x >> 5, cw = column_warp();
         float* d = room;  // d_(l+1): the step before has read its own by the first __syncthreads below
-        const bool flip = PREV_W && (flipped >> l & 1u);
-        float* wcol = (flip ? vt : wt) + q.t_glob + p.first * n4;
-        float* vcol = (flip ? wt : vt) + q.t_glob + p.first * n4;  // velocities, or the weights before
+        float *wcol, *vcol;
+        columns_of(l, wcol, vcol);
         if (PREV_W) flipped ^= 1u << l;
-        const bool overlap = p.rows <= WARPS - POLLERS && n <= CHUNK;
+        const bool overlap = overlaps(l);
+        const bool early = AHEAD && ahead && l == 0 && overlap;
+        if (early && threadIdx.x < p.n_in) sm.x_alt[threadIdx.x] = x_next;
         if (overlap) {
-            if (cw < p.rows) {  // the dot's and the update's operands, before the wait
+            if (cw < p.rows && !prefetched) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
             }
+            prefetched = false;
             __syncthreads();  // the step before's deltas are in dl
-            timer.waits();
-            bool ok = true;
-            if (warp < POLLERS)
-                ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-            else if (pend_rows >= 0)
-                settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-            if (__syncthreads_or(!ok)) return false;
-            timer.ready();
+            if (local) {
+                if (warp < POLLERS && pend_rows >= 0) settle_rows(threadIdx.x, 32 * POLLERS);
+            } else {
+                timer.waits();
+                bool ok = true;
+                if (warp < POLLERS)
+                    ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
+                else if (pend_rows >= 0)
+                    settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
+                if (__syncthreads_or(!ok)) return false;
+                timer.ready();
+            }
             if (cw < p.rows) {
-                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag);
+                float dl;
+                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag, dl);
+                if (early) first_row_ahead(p, cw, dl, tag + 1);
                 col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
-            pend_rows = l;
-            if (l == 0) settle_now();  // the next sample's first layer needs its rows now
+            pend(l, l);
+            if (early) {  // its rows are updated
+                pend(-1, -1);
+                first_done = true;
+            } else if (l == 0) {
+                settle_now();  // the next sample's first layer needs its rows now
+            }
             return true;
         }
         settle_now();
         __syncthreads();
-        timer.waits();
-        const bool ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns);
-        if (__syncthreads_or(!ok)) return false;
-        timer.ready();
+        if (!local) {
+            timer.waits();
+            const bool ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns);
+            if (__syncthreads_or(!ok)) return false;
+            timer.ready();
+        }
         for (int c = cw; c < p.rows; c += WARPS) {
             float* wc = wcol + c * n4;
             float* vc = vcol + c * n4;
@@ -236,14 +349,15 @@ struct Columns {
                 col.fetch_w(wc + at, n - at);
                 s = col.dot(d + at, n - at, s);
             }
-            const float o = own_delta(p, l, c, s, tag);
+            float dl;
+            const float o = own_delta(p, l, c, s, tag, dl);
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);
                 col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum);
             }
         }
-        pend_rows = l;
+        pend(l, l);
         settle_now();
         return true;
     }
@@ -252,7 +366,7 @@ struct Columns {
     __device__ void settle_now() {
         __syncthreads();
         if (pend_rows >= 0) settle_rows(threadIdx.x, THREADS);
-        pend_rows = -1;
+        pend(-1, -1);
     }
 };
 

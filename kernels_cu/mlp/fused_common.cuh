@@ -22,6 +22,9 @@
 #ifndef PREV_W
 #define PREV_W 0
 #endif
+#ifndef OUT_LOCAL
+#define OUT_LOCAL 0
+#endif
 #define MAX_LAYERS 32
 #define WARPS (THREADS / 32)
 
@@ -31,6 +34,11 @@ struct Plan {  // per weight layer, for this block
 };
 
 __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
+
+// OUT_LOCAL (09_fused_columns.cu): every block keeps the whole output layer (Net 8: 7 rows of 101
+// weights) and computes it, so the output deltas, and from them the deltas of the layer below,
+// are known in every block without an exchange. Nets of one weight layer have nothing to gain.
+__device__ __forceinline__ bool out_local(int L) { return OUT_LOCAL && L >= 2; }
 
 // Thread 0 fills plan[0..L-1] for this block; plan[L] holds the totals (w_loc: this block's
 // weights, act_loc: every layer's staged input, own_loc: its rows of every layer, o_glob: the
@@ -50,6 +58,10 @@ __device__ void make_plan(Plan* plan, const int* widths, int L, int G, int b, in
         const int v = ((b - p.rot) % G + G) % G;
         p.first = v * p.n_out / G;
         p.rows = (v + 1) * p.n_out / G - p.first;
+        if (out_local(L) && l == L - 1) {  // every block holds the whole output layer
+            p.first = 0;
+            p.rows = p.n_out;
+        }
         p.stride = pad4(p.n_in + 1);  // n_in weights and the bias, padded to 4
         p.w_glob = w_glob;
         p.o_glob = o_glob;
@@ -102,7 +114,7 @@ __device__ __forceinline__ void move_rows(const Plan* plan, int L, int G, float*
             if (TO_SHARED) {
                 W[p.w_loc + i] = real ? w[g] : 0.0f;
                 V[p.w_loc + i] = real ? v[g] : 0.0f;
-            } else if (real) {
+            } else if (real && (blockIdx.x == 0 || !(out_local(L) && l == L - 1))) {  // one copy back of a shared layer
                 w[g] = W[p.w_loc + i];
                 v[g] = V[p.w_loc + i];
             }

@@ -134,22 +134,30 @@ __device__ __forceinline__ bool await_vector(float* dst, const u64* src, int n, 
 
 // What a tagged trainer's shared memory holds, after the rows' weights W and velocities V: every
 // layer's input (staged once a sample and kept for the update, so the backward fetches nothing
-// but what the exchange needs), the block's outputs and deltas of every layer, then the
+// but what the exchange needs), the next sample's input (x_alt, for an exchange that computes
+// the next sample's first layer early), the block's outputs and deltas of every layer, then the
 // exchange's own room (from `room` on).
 struct Staged {
-    float *W, *V, *acts, *own, *dl, *room;
+    float *W, *V, *acts, *x_alt, *own, *dl, *room;
 };
 
 // The training loop of a tagged trainer; the kernel's arguments are fused_train's (05_fused.cu).
 // The forward is the same for every exchange: each block polls the whole o_(l-1) (tagged, in ox)
 // and computes its rows' outputs. The backward is the Exchange's:
 //   ex.output_delta(p, r, d, tag)  the output layer's delta d of row r, just computed (mode 0);
-//   ex.backward(l, tag, timer)     step l, for l = L-1 down to 0: this block's rows' deltas of
+//   ex.reports()                   whether this block adds the error and writes the predictions
+//                                  of the output rows it computed;
+//   ex.before_wait(l)              the forward is about to wait for o_(l-1);
+//   ex.backward(l, tag, timer, ahead, x_next)
+//                                  step l, for l = L-1 down to 0: this block's rows' deltas of
 //                                  layer l (but for the output layer, whose are there), and the
 //                                  update of its rows of layer l, done by the time step 0
 //                                  returns (false: a wait gave up, leave). It calls
 //                                  timer.waits() when it starts to wait, timer.ready() when the
-//                                  values are there;
+//                                  values are there. With ahead, x_next (thread j: input j of
+//                                  the next sample) may serve to compute the next sample's
+//                                  first layer in step 0; it then sets ex.first_done, and the
+//                                  next forward skips that layer's rows;
 // mode 0: train `iterations` samples from sample 0, adding each sample's E to err[epoch]; stop
 //         early at an epoch whose mean E is at most `tolerance` (*done = iterations run).
 // mode 1: feedforward `iterations` samples, writing the output layer to predictions. It has no
@@ -164,7 +172,10 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     for (int l = 0; l < L; ++l) {  // the bias inputs and the padding never change
         const Plan p = plan[l];
-        for (int j = p.n_in + threadIdx.x; j < p.stride; j += THREADS) sm.acts[p.act_loc + j] = j == p.n_in ? 1.0f : 0.0f;
+        for (int j = p.n_in + threadIdx.x; j < p.stride; j += THREADS) {
+            sm.acts[p.act_loc + j] = j == p.n_in ? 1.0f : 0.0f;
+            if (l == 0) sm.x_alt[j] = j == p.n_in ? 1.0f : 0.0f;
+        }
     }
     // The next sample's input and targets are fetched an iteration ahead, so no load from global
     // memory sits on the critical path: thread j holds input j, lane 0 of warp i the target of
@@ -195,11 +206,16 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                 for (int j = threadIdx.x; j < p.n_in; j += THREADS) in[j] = __ldg(x + s * p.n_in + j);
             } else {
                 if (QUIET) __syncthreads();  // see "Quiet" above
+                ex.before_wait(l);
                 timer.waits();
                 ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
+            if (l == 0 && ex.first_done) {  // computed and sent by the last sample's step 0
+                ex.first_done = false;
+                continue;
+            }
             for (int i = warp; i < p.rows; i += WARPS) {
                 const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
                 if (lane == 0) {
@@ -209,13 +225,13 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                     if (l < L - 1) {
                         store_tagged(ox + p.o_glob + r, o, tag);
                     } else if (mode == 1) {
-                        predictions[s * p.n_out + r] = o;
+                        if (ex.reports()) predictions[s * p.n_out + r] = o;
                     } else {
                         const float e = (t_ahead ? t_next : t[s * p.n_out + r]) - o;
                         const float d = o * (1.0f - o) * e;
                         sm.dl[p.own_loc + i] = d;
                         ex.output_delta(p, r, d, tag);
-                        atomicAdd(err + it / n_samples, 0.5f * e * e);
+                        if (ex.reports()) atomicAdd(err + it / n_samples, 0.5f * e * e);
                     }
                 }
             }
@@ -230,12 +246,12 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         }
         // ---- backward: the exchange's
         for (int l = L - 1; l >= 0; --l)
-            if (!ex.backward(l, tag, timer)) return;
+            if (!ex.backward(l, tag, timer, x_ahead, x_next)) return;
     }
 }
 
 // The kernel around tagged_train: the signature is fused_train's (05_fused.cu), with out holding
-// ox (u64) and acc whatever the exchange keeps in L2. Exchange(plan, L, sm, w, v, acc, status,
+// ox (u64) and acc whatever the exchange keeps in L2. Exchange(plan, L, sm, w, v, ox, acc, status,
 // timeout_ns, rate, momentum) builds the exchange once the block's rows are in shared memory.
 #define TAGGED_KERNEL(Exchange)                                                                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) fused_train(                                            \
@@ -254,10 +270,11 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         sm.W = W;                                                                                                     \
         sm.V = W + plan[L].w_loc;                                                                                     \
         sm.acts = sm.V + plan[L].w_loc;                                                                               \
-        sm.own = sm.acts + plan[L].act_loc;                                                                           \
+        sm.x_alt = sm.acts + plan[L].act_loc;                                                                         \
+        sm.own = sm.x_alt + plan[0].stride;                                                                           \
         sm.dl = sm.own + plan[L].own_loc;                                                                             \
         sm.room = sm.dl + plan[L].own_loc;                                                                            \
-        Exchange ex(plan, L, sm, w, v, acc, status, timeout_ns, rate, momentum);                                         \
+        Exchange ex(plan, L, sm, w, v, reinterpret_cast<u64*>(out), acc, status, timeout_ns, rate, momentum);          \
         GridBarrier bar{sync, status, timeout_ns, 0u};                                                                \
         PhaseTimer timer;                                                                                             \
         timer.begin();                                                                                                \

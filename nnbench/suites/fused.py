@@ -38,11 +38,14 @@ def exchange_of(tags: tuple[str, ...]) -> str:
     return "columns" if "columns" in tags else "partials" if "tagged" in tags else "barrier"
 
 
-def phases_per_iteration(layers: tuple[int, ...]) -> int:
-    """Dependent exchanges between blocks in one training iteration of a net with len(layers) - 1
+def phases_per_iteration(layers: tuple[int, ...], out_local: bool = False) -> int:
+    """Dependent exchanges between blocks in one training iteration of a net with L = len(layers) - 1
     weight layers: one after every forward layer but the output layer, one after every backward
-    layer but the first (05_fused.cu says why). Net 8: 28, against 2L + 1 = 31 naive phases."""
-    return 2 * (len(layers) - 2)
+    layer but the first (05_fused.cu says why). Net 8: 28, against 2L + 1 = 31 naive phases. With
+    the output layer in every block (fused's OUT_LOCAL), its deltas and those of the layer below
+    are computed where they are needed: two backward exchanges fewer (Net 8: 26)."""
+    L = len(layers) - 1
+    return L - 1 + (max(L - 3, 0) if out_local and L >= 2 else L - 1)
 
 
 def barriers_per_iteration(layers: tuple[int, ...], exchange: str = "barrier") -> int:
@@ -51,13 +54,16 @@ def barriers_per_iteration(layers: tuple[int, ...], exchange: str = "barrier") -
     return phases_per_iteration(layers) if exchange == "barrier" else 0
 
 
-def rows_per_block(layers: tuple[int, ...], blocks: int) -> np.ndarray:
+def rows_per_block(layers: tuple[int, ...], blocks: int, out_local: bool = False) -> np.ndarray:
     """rows[l, b]: how many rows (neurons) of weight layer l block b owns: a run of n/G or n/G + 1
-    rows, block b's run being run number (b - 4l) mod G, as in the kernels (fused_common.cuh)."""
+    rows, block b's run being run number (b - 4l) mod G, as in the kernels (fused_common.cuh);
+    with out_local (and two layers or more) every block holds the whole output layer."""
     out = np.zeros((len(layers) - 1, blocks), dtype=np.int64)
     for l, n_out in enumerate(layers[1:]):
         v = (np.arange(blocks) - 4 * l) % blocks
         out[l] = (v + 1) * n_out // blocks - v * n_out // blocks
+    if out_local and len(layers) >= 3:
+        out[-1] = layers[-1]
     return out
 
 
@@ -84,13 +90,14 @@ def _pad4(n: int) -> int:
     return (n + 3) // 4 * 4
 
 
-def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") -> int:
+def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier", out_local: bool = False) -> int:
     """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats);
     for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
-    tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room
-    for the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole
-    delta vector of one layer, padded to 4 and aligned to 16 bytes. The block with the most rows sets it."""
-    rows = rows_per_block(layers, blocks)
+    tagged exchanges every layer's input and the next sample's, its rows' outputs and deltas of
+    every layer, and room for the backward: fused-partials' partial sums of one phase (its rows x
+    G), fused's whole delta vector of one layer, padded to 4 and aligned to 16 bytes. The block
+    with the most rows sets it."""
+    rows = rows_per_block(layers, blocks, out_local)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
     if exchange == "barrier":
@@ -98,11 +105,11 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier") 
     else:
         room = (int(rows[:-1].max(initial=0)) * blocks if exchange == "partials"
                 else max((_pad4(n) for n in layers[2:]), default=0) + 3)  # + 3: aligned to 16 bytes
-        floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + room
+        floats = weights + int(stride.sum()) + int(stride[0, 0]) + 2 * rows.sum(axis=0) + room
     return int(4 * floats.max())
 
 
-STATIC_SMEM_ALLOWANCE = 4096  # the kernel's static shared memory (its layer plan), ~2 KiB
+STATIC_SMEM_ALLOWANCE = 2560  # the kernels' static shared memory (the layer plan: 2,064 bytes for fused, sm_90)
 
 
 def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
@@ -110,14 +117,15 @@ def default_blocks(dev: DeviceInfo, layers: tuple[int, ...]) -> int:
     return min(dev.sm_count, max(layers[1:]))
 
 
-def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], exchange: str = "columns") -> bool:
+def fits_on_chip(dev: DeviceInfo, layers: tuple[int, ...], exchange: str = "columns", out_local: bool = False) -> bool:
     """Whether the default grid holds the net's rows in shared memory (before compiling)."""
-    need = smem_bytes(layers, default_blocks(dev, layers), exchange) + STATIC_SMEM_ALLOWANCE
+    need = smem_bytes(layers, default_blocks(dev, layers), exchange, out_local) + STATIC_SMEM_ALLOWANCE
     return len(layers) - 1 <= MAX_LAYERS and need <= dev.smem_per_block_optin
 
 
 def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers: tuple[int, ...],
-         blocks: int | None, flag_barrier: bool = False, exchange: str = "barrier") -> tuple[int, int]:
+         blocks: int | None, flag_barrier: bool = False, exchange: str = "barrier",
+         out_local: bool = False) -> tuple[int, int]:
     """(blocks, dynamic shared-memory bytes) for the launch, or a one-line refusal. The default is
     default_blocks, at most `threads` with the flag barrier."""
     g = blocks or min(default_blocks(dev, layers), threads if flag_barrier else dev.sm_count)
@@ -126,7 +134,7 @@ def grid(dev: DeviceInfo, registers: int, static_smem: int, threads: int, layers
                            f"THREADS={threads} runs at most {threads} blocks")
     if len(layers) - 1 > MAX_LAYERS:
         raise NnbenchError(f"fused runs nets of at most {MAX_LAYERS} weight layers; this one has {len(layers) - 1}")
-    dyn = smem_bytes(layers, g, exchange)
+    dyn = smem_bytes(layers, g, exchange, out_local)
     if static_smem + dyn > dev.smem_per_block_optin:
         raise NnbenchError(
             f"fused keeps each block's weight rows on chip: {g} blocks need {(static_smem + dyn) / 1024:.0f} KiB of "
@@ -158,9 +166,11 @@ class FusedNet:
         # PREV_W: fused's columns swap buffers every step, so where they are now depends on the
         # parity of the last training launch (a launch starts them in the first, from the rows)
         self.prev_w, self.columns_swapped = params.get("PREV_W") == 1, False
+        # OUT_LOCAL: the output layer in every block, its columns neither kept nor exchanged
+        self.out_local = params.get("OUT_LOCAL") == 1 and len(layers) >= 3
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
-                                     self.flag_barrier, exchange)
+                                     self.flag_barrier, exchange, self.out_local)
         self.func = kernel.func
         self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
         self.func.prepare(SIGNATURE)
@@ -236,7 +246,7 @@ class FusedNet:
         with PHASE_TIMES (block 0's view; SM cycles turned into time by the launch's own clock),
         and that clock in MHz."""
         raw = self.be.download(self.d_phase, np.zeros(PHASE_WORDS, np.int64))
-        n = phases_per_iteration(self.layers)
+        n = phases_per_iteration(self.layers, self.out_local)
         mhz = int(raw[-2]) / max(int(raw[-1]), 1) * 1e3
         sums = raw[:4 * MAX_LAYERS].reshape(-1, 2)[:n] / mhz / iterations
         return sums[:, 0], sums[:, 1], mhz
@@ -256,15 +266,16 @@ class FusedNet:
         return first if self.flag_barrier else first // self.blocks
 
     def transposed(self) -> list[np.ndarray]:
-        """fused's second copy of every weight layer but the first, W_l[:, :n_in].T, as the kernel
-        last left it (it must equal the rows bit for bit)."""
+        """fused's second copy of every weight layer but the first (and, with OUT_LOCAL, the last,
+        whose columns are not kept), W_l[:, :n_in].T, as the kernel last left it (it must equal
+        the rows bit for bit)."""
         now = self.tagged_acc_words + (transposed_weights(self.layers) if self.columns_swapped else 0)
         flat = self.be.download(self.d_acc, np.zeros(self.acc_words, np.float32))[now:]
         out, at = [], 0
         for n_in, n_out in zip(self.layers[1:-1], self.layers[2:]):
             out.append(flat[at:at + n_in * _pad4(n_out)].reshape(n_in, _pad4(n_out))[:, :n_out].copy())
             at += n_in * _pad4(n_out)
-        return out
+        return out[:-1] if self.out_local else out
 
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
         flat = self.be.download(self.d_w, np.zeros(sum(self.w_sizes), np.float32))

@@ -576,7 +576,8 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     if dev is None:
         return "sequential"
     from nnbench.suites import fused
-    return "fused" if fused.fits_on_chip(dev, layers) else "kcm-mass"
+    out_local = next(v for v in versions("cuda") if v.name == "fused").defaults().get("OUT_LOCAL") == 1
+    return "fused" if fused.fits_on_chip(dev, layers, out_local=out_local) else "kcm-mass"
 
 
 def plan(names: list[str], backend: str, pool: list[Variant] | None = None) -> list[tuple[Variant, dict]]:
