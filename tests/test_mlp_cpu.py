@@ -159,11 +159,10 @@ def test_fused_barrier_count_and_shared_memory():
     assert fused.barriers_per_iteration((60, 7)) == 0
     # one block holds all of Net 1: 2 x (60 + 60 + 7 rows of 64 floats) + 64 staged + 60 deltas
     assert fused.smem_bytes(nets.get(1).layers, 1) == 4 * (2 * 127 * 64 + 64 + 60)
-    # the tagged ones keep every layer's input (64 + 64 + 64 floats) and the next sample's (64),
-    # 127 outputs and 127 deltas instead, and room for the backward: fused-partials' 60 x 1
-    # partial sums of a phase, fused's deltas of the widest layer above the first (60 of Net 1's
-    # [60, 60, 7]), 16-byte aligned
-    tagged = 4 * (2 * 127 * 64 + 4 * 64 + 2 * 127)
+    # the tagged ones keep every layer's input (64 + 64 + 64 floats), 127 outputs and 127 deltas
+    # instead, and room for the backward: fused-partials' 60 x 1 partial sums of a phase, fused's
+    # deltas of the widest layer above the first (60 of Net 1's [60, 60, 7]), 16-byte aligned
+    tagged = 4 * (2 * 127 * 64 + 3 * 64 + 2 * 127)
     assert fused.smem_bytes(nets.get(1).layers, 1, "partials") == tagged + 4 * 60
     assert fused.smem_bytes(nets.get(1).layers, 1, "columns") == tagged + 4 * (60 + 3)  # 16-byte aligned
     # on 132 blocks fused-partials' room is 4 rows x 132 partial sums, fused's 500 deltas

@@ -56,7 +56,6 @@ struct PartialSums {
     long long timeout_ns;
     int L;
     float rate, momentum;
-    bool first_done = false;  // never: the first layer waits for the forward
 
     __device__ PartialSums(const Plan* plan, int L, const Staged& sm, float*, float*, u64*, float* acc, int* status,
                            long long timeout_ns, float rate, float momentum)
@@ -68,7 +67,7 @@ struct PartialSums {
 
     // Step l: the deltas from the partial sums of layer l+1's owners, then the update of the rows,
     // which stores their own partial sums (of W_l^T d_l, for layer l-1) before the weights change.
-    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer, bool, float) {
+    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         const bool ok = l == L - 1 || deltas(l, tag, timer);
         if (__syncthreads_or(!ok)) return false;
         if (l < L - 1) timer.ready();

@@ -54,9 +54,6 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef AHEAD
-#define AHEAD 1
-#endif
 #include "mlp/tagged.cuh"
 
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
@@ -140,7 +137,6 @@ struct Columns {
     // PREV_W: bit l says which of wt and vt holds layer l's columns now (the other: the step
     // before's); every thread flips it as it takes the layer's columns, as every thread passes there.
     unsigned flipped;
-    bool first_done;  // AHEAD: step 0 computed and sent the next sample's first layer
     bool prefetched;  // OUT_LOCAL: step L-3's columns were fetched during the forward
     Column col;
 
@@ -150,8 +146,7 @@ struct Columns {
     __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, u64* ox, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), ox(ox), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
-          rate(rate), momentum(momentum), pend_rows(-1), pend_top(-1), flipped(0u), first_done(false),
-          prefetched(false) {
+          rate(rate), momentum(momentum), pend_rows(-1), pend_top(-1), flipped(0u), prefetched(false) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
@@ -178,11 +173,10 @@ struct Columns {
 
     // The delta of this block's row c of layer l (plan p), o (1 - o) W_(l+1)[:, row] . d_(l+1), from
     // each lane's share s of the dot: kept in dl and, but for layer 0 (whose deltas nobody awaits),
-    // broadcast. Returns o, and the delta in every lane. By one warp.
-    __device__ float own_delta(const Plan& p, int l, int c, float s, unsigned tag, float& dl) {
+    // broadcast. Returns o. By one warp.
+    __device__ float own_delta(const Plan& p, int l, int c, float s, unsigned tag) {
         s = warp_sum(s);
-        const float o = sm.own[p.own_loc + c];
-        dl = o * (1.0f - o) * s;
+        const float o = sm.own[p.own_loc + c], dl = o * (1.0f - o) * s;
         if ((threadIdx.x & 31) == 0) {
             sm.dl[p.own_loc + c] = dl;
             if (l > 0) store_tagged(dx + p.o_glob + p.first + c, dl, tag);
@@ -252,26 +246,6 @@ struct Columns {
         if (l == 0) settle_now();
     }
 
-    // AHEAD, step 0, by the column warp of row c of layer 0: the row's update with its delta d (the
-    // same update_four, in the same rounding, that settle_rows would give it), then the next
-    // sample's output of the row from x_alt, sent with the next iteration's tag. This is exactly
-    // what the next forward would compute, but the row's owner need not wait for the block's
-    // barriers, the whole block's update of the layer, or the next iteration's start.
-    __device__ void first_row_ahead(const Plan& p, int c, float d, unsigned next_tag) {
-        const int lane = threadIdx.x & 31;
-        const float rd = __fmul_rn(rate, d);
-        const float* in = sm.acts + p.act_loc;
-        for (int j = 4 * lane; j <= p.n_in; j += 128)
-            update_four(p, sm.W, sm.V, c, j, *reinterpret_cast<const float4*>(in + j), rd, momentum);
-        __syncwarp();
-        const float z = row_dot(sm.W + p.w_loc + c * p.stride, sm.x_alt, p.stride);
-        if (lane == 0) {
-            const float o = sigmoid(z);
-            sm.own[p.own_loc + c] = o;
-            store_tagged(ox + p.o_glob + p.first + c, o, next_tag);
-        }
-    }
-
     // Step l. Where the block's rows of layer l fit the column warps and a column fits their
     // registers (Net 8 on 132 blocks: every step), each column warp fetches its column, w and v,
     // before the wait, the rows' update of step l+1 runs in the column warps while the others
@@ -279,7 +253,7 @@ struct Columns {
     // at once (its stores are the only thing left of the step). Otherwise the whole block polls,
     // then computes and updates, a column chunk at a time. With OUT_LOCAL, step L-2 is local and
     // step L-3 polls nothing: its pollers update the rows of the two layers above instead.
-    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer, bool ahead, float x_next) {
+    __device__ bool backward(int l, unsigned tag, PhaseTimer& timer) {
         if (l == L - 1) {  // the output layer's deltas came with the forward; its rows' update can wait
             pend(l, l);
             if (l == 0) settle_now();  // (unless it is the only layer)
@@ -296,10 +270,7 @@ struct Columns {
         float *wcol, *vcol;
         columns_of(l, wcol, vcol);
         if (PREV_W) flipped ^= 1u << l;
-        const bool overlap = overlaps(l);
-        const bool early = AHEAD && ahead && l == 0 && overlap;
-        if (early && threadIdx.x < p.n_in) sm.x_alt[threadIdx.x] = x_next;
-        if (overlap) {
+        if (overlaps(l)) {
             if (cw < p.rows && !prefetched) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
@@ -319,18 +290,11 @@ struct Columns {
                 timer.ready();
             }
             if (cw < p.rows) {
-                float dl;
-                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag, dl);
-                if (early) first_row_ahead(p, cw, dl, tag + 1);
+                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag);
                 col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend(l, l);
-            if (early) {  // its rows are updated
-                pend(-1, -1);
-                first_done = true;
-            } else if (l == 0) {
-                settle_now();  // the next sample's first layer needs its rows now
-            }
+            if (l == 0) settle_now();  // the next sample's first layer needs its rows now
             return true;
         }
         settle_now();
@@ -349,8 +313,7 @@ struct Columns {
                 col.fetch_w(wc + at, n - at);
                 s = col.dot(d + at, n - at, s);
             }
-            float dl;
-            const float o = own_delta(p, l, c, s, tag, dl);
+            const float o = own_delta(p, l, c, s, tag);
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);

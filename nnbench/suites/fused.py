@@ -93,10 +93,10 @@ def _pad4(n: int) -> int:
 def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier", out_local: bool = False) -> int:
     """Dynamic shared memory per block: its rows' weights and velocities (rows padded to 4 floats);
     for fused-barrier one staged input vector with the bias input and its rows' deltas; for the
-    tagged exchanges every layer's input and the next sample's, its rows' outputs and deltas of
-    every layer, and room for the backward: fused-partials' partial sums of one phase (its rows x
-    G), fused's whole delta vector of one layer, padded to 4 and aligned to 16 bytes. The block
-    with the most rows sets it."""
+    tagged exchanges every layer's input, its rows' outputs and deltas of every layer, and room for
+    the backward: fused-partials' partial sums of one phase (its rows x G), fused's whole delta
+    vector of one layer, padded to 4 and aligned to 16 bytes. The block with the most rows sets
+    it."""
     rows = rows_per_block(layers, blocks, out_local)
     stride = np.array([_pad4(n_in + 1) for n_in in layers[:-1]])[:, None]
     weights = 2 * (rows * stride).sum(axis=0)
@@ -105,7 +105,7 @@ def smem_bytes(layers: tuple[int, ...], blocks: int, exchange: str = "barrier", 
     else:
         room = (int(rows[:-1].max(initial=0)) * blocks if exchange == "partials"
                 else max((_pad4(n) for n in layers[2:]), default=0) + 3)  # + 3: aligned to 16 bytes
-        floats = weights + int(stride.sum()) + int(stride[0, 0]) + 2 * rows.sum(axis=0) + room
+        floats = weights + int(stride.sum()) + 2 * rows.sum(axis=0) + room
     return int(4 * floats.max())
 
 
