@@ -315,9 +315,7 @@ MLP: tuple[Variant, ...] = (
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
                   "(their difference), so a column update stores the new weight alone"),
                _p("OUT_LOCAL", 1, (0, 1), "1: every block holds and computes the whole output layer, so the last "
-                  "two layers' deltas need no exchange"),
-               _p("FLOW", 1, (0, 1), "1: a forward phase's dot products are computed as its input values arrive, "
-                  "by the threads that awaited them")),
+                  "two layers' deltas need no exchange")),
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",

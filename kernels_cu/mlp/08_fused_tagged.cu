@@ -57,7 +57,7 @@ struct PartialSums {
     int L;
     float rate, momentum;
 
-    __device__ PartialSums(const Plan* plan, int L, const Staged& sm, float*, float*, u64*, float* acc, int* status,
+    __device__ PartialSums(const Plan* plan, int L, const Staged& sm, float*, float*, float* acc, int* status,
                            long long timeout_ns, float rate, float momentum)
         : plan(plan), sm(sm), px(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
           rate(rate), momentum(momentum) {}

@@ -24,7 +24,11 @@
 //         POLLERS (warps that poll while the others update the rows of the step before);
 //         PREV_W (fused_common.cuh: the previous weights kept instead of the velocities, so a
 //         column update stores 8 KB a block a step on Net 8 instead of 16, into the buffer of the
-//         step before; the rows keep them too, so both copies still round alike).
+//         step before; the rows keep them too, so both copies still round alike); OUT_LOCAL
+//         (fused_common.cuh: every block holds and computes the whole output layer, 7 rows on
+//         Net 8, so its deltas and those of the layer below are known in every block: the two
+//         backward exchanges at the top of the net go, 26 phases an iteration on Net 8 instead of
+//         28; the fullest block's shared memory grows by about 5 KB).
 //
 // The stores are what the backward phases of Net 8 wait on (docs/RESULTS.md, "fourth step"):
 // without them a phase overlapping a 500-long column update waited 0.84 us instead of 1.45.
@@ -124,7 +128,7 @@ __device__ __forceinline__ int column_warp() { return WARPS - 1 - (threadIdx.x >
 struct Columns {
     const Plan* plan;
     const Staged& sm;
-    u64 *ox, *dx;
+    u64* dx;
     float *wt, *vt, *room;
     int* status;
     long long timeout_ns;
@@ -143,9 +147,9 @@ struct Columns {
     // The block's columns are copied from the row layout at the start of every launch (the rows
     // stay the record the host reads), each by the thread that will read and write it later.
     // OUT_LOCAL: the output layer needs no columns (every block holds its rows).
-    __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, u64* ox, float* acc, int* status,
+    __device__ Columns(const Plan* plan, int L, const Staged& sm, float* w, float* v, float* acc, int* status,
                        long long timeout_ns, float rate, float momentum)
-        : plan(plan), sm(sm), ox(ox), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
+        : plan(plan), sm(sm), dx(reinterpret_cast<u64*>(acc)), status(status), timeout_ns(timeout_ns), L(L),
           rate(rate), momentum(momentum), pend_rows(-1), pend_top(-1), flipped(0u), prefetched(false) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;

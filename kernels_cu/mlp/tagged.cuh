@@ -32,10 +32,6 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-#ifndef FLOW
-#define FLOW 0
-#endif
-#define FLOW_ROWS 4
 
 typedef unsigned long long u64;
 
@@ -136,63 +132,6 @@ __device__ __forceinline__ bool await_vector(float* dst, const u64* src, int n, 
         me, team);
 }
 
-// FLOW: a forward phase's dot products computed as the values arrive. Thread t awaits values 2t
-// and 2t+1 of o_(l-1) (await_vector's share, when the block has a thread per pair) and at once
-// multiplies them into the block's rows, at most FLOW_ROWS, with their weights, read from shared
-// memory before the wait. What is left after the last value arrives is then a reduction of 4
-// values across the warp, the barrier the phase has anyway, and a sum of the warps' 8 parts: not a
-// warp's whole 500-long dot product after the barrier. Each row's sum runs in a fixed order (the
-// thread's two products, the warp's butterfly, the warps in order, the bias last), so runs
-// reproduce bit for bit; the order differs from row_dot's.
-__device__ __forceinline__ bool flows(const Plan& p) {
-    return FLOW && p.rows <= FLOW_ROWS && (p.n_in + 1) / 2 <= THREADS;
-}
-
-// The flowing wait: o_(l-1) into in (staged for the update, as await_vector does) and the warps'
-// partial sums of every row r into parts[r * WARPS + warp].
-__device__ __forceinline__ bool await_flow(const Plan& p, const float* W, float* in, const u64* src, unsigned want,
-                                           int* status, long long timeout_ns, float* parts) {
-    const int t = threadIdx.x, lane = t & 31, n = p.n_in;
-    float w0[FLOW_ROWS], w1[FLOW_ROWS], v[FLOW_ROWS];
-#pragma unroll
-    for (int r = 0; r < FLOW_ROWS; ++r) {
-        const bool mine = r < p.rows && 2 * t < n;
-        w0[r] = mine ? W[p.w_loc + r * p.stride + 2 * t] : 0.0f;
-        w1[r] = mine && 2 * t + 1 < n ? W[p.w_loc + r * p.stride + 2 * t + 1] : 0.0f;
-        v[r] = 0.0f;
-    }
-    const bool ok = await_tagged(
-        (n + 1) / 2, want, status, timeout_ns, [&](int i) { return Span{src + 2 * i, 2 * i + 1 < n ? 2 : 1}; },
-        [&](int i, float a, float c) {
-            in[2 * i] = a;
-            if (2 * i + 1 < n) in[2 * i + 1] = c;
-#pragma unroll
-            for (int r = 0; r < FLOW_ROWS; ++r) v[r] = fmaf(w1[r], c, w0[r] * a);
-        });
-    // rows 0-3 over the warp: halves swap pairs, quarters swap singles, then 8 lanes add up
-    const bool hi = lane & 16, h8 = lane & 8;
-    float k0 = hi ? v[2] : v[0], k1 = hi ? v[3] : v[1];
-    k0 += __shfl_xor_sync(0xffffffffu, hi ? v[0] : v[2], 16);
-    k1 += __shfl_xor_sync(0xffffffffu, hi ? v[1] : v[3], 16);
-    float k = h8 ? k1 : k0;
-    k += __shfl_xor_sync(0xffffffffu, h8 ? k0 : k1, 8);
-    for (int o = 4; o > 0; o >>= 1) k += __shfl_xor_sync(0xffffffffu, k, o);
-    if ((lane & 7) == 0) parts[(lane >> 3) * WARPS + (t >> 5)] = k;  // lane 8r holds row r
-    return ok;
-}
-
-// Row i's z from the warps' parts (after the barrier) and its bias weight, in every lane.
-__device__ __forceinline__ float flow_sum(const Plan& p, const float* W, const float* parts, int i) {
-    float s[WARPS];
-#pragma unroll
-    for (int w = 0; w < WARPS; ++w) s[w] = parts[i * WARPS + w];
-#pragma unroll
-    for (int h = 1; h < WARPS; h *= 2)
-#pragma unroll
-        for (int w = 0; w + h < WARPS; w += 2 * h) s[w] += s[w + h];
-    return s[0] + W[p.w_loc + i * p.stride + p.n_in];
-}
-
 // What a tagged trainer's shared memory holds, after the rows' weights W and velocities V: every
 // layer's input (staged once a sample and kept for the update, so the backward fetches nothing
 // but what the exchange needs), the block's outputs and deltas of every layer, then the
@@ -236,8 +175,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
     const Plan& first = plan[0];
     const Plan& last = plan[L - 1];
     const bool x_ahead = first.n_in <= THREADS, t_ahead = last.rows <= WARPS;
-    // FLOW's warp parts, two sets so that a phase's never meet the next one's without a barrier between
-    __shared__ float parts[2][FLOW_ROWS * WARPS];
     float x_next = x_ahead && threadIdx.x < first.n_in ? __ldg(x + threadIdx.x) : 0.0f;
     float t_next = t_ahead && lane == 0 && warp < last.rows ? __ldg(t + last.first + warp) : 0.0f;
     for (it = 0; it < iterations; ++it) {
@@ -263,15 +200,12 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                 if (QUIET) __syncthreads();  // see "Quiet" above
                 ex.before_wait(l);
                 timer.waits();
-                ok = flows(p) ? await_flow(p, sm.W, in, ox + p.in_glob, tag, status, timeout_ns, parts[l & 1])
-                              : await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
+                ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
-            const bool flowed = l > 0 && flows(p);
             for (int i = warp; i < p.rows; i += WARPS) {
-                const float z = flowed ? flow_sum(p, sm.W, parts[l & 1], i)
-                                       : row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
+                const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
                 if (lane == 0) {
                     const int r = p.first + i;
                     const float o = sigmoid(z);
@@ -305,7 +239,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
 }
 
 // The kernel around tagged_train: the signature is fused_train's (05_fused.cu), with out holding
-// ox (u64) and acc whatever the exchange keeps in L2. Exchange(plan, L, sm, w, v, ox, acc, status,
+// ox (u64) and acc whatever the exchange keeps in L2. Exchange(plan, L, sm, w, v, acc, status,
 // timeout_ns, rate, momentum) builds the exchange once the block's rows are in shared memory.
 #define TAGGED_KERNEL(Exchange)                                                                                  \
     extern "C" __global__ void __launch_bounds__(THREADS, 1) fused_train(                                            \
@@ -327,7 +261,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         sm.own = sm.acts + plan[L].act_loc;                                                                           \
         sm.dl = sm.own + plan[L].own_loc;                                                                             \
         sm.room = sm.dl + plan[L].own_loc;                                                                            \
-        Exchange ex(plan, L, sm, w, v, reinterpret_cast<u64*>(out), acc, status, timeout_ns, rate, momentum);          \
+        Exchange ex(plan, L, sm, w, v, acc, status, timeout_ns, rate, momentum);                                         \
         GridBarrier bar{sync, status, timeout_ns, 0u};                                                                \
         PhaseTimer timer;                                                                                             \
         timer.begin();                                                                                                \
