@@ -12,7 +12,7 @@ import sys
 from nnbench import glyphs, nets
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.cuda import CudaBackend
-from nnbench.suites import mlp
+from nnbench.suites import fused, mlp
 from nnbench.suites.ceilings import measure_ceilings
 
 be = CudaBackend(0)
@@ -32,8 +32,8 @@ comp = compile_sources(be.arch, [(v.source, dict(p, PHASE_TIMES=1)) for p in pse
 L = len(layers) - 1
 for p, cc in zip(psets, comp):
     fn = mlp.fused_net(be, v, p, cc, layers, init, train, hyper, None)
-    top = L - 4 if fn.out_local else L - 2  # the backward steps that poll (OUT_LOCAL: the top two do not)
-    names = [f"fwd {l}" for l in range(1, L)] + [f"bwd {l}" for l in range(top, -1, -1)]
+    polled = fused.phases_per_iteration(layers, fn.out_local) - (L - 1)  # backward steps that poll: 0 up
+    names = [f"fwd {l}" for l in range(1, L)] + [f"bwd {l}" for l in range(polled - 1, -1, -1)]
     fn.train(len(train), -1.0)  # warm-up
     sec, _ = fn.train(iters, -1.0)
     wait, work, mhz = fn.phase_times(iters)

@@ -82,12 +82,11 @@ def fused_compiled(cuda_backend):
     either barrier, fused with a column longer than its registers hold (read in chunks), fused
     with PREV_W the other way (previous weights or velocities beside the weights), and fused with
     OUT_LOCAL the other way (the output layer exchanged like the others, or in every block)."""
-    flip = {k: 1 - FUSED["fused"].defaults()[k] for k in ("OUT_LOCAL",)}
     sets = [(FUSED[n], FUSED[n].defaults()) for n in ("fused", "fused-partials")]
     sets += [(FUSED["fused-barrier"], dict(FUSED["fused-barrier"].defaults(), BARRIER=b)) for b in (0, 1)]
     sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), COL_REGS=4))]
     sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), PREV_W=1 - FUSED["fused"].defaults()["PREV_W"]))]
-    sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), OUT_LOCAL=flip["OUT_LOCAL"]))]
+    sets += [(FUSED["fused"], dict(FUSED["fused"].defaults(), OUT_LOCAL=1 - FUSED["fused"].defaults()["OUT_LOCAL"]))]
     comps = compile_sources(cuda_backend.arch, [(v.source, p) for v, p in sets])
     return [(v, p, c) for (v, p), c in zip(sets, comps)]
 

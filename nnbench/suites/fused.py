@@ -38,6 +38,12 @@ def exchange_of(tags: tuple[str, ...]) -> str:
     return "columns" if "columns" in tags else "partials" if "tagged" in tags else "barrier"
 
 
+def output_in_every_block(layers: tuple[int, ...], out_local: bool) -> bool:
+    """Whether fused's OUT_LOCAL takes effect: every block holds the output layer, on nets of two
+    weight layers or more (fused_common.cuh, out_local)."""
+    return out_local and len(layers) >= 3
+
+
 def phases_per_iteration(layers: tuple[int, ...], out_local: bool = False) -> int:
     """Dependent exchanges between blocks in one training iteration of a net with L = len(layers) - 1
     weight layers: one after every forward layer but the output layer, one after every backward
@@ -45,7 +51,7 @@ def phases_per_iteration(layers: tuple[int, ...], out_local: bool = False) -> in
     the output layer in every block (fused's OUT_LOCAL), its deltas and those of the layer below
     are computed where they are needed: two backward exchanges fewer (Net 8: 26)."""
     L = len(layers) - 1
-    return L - 1 + (max(L - 3, 0) if out_local and L >= 2 else L - 1)
+    return L - 1 + (max(L - 3, 0) if output_in_every_block(layers, out_local) else L - 1)
 
 
 def barriers_per_iteration(layers: tuple[int, ...], exchange: str = "barrier") -> int:
@@ -62,7 +68,7 @@ def rows_per_block(layers: tuple[int, ...], blocks: int, out_local: bool = False
     for l, n_out in enumerate(layers[1:]):
         v = (np.arange(blocks) - 4 * l) % blocks
         out[l] = (v + 1) * n_out // blocks - v * n_out // blocks
-    if out_local and len(layers) >= 3:
+    if output_in_every_block(layers, out_local):
         out[-1] = layers[-1]
     return out
 
@@ -167,7 +173,7 @@ class FusedNet:
         # parity of the last training launch (a launch starts them in the first, from the rows)
         self.prev_w, self.columns_swapped = params.get("PREV_W") == 1, False
         # OUT_LOCAL: the output layer in every block, its columns neither kept nor exchanged
-        self.out_local = params.get("OUT_LOCAL") == 1 and len(layers) >= 3
+        self.out_local = output_in_every_block(layers, params.get("OUT_LOCAL") == 1)
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
                                      self.flag_barrier, exchange, self.out_local)

@@ -576,7 +576,7 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     if dev is None:
         return "sequential"
     from nnbench.suites import fused
-    out_local = next(v for v in versions("cuda") if v.name == "fused").defaults().get("OUT_LOCAL") == 1
+    out_local = registry.get("mlp", "fused").defaults().get("OUT_LOCAL") == 1
     return "fused" if fused.fits_on_chip(dev, layers, out_local=out_local) else "kcm-mass"
 
 
