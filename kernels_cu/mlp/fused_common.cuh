@@ -128,6 +128,12 @@ __device__ __forceinline__ bool owns_rows(const Plan& p, int c, int G) {
     return (v + 1) * p.n_out / G > v * p.n_out / G;
 }
 
+#ifndef DOTS
+#define DOTS 0
+#endif
+
+__device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+
 // z = row . act for a padded row (the bias rides along: act[n_in] = 1), by one warp; every lane
 // gets the sum.
 __device__ __forceinline__ float row_dot(const float* row, const float* act, int stride) {
@@ -135,10 +141,27 @@ __device__ __forceinline__ float row_dot(const float* row, const float* act, int
     const float4* a4 = reinterpret_cast<const float4*>(act);
     const int lane = threadIdx.x & 31;
     float z = 0.0f;
+#if DOTS
+    const int n4 = stride / 4;
+    for (int base = 0; base < n4; base += 128) {
+        float4 wv[4], av[4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) {
+            const int j = base + lane + 32 * g;
+            wv[g] = j < n4 ? wr[j] : zero4();
+            av[g] = j < n4 ? a4[j] : zero4();
+        }
+        float s[4];
+#pragma unroll
+        for (int g = 0; g < 4; ++g) s[g] = fmaf(wv[g].w, av[g].w, fmaf(wv[g].z, av[g].z, fmaf(wv[g].y, av[g].y, wv[g].x * av[g].x)));
+        z += (s[0] + s[1]) + (s[2] + s[3]);
+    }
+#else
     for (int j = lane; j < stride / 4; j += 32) {
         const float4 wv = wr[j], av = a4[j];
         z += wv.x * av.x + wv.y * av.y + wv.z * av.z + wv.w * av.w;
     }
+#endif
     return warp_sum(z);
 }
 
