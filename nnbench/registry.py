@@ -312,12 +312,8 @@ MLP: tuple[Variant, ...] = (
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
-               _p("STAGGER", 0, (0, 128, 192, 256, 384), "SM cycles between a backward poller's two loads in flight "
-                  "per span (0: one)"),
-               _p("TRAFFIC", 0, (0, 1, 2, 3, 4, 5, 6, 7, 8), "timing only: 1 no velocity loads, 2 nor column stores, 3 and the "
-                  "rows stored"),
-               _p("DEFER", 1, (0, 1), "1: a column warp stores its updated column in the next step's poll window"),
-               _p("DOTS", 1, (0, 1), "1: a dot product's loads issued first, its products in independent sums"),
+               _p("FAST_SIGMOID", 1, (0, 1), "1: the forward's sigmoid with an approximate reciprocal (1 / (1 + e) "
+                  "to about 2 ulp instead of correctly rounded)"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "
                   "(their difference), so a column update stores the new weight alone"),
                _p("OUT_LOCAL", 1, (0, 1), "1: every block holds and computes the whole output layer, so the last "

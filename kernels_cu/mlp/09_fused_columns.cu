@@ -28,7 +28,7 @@
 //         (fused_common.cuh: every block holds and computes the whole output layer, 7 rows on
 //         Net 8, so its deltas and those of the layer below are known in every block: the two
 //         backward exchanges at the top of the net go, 26 phases an iteration on Net 8 instead of
-//         28; the fullest block's shared memory grows by about 5 KB).
+//         28; the fullest block's shared memory grows by about 5 KB); FAST_SIGMOID (tagged.cuh).
 //
 // The stores are what the backward phases of Net 8 wait on (docs/RESULTS.md, "fourth step"):
 // without them a phase overlapping a 500-long column update waited 0.84 us instead of 1.45.
@@ -58,68 +58,28 @@
 #ifndef POLLERS
 #define POLLERS (WARPS / 2)
 #endif
-#ifndef TRAFFIC
-#define TRAFFIC 0
-#endif
-#ifndef DEFER
-#define DEFER 0
-#endif
-#define FENCES (TRAFFIC == 7)
 #include "mlp/tagged.cuh"
-
-// TRAFFIC 5: the columns' loads and stores with an L2 evict_last policy; 6: stores evict_first.
-__device__ __forceinline__ unsigned long long column_policy() {
-    unsigned long long p;
-    if (TRAFFIC == 6) asm("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(p));
-    else asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(p));
-    return p;
-}
-
-__device__ __forceinline__ float4 load_column(const float* a) {
-    if (TRAFFIC != 5) return __ldcg(reinterpret_cast<const float4*>(a));
-    float4 v;
-    asm volatile("ld.global.cg.L2::cache_hint.v4.f32 {%0, %1, %2, %3}, [%4], %5;"
-                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(a), "l"(column_policy()));
-    return v;
-}
-
-__device__ __forceinline__ void store_column(float* a, float4 v) {
-    if (TRAFFIC != 5 && TRAFFIC != 6) {
-        __stcg(reinterpret_cast<float4*>(a), v);
-        return;
-    }
-    asm volatile("st.global.cg.L2::cache_hint.v4.f32 [%0], {%1, %2, %3, %4}, %5;" ::"l"(a), "f"(v.x), "f"(v.y),
-                 "f"(v.z), "f"(v.w), "l"(column_policy())
-                 : "memory");
-}
 
 // Up to CHUNK weights of a column and their velocities, lane j holding elements 4j..4j+3, then
 // 128 + 4j.., so that each fetch and store is one 16-byte access a lane (see "The stores" above).
 // Columns are stored padded to a multiple of 4 floats with zeros, which stay zero.
 struct Column {
     float4 w[COL_VECS], v[COL_VECS];
-    // DEFER: the updated column, held until the next step's poll window (to_n: its length, 0 when
-    // nothing is held), and where it goes.
-    float4 nw[COL_VECS], nv[COL_VECS];
-    float *to_w, *to_v;
-    int to_n;
 
     __device__ __forceinline__ static int at(int g) { return 4 * (threadIdx.x & 31) + 128 * g; }
 
     __device__ __forceinline__ static void fetch(float4* dst, const float* src, int n) {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g)
-            dst[g] = at(g) < n ? load_column(src + at(g)) : zero4();
+            dst[g] = at(g) < n ? __ldcg(reinterpret_cast<const float4*>(src + at(g))) : zero4();
     }
 
     __device__ __forceinline__ void fetch_w(const float* wt, int n) { fetch(w, wt, n); }
-    __device__ __forceinline__ void fetch_v(const float* vt, int n) {
-        if (TRAFFIC == 0) fetch(v, vt, n);
-    }
+    __device__ __forceinline__ void fetch_v(const float* vt, int n) { fetch(v, vt, n); }
 
     // d's padding past n is whatever the room held: left out, not multiplied by the zero weights.
+    // One sum per float4, added at the end, so the products do not wait for each other.
     __device__ __forceinline__ float dot(const float* d, int n, float s) const {
-#if DOTS
         float part[COL_VECS];
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
@@ -136,51 +96,26 @@ struct Column {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) s += part[g];
         return s;
-#else
-#pragma unroll
-        for (int g = 0; g < COL_VECS; ++g) {
-            const int j = at(g);
-            if (j >= n) continue;
-            const float4 e = *reinterpret_cast<const float4*>(d + j);
-            s = fmaf(w[g].x, e.x, s);
-            if (j + 1 < n) s = fmaf(w[g].y, e.y, s);
-            if (j + 2 < n) s = fmaf(w[g].z, e.z, s);
-            if (j + 3 < n) s = fmaf(w[g].w, e.w, s);
-        }
-        return s;
-#endif
     }
 
     // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i. The new
     // column goes back where it was fetched from, w to wt and v to vt; with PREV_W (v holds the
     // weights of the step before) only the new weights are stored, over the step before's in vt.
     __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
-                                           float momentum, bool defer) {
+                                           float momentum) const {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
             const int j = at(g);
             if (j >= n) continue;
             const float4 e = *reinterpret_cast<const float4*>(d + j);
-            step(v[g].x, w[g].x, e.x, true, o, rate, momentum, nv[g].x, nw[g].x);
-            step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, nv[g].y, nw[g].y);
-            step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, nv[g].z, nw[g].z);
-            step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, nv[g].w, nw[g].w);
+            float4 vn, wn;
+            step(v[g].x, w[g].x, e.x, true, o, rate, momentum, vn.x, wn.x);
+            step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
+            step(v[g].z, w[g].z, e.z, j + 2 < n, o, rate, momentum, vn.z, wn.z);
+            step(v[g].w, w[g].w, e.w, j + 3 < n, o, rate, momentum, vn.w, wn.w);
+            if (!PREV_W) __stcg(reinterpret_cast<float4*>(vt + j), vn);
+            __stcg(reinterpret_cast<float4*>((PREV_W ? vt : wt) + j), wn);
         }
-        to_w = PREV_W ? vt : wt;
-        to_v = vt;
-        to_n = TRAFFIC == 2 || TRAFFIC == 3 || TRAFFIC >= 7 ? 0 : n;
-        if (!defer) flush();
-    }
-
-    __device__ __forceinline__ void flush() {
-#pragma unroll
-        for (int g = 0; g < COL_VECS; ++g) {
-            const int j = at(g);
-            if (j >= to_n) continue;
-            if (!PREV_W) store_column(to_v + j, nv[g]);
-            store_column(to_w + j, nw[g]);
-        }
-        to_n = 0;
     }
 
     __device__ __forceinline__ static void step(float v, float w, float d, bool real, float o, float rate,
@@ -223,7 +158,6 @@ struct Columns {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
         room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
-        col.to_n = 0;
         const int lane = threadIdx.x & 31, cw = column_warp();
         for (int l = 1; l < (out_local(L) ? L - 1 : L); ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
@@ -267,17 +201,6 @@ struct Columns {
         for (int l = pend_rows; l <= pend_top; ++l) {
             const Plan p = plan[l];
             update_rows_flat(p, sm.W, sm.V, sm.acts + p.act_loc, sm.dl + p.own_loc, rate, momentum, me, team);
-            if (TRAFFIC == 3 && l > 0)  // timing only: the stores a row owner would push
-                for (int k = me; k < p.rows * p.stride / 4; k += team)
-                    __stcg(reinterpret_cast<float4*>(vt) + blockIdx.x * 1024 + k,
-                           reinterpret_cast<const float4*>(sm.W + p.w_loc)[k]);
-            if ((TRAFFIC == 7 || TRAFFIC == 8) && l >= 1 && l < (out_local(L) ? L - 1 : L))  // timing only: a push's stores
-                for (int i = me; i < p.n_in; i += team) {
-                    const float* r = sm.W + p.w_loc + i;
-                    const float4 x = make_float4(r[0], p.rows > 1 ? r[p.stride] : 0.0f, p.rows > 2 ? r[2 * p.stride] : 0.0f,
-                                                 p.rows > 3 ? r[3 * p.stride] : 0.0f);
-                    __stcg(reinterpret_cast<float4*>(wt + p.t_glob + i * pad4(p.n_out) + (p.first & ~3)), x);
-                }
         }
     }
 
@@ -321,8 +244,14 @@ struct Columns {
         __syncthreads();  // the output layer's deltas are in dl
         const float* o_in = sm.acts + q.act_loc;
         for (int j = threadIdx.x; j < q.n_in; j += THREADS) {
+            // k in pieces of 8, unrolled, so each piece's shared loads go out before its first
+            // fmaf; the sum keeps the order of k.
             float s = 0.0f;
-            for (int k = 0; k < q.rows; ++k) s = fmaf(sm.W[q.w_loc + k * q.stride + j], sm.dl[q.own_loc + k], s);
+            for (int k0 = 0; k0 < q.rows; k0 += 8) {
+#pragma unroll
+                for (int k = k0; k < k0 + 8; ++k)
+                    if (k < q.rows) s = fmaf(sm.W[q.w_loc + k * q.stride + j], sm.dl[q.own_loc + k], s);
+            }
             const float o = o_in[j], d = o * (1.0f - o) * s;
             room[j] = d;
             if (j >= p.first && j < p.first + p.rows) sm.dl[p.own_loc + j - p.first] = d;
@@ -368,25 +297,20 @@ struct Columns {
                 timer.waits();
                 bool ok = true;
                 if (warp < POLLERS)
-                    ok = await_vector<STAGGER != 0>(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
-                else {
-                    col.flush();  // DEFER: the step before's column, while the others poll
-                    if (pend_rows >= 0) settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
-                }
+                    ok = await_vector(d, dx + q.o_glob, n, tag, status, timeout_ns, threadIdx.x, 32 * POLLERS);
+                else if (pend_rows >= 0)
+                    settle_rows(threadIdx.x - 32 * POLLERS, THREADS - 32 * POLLERS);
                 if (__syncthreads_or(!ok)) return false;
                 timer.ready();
             }
             if (cw < p.rows) {
                 const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag);
-                float* scratch = vt + (blockIdx.x * 4 + cw) * 512;  // TRAFFIC=4, timing only: a small footprint
-                col.update(TRAFFIC == 4 ? scratch : wcol + cw * n4, TRAFFIC == 4 ? scratch : vcol + cw * n4, d, n, o,
-                           rate, momentum, DEFER && l > 0);
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
             pend(l, l);
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
             return true;
         }
-        col.flush();
         settle_now();
         __syncthreads();
         if (!local) {
@@ -407,7 +331,7 @@ struct Columns {
             for (int at = 0; at < n; at += CHUNK) {
                 if (n > CHUNK) col.fetch_w(wc + at, n - at);
                 col.fetch_v(vc + at, n - at);
-                col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum, false);
+                col.update(wc + at, vc + at, d + at, n - at, o, rate, momentum);
             }
         }
         pend(l, l);

@@ -128,21 +128,19 @@ __device__ __forceinline__ bool owns_rows(const Plan& p, int c, int G) {
     return (v + 1) * p.n_out / G > v * p.n_out / G;
 }
 
-#ifndef DOTS
-#define DOTS 0
-#endif
-
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
 // z = row . act for a padded row (the bias rides along: act[n_in] = 1), by one warp; every lane
-// gets the sum.
+// gets the sum. A lane's loads of a 512-float piece are all issued before its first product, and
+// its four float4s make four independent sums: a loop of load, then a chain of adds, with the
+// ragged last trip in a remainder loop the compiler peels off (lanes 30 and 31 of a 504-float
+// row, so the warp runs both), cost Net 8's 500-wide forward phases 0.06 us each of the critical
+// path (docs/RESULTS.md, "ninth step").
 __device__ __forceinline__ float row_dot(const float* row, const float* act, int stride) {
     const float4* wr = reinterpret_cast<const float4*>(row);
     const float4* a4 = reinterpret_cast<const float4*>(act);
-    const int lane = threadIdx.x & 31;
+    const int lane = threadIdx.x & 31, n4 = stride / 4;
     float z = 0.0f;
-#if DOTS
-    const int n4 = stride / 4;
     for (int base = 0; base < n4; base += 128) {
         float4 wv[4], av[4];
 #pragma unroll
@@ -153,15 +151,10 @@ __device__ __forceinline__ float row_dot(const float* row, const float* act, int
         }
         float s[4];
 #pragma unroll
-        for (int g = 0; g < 4; ++g) s[g] = fmaf(wv[g].w, av[g].w, fmaf(wv[g].z, av[g].z, fmaf(wv[g].y, av[g].y, wv[g].x * av[g].x)));
+        for (int g = 0; g < 4; ++g)
+            s[g] = fmaf(wv[g].w, av[g].w, fmaf(wv[g].z, av[g].z, fmaf(wv[g].y, av[g].y, wv[g].x * av[g].x)));
         z += (s[0] + s[1]) + (s[2] + s[3]);
     }
-#else
-    for (int j = lane; j < stride / 4; j += 32) {
-        const float4 wv = wr[j], av = a4[j];
-        z += wv.x * av.x + wv.y * av.y + wv.z * av.z + wv.w * av.w;
-    }
-#endif
     return warp_sum(z);
 }
 

@@ -32,11 +32,13 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-#ifndef STAGGER
-#define STAGGER 0
-#endif
-#ifndef FENCES
-#define FENCES 0
+// FAST_SIGMOID: the forward's 1 / (1 + e^-z) with the approximate reciprocal (__fdividef, MUFU.RCP
+// and a multiply) instead of the correctly rounded one, whose refinement sits on every forward
+// phase's critical path (lane 0 of each row, between the dot and the tagged store). The error it
+// adds, about 2 ulp, is far inside the weight check's; Net 8 0.3-0.6 us (docs/RESULTS.md, "ninth
+// step"). Off (0) reproduces the other versions' sigmoid.
+#ifndef FAST_SIGMOID
+#define FAST_SIGMOID 0
 #endif
 
 typedef unsigned long long u64;
@@ -80,13 +82,6 @@ __device__ __forceinline__ ulonglong2 load_span(Span s) {
     return s.n == 2 ? load_tagged2(s.at) : make_ulonglong2(load_tagged(s.at), 0);
 }
 
-// 1: every tag in g is `want`; 0: one is older (not stored yet); -1: one is newer.
-__device__ __forceinline__ int freshness(ulonglong2 g, int n, unsigned want) {
-    const unsigned tx = (unsigned)(g.x >> 32), ty = n == 2 ? (unsigned)(g.y >> 32) : want;
-    if (tx == want && ty == want) return 1;
-    return (int)(tx - want) > 0 || (int)(ty - want) > 0 ? -1 : 0;
-}
-
 // A thread's share, as member `me` of a team of `team` threads (by default the block), of `count`
 // spans of tagged values (me, me + team, ...): span i lies
 // at where(i) and its values go to use(i, a, b) (b, and both for an empty span, 0) once every tag
@@ -94,30 +89,18 @@ __device__ __forceinline__ int freshness(ulonglong2 g, int n, unsigned want) {
 // about one L2 round trip for them all; spans of two values halve the requests, which matters
 // where every block polls every value of a layer. False when the wait gave up or a newer tag
 // showed up (the caller leaves).
-//
-// Staggered (STAGGER cycles): each span has two loads in flight, the second issued STAGGER
-// cycles after the first and each reissued as soon as it comes back stale, so a value is seen
-// about half an L2 round trip after it lands instead of up to a whole one. The load still in
-// flight when the wait ends holds its register until it returns, so only threads with nothing
-// to compute after the wait should stagger.
-template <bool Stagger = false, typename Where, typename Use>
+template <typename Where, typename Use>
 __device__ __forceinline__ bool await_tagged(int count, unsigned want, int* status, long long timeout_ns,
                                              Where where, Use use, int me = threadIdx.x, int team = THREADS) {
     Patience patience{status, timeout_ns};
     for (int base = me; base < count; base += IN_FLIGHT * team) {
         Span at[IN_FLIGHT];
-        ulonglong2 got[IN_FLIGHT], again[IN_FLIGHT];
+        ulonglong2 got[IN_FLIGHT];
 #pragma unroll
         for (int k = 0; k < IN_FLIGHT; ++k) {
             const int i = base + k * team;
             at[k] = i < count ? where(i) : Span{nullptr, 0};
             if (at[k].n) got[k] = load_span(at[k]);
-        }
-        if (Stagger) {
-            pause_cycles(STAGGER);
-#pragma unroll
-            for (int k = 0; k < IN_FLIGHT; ++k)
-                if (at[k].n) again[k] = load_span(at[k]);
         }
 #pragma unroll
         for (int k = 0; k < IN_FLIGHT; ++k) {
@@ -127,40 +110,28 @@ __device__ __forceinline__ bool await_tagged(int count, unsigned want, int* stat
                 use(i, 0.0f, 0.0f);
                 continue;
             }
-            ulonglong2 g;
-            int f;
             for (;;) {
-                if ((f = freshness(got[k], at[k].n, want)) != 0) {
-                    g = got[k];
-                    break;
+                const unsigned tx = (unsigned)(got[k].x >> 32), ty = at[k].n == 2 ? (unsigned)(got[k].y >> 32) : want;
+                if (tx == want && ty == want) break;
+                if ((int)(tx - want) > 0 || (int)(ty - want) > 0) {
+                    atomicCAS(status, 0, 2);
+                    return false;
                 }
                 if (!patience.still()) return false;
                 if (BACKOFF) __nanosleep(BACKOFF);
                 if (PAUSE) pause_cycles(PAUSE);
                 got[k] = load_span(at[k]);
-                if (Stagger) {
-                    if ((f = freshness(again[k], at[k].n, want)) != 0) {
-                        g = again[k];
-                        break;
-                    }
-                    again[k] = load_span(at[k]);
-                }
             }
-            if (f < 0) {
-                atomicCAS(status, 0, 2);
-                return false;
-            }
-            use(i, __uint_as_float((unsigned)g.x), __uint_as_float((unsigned)g.y));
+            use(i, __uint_as_float((unsigned)got[k].x), __uint_as_float((unsigned)got[k].y));
         }
     }
     return true;
 }
 
 // A whole vector of n tagged values (src 16-byte aligned) into dst, two to a load.
-template <bool Stagger = false>
 __device__ __forceinline__ bool await_vector(float* dst, const u64* src, int n, unsigned want, int* status,
                                              long long timeout_ns, int me = threadIdx.x, int team = THREADS) {
-    return await_tagged<Stagger>(
+    return await_tagged(
         (n + 1) / 2, want, status, timeout_ns, [&](int i) { return Span{src + 2 * i, 2 * i + 1 < n ? 2 : 1}; },
         [&](int i, float a, float c) {
             dst[2 * i] = a;
@@ -225,7 +196,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
         }
         // ---- forward
         __syncthreads();  // the last update of the previous sample may still read layer 1's input
-        if (FENCES && lane == 0) __threadfence();
         for (int l = 0; l < L; ++l) {
             const Plan p = plan[l];
             float* in = sm.acts + p.act_loc;
@@ -246,7 +216,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                 const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
                 if (lane == 0) {
                     const int r = p.first + i;
-                    const float o = sigmoid(z);
+                    const float o = FAST_SIGMOID ? __fdividef(1.0f, 1.0f + __expf(-z)) : sigmoid(z);
                     sm.own[p.own_loc + i] = o;
                     if (l < L - 1) {
                         store_tagged(ox + p.o_glob + r, o, tag);
@@ -270,7 +240,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
             if (!bar.wait()) return;
             continue;
         }
-        if (FENCES) __threadfence();
         // ---- backward: the exchange's
         for (int l = L - 1; l >= 0; --l)
             if (!ex.backward(l, tag, timer)) return;
