@@ -131,11 +131,11 @@ __device__ __forceinline__ bool owns_rows(const Plan& p, int c, int G) {
 __device__ __forceinline__ float4 zero4() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 
 // z = row . act for a padded row (the bias rides along: act[n_in] = 1), by one warp; every lane
-// gets the sum. A lane's loads of a 512-float piece are all issued before its first product, and
-// its four float4s make four independent sums: a loop of load, then a chain of adds, with the
-// ragged last trip in a remainder loop the compiler peels off (lanes 30 and 31 of a 504-float
-// row, so the warp runs both), cost Net 8's 500-wide forward phases 0.06 us each of the critical
-// path (docs/RESULTS.md, "ninth step").
+// gets the sum. A lane issues all its loads of a 512-float piece before its first product and
+// keeps four independent sums. The plain strided loop cost Net 8's 500-wide forward phases about
+// 0.06 us each (docs/RESULTS.md, "ninth step"): the compiler unrolls it by 4 and peels the ragged
+// trip (lanes 30 and 31 of a 504-float row take 3 trips, the others 4), so the warp ran both
+// paths, each a load followed by a chain of adds.
 __device__ __forceinline__ float row_dot(const float* row, const float* act, int stride) {
     const float4* wr = reinterpret_cast<const float4*>(row);
     const float4* a4 = reinterpret_cast<const float4*>(act);

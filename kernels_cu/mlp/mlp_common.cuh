@@ -7,6 +7,9 @@
 #pragma once
 
 __device__ __forceinline__ float sigmoid(float z) { return 1.0f / (1.0f + __expf(-z)); }
+// The same with an approximate reciprocal (MUFU.RCP and a multiply, about 2 ulp), for where the
+// correctly rounded one's refinement sits on the critical path (fused's FAST_SIGMOID, tagged.cuh).
+__device__ __forceinline__ float sigmoid_approx(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
 
 // The sum of x over the warp, in every lane (a butterfly, so every lane adds in the same order).
 __device__ __forceinline__ float warp_sum(float x) {

@@ -32,11 +32,11 @@
 #ifndef PAUSE
 #define PAUSE 0
 #endif
-// FAST_SIGMOID: the forward's 1 / (1 + e^-z) with the approximate reciprocal (__fdividef, MUFU.RCP
-// and a multiply) instead of the correctly rounded one, whose refinement sits on every forward
-// phase's critical path (lane 0 of each row, between the dot and the tagged store). The error it
-// adds, about 2 ulp, is far inside the weight check's; Net 8 0.3-0.6 us (docs/RESULTS.md, "ninth
-// step"). Off (0) reproduces the other versions' sigmoid.
+// FAST_SIGMOID: the forward's sigmoid is sigmoid_approx (mlp_common.cuh), not the correctly
+// rounded one, whose refinement sits on every forward phase's critical path (lane 0 of each row,
+// between the dot and the tagged store). The error it adds, about 2 ulp, is far inside the weight
+// check's; Net 8 0.4-0.9 us faster (docs/RESULTS.md, "ninth step"). Off (0), the forward rounds
+// as the other versions do.
 #ifndef FAST_SIGMOID
 #define FAST_SIGMOID 0
 #endif
@@ -216,7 +216,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                 const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
                 if (lane == 0) {
                     const int r = p.first + i;
-                    const float o = FAST_SIGMOID ? __fdividef(1.0f, 1.0f + __expf(-z)) : sigmoid(z);
+                    const float o = FAST_SIGMOID ? sigmoid_approx(z) : sigmoid(z);
                     sm.own[p.own_loc + i] = o;
                     if (l < L - 1) {
                         store_tagged(ox + p.o_glob + r, o, tag);
