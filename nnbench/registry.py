@@ -312,9 +312,6 @@ MLP: tuple[Variant, ...] = (
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
                _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
-               _p("SPIN_REG", 1, (0, 1), "experiment: 1: a wait's patience kept in registers"),
-               _p("EARLY", 1, (0, 1), "experiment: 1: the pollers start the next poll once the column warps have "
-                  "read the deltas, not after their stores"),
                _p("FAST_SIGMOID", 1, (0, 1), "1: the forward's sigmoid with an approximate reciprocal (1 / (1 + e) "
                   "to about 2 ulp instead of correctly rounded)"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "

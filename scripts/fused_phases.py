@@ -45,9 +45,3 @@ for p, cc in zip(psets, comp):
     for k, name in enumerate(names):
         n_in = layers[int(name.split()[1])] if name.startswith("fwd") else layers[int(name.split()[1]) + 1]
         print(f"{name:7s} {n_in:6d} {wait[k]:8.3f} {work[k]:8.3f}")
-    laps = fn.lap_times(iters)
-    if laps.any():  # fused_common.cuh's PhaseTimer: what the laps time, summed over an iteration
-        print("laps, us per iteration: first column warp from its data's arrival: dot and delta "
-              f"{laps[0]:.3f}, column update {laps[1]:.3f}, next fetch issued {laps[2]:.3f}, barrier {laps[3]:.3f}; "
-              f"thread 0 in the forward: dot {laps[4]:.3f}, sigmoid and store {laps[5]:.3f}, "
-              f"barrier {laps[6]:.3f}")

@@ -59,16 +59,12 @@
 #define POLLERS (WARPS / 2)
 #endif
 #include "mlp/tagged.cuh"
-#ifndef EARLY
-#define EARLY 0
-#endif
 
 // Up to CHUNK weights of a column and their velocities, lane j holding elements 4j..4j+3, then
 // 128 + 4j.., so that each fetch and store is one 16-byte access a lane (see "The stores" above).
 // Columns are stored padded to a multiple of 4 floats with zeros, which stay zero.
 struct Column {
     float4 w[COL_VECS], v[COL_VECS];
-    float4 e[COL_VECS];  // EARLY: d's elements the dot read, for the update (the room is refilled by then)
 
     __device__ __forceinline__ static int at(int g) { return 4 * (threadIdx.x & 31) + 128 * g; }
 
@@ -83,16 +79,14 @@ struct Column {
 
     // d's padding past n is whatever the room held: left out, not multiplied by the zero weights.
     // One sum per float4, added at the end, so the products do not wait for each other.
-    __device__ __forceinline__ float dot(const float* d, int n, float s) {
+    __device__ __forceinline__ float dot(const float* d, int n, float s) const {
         float part[COL_VECS];
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
             const int j = at(g);
             part[g] = 0.0f;
-            if (EARLY) e[g] = zero4();
             if (j >= n) continue;
             const float4 e = *reinterpret_cast<const float4*>(d + j);
-            if (EARLY) this->e[g] = e;
             float p = w[g].x * e.x;
             if (j + 1 < n) p = fmaf(w[g].y, e.y, p);
             if (j + 2 < n) p = fmaf(w[g].z, e.z, p);
@@ -107,14 +101,13 @@ struct Column {
     // The same update the row's owner gives W[j][i] (update_four): rate d_j, times o_i. The new
     // column goes back where it was fetched from, w to wt and v to vt; with PREV_W (v holds the
     // weights of the step before) only the new weights are stored, over the step before's in vt.
-    // kept: d's elements from the dot (EARLY), not read again from d.
     __device__ __forceinline__ void update(float* wt, float* vt, const float* d, int n, float o, float rate,
-                                           float momentum, bool kept = false) const {
+                                           float momentum) const {
 #pragma unroll
         for (int g = 0; g < COL_VECS; ++g) {
             const int j = at(g);
             if (j >= n) continue;
-            const float4 e = kept ? this->e[g] : *reinterpret_cast<const float4*>(d + j);
+            const float4 e = *reinterpret_cast<const float4*>(d + j);
             float4 vn, wn;
             step(v[g].x, w[g].x, e.x, true, o, rate, momentum, vn.x, wn.x);
             step(v[g].y, w[g].y, e.y, j + 1 < n, o, rate, momentum, vn.y, wn.y);
@@ -164,7 +157,11 @@ struct Columns {
           rate(rate), momentum(momentum), pend_rows(-1), pend_top(-1), flipped(0u), prefetched(false) {
         wt = reinterpret_cast<float*>(dx + plan[L].o_glob);
         vt = wt + plan[L].t_glob;
-        room = reinterpret_cast<float*>((reinterpret_cast<size_t>(sm.room) + 15) & ~size_t(15));  // float4 reads
+        // 16-byte aligned for float4 reads, by pointer arithmetic on sm.room: through an integer
+        // cast the compiler no longer knew it was shared memory, and read and wrote it with
+        // generic loads and stores (Net 8 0.1 us slower, docs/RESULTS.md, "tenth step").
+        const unsigned a = static_cast<unsigned>(__cvta_generic_to_shared(sm.room));
+        room = sm.room + ((16u - (a & 15u)) & 15u) / 4u;
         const int lane = threadIdx.x & 31, cw = column_warp();
         for (int l = 1; l < (out_local(L) ? L - 1 : L); ++l) {
             const Plan q = plan[l], p = plan[l - 1];  // W_l's columns = this block's rows of layer l-1
@@ -224,17 +221,6 @@ struct Columns {
     // Whether step l can hold its columns in the column warps' registers and overlap the poll.
     __device__ bool overlaps(int l) const {
         return plan[l].rows <= WARPS - POLLERS && plan[l + 1].n_out <= CHUNK;
-    }
-
-    // Whether backward(l) takes the overlapped path (a column dot in the column warps).
-    __device__ bool column_step(int l) const { return l < L - 1 && !(out_local(L) && l == L - 2) && overlaps(l); }
-
-    // EARLY: the pollers of step l start once the column warps of step l+1 have read d_(l+2) from
-    // the room (named barrier 2: the column warps arrive, the pollers wait), not after the column
-    // warps' stores and next fetch (the block barrier). Both steps must be overlapped ones, and
-    // step l must poll (the local step's room is written by every thread).
-    __device__ bool pollers_go_early(int l) const {
-        return EARLY && column_step(l) && !(out_local(L) && l == L - 3) && l + 1 < L && column_step(l + 1);
     }
 
     // OUT_LOCAL: step L-3 polls nothing (its d_(L-2) is computed locally), so nothing would hide
@@ -303,22 +289,12 @@ struct Columns {
         columns_of(l, wcol, vcol);
         if (PREV_W) flipped ^= 1u << l;
         if (overlaps(l)) {
-            const bool early = pollers_go_early(l);
             if (cw < p.rows && !prefetched) {  // the dot's and the update's operands, before the wait
                 col.fetch_w(wcol + cw * n4, n);
                 col.fetch_v(vcol + cw * n4, n);
             }
-            timer.lap(2);
             prefetched = false;
-            if (!early) {
-                __syncthreads();  // the step before's deltas are in dl
-            } else if (warp < POLLERS) {  // the column warps have read the step before's d from the room
-                asm volatile("bar.sync 2, %0;" ::"r"(THREADS) : "memory");
-            } else {  // the step before's deltas are in dl (the column warps wrote them)
-                asm volatile("bar.sync 1, %0;" ::"r"(THREADS - 32 * POLLERS) : "memory");
-            }
-            timer.lap(3);
-            timer.lap_stop(0);
+            __syncthreads();  // the step before's deltas are in dl
             if (local) {
                 if (warp < POLLERS && pend_rows >= 0) settle_rows(threadIdx.x, 32 * POLLERS);
             } else {
@@ -331,19 +307,10 @@ struct Columns {
                 if (__syncthreads_or(!ok)) return false;
                 timer.ready();
             }
-            timer.lap_start(0);
-            const bool handoff = l > 0 && pollers_go_early(l - 1);
             if (cw < p.rows) {
-                const float s = col.dot(d, n, 0.0f);
-                if (handoff) asm volatile("bar.arrive 2, %0;" ::"r"(THREADS) : "memory");
-                const float o = own_delta(p, l, cw, s, tag);
-                timer.lap(0);
-                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum, handoff);
-                timer.lap(1);
-            } else if (handoff && warp >= POLLERS) {
-                asm volatile("bar.arrive 2, %0;" ::"r"(THREADS) : "memory");
+                const float o = own_delta(p, l, cw, col.dot(d, n, 0.0f), tag);
+                col.update(wcol + cw * n4, vcol + cw * n4, d, n, o, rate, momentum);
             }
-            if (l == 0) timer.lap_stop(0);
             pend(l, l);
             if (l == 0) settle_now();  // the next sample's first layer needs its rows now
             return true;

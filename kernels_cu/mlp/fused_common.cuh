@@ -35,7 +35,6 @@ struct Plan {  // per weight layer, for this block
 
 __device__ __forceinline__ int pad4(int n) { return (n + 3) & ~3; }
 
-
 // OUT_LOCAL (09_fused_columns.cu): every block keeps the whole output layer (Net 8: 7 rows of 101
 // weights) and computes it, so the output deltas, and from them the deltas of the layer below,
 // are known in every block without an exchange. Nets of one weight layer have nothing to gain.
@@ -229,23 +228,10 @@ __device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
 // Checked every 256 spins, so the clock and status reads stay off the fast path, and out of line,
 // so the many waits inlined in a trainer's loop do not each carry a copy (the loop's code is the
 // SM's instruction cache's to hold).
-#ifndef SPIN_REG
-#define SPIN_REG 1
-#endif
-__device__ __noinline__ bool patience_holds(int* status, long long timeout_ns, long long* start) {
-    const long long t = now_ns();
-    if (*start == 0) *start = t;
-    if (*(volatile int*)status != 0 || t - *start > timeout_ns) {
-        atomicCAS(status, 0, 1);
-        return false;
-    }
-    return true;
-}
-
-// The same check with the start passed and returned by value (-1: give up). A pointer into the
-// waiting thread's Patience put the whole struct in local memory: every missed poll then loaded and
-// stored its spin count there before it polled again.
-__device__ __noinline__ long long patience_start(int* status, long long timeout_ns, long long start) {
+// The start time goes in and out by value (-1: give up). A pointer to it put the waiting thread's
+// Patience in local memory, so every missed poll loaded and stored its spin count there before it
+// polled again (Net 8 0.6 us slower, docs/RESULTS.md, "tenth step").
+__device__ __noinline__ long long patience_holds(int* status, long long timeout_ns, long long start) {
     const long long t = now_ns();
     if (start == 0) start = t;
     if (*(volatile int*)status != 0 || t - start > timeout_ns) {
@@ -262,8 +248,7 @@ struct Patience {
 
     __device__ __forceinline__ bool still() {
         if ((++spin & 255) != 0) return true;
-        if (!SPIN_REG) return patience_holds(status, timeout_ns, &start);
-        start = patience_start(status, timeout_ns, start);
+        start = patience_holds(status, timeout_ns, start);
         return start >= 0;
     }
 };
@@ -330,27 +315,20 @@ struct GridBarrier {
 // thread 0 of block 0 adds the SM cycles from the start of each phase's wait until the data it
 // waits for are there (wait) and from then until the next phase's wait starts (work: its own
 // part of the critical path) to sums[2k] and sums[2k + 1], k the phase's number in the iteration.
-// Laps split the work further, along one thread's path (LAPS of them, in two channels: laps 0-3
-// are the first column warp's lane 0, 4-7 thread 0's): lap_start() starts a channel's clock,
-// lap(k) adds the cycles since the channel's last mark to lap k (only while started), and
-// lap_stop() stops it. The kernel writes the sums, the laps, then the cycles and nanoseconds of
-// the whole launch, to phase_out.
-#define LAPS 8
+// The kernel writes the sums, then the cycles and nanoseconds of the whole launch, to phase_out.
 struct PhaseTimer {
 #ifdef PHASE_TIMES
-    long long* sums;  // 2 * 2 * MAX_LAYERS, then LAPS, in shared memory (begin's)
-    long long mark, first_cycle, first_ns, lap_mark;
-    int k, prev, lap_channel;
-    bool on, lap_on;
+    long long* sums;  // 2 * 2 * MAX_LAYERS, in shared memory (begin's)
+    long long mark, first_cycle, first_ns;
+    int k, prev;
+    bool on;
 
     __device__ void begin() {
-        __shared__ long long block_sums[4 * MAX_LAYERS + LAPS];
+        __shared__ long long block_sums[4 * MAX_LAYERS];
         sums = block_sums;
         on = blockIdx.x == 0 && threadIdx.x == 0;
-        lap_channel = threadIdx.x == 0 ? 1 : threadIdx.x == THREADS - 32 ? 0 : -1;
-        lap_on = false;
         if (on)
-            for (int i = 0; i < 4 * MAX_LAYERS + LAPS; ++i) sums[i] = 0;
+            for (int i = 0; i < 4 * MAX_LAYERS; ++i) sums[i] = 0;
         k = 0;
         prev = -1;
         mark = first_cycle = clock64();
@@ -370,35 +348,17 @@ struct PhaseTimer {
         mark = t;
         prev = k++;
     }
-    __device__ bool lapper(int channel) const { return blockIdx.x == 0 && lap_channel == channel; }
-    __device__ void lap_start(int channel) {
-        if (!lapper(channel)) return;
-        lap_mark = clock64();
-        lap_on = true;
-    }
-    __device__ void lap(int i) {
-        if (!lap_on || !lapper(i / 4)) return;
-        const long long t = clock64();
-        sums[4 * MAX_LAYERS + i] += t - lap_mark;  // one thread a channel
-        lap_mark = t;
-    }
-    __device__ void lap_stop(int channel) {
-        if (lapper(channel)) lap_on = false;
-    }
-    __device__ void end(long long* phase_out) {  // after a __syncthreads(), so every lap is in
+    __device__ void end(long long* phase_out) {
         if (!on) return;
-        for (int i = 0; i < 4 * MAX_LAYERS + LAPS; ++i) phase_out[i] = sums[i];
-        phase_out[4 * MAX_LAYERS + LAPS] = clock64() - first_cycle;
-        phase_out[4 * MAX_LAYERS + LAPS + 1] = now_ns() - first_ns;
+        for (int i = 0; i < 4 * MAX_LAYERS; ++i) phase_out[i] = sums[i];
+        phase_out[4 * MAX_LAYERS] = clock64() - first_cycle;
+        phase_out[4 * MAX_LAYERS + 1] = now_ns() - first_ns;
     }
 #else
     __device__ void begin() {}
     __device__ void iteration() {}
     __device__ void waits() {}
     __device__ void ready() {}
-    __device__ void lap_start(int) {}
-    __device__ void lap(int) {}
-    __device__ void lap_stop(int) {}
     __device__ void end(long long*) {}
 #endif
 };

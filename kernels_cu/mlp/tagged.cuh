@@ -205,20 +205,15 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
             } else if (l == 0) {
                 for (int j = threadIdx.x; j < p.n_in; j += THREADS) in[j] = __ldg(x + s * p.n_in + j);
             } else {
-                timer.lap(5);
                 if (QUIET) __syncthreads();  // see "Quiet" above
-                timer.lap(6);
-                timer.lap_stop(1);
                 ex.before_wait(l);
                 timer.waits();
                 ok = await_vector(in, ox + p.in_glob, p.n_in, tag, status, timeout_ns);
             }
             if (__syncthreads_or(!ok)) return;
             if (l > 0) timer.ready();
-            if (l > 0) timer.lap_start(1);
             for (int i = warp; i < p.rows; i += WARPS) {
                 const float z = row_dot(sm.W + p.w_loc + i * p.stride, in, p.stride);
-                timer.lap(4);
                 if (lane == 0) {
                     const int r = p.first + i;
                     const float o = FAST_SIGMOID ? sigmoid_approx(z) : sigmoid(z);
@@ -237,8 +232,6 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
                 }
             }
         }
-        timer.lap(5);
-        timer.lap_stop(1);
         const int s_next = (it + 1) % n_samples;
         if (x_ahead && threadIdx.x < first.n_in) x_next = __ldg(x + s_next * first.n_in + threadIdx.x);
         if (t_ahead && lane == 0 && warp < last.rows) t_next = __ldg(t + s_next * last.n_out + last.first + warp);

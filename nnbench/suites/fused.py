@@ -27,8 +27,7 @@ from nnbench.runtime.device import DeviceInfo, occupancy
 
 MAX_LAYERS = 32  # weight layers the kernels' plan holds (fused_common.cuh)
 SIGNATURE = "PiPPiiiPPPPPfPPPPffqIP"
-LAPS = 8  # fused_common.cuh's PhaseTimer: the laps of its two channels
-PHASE_WORDS = 4 * MAX_LAYERS + LAPS + 2  # the PHASE_TIMES build's sums, laps, cycles and ns (PhaseTimer)
+PHASE_WORDS = 4 * MAX_LAYERS + 2  # the PHASE_TIMES build's sums (fused_common.cuh's PhaseTimer)
 BARRIER_TIMEOUT_NS = 1_000_000_000
 EPOCHS_PER_LAUNCH = 20
 EXCHANGES = ("barrier", "partials", "columns")
@@ -257,12 +256,6 @@ class FusedNet:
         mhz = int(raw[-2]) / max(int(raw[-1]), 1) * 1e3
         sums = raw[:4 * MAX_LAYERS].reshape(-1, 2)[:n] / mhz / iterations
         return sums[:, 0], sums[:, 1], mhz
-
-    def lap_times(self, iterations: int) -> np.ndarray:
-        """The PHASE_TIMES build's laps (fused_common.cuh's PhaseTimer) in µs per iteration."""
-        raw = self.be.download(self.d_phase, np.zeros(PHASE_WORDS, np.int64))
-        mhz = int(raw[-2]) / max(int(raw[-1]), 1) * 1e3
-        return raw[4 * MAX_LAYERS:4 * MAX_LAYERS + LAPS] / mhz / iterations
 
     def poison(self) -> None:
         """NaN in every output and delta (sum) before a check, so a neuron never written shows up:
