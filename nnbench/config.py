@@ -14,8 +14,10 @@ import yaml
 
 from nnbench import expr, measure, nets, paths, registry, space
 from nnbench.errors import NnbenchError
-from nnbench.suites import gemm as gemm_suite
-from nnbench.suites.gemm import Case, Shape
+from nnbench.suites import WORKLOADS
+from nnbench.suites import workload as find_workload
+from nnbench.suites.base import Case
+from nnbench.suites.gemm import Shape
 from nnbench.yamlnodes import (
     ConfigError,  # noqa: F401 - re-exported: callers catch config.ConfigError
     boolean,
@@ -73,8 +75,9 @@ def _mnk(path: Path, node, what: str) -> Shape:
 
 
 # -- sweeps ---------------------------------------------------------------------------------------
-SWEEP_KEYS = ["name", "suite", "description", "baseline", "cublas", "seed", "shapes", "timing", "variants"]
-SWEEP_SUITES = ["gemm"]  # train and conv join as their suites land
+SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants"]
+PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
+SWEEP_SUITES = list(WORKLOADS)
 TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog"]
 AXIS_FORMS = "a value, a list, {start, stop, step} or {pow2: [lo, hi]}"
 
@@ -96,32 +99,70 @@ class SweepSpec:
     suite: str
     path: Path
     cases: list[Case]  # the baseline first, when it is not also a swept point
-    shapes: list[Shape]
+    shapes: list  # the workload's problems (GEMM shapes, conv layers, nets and batches)
     baseline: Case | None
-    cublas: bool
+    vendor: bool  # run the workload's vendor rows (cuBLAS, cuDNN, PyTorch)
     settings: measure.TimingSettings
     rtol: float
     watchdog_s: float
     seed: int
     counts: list[VariantCount]
     description: str = ""
+    part: int = 0  # its place in a config of several parts (0: the only one)
+
+    @property
+    def workload(self):
+        return find_workload(self.suite)
 
 
-def load_sweep(path: Path) -> SweepSpec:
-    """A sweep config: suite, variants with axes and restrictions, shapes, timing. See configs/gemm_sweep.yaml."""
+def load_config(path: Path) -> list[SweepSpec]:
+    """A sweep config: one sweep (see load_sweep), or `parts:`, a list of sweeps of any suites that
+    run one after another into one result file; the top level's name, description, seed and timing
+    are every part's defaults (configs/ci.yaml gates three suites so)."""
     path = Path(path)
-    top = mapping(path, compose(path), "top level", SWEEP_KEYS, required=("suite", "variants", "shapes"))
+    root = compose(path)
+    if not (isinstance(root, yaml.MappingNode) and any(k.value == "parts" for k, _ in root.value)):
+        return [load_sweep(path)]
+    top = mapping(path, root, "top level", PART_KEYS, required=("parts",))
+    items = sequence(path, top["parts"][1], "parts")
+    if not items:
+        raise fail(path, top["parts"][1], "parts: the list is empty")
+    shared = {k: v for k, v in top.items() if k in ("name", "description", "seed", "timing")}
+    specs = []
+    for i, item in enumerate(items):
+        body = mapping(path, item, f"parts[{i}]", [k for k in SWEEP_KEYS if k != "name"], required=("suite",))
+        merged = dict(shared)
+        if "timing" in body and "timing" in shared:  # a part's timing keys override the shared ones
+            keys = mapping(path, shared["timing"][1], "timing", TIMING_KEYS)
+            keys.update(mapping(path, body["timing"][1], f"parts[{i}].timing", TIMING_KEYS))
+            body = dict(body, timing=(body["timing"][0], yaml.MappingNode("tag:yaml.org,2002:map",
+                                                                          [(k, v) for k, v in keys.values()])))
+        merged.update(body)
+        specs.append(load_sweep(path, merged, part=i + 1))
+    return specs
+
+
+def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
+    """A sweep config: suite, variants with axes and restrictions, shapes, timing. See configs/gemm_sweep.yaml.
+    `top` is a part's keys (load_config) instead of the file's top level."""
+    path = Path(path)
+    if top is None:
+        top = mapping(path, compose(path), "top level", SWEEP_KEYS, required=("suite", "variants", "shapes"))
+    for key in ("variants", "shapes"):
+        if key not in top:
+            raise fail(path, top["suite"][1], f"{key}: missing; a sweep needs suite, variants and shapes")
     name = string(path, top["name"][1], "name") if "name" in top else path.stem
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise fail(path, top["name"][1], f"name: {name!r} may use only letters, digits, '_', '-' and '.'")
     suite = string(path, top["suite"][1], "suite", SWEEP_SUITES)
+    work = find_workload(suite)
 
     cases: list[Case] = []
     counts: list[VariantCount] = []
     vnode = top["variants"][1]
-    names = [v.name for v in registry.suite_variants(suite)]
-    for vname, (_, body) in mapping(path, vnode, "variants", names).items():
-        got, count = _variant_cases(path, registry.get(suite, vname), body)
+    known = {v.name: v for v in work.variants()}
+    for vname, (_, body) in mapping(path, vnode, "variants", list(known)).items():
+        got, count = _variant_cases(path, known[vname], body)
         cases += got
         counts.append(count)
     if not cases:
@@ -129,20 +170,22 @@ def load_sweep(path: Path) -> SweepSpec:
 
     baseline = None
     if "baseline" in top:
-        baseline = _baseline(path, suite, top["baseline"][1])
+        baseline = _baseline(path, known, top["baseline"][1])
         if baseline in cases:  # it runs first for each shape, so every later row can carry its speedup
             cases.remove(baseline)
         cases.insert(0, baseline)
 
-    shapes = list(dict.fromkeys(s for item in sequence(path, top["shapes"][1], "shapes")
-                                for s in _shapes(path, item)))
+    shapes = []
+    for item in sequence(path, top["shapes"][1], "shapes"):
+        for s in work.parse_problems(path, item):
+            try:
+                work.validate(s)
+            except NnbenchError as e:
+                raise fail(path, item, f"shapes: {e}") from None
+            shapes.append(s)
+    shapes = list(dict.fromkeys(shapes))
     if not shapes:
         raise fail(path, top["shapes"][1], "shapes: the list is empty")
-    for s in shapes:
-        try:
-            gemm_suite.validate_shape(s)
-        except NnbenchError as e:
-            raise fail(path, top["shapes"][1], f"shapes: {e}") from None
 
     timing = mapping(path, top["timing"][1], "timing", TIMING_KEYS) if "timing" in top else {}
     t = {k: v for k, (_, v) in timing.items()}
@@ -154,12 +197,16 @@ def load_sweep(path: Path) -> SweepSpec:
         min_sample_ms=number(path, t["min_sample_ms"], "timing.min_sample_ms", positive=True)
         if "min_sample_ms" in t else 0.05,
     )
-    rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else gemm_suite.DEFAULT_RTOL
+    rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else work.default_rtol
     watchdog = number(path, t["watchdog"], "timing.watchdog", positive=True) if "watchdog" in t else 60.0
     seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
-    cublas = boolean(path, top["cublas"][1], "cublas") if "cublas" in top else True
+    if "vendor" in top and "cublas" in top:
+        raise fail(path, top["cublas"][0], "cublas: the old name of vendor; give one of them")
+    vkey = "vendor" if "vendor" in top else "cublas"  # vendor rows (cuBLAS, cuDNN, PyTorch): on by default
+    vendor = boolean(path, top[vkey][1], vkey) if vkey in top else True
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
-    return SweepSpec(name, suite, path, cases, shapes, baseline, cublas, settings, rtol, watchdog, seed, counts, desc)
+    return SweepSpec(name, suite, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts, desc,
+                     part)
 
 
 def _variant_cases(path: Path, v: registry.Variant, body) -> tuple[list[Case], VariantCount]:
@@ -237,22 +284,24 @@ def _axis_values(path: Path, node, what: str) -> list[tuple[int, yaml.Node]]:
     return [(v, node) for v in vals]
 
 
-def _baseline(path: Path, suite: str, node) -> Case:
+def _baseline(path: Path, known: dict, node) -> Case:
     """`baseline: naive` (its defaults) or `baseline: {variant: tiled, params: {TS: 32}}`."""
-    names = [v.name for v in registry.suite_variants(suite)]
+    names = list(known)
     if isinstance(node, yaml.ScalarNode):
-        v = registry.get(suite, string(path, node, "baseline", names))
+        v = known[string(path, node, "baseline", names)]
         return Case(v, tuple(v.defaults().items()))
     keys = mapping(path, node, "baseline", ["variant", "params"], required=("variant",))
-    v = registry.get(suite, string(path, keys["variant"][1], "baseline.variant", names))
+    v = known[string(path, keys["variant"][1], "baseline.variant", names)]
     return _param_set(path, v, keys["params"][1] if "params" in keys else None, "baseline.params", blame=node,
                       rule_what="baseline")
 
 
-def _shapes(path: Path, node) -> list[Shape]:
+def gemm_shapes(path: Path, node) -> list[Shape]:
     """[M, N, K], {set: square|skinny|odd} (configs/shapes.yaml), or {set: mlp, nets: [..], batch: B}."""
     if isinstance(node, yaml.SequenceNode):
         return [_mnk(path, node, "shapes")]
+    if not isinstance(node, yaml.MappingNode):
+        raise fail(path, node, "shapes: expected [M, N, K] or {set: NAME}")
     named = shape_sets()
     keys = mapping(path, node, "shapes", ["set", "nets", "batch"], required=("set",))
     which = string(path, keys["set"][1], "shapes.set", [*named, "mlp"])
@@ -277,7 +326,7 @@ def shape_sets(path: Path = paths.CONFIGS / "shapes.yaml") -> dict[str, list[Sha
     top = mapping(path, compose(path), "top level", ["sets"], required=("sets",))
     out = {}
     for name, (_, body) in mapping(path, top["sets"][1], "sets").items():
-        out[name] = [s for item in sequence(path, body, f"sets.{name}") for s in _shapes(path, item)]
+        out[name] = [s for item in sequence(path, body, f"sets.{name}") for s in gemm_shapes(path, item)]
     return out
 
 

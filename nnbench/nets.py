@@ -42,18 +42,19 @@ class Net:
         return max(self.layers[1:-1]) if len(self.layers) > 2 else 0
 
     def training_gemms(self, batch: int) -> list[tuple[str, int, int, int]]:
-        """(role, M, N, K) of each GEMM in one training step over `batch` samples, column-major,
-        activations stored as (features x batch):
-          forward          Y  (out x B)  = W   (out x in) . X  (in x B)      M=out N=B  K=in
-          backward (data)  dX (in x B)   = W^T (in x out) . dY (out x B)     M=in  N=B  K=out
-          backward (grad)  dW (out x in) = dY  (out x B)  . X^T (B x in)     M=out N=in K=B
+        """(role, M, N, K) of each GEMM of one mini-batch training step over `batch` samples, exactly
+        as the trainer launches them (nnbench/suites/batched.py), column-major, activations stored as
+        (features x batch) with the bias folded in as a row of ones under each layer's inputs:
+          forward          Y  (out x B)    = W   (out x in+1) . X  (in+1 x B)    M=out   N=B    K=in+1
+          backward (data)  dX (in x B)     = W^T (in x out)   . dY (out x B)     M=in    N=B    K=out
+          weight-gradient  dW^T (in+1 x out) = X (in+1 x B)   . dY^T (B x out)   M=in+1  N=out  K=B
         The first layer's input gradient is never needed, so it has no data-backward GEMM."""
         out = []
         for i, (n_in, n_out) in enumerate(zip(self.layers, self.layers[1:])):
-            out.append((f"L{i + 1} forward", n_out, batch, n_in))
+            out.append(("forward", n_out, batch, n_in + 1))
             if i > 0:
-                out.append((f"L{i + 1} backward-data", n_in, batch, n_out))
-            out.append((f"L{i + 1} backward-weights", n_out, n_in, batch))
+                out.append(("backward-data", n_in, batch, n_out))
+            out.append(("weight-gradient", n_in + 1, n_out, batch))
         return out
 
 

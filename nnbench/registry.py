@@ -53,6 +53,13 @@ class Variant:
     tags: tuple[str, ...] = field(default=())
     # Parameter sets the runtime chooses among by timing them on the real shapes (batched: per GEMM).
     candidates: tuple[tuple[tuple[str, int], ...], ...] = ()
+    # Which of its suite's host runners executes it (the suite dispatches on this, never on the name):
+    # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas;
+    # conv: direct | constant | unroll | numpy | lenet; conv-backward: unroll | direct; pool: pool.
+    runner: str = "kernel"
+    # The arithmetic, as the tables and %peak read it: FP32 (FFMA), 3xTF32 (tensor cores, FP32-level
+    # accuracy), TF32, FP64; "FP32 host" for NumPy on the CPU.
+    precision: str = "FP32"
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -255,11 +262,11 @@ GEMM: tuple[Variant, ...] = (
     ),
     Variant(
         "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
-        "gemm/08_tf32x3.cu", tags=("tensor-core",), **_TF32X3,
+        "gemm/08_tf32x3.cu", tags=("tensor-core",), precision="3xTF32", **_TF32X3,
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",
-        None, backend="cpu",
+        None, backend="cpu", runner="numpy", precision="FP32 host",
     ),
 )
 
@@ -271,8 +278,8 @@ GEMM: tuple[Variant, ...] = (
 #           time by nnbench/suites/fused.py, so `grid` here is only a placeholder);
 #   tagged = the blocks exchange tagged values instead of meeting at grid barriers;
 #   columns = each block keeps the weight columns its deltas need, so the deltas travel whole.
-_NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)")
-_MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)")
+_NEURON_GRID = dict(block="(THREADS,)", grid="(cdiv(n, THREADS),)", runner="launches")
+_MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)", runner="launches")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
 _TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block"),
                   _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
@@ -280,7 +287,7 @@ _TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block")
                   _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
     Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
-            None, backend="cpu"),
+            None, backend="cpu", runner="sequential", precision="FP32 host"),
     Variant("mlp", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
             params=(_p("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID),
     Variant("mlp", "warped-good", 2, "one thread per neuron in 32-thread blocks (whole warps)",
@@ -301,10 +308,10 @@ MLP: tuple[Variant, ...] = (
             "shared memory", "mlp/05_fused.cu",
             params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
                     _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
-            tags=("fused",), block="(THREADS,)", grid="(1,)"),
+            tags=("fused",), block="(THREADS,)", grid="(1,)", runner="fused"),
     Variant("mlp", "fused-partials", 8, "fused-barrier with the barriers merged into the data: every value stored "
             "with its iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
-            params=_TAGGED_PARAMS, tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)"),
+            params=_TAGGED_PARAMS, tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)", runner="fused"),
     Variant("mlp", "fused", 9, "fused-partials with the deltas broadcast like the outputs: each block keeps the "
             "weight columns its deltas need (in L2, in registers by the wait), so a backward phase is a local dot",
             "mlp/09_fused_columns.cu",
@@ -318,16 +325,17 @@ MLP: tuple[Variant, ...] = (
                   "(their difference), so a column update stores the new weight alone"),
                _p("OUT_LOCAL", 1, (0, 1), "1: every block holds and computes the whole output layer, so the last "
                   "two layers' deltas need no exchange")),
-            tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
+            tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)", runner="fused"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
-            None, backend="cpu", tags=("batched",)),
+            None, backend="cpu", tags=("batched",), runner="batched-numpy", precision="FP32 host"),
     Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
-            "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
+            "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",), runner="batched",
+            precision="3xTF32",
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
-            "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
+            "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
 )
 
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
@@ -335,29 +343,32 @@ MLP: tuple[Variant, ...] = (
 _CONV_TILE = _p("TILE", 16, (8, 16, 32), "outputs per block side (TILE x TILE threads)")
 CONV: tuple[Variant, ...] = (
     Variant("conv", "direct", 1, "one thread per output element, inputs and filters from global memory (the seed's)",
-            "conv/01_direct.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward"),
+            "conv/01_direct.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward", runner="direct"),
     Variant("conv", "constant", 2, "direct, filters in constant memory (broadcast to the warp)",
-            "conv/02_constant.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward"),
+            "conv/02_constant.cu", params=(_CONV_TILE,), block="(TILE, TILE)", kernel="conv_forward",
+            runner="constant"),
     Variant("conv", "tiled", 3, "input tile plus halo and KB filters staged in shared memory, KB outputs per thread",
             "conv/03_tiled.cu", params=(replace(_CONV_TILE, choices=(8, 16)),
                                         _p("KB", 8, (4, 8, 16), "output maps per block")),
             derived=(("IN", "(TILE - 1) * 2 + 11"),),
             rules=(Rule("4 * (4 * IN * IN + KB * 4 * 121) <= 49152", "the staged patch and filters must fit in "
                         "48 KiB of static shared memory"),),
-            block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward"),
+            block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward", runner="direct"),
     Variant("conv", "unroll", 4, "unroll (im2col) each image, then ladder step 8's GEMM (3xTF32)",
-            "conv/04_unroll.cu", kernel="unroll"),
+            "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision="3xTF32"),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
-            backend="cpu"),
+            backend="cpu", runner="numpy", precision="FP32 host"),
+    Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll path",
+            "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision="3xTF32"),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (
-    Variant("conv-backward", "unroll", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "
+    Variant("conv-backward", "unroll-backward", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "
             "(split-K filter gradient), col2im gather", "conv/06_unroll_backward.cu", kernel="filter_grad",
-            **_TF32X3_FUSED),
-    Variant("conv-backward", "direct", 7, "data gradient by gather, filter gradient one block per weight "
+            runner="unroll", precision="3xTF32", **_TF32X3_FUSED),
+    Variant("conv-backward", "direct-backward", 7, "data gradient by gather, filter gradient one block per weight "
             "(no workspace)", "conv/07_direct_backward.cu",
             params=(_p("THREADS", 256, (128, 256), "threads of a filter-gradient block"),),
-            block="(THREADS,)", kernel="filter_grad_direct"),
+            block="(THREADS,)", kernel="filter_grad_direct", runner="direct"),
 )
 POOL: tuple[Variant, ...] = (
     Variant("pool", "avg", 1, "average pooling, one thread per output", "conv/05_pool.cu",

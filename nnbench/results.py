@@ -19,41 +19,30 @@ from pathlib import Path
 
 from nnbench import __version__, paths
 
-IDENTITY = ["suite", "variant", "step", "params", "shape", "M", "N", "K", "sweep"]
+# One schema for every workload: any row of any suite can be read, compared and plotted alone.
+# `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
+# GEMM; N C H W K R stride pad for a convolution; net, layers and batch for training), `unit` what
+# one timed sample is (launch, iteration, step), and median_ms is per that unit.
+IDENTITY = ["suite", "variant", "step", "params", "precision", "shape", "problem", "unit", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
                "converged", "cold", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
-DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup",
-           "speedup_over"]
+DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
+           "items_per_s"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
 VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
+# What only some workloads have (empty elsewhere).
+TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "init_scale", "rate", "momentum",
+            "tolerance", "max_iterations", "iterations", "final_error", "us_per_iteration", "us_per_feedforward",
+            "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples", "launches_per_iteration",
+            "threads_per_launch", "busy_threads", "speedup_per_thread", "speedup_per_busy_core",
+            "flops_per_iteration", "weights_rel_err", "us_per_step", "step_iqr_pct", "samples_per_s", "tflops",
+            "flops_per_step", "gemm_us", "other_us", "compute_us", "comm_us", "roles_us", "cublas_gemm_us",
+            "vs_cublas_gemms", "launches_per_step", "train_seconds", "epochs", "steps", "steps_per_epoch",
+            "train_samples", "tiles"]
+CONVOLUTION = ["workspace_bytes"]
 ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
                "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
-FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + ENVIRONMENT
-
-# `nnbench train`: one row per (net, version).
-TRAIN_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding"]
-TRAIN_MEASUREMENT = ["iterations", "converged", "final_error", "us_per_iteration", "us_per_feedforward",
-                     "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples"]
-TRAIN_EFFICIENCY = ["launches_per_iteration", "threads_per_launch", "busy_threads", "speedup_per_thread",
-                    "speedup_per_busy_core", "flops_per_iteration", "gflops", "pct_peak"]
-TRAIN_SETTINGS = ["init", "init_scale", "rate", "momentum", "tolerance", "max_iterations", "seed", "weights_rel_err",
-                  "status", "error"]
-TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
-
-# `nnbench train --batch B`: one row per (net, batch, version).
-BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding", "batch", "ranks", "exchange"]
-BATCH_MEASUREMENT = ["us_per_step", "step_iqr_pct", "samples_per_s", "tflops", "flops_per_step", "gemm_us",
-                     "other_us", "compute_us", "comm_us", "roles_us", "cublas_gemm_us", "vs_cublas_gemms",
-                     "launches_per_step", "train_seconds"]
-BATCH_QUALITY = ["epochs", "steps", "steps_per_epoch", "train_samples", "final_error", "train_accuracy",
-                 "test_accuracy", "test_samples"]
-BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "status", "error"]
-BATCH_FIELDS = BATCH_IDENTITY + BATCH_MEASUREMENT + BATCH_QUALITY + BATCH_SETTINGS + ENVIRONMENT
-
-# `nnbench conv`: one row per (layer, path).
-CONV_IDENTITY = ["suite", "variant", "step", "params", "shape", "N", "C", "H", "W", "K", "R", "stride", "pad"]
-CONV_DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_cudnn", "speedup", "workspace_bytes"]
-CONV_FIELDS = CONV_IDENTITY + MEASUREMENT + CONV_DERIVED + VERIFICATION + ENVIRONMENT
+FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION + ENVIRONMENT
 
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
@@ -101,7 +90,7 @@ class CsvSink:
     """Appends one row per finished case and forces it to disk before returning. With `append`,
     adds to an existing file of the same schema (a resumed sweep); otherwise the file must be new."""
 
-    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS) -> None:
+    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS) -> None:  # noqa: B006
         self.path = Path(path)
         self.fields = fields
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -145,15 +134,17 @@ def case_key(suite: str, variant: str, params: str, shape: str, cold) -> str:
 
 
 def case_key_of(row: dict) -> str:
-    # cuBLAS's params text says which library called it; the case is the same either way.
-    params = "" if row.get("variant") == "cublas" else (row.get("params") or "")
+    # A vendor row (cuBLAS, cuDNN, PyTorch: no ladder step) has params text that says which library
+    # called it and how; the case is the same either way.
+    vendor = str(row.get("step") if row.get("step") is not None else "") in ("", "nan")
+    params = "" if vendor else (row.get("params") or "")
     return case_key(row.get("suite") or "", row.get("variant") or "", params, row.get("shape") or "", row.get("cold"))
 
 
 NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
-           "setup_ms", "flops",
-           "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup", "occupancy", "rel_err", "rtol",
-           "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs"}
+           "setup_ms", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
+           "occupancy", "rel_err", "rtol", "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs",
+           "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err"}
 
 
 def parse_row(row: dict) -> dict:

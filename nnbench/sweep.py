@@ -27,8 +27,8 @@ from pathlib import Path
 from nnbench import paths, results
 from nnbench.config import SweepSpec
 from nnbench.errors import CompileError, NnbenchError
+from nnbench.harness import Comparisons
 from nnbench.runtime.device import for_arch
-from nnbench.suites import gemm as gemm_suite
 from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
 
 Events = Callable[..., None]
@@ -114,8 +114,8 @@ def _done_rows(path: Path):
 
 # -- the summary, kept flat: the best record per (shape, variant), never every record ------------
 class Summary:
-    KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "gflops", "pct_peak", "pct_cublas", "speedup",
-            "speedup_over", "status")
+    KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "gflops", "pct_peak", "pct_vendor", "speedup",
+            "speedup_over", "status", "unit", "vendor", "step")
 
     def __init__(self, shapes: list[str] = ()) -> None:
         self.best: dict[tuple[str, str], dict] = {}
@@ -144,7 +144,7 @@ class Summary:
                 row["tally"] = self.tally[k]
                 rows.append(row)
             rows.sort(key=lambda r: r.get("median_ms") or float("inf"))
-            ours = [r for r in rows if r["variant"] != "cublas" and r.get("median_ms")]
+            ours = [r for r in rows if str(r.get("step", "")) not in ("", "None") and r.get("median_ms")]
             for r in rows:
                 r["best"] = bool(ours) and r is ours[0]
             out += rows
@@ -152,19 +152,21 @@ class Summary:
 
 
 # -- the sweep ------------------------------------------------------------------------------------
-def plan_jobs(spec: SweepSpec, with_cublas: bool) -> list[Job]:
-    """Smallest shape first: the first shape's inputs and reference are built while nothing else
-    runs, and every later one is built in the background while the GPU times the one before."""
+def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
+    """Smallest problem first: the first problem's inputs and reference are built while nothing
+    else runs, and every later one is built in the background while the GPU times the one before.
+    Per problem, the vendor rows first, then the cases (the baseline first among them)."""
+    work = spec.workload
     jobs = []
-    for shape in sorted(spec.shapes, key=lambda s: s.flops):
-        if with_cublas:
-            jobs.append(Job("cublas", shape))
-        jobs += [Job("case", shape, case) for case in spec.cases]
+    for problem in sorted(spec.shapes, key=lambda s: s.flops):
+        if with_vendor:
+            jobs += [Job("vendor", problem, name) for name in work.vendor_names(backend)]
+        jobs += [Job("case", problem, case) for case in spec.cases if work.applies(case, problem)]
     return jobs
 
 
 def link_shapes(jobs: list[Job]) -> None:
-    """Tell each job which shape comes after its own, so the worker can prepare it early."""
+    """Tell each job which problem comes after its own, so the worker can prepare it early."""
     following = None
     for i in range(len(jobs) - 1, -1, -1):
         jobs[i].next_shape = following
@@ -173,17 +175,21 @@ def link_shapes(jobs: list[Job]) -> None:
 
 
 def job_key(spec: SweepSpec, job: Job) -> str:
-    variant, params = ("cublas", "") if job.kind == "cublas" else (job.case.variant.name, job.case.param_label)
-    return results.case_key(spec.suite, variant, params, job.shape.label, spec.settings.cold)
+    if job.kind == "vendor":
+        return results.case_key(spec.suite, job.case, "", job.shape.label, spec.settings.cold)
+    return results.case_key(spec.suite, job.case.variant.name, job.case.param_label, job.shape.label,
+                            spec.settings.cold)
 
 
 def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
-    rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, **job.shape.as_dict(),
+    from nnbench.suites.base import problem_text
+    rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, problem=problem_text(job.shape),
                flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
-               seed=spec.seed)
-    if job.kind == "cublas":
-        return dict(rec, variant="cublas", step="", params="")
-    return dict(rec, variant=job.case.variant.name, step=job.case.variant.step, params=job.case.param_label)
+               seed=spec.seed, unit=spec.workload.unit)
+    if job.kind == "vendor":
+        return dict(rec, variant=job.case, step="", params="")
+    v = job.case.variant
+    return dict(rec, variant=v.name, step=v.step, params=job.case.param_label, precision=v.precision)
 
 
 def compile_only(spec: SweepSpec, arch: str, jobs: int | None = None) -> CompileStats:
@@ -192,19 +198,19 @@ def compile_only(spec: SweepSpec, arch: str, jobs: int | None = None) -> Compile
     limits = for_arch(arch)
     kernels = [c for c in spec.cases if c.variant.source]
     cases = [c for c in kernels if not c.variant.device_problems(c.param_dict, limits)]
-    stats, _ = _compile(cases, arch, jobs)
+    stats, _ = _compile(spec.workload, cases, arch, jobs)
     stats.skipped = len(kernels) - len(cases)
     return stats
 
 
-def _compile(cases, arch: str, jobs: int | None):
-    """gemm_suite.compile_cases, timed: wall time, and the CPU time of every nvcc it ran."""
+def _compile(work, cases, arch: str, jobs: int | None):
+    """The workload's compile, timed: wall time, and the CPU time of every nvcc it ran."""
     cases = list(cases)
     distinct = len({(c.variant.source, c.params) for c in cases})
     stats = CompileStats(kernels=distinct, jobs=max(1, min(jobs or os.cpu_count() or 1, distinct or 1)), arch=arch)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    compiled = gemm_suite.compile_cases(arch, cases, jobs=stats.jobs)
+    compiled = work.compile(arch, cases, jobs=stats.jobs)
     stats.wall_s = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stats.nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
@@ -219,7 +225,8 @@ def _compile(cases, arch: str, jobs: int | None):
 
 
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
-            jobs: int | None = None, load_only: bool = False, events: Events | None = None) -> Outcome:
+            jobs: int | None = None, load_only: bool = False, events: Events | None = None,
+            append: bool = False) -> Outcome:
     """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
@@ -230,29 +237,23 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         info = worker.info
         env, device, arch = info["env"], info["device"], info["arch"]
         on_gpu = env["backend"] == "cuda"
-        path, resume = result_file(spec, env["gpu"], out, fresh)
+        if append:  # a later part of a config of several parts: the file the first part made
+            path, resume = Path(out), True
+        else:
+            path, resume = result_file(spec, env["gpu"], out, fresh)
         outcome = Outcome(path, backend=env["backend"])
         summary = outcome.summary = Summary([s.label for s in spec.shapes])
-        cublas_ms: dict[str, float] = {}
-        baseline_ms: dict[str, float] = {}
-        baseline_label = f"{spec.baseline.variant.name} {spec.baseline.param_label}".strip() if spec.baseline else None
-
-        def remember(rec: dict) -> None:
-            if rec.get("status") != "PASS":
-                return
-            if rec["variant"] == "cublas":
-                cublas_ms[rec["shape"]] = rec["median_ms"]
-            elif spec.baseline and rec["variant"] == spec.baseline.variant.name \
-                    and rec["params"] == spec.baseline.param_label:
-                baseline_ms[rec["shape"]] = rec["median_ms"]
+        work = spec.workload
+        comparisons = Comparisons(work, spec.baseline)
 
         done: set[str] = set()
-        if resume:
+        if resume and path.exists():
             for row in _done_rows(path):
                 done.add(results.case_key_of(row))
-                remember(row)
-                summary.add(row)
-        all_jobs = plan_jobs(spec, with_cublas=spec.cublas and on_gpu)
+                if row.get("suite") == spec.suite:
+                    comparisons.remember(row)
+                    summary.add(row)
+        all_jobs = plan_jobs(spec, spec.vendor and on_gpu, env["backend"])
         todo = [j for j in all_jobs if job_key(spec, j) not in done]
         link_shapes(todo)
         outcome.resumed = len(all_jobs) - len(todo)
@@ -267,16 +268,18 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 skip[id(j)] = f"{v.name} runs on the {v.backend} backend; this sweep runs on {env['backend']}"
             elif device is not None and (why := v.device_problems(j.case.param_dict, device)):
                 skip[id(j)] = why[0]
+            elif why := work.refusal(j.case, j.shape):
+                skip[id(j)] = why
         compiled: dict = {}
         if on_gpu:
-            stats, compiled = _compile({j.case: None for j in todo if j.kind == "case" and id(j) not in skip
-                                        and j.case.variant.source}, arch, jobs)
+            stats, compiled = _compile(work, {j.case: None for j in todo if j.kind == "case" and id(j) not in skip
+                                              and j.case.variant.source}, arch, jobs)
             outcome.compile = stats
             for j in todo:
                 comp = compiled.get(j.case) if j.kind == "case" else None
                 if comp is not None and not isinstance(comp, CompileError):
-                    regs = comp.ptxas.get(j.case.variant.kernel)
-                    why = j.case.variant.device_problems(j.case.param_dict, device, regs.registers if regs else None)
+                    regs = work.registers(j.case, comp)
+                    why = j.case.variant.device_problems(j.case.param_dict, device, regs)
                     if why:
                         skip[id(j)] = why[0]
         emit("compiled", stats=outcome.compile)
@@ -310,16 +313,13 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                         rec = dict(base, status="ERROR", error=f"{kind}: {e}")
                         worker.kill()
                         worker = None
-                    if rec is None:  # cuBLAS is not available here
+                    if rec is None:  # the vendor's library is not available here
                         emit("record", rec=None)
                         continue
                     if rec.get("fault"):
                         worker.close()
                         worker = None
-                    rec = dict(base, **rec)
-                    remember(rec)
-                    gemm_suite.derive(rec, cublas_ms.get(rec["shape"]), baseline_ms.get(rec["shape"]),
-                                      baseline_label)
+                    rec = comparisons.derive(dict(base, **rec))
                     outcome.jobs += 1
                     outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
                 if rec["status"] in results.FAILED:

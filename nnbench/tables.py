@@ -42,7 +42,7 @@ def gemm_table(records: list[dict], title: str) -> Table:
             if r.get("median_ms") else "—",
             _num(r.get("gflops"), ",.0f"),
             _num(r.get("pct_peak"), ".1f"),
-            _num(r.get("pct_cublas"), ".1f"),
+            _num(r.get("pct_vendor"), ".1f"),
             _num(r.get("speedup"), ".1f"),
             _num(r.get("registers"), "d"),
             _num(r.get("smem_bytes") / 1024 if r.get("smem_bytes") is not None else None, ".1f", "—") + "K"
@@ -89,7 +89,7 @@ def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
             cases += " (" + ", ".join(f"{n} {k}" for k, n in sorted(bad.items())) + ")"
         t.add_row(r["shape"] if r["shape"] != last else "", ("★ " if r.get("best") else "  ") + r["variant"],
                   r.get("params") or "", _num(r.get("median_ms"), ".4f"), _pct_iqr(r), _num(r.get("gflops"), ",.0f"),
-                  _num(r.get("pct_peak"), ".1f"), _num(r.get("pct_cublas"), ".1f"), _num(r.get("speedup"), ".2f"),
+                  _num(r.get("pct_peak"), ".1f"), _num(r.get("pct_vendor"), ".1f"), _num(r.get("speedup"), ".2f"),
                   cases, end_section=False)
         last = r["shape"]
     return t
@@ -116,7 +116,8 @@ def train_table(records: list[dict], title: str) -> Table:
                  "launches", "thr/launch", "×seq/thr", "×seq/busy", "GFLOP/s", "%peak", "check", ""):
         t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
     for r in records:
-        t.add_row(r["version"], _num(r.get("iterations"), ",d"), "yes" if r.get("converged") else "no",
+        t.add_row(r.get("variant") or r.get("version"), _num(r.get("iterations"), ",d"),
+                  "yes" if r.get("converged") else "no",
                   _num(r.get("final_error"), ".1e"), _num(r.get("us_per_iteration"), ",.1f"),
                   _num(r.get("us_per_feedforward"), ",.1f"), _num(r.get("speedup_vs_sequential"), ".1f"),
                   _pct(r.get("train_accuracy"), ".0f"), _pct(r.get("test_accuracy"), ".1f"),
@@ -138,7 +139,8 @@ def batch_table(records: list[dict], title: str) -> Table:
         t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
     for r in records:
         comm = [_num(r.get("comm_us"), ",.1f")] if parallel else []
-        t.add_row(r["version"], _num(r.get("us_per_step"), ",.1f"), _num(r.get("step_iqr_pct"), ".1f") + "%",
+        t.add_row(r.get("variant") or r.get("version"), _num(r.get("us_per_step"), ",.1f"),
+                  _num(r.get("step_iqr_pct"), ".1f") + "%",
                   _num(r.get("samples_per_s"), ",.0f"), _num(r.get("tflops"), ".2f"), _num(r.get("gemm_us"), ",.1f"),
                   _num(r.get("other_us"), ",.1f"), *comm, _num(r.get("vs_cublas_gemms"), ".2f"),
                   _num(r.get("launches_per_step"), "d"), _num(r.get("steps"), ",d"), _num(r.get("final_error"), ".2e"),
@@ -225,7 +227,7 @@ def conv_table(records: list[dict], title: str) -> Table:
         ws = r.get("workspace_bytes")
         t.add_row(f"{r.get('step', '')} {r['variant']}".strip(), r.get("params", ""), r["shape"],
                   _num(r.get("median_ms"), ".4f"), _num(iqr, ".1f") + "%", _num(r.get("gflops"), ",.0f"),
-                  _num(r.get("pct_cudnn"), ".1f"), _num(r.get("speedup"), ".1f"),
+                  _num(r.get("pct_vendor"), ".1f"), _num(r.get("speedup"), ".1f"),
                   f"{ws / 2**20:,.1f} MiB" if ws else "—", _num(r.get("rel_err"), ".1e"),
                   _status(r.get("status", "")))
     return t

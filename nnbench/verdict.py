@@ -58,8 +58,11 @@ def load(path: Path) -> pd.DataFrame:
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
         raise NnbenchError(f"{path}: not an nnbench result CSV; missing columns: {', '.join(missing)}")
-    ident = ["suite", "variant", "params", "shape", "cold"]
+    if "step" not in df.columns:
+        df["step"] = ""
+    ident = ["suite", "variant", "step", "params", "shape", "cold"]
     df[ident] = df[ident].fillna("").astype(str)
+    df["step"] = [s[:-2] if s.endswith(".0") else s for s in df["step"]]  # pandas reads 3 as 3.0
     df["key"] = [results.case_key_of(dict(zip(ident, row))) for row in df[ident].itertuples(index=False)]
     return df.drop_duplicates("key", keep="last").set_index("key")
 

@@ -29,9 +29,9 @@ HELLO_TIMEOUT_S = 120.0  # importing PyCUDA and creating a context, on a cold ma
 
 @dataclass
 class Job:
-    kind: str  # "case" or "cublas"
-    shape: object
-    case: object = None
+    kind: str  # "case" or "vendor"
+    shape: object  # the workload's problem
+    case: object = None  # a Case, or the vendor row's name
     compiled: object = None  # a Compiled, a CompileError, or None for CPU variants
     next_shape: object = None  # the shape after this one's cases, to prepare in the background
 
@@ -95,12 +95,11 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
             continue
         conn.send(("progress", job_id, "preparing inputs"))
         t0 = time.perf_counter()
-        session.buffers(job.shape)
-        session.prefetch(job.next_shape)
+        session.prepare(job.shape, job.next_shape)
         setup_ms = 1e3 * (time.perf_counter() - t0)
         conn.send(("progress", job_id, "running"))
-        rec = session.run_cublas(job.shape) if job.kind == "cublas" else session.run_case(job.case, job.shape,
-                                                                                         job.compiled)
+        rec = session.run_vendor(job.case, job.shape) if job.kind == "vendor" else session.run_case(
+            job.case, job.shape, job.compiled)
         if rec is not None:
             rec["setup_ms"] = setup_ms
         conn.send(("record", job_id, rec))

@@ -116,7 +116,7 @@ def main() -> None:
         Path(a.checkpoints).mkdir(parents=True, exist_ok=True)
     runs = [Run(be, nets.get(n), v, p, c, a.max_iterations, a.checkpoints)
             for n in a.nets.split(",") for (v, p), c in zip(chosen, compiled)]
-    sink = CsvSink(Path(a.csv), append=Path(a.csv).exists(), fields=results.TRAIN_FIELDS)
+    sink = CsvSink(Path(a.csv), append=Path(a.csv).exists(), fields=results.FIELDS)
     env = results.environment(be)
     start, last = time.perf_counter(), 0.0
     active = [r for r in runs if not r.done]

@@ -8,7 +8,7 @@ import argparse
 
 from rich.console import Console
 
-from nnbench import config, measure, paths, results, tables
+from nnbench import config, harness, measure, paths, results, tables
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm
 
@@ -24,7 +24,8 @@ cases = [c for c in cfg.cases if not a.variant or c.variant.name in a.variant]
 env = results.environment(be)
 sink = results.CsvSink(a.csv or results.default_path("gemm-configs", env["gpu"]))
 recs = []
-for r in gemm.run(be, cases, [gemm.Shape(a.size, a.size, a.size)], measure.TimingSettings(budget_s=a.budget), env=env):
+for r in harness.run(gemm.WORKLOAD, be, cases, [gemm.Shape(a.size, a.size, a.size)],
+                     measure.TimingSettings(budget_s=a.budget), gemm.DEFAULT_RTOL, env=env):
     sink.append(r)
     recs.append(r)
 sink.close()

@@ -149,8 +149,9 @@ def test_train_sequential_on_the_cpu(tmp_path):
     # no terminal here: a plain progress line, not a bar that cannot redraw
     assert "sequential: 52 of 104 it, error " in res.output
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0].keys()) == results.TRAIN_FIELDS
-    assert rows[0]["version"] == "sequential" and rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"
+    assert list(rows[0].keys()) == results.FIELDS
+    assert rows[0]["variant"] == "sequential" and rows[0]["suite"] == "train"
+    assert rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"
 
 
 def test_train_batched_on_the_cpu(tmp_path):
@@ -160,7 +161,7 @@ def test_train_batched_on_the_cpu(tmp_path):
     assert res.exit_code == 0, res.output
     assert "batched-numpy" in res.output and "B = 100" in res.output and "A 1000001->" in res.output
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0].keys()) == results.BATCH_FIELDS
+    assert list(rows[0].keys()) == results.FIELDS
     r = rows[0]
-    assert r["version"] == "batched-numpy" and r["steps"] == "20" and r["batch"] == "100" and r["status"] == "PASS"
+    assert r["variant"] == "batched-numpy" and r["steps"] == "20" and r["batch"] == "100" and r["status"] == "PASS"
     assert float(r["us_per_step"]) > 0 and 0 <= float(r["test_accuracy"]) <= 1

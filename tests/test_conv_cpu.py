@@ -99,7 +99,7 @@ def test_conv_cpu_path(tmp_path):
     res = CliRunner().invoke(cli, ["conv", "--backend", "cpu", "--set", "odd", "--csv", str(path)])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(path.open()))
-    assert list(rows[0].keys()) == results.CONV_FIELDS
+    assert list(rows[0].keys()) == results.FIELDS
     assert [r["status"] for r in rows] == ["PASS", "PASS"] and all(float(r["rel_err"]) < 1e-5 for r in rows)
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from nnbench import measure, paths, registry, results
+from nnbench import harness, measure, paths, registry, results
 from nnbench.runtime.cpu import CpuBackend
 from nnbench.suites import gemm
 
@@ -41,12 +41,14 @@ def test_verify_catches_wrong_and_unwritten_results():
 def test_run_yields_schema_records():
     be = CpuBackend()
     cases = gemm.plan([], {}, None, "cpu")
-    recs = list(gemm.run(be, cases, [gemm.Shape(31, 17, 9)], QUICK, env=results.environment(be)))
+    recs = list(harness.run(gemm.WORKLOAD, be, cases, [gemm.Shape(31, 17, 9)], QUICK, gemm.DEFAULT_RTOL,
+                            env=results.environment(be)))
     assert len(recs) == 1
     r = recs[0]
     assert r["status"] == "PASS" and r["variant"] == "numpy" and r["flops"] == 2 * 31 * 17 * 9
     assert r["gflops"] == r["flops"] / (r["median_ms"] * 1e-3) / 1e9
-    assert set(r) - set(results.FIELDS) <= {"seed"}
+    assert set(r) <= set(results.FIELDS)
+    assert r["problem"] == "M=31 N=17 K=9" and r["unit"] == "launch" and r["precision"] == "FP32 host"
 
 
 def test_every_registered_variant_is_consistent():

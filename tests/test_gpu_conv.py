@@ -4,8 +4,9 @@ the named layer sets, odd sizes and strides included, and both pooling kernels."
 import numpy as np
 import pytest
 
-from nnbench import measure
+from nnbench import harness, measure, registry
 from nnbench.suites import conv
+from nnbench.suites.base import Case
 
 pytestmark = pytest.mark.gpu
 
@@ -17,8 +18,9 @@ def test_every_path_matches_the_reference(cuda_backend, set_name):
     shapes = conv.load_sets()[set_name]
     if set_name == "resnet":
         shapes = shapes[:1] + shapes[2:]  # the target layer and the strided one
-    chosen = conv.plan([], "cuda", {})
-    recs = list(conv.run(cuda_backend, chosen, shapes, FAST, with_cudnn=True))
+    cases = [Case(v, tuple(p.items())) for v, p in conv.plan([], "cuda", {})]
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0))
+    assert any(r["variant"] == "cudnn" for r in recs)
     for r in recs:
         if r["variant"] == "cudnn" and r["status"] == "SKIP":
             continue
@@ -35,10 +37,11 @@ def test_pooling(cuda_backend, mode, shape, S):
 @pytest.mark.parametrize("set_name", ["odd", "lenet5", "resnet"])
 def test_backward_paths_match_the_reference(cuda_backend, set_name):
     """dX and dW of both backward paths against float64 (both poisoned first)."""
-    from nnbench import registry
     shapes = conv.load_sets()[set_name][:2]
-    chosen = [(v, v.defaults()) for v in registry.suite_variants("conv-backward")]
-    for r in conv.run_backward(cuda_backend, chosen, shapes, FAST):
+    cases = [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
+    assert len(recs) == len(cases) * len(shapes)
+    for r in recs:
         assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
 
 

@@ -4,8 +4,9 @@ at the edge sizes (1x1x1, odd, not multiples of any tile or of 4), 4096^3 and th
 import numpy as np
 import pytest
 
-from nnbench import config, paths
+from nnbench import config, harness, paths
 from nnbench.measure import TimingSettings
+from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.suites import gemm
 
 pytestmark = pytest.mark.gpu
@@ -18,7 +19,7 @@ QUICK = TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0)  # verifica
 
 @pytest.mark.parametrize("shape", SIZES, ids=lambda s: s.label)
 def test_every_step_matches_reference(cuda_backend, shape):
-    records = list(gemm.run(cuda_backend, CFG.cases, [shape], QUICK, with_cublas=True))
+    records = list(harness.run(gemm.WORKLOAD, cuda_backend, CFG.cases, [shape], QUICK, gemm.DEFAULT_RTOL))
     bad = [(r["variant"], r["params"], r.get("rel_err"), r.get("error")) for r in records if r["status"] != "PASS"]
     assert not bad, bad
     # every shipped case and the cuBLAS baseline produced a row
@@ -29,7 +30,7 @@ def test_every_step_matches_reference(cuda_backend, shape):
 
 def test_cublas_is_fp32_not_tf32(cuda_backend):
     """A silent TF32 baseline would land near 3e-4; fp32 at K=4096 lands near 3e-6."""
-    rec = next(gemm.run(cuda_backend, [], [gemm.Shape(512, 512, 4096)], QUICK))
+    rec = next(harness.run(gemm.WORKLOAD, cuda_backend, [], [gemm.Shape(512, 512, 4096)], QUICK, gemm.DEFAULT_RTOL))
     assert rec["variant"] == "cublas" and rec["rel_err"] < 2e-5
 
 
@@ -39,7 +40,7 @@ def test_occupancy_matches_driver(cuda_backend):
     from cupy.cuda import driver
 
     cases = {c.variant.name: c for c in CFG.cases}
-    compiled = gemm.compile_cases(cuda_backend.arch, list(cases.values()))
+    compiled = gemm.WORKLOAD.compile(cuda_backend.arch, list(cases.values()))
     for case, comp in compiled.items():
         threads = case.variant.threads(case.param_dict)
         ours = cuda_backend.occupancy(cuda_backend.load(comp, "gemm"), threads).blocks_per_sm
@@ -54,10 +55,10 @@ def test_poisoned_output_catches_unwritten_elements(cuda_backend):
     prob = gemm.Problem.make(gemm.Shape(70, 50, 30), np.random.default_rng(1))
     bufs = gemm._Buffers(cuda_backend, prob)
     case = next(c for c in CFG.cases if c.variant.name == "naive")
-    comp = gemm.compile_cases(cuda_backend.arch, [case])[case]
+    comp = gemm.WORKLOAD.compile(cuda_backend.arch, [case])[case]
     k = cuda_backend.load(comp, "gemm")
     pa, pb, pc = bufs.ptrs()
     launch = lambda a, b: cuda_backend.launcher(  # noqa: E731 - half the grid along m
         k, (1, 7, 1), (32, 8, 1), (np.int32(70), np.int32(50), np.int32(30), np.float32(a), pa, pb, np.float32(b), pc),
-        gemm.SIGNATURE)
+        SIGNATURE)
     assert gemm._verify(bufs, launch)[0] == float("inf")

@@ -78,15 +78,24 @@ def test_shipped_sweeps_load_with_counts():
     for c in spec.counts:
         assert c.product == c.restricted + c.invalid + c.cases
     assert spec.baseline.variant.name == "tiled" and spec.cases[0] == spec.baseline
-    ci = config.load_sweep(paths.CONFIGS / "ci.yaml")
-    assert {c.variant.name for c in ci.cases} >= {"naive", "double_buffered", "tf32x3"}
+    ci = config.load_config(paths.CONFIGS / "ci.yaml")
+    assert [part.suite for part in ci] == ["gemm", "train", "conv"]
+    assert {c.variant.name for c in ci[0].cases} >= {"naive", "double_buffered", "tf32x3"}
+    assert {c.variant.name for c in ci[1].cases} == {"fused", "batched"}
+    assert {c.variant.name for c in ci[2].cases} >= {"direct", "unroll", "unroll-backward"}
+    for name in ("train_table", "batched", "conv_sweep"):
+        for part in config.load_config(paths.CONFIGS / f"{name}.yaml"):
+            assert part.cases and part.shapes
 
 
 def test_mlp_shape_set_comes_from_the_nets(tmp_path):
     p = write(tmp_path, "suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: mlp, nets: [1], batch: 32}\n")
     shapes = {(s.M, s.N, s.K) for s in config.load_sweep(p).shapes}
-    # Net 1 is 60-60-60-7: forward (out, B, in), backward data (in, B, out), weight grads (out, in, B)
-    assert shapes == {(60, 32, 60), (60, 60, 32), (7, 32, 60), (60, 32, 7), (7, 60, 32)}
+    # Net 1 is 60-60-60-7, as the trainer launches it (the bias a row of ones under the inputs): forward
+    # (out, B, in + 1), backward data (in, B, out), weight gradients (in + 1, out, B)
+    assert shapes == {(60, 32, 61), (61, 60, 32), (60, 32, 60), (7, 32, 61), (60, 32, 7), (61, 7, 32)}
+    from nnbench.suites import batched
+    assert shapes == {(m, n, k) for _, m, n, k in batched.gemm_shapes((60, 60, 60, 7), 32)}
 
 
 BASE = "suite: gemm\nshapes:\n  - [8, 8, 8]\n"
@@ -107,7 +116,9 @@ BASE = "suite: gemm\nshapes:\n  - [8, 8, 8]\n"
     (BASE + "variants: {naive: }\ntiming: {cold: maybe}\n", 5, ["timing.cold", "true or false"]),
     (BASE + "variants: {naive: }\ntiming: {budgett: 1}\n", 5, ["unknown key 'budgett'", "budget, cold"]),
     (BASE + "variants: {naive: }\nbaseline: fastest\n", 5, ["baseline", "'fastest' is not one of"]),
-    ("suite: conv\nvariants: {}\nshapes: []\n", 1, ["suite", "not one of gemm"]),
+    ("suite: cnn\nvariants: {}\nshapes: []\n", 1, ["suite", "not one of gemm, train, conv"]),
+    ("suite: train\nvariants: {fused: }\nshapes:\n  - {nets: [9]}\n", 4, ["shapes.nets", "no net '9'"]),
+    ("suite: conv\nvariants: {direct: }\nshapes:\n  - {model: alexnet}\n", 4, ["shapes.model", "lenet5"]),
     ("suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: huge}\n", 4, ["shapes.set", "square, skinny, odd, mlp"]),
     ("suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: mlp, nets: [9]}\n", 4, ["no net '9'"]),
     ("suite: gemm\nvariants: {naive: }\nshapes:\n  - [0, 1, 1]\n", 4, ["below the minimum 1"]),

@@ -6,6 +6,7 @@
 // Source: seed 004 ("A parallel implementation"); stride and zero padding added.
 // Params: TILE in {8, 16, 32}: the block is TILE x TILE threads.
 // Launch: block (TILE, TILE); grid (K, cdiv(Ho, TILE) * cdiv(Wo, TILE), N).
+#include "common/plant.cuh"
 #include "conv/conv_common.cuh"
 
 #ifndef TILE
@@ -17,6 +18,7 @@ conv_forward(ConvDims d, const float* __restrict__ X, const float* __restrict__ 
     const int k = blockIdx.x, n = blockIdx.z;
     int h, w;
     if (!output_pixel<TILE>(d, h, w)) return;
+    plant_slowdown();  // nothing unless a gate test plants it (common/plant.cuh)
     const float* wk = Wt + (size_t)k * d.C * d.R * d.R;
     Y[((size_t)(n * d.K + k) * d.Ho + h) * d.Wo + w] =
         direct_sum(d, X, n, h, w, [&](int c, int p, int q) { return wk[(c * d.R + p) * d.R + q]; });

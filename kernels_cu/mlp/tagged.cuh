@@ -18,6 +18,7 @@
 // warps whose rows every other block waits for. With QUIET a __syncthreads() ends each phase's
 // work before anyone polls for the next.
 #pragma once
+#include "common/plant.cuh"
 #include "mlp/fused_common.cuh"
 
 #ifndef IN_FLIGHT
@@ -188,6 +189,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
     for (it = 0; it < iterations; ++it) {
         const int s = it % n_samples;
         timer.iteration();
+        plant_slowdown();  // nothing unless a gate test plants it (common/plant.cuh)
         const unsigned tag = tag0 + it;
         if (mode == 0 && s == 0 && it > 0) {
             const int go_on = epoch_ends(bar, err, it, n_samples, tolerance);

@@ -112,3 +112,20 @@ def device_line(env: dict) -> str:
             f"{env['fp32_peak_tflops']:.1f} TFLOP/s at {env['max_sm_clock_mhz']:.0f} MHz · driver {env['driver']} "
             f"· CUDA {env['cuda']} · nvcc {env.get('nvcc')}")
 
+
+
+def stream(sink, records, total: int | None = None) -> list[dict]:
+    """The one record loop: each record goes to the result file the moment it exists (so a crash
+    later loses nothing measured), with a status line on stderr; returns them all."""
+    rows = []
+    try:
+        with err.status("") as status:
+            for rec in records:
+                sink.append(rec)
+                rows.append(rec)
+                count = f"[{len(rows)}/{total}] " if total else ""
+                status.update(f"{count}{rec.get('variant')} {rec.get('params') or ''} {rec.get('shape')}: "
+                              f"{rec.get('status')}")
+    finally:
+        sink.close()
+    return rows

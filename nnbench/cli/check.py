@@ -10,7 +10,7 @@ import click
 from nnbench import results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
-from nnbench.cli.sweep import print_outcome, run_sweep
+from nnbench.cli.sweep import run_sweep
 from nnbench.errors import NnbenchError
 
 
@@ -59,10 +59,8 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
         if baseline_path and not Path(baseline_path).is_file():
             raise NnbenchError(f"--baseline {baseline_path}: no such file")
-        spec = config.load_sweep(run_config)
-        outcome = run_sweep(spec, backend, out_path, True, None)
-        print_outcome(spec, outcome)
-        current = outcome.path
+        specs = config.load_config(run_config)
+        current = run_sweep(specs, backend, out_path, True, None)[0].path
         if not baseline_path:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"

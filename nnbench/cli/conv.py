@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from nnbench import measure, registry, results, tables
+from nnbench import harness, measure, registry, results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, open_device, timing_options
 from nnbench.errors import NnbenchError
+from nnbench.suites.base import Case
 
 
 # -- conv -----------------------------------------------------------------------------------------
@@ -79,22 +80,13 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     shapes = shapes or known["resnet"][:1]
     env = results.environment(be)
     path = csv_path or results.default_path("conv", env["gpu"])
-    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
     app.out.print(device_line(env))
     settings = measure.TimingSettings(budget_s=budget, cold=cold)
-    runs = [conv_suite.run(be, chosen, shapes, settings, with_cudnn=not no_cudnn, seed=seed, env=env)]
+    cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
-        back = [(v, v.defaults()) for v in registry.suite_variants("conv-backward")]
-        runs.append(conv_suite.run_backward(be, back, shapes, settings, seed=seed, env=env))
-    records = []
-    try:
-        with app.err.status("") as status:
-            for rec in (r for gen in runs for r in gen):
-                sink.append(rec)
-                records.append(rec)
-                status.update(f"{rec['variant']} {rec['shape']}: {rec['status']}")
-    finally:
-        sink.close()
+        cases += [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
+    records = app.stream(results.CsvSink(path), harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
+                                                             conv_suite.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
     app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
                                 if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
     for rec in records:
@@ -120,15 +112,9 @@ def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backe
     env = results.environment(be)
     app.out.print(device_line(env))
     path = csv_path or results.default_path("conv", env["gpu"])
-    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
-    records = []
-    try:
-        for rec in lenet.run(be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold),
-                             with_torch=not no_torch, env=env):
-            sink.append(rec)
-            records.append(rec)
-    finally:
-        sink.close()
+    records = app.stream(results.CsvSink(path), lenet.run(
+        be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold), with_torch=not no_torch,
+        env=env))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))
     app.out.print(f"CSV: {path}")

@@ -6,10 +6,11 @@ import sys
 
 import click
 
-from nnbench import measure, registry, results, tables
+from nnbench import harness, measure, registry, results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, open_device, param_options, timing_options
 from nnbench.errors import NnbenchError
+from nnbench.runtime.vendor import Cublas
 from nnbench.suites import gemm as gemm_suite
 
 
@@ -61,27 +62,18 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed
 
     env = results.environment(be)
     path = csv_path or results.default_path("gemm", env["gpu"])
-    sink = results.CsvSink(path)
     settings = measure.TimingSettings(budget_s=budget, cold=cold)
     app.out.print(device_line(env))
-    records = []
     total = len(shapes) * (len(cases) + (0 if no_cublas or be.name != "cuda" else 1))
-    try:
-        with app.err.status("") as status:
-            for rec in gemm_suite.run(be, cases, shapes, settings, rtol, with_cublas=not no_cublas, seed=seed,
-                                      env=env):
-                sink.append(rec)
-                records.append(rec)
-                status.update(f"[{len(records)}/{total}] {rec['variant']} {rec['shape']}: {rec['status']}")
-    finally:
-        sink.close()
+    records = app.stream(results.CsvSink(path), harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
+                                                             seed=seed, env=env, vendor=not no_cublas), total)
 
     mode = "cold L2" if cold else "hot L2"
     clock = "CUDA events" if be.name == "cuda" else "perf_counter"
     app.out.print(tables.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
                                           f"{budget:g} s/case · rtol {rtol:g}"))
     if be.name == "cuda" and not no_cublas and not any(r["variant"] == "cublas" for r in records):
-        app.out.print(f"cuBLAS: not available ({gemm_suite.Cublas(be).reason})")
+        app.out.print(f"cuBLAS: not available ({Cublas(be).reason})")
     elif be.name != "cuda":
         app.out.print("cuBLAS: not available (CPU backend)")
     for r in records:

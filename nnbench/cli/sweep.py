@@ -48,7 +48,7 @@ class _SweepView:
             rec = data["rec"]
             if rec is not None and rec["status"] in results.FAILED:
                 self.failed += 1
-                why = rec.get("error") or f"rel_err {rec['rel_err']:.2e}"
+                why = rec.get("error") or f"rel_err {rec.get('rel_err')}"
                 self.progress.console.print(f"[red]{rec['status']}[/] {rec['variant']} {rec['params']} "
                                             f"{rec['shape']}: {why}")
             self.progress.advance(self.task)
@@ -74,14 +74,24 @@ def _compile_line(st) -> str:
     return line
 
 
-def run_sweep(spec, backend: str, out_path, fresh: bool, jobs, load_only: bool = False):
+def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True):
+    """Run each part of a config in turn into one result file; return the outcomes, in order."""
     from nnbench import sweep as sweep_mod
-    view = _SweepView()
-    try:
-        outcome = sweep_mod.execute(spec, backend, out_path, fresh, jobs, load_only=load_only, events=view)
-    finally:
-        view.stop()
-    return outcome
+    outcomes = []
+    for i, spec in enumerate(specs):
+        view = _SweepView()
+        try:
+            if len(specs) > 1:
+                app.out.print(f"part {spec.part} of {len(specs)}: suite {spec.suite}, {len(spec.shapes)} shapes")
+            later = i > 0 and not load_only
+            outcome = sweep_mod.execute(spec, backend, outcomes[0].path if later else out_path, fresh and not later,
+                                        jobs, load_only=load_only, events=view, append=later)
+        finally:
+            view.stop()
+        outcomes.append(outcome)
+        if show and not load_only:
+            print_outcome(spec, outcome)
+    return outcomes
 
 
 @app.cli.command()
@@ -111,30 +121,32 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     from nnbench import config
     if out_path and fresh and Path(out_path).exists():
         raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
-    spec = config.load_sweep(config_path)
+    specs = config.load_config(config_path)
     if watchdog:
-        spec = replace(spec, watchdog_s=watchdog)
+        specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
     if arch and not compile_only:
         raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
-    if arch and not re.fullmatch(r"sm_\d{2,3}", arch):
+    if arch and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
-    n_shapes = len(spec.shapes)
-    app.out.print(f"sweep {spec.name} ({spec.path}) · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
-    app.out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and the "
-                                                       "variants' rules exclude"))
+    for spec in specs:
+        n_shapes = len(spec.shapes)
+        app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · suite "
+                      f"{spec.suite} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
+        app.out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and "
+                                                               "the variants' rules exclude"))
     if dry_run:
         return
     if compile_only:
         if arch:
             from nnbench import sweep as sweep_mod
-            app.out.print(_compile_line(sweep_mod.compile_only(spec, arch, jobs)))
+            for spec in specs:
+                app.out.print(_compile_line(sweep_mod.compile_only(spec, arch, jobs)))
         else:
-            outcome = run_sweep(spec, backend, None, True, jobs, load_only=True)
-            app.out.print(_compile_line(outcome.compile))
+            for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
+                app.out.print(_compile_line(outcome.compile))
         return
-    outcome = run_sweep(spec, backend, out_path, fresh, jobs)
-    print_outcome(spec, outcome)
-    if outcome.failed:
+    outcomes = run_sweep(specs, backend, out_path, fresh, jobs)
+    if any(o.failed for o in outcomes):
         sys.exit(1)
 
 

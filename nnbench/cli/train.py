@@ -92,6 +92,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     from nnbench import nets as nets_mod
     from nnbench.suites import batched as batched_mod
     from nnbench.suites import mlp
+    from nnbench.suites import train as train_suite
     if net and layers_text:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
     if layers_text:
@@ -156,27 +157,30 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
             f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
     torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
     path = csv_path or results.default_path("train", env["gpu"])
+    problem = train_suite.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
+                                       epochs or 0, train_samples or 0, test_per_letter, blocks)
     if mini:
         app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
         if world is not None:
             app.out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
                       f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
-        sink = (results.CsvSink(path, fields=results.BATCH_FIELDS) if world is None or world.rank == 0
-                else results.NullSink())
+        sink = results.CsvSink(path) if world is None or world.rank == 0 else results.NullSink()
         total = epochs * (train_samples // batch)
-        records = _stream(sink, total, "step", lambda progress: batched_mod.run(
+        records = _stream(sink, total, "step", lambda progress: (train_suite.finish(r, problem) for r in
+                                                                 batched_mod.run(
             be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
-            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl"), label)
+            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl")))
         clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
                  if be.name == "cuda" else "host clock")
         app.out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
         check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
     else:
         app.out.print(f"{head} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} iterations")
-        sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
-        records = _stream(sink, hyper.max_iterations, "it", lambda progress: mlp.run(
+        sink = results.CsvSink(path)
+        records = _stream(sink, hyper.max_iterations, "it", lambda progress: (train_suite.finish(r, problem) for r in
+                                                                              mlp.run(
             be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
-            progress=progress, env=env, blocks=blocks), label)
+            progress=progress, env=env, blocks=blocks)))
         clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
@@ -189,7 +193,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"{check_what} differ from the float64 reference by " \
                                     f"{r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
-            app.out.print(f"[red]{r['status']}[/] {r['version']}: {why}")
+            app.out.print(f"[red]{r['status']}[/] {r['variant']}: {why}")
     app.out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
@@ -233,7 +237,7 @@ def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: 
 PLAIN_PROGRESS_S = 60.0  # without a terminal (a CI log, a file), a progress line this often per version
 
 
-def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:
+def _stream(sink, total: int, unit: str, records) -> list[dict]:
     """Run `records(progress)`, a generator of result rows, with a rich progress bar per version
     (current error in it); each row goes to the CSV the moment it exists. Where stderr is no
     terminal the bar cannot redraw, so a line a minute says how far each version is."""
@@ -255,7 +259,6 @@ def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:
     try:
         with progress:
             for rec in records(on_progress):
-                rec.update(net=label)
                 sink.append(rec)
                 rows.append(rec)
     finally:
@@ -267,7 +270,7 @@ def _letters_view(rec: dict, layers, mlp) -> str:
     """Expected against received bits for each clean letter, through the trained version."""
     from nnbench import glyphs
     outs = rec["_outcome"].test_outputs
-    lines, row = [f"{rec['version']}: expected -> received on held-out noisy letters (first copy of each):"], []
+    lines, row = [f"{rec['variant']}: expected -> received on held-out noisy letters (first copy of each):"], []
     for i, c in enumerate(glyphs.LETTERS):
         got = outs[i * (rec["test_samples"] // 52)]
         bits = "".join("1" if v >= 0.5 else "0" for v in got)

@@ -101,12 +101,31 @@ def _sources_closure(source: Path) -> list[Path]:
     return seen
 
 
+PLANT_VAR = "NNBENCH_PLANT"
+
+
+def planted() -> tuple[tuple[str, int], ...]:
+    """Defects planted on purpose, from NNBENCH_PLANT="NAME=INT,...": -D macros added to every compile
+    (and to the cache key) so a test can prove that the gate catches what they do, e.g.
+    PLANT_SLOWDOWN=1 (kernels_cu/common/plant.cuh). Never set outside such a test."""
+    text = os.environ.get(PLANT_VAR, "").strip()
+    out = []
+    for item in filter(None, (t.strip() for t in text.split(","))):
+        name, _, value = item.partition("=")
+        if not re.fullmatch(r"PLANT_[A-Z0-9_]+", name) or not value.lstrip("-").isdigit():
+            raise NnbenchError(f"{PLANT_VAR}={text!r}: expected PLANT_NAME=INTEGER[,...]")
+        out.append((name, int(value)))
+    return tuple(sorted(out))
+
+
 def cache_key(req: CompileRequest) -> str:
     h = hashlib.sha256()
     for f in _sources_closure(req.source):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     h.update(repr((req.params, req.arch, BASE_FLAGS, nvcc_version())).encode())
+    if planted():
+        h.update(repr(planted()).encode())
     return h.hexdigest()[:32]
 
 
@@ -141,7 +160,7 @@ def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
         return Compiled(req, cubin, key, 0.0, True, {k: PtxasReport(**v) for k, v in info["ptxas"].items()})
 
     cache.mkdir(parents=True, exist_ok=True)
-    defines = [f"-D{k}={v}" for k, v in req.params]
+    defines = [f"-D{k}={v}" for k, v in req.params + planted()]
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / "k.cubin"
         cmd = [nvcc_path(), "-cubin", *BASE_FLAGS, f"-arch={req.arch}", "-Xptxas", "-v",

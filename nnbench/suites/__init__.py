@@ -1,9 +1,26 @@
-"""Workloads: what to run, its reference, and its metrics. `session_for` gives a sweep worker the
-per-case runner of a suite by name, so the sweep machinery stays suite-agnostic."""
+"""Workloads: what to run, its reference, and its metrics, each behind the contract of
+`nnbench.suites.base`. This table is the one place that names them; everything generic (sweeps,
+the gate, profile, reports, the commands' record loop) looks a workload up here by name."""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from nnbench.errors import NnbenchError
+
+# name -> the module that defines its Workload subclass as `WORKLOAD`
+WORKLOADS = {
+    "gemm": "nnbench.suites.gemm",
+    "train": "nnbench.suites.train",
+    "conv": "nnbench.suites.conv",
+}
+
+
+def workload(name: str):
+    if name not in WORKLOADS:
+        raise NnbenchError(f"suite {name!r}: unknown; choose from {', '.join(WORKLOADS)}")
+    return import_module(WORKLOADS[name]).WORKLOAD
 
 
 def session_for(suite: str, backend, settings, rtol: float, seed: int, env: dict):
-    if suite == "gemm":
-        from nnbench.suites import gemm
-        return gemm.Session(backend, settings, rtol, seed, env)
-    raise ValueError(f"suite {suite!r} has no sweep session")
+    return workload(suite).session(backend, settings, rtol, seed, env)

@@ -31,8 +31,10 @@ import numpy as np
 
 from nnbench import glyphs, measure, registry
 from nnbench.errors import NnbenchError
+from nnbench.nets import Net
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.vendor import CublasGemm
 from nnbench.suites import mlp
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
@@ -98,15 +100,8 @@ def training_set(bits: int, samples: int, seed: int, flips: int = 2) -> glyphs.D
 
 # -- costs ----------------------------------------------------------------------------------------
 def gemm_shapes(layers: tuple[int, ...], batch: int) -> list[tuple[str, int, int, int]]:
-    """(role, M, N, K) of the GEMMs of one step as the kernels run them: the bias is folded in as
-    a row of ones under each layer's inputs (kernels_cu/mlp/batched_common.cuh)."""
-    out = []
-    for l, (n_in, n_out) in enumerate(zip(layers, layers[1:])):
-        out.append(("forward", n_out, batch, n_in + 1))
-        if l > 0:
-            out.append(("backward-data", n_in, batch, n_out))
-        out.append(("weight-gradient", n_in + 1, n_out, batch))
-    return out
+    """(role, M, N, K) of the GEMMs of one step as the kernels run them (nets.Net.training_gemms)."""
+    return Net("", tuple(layers)).training_gemms(batch)
 
 
 def flops_per_step(layers: tuple[int, ...], batch: int) -> float:
@@ -386,25 +381,6 @@ class BatchedNet:
         return h[:len(data), :self.layers[self.L]].astype(np.float64), ms
 
 
-class CublasGemm:
-    """Column-major cuBLAS SGEMM through CuPy on nnbench's buffers, TF32 off: launchers for
-    C = alpha op(A) op(B) + beta C."""
-
-    def __init__(self, backend) -> None:
-        from nnbench.suites.gemm import Cublas
-        c = Cublas(backend)
-        if c.via != "cupy":
-            raise NnbenchError(f"batched-cublas needs CuPy's cuBLAS ({c.reason or 'CuPy is not installed'})")
-        self.cb, self.h = c._cublas, c._handle
-
-    def sgemm(self, trans_a: bool, trans_b: bool, shape, alpha: float, a: int, lda: int, b: int, ldb: int,
-              beta: float, c: int, ldc: int):
-        m, n, k = shape
-        al, be = np.array([alpha], np.float32), np.array([beta], np.float32)
-        cb, h, ta, tb = self.cb, self.h, int(trans_a), int(trans_b)
-        return lambda: cb.sgemm(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb, be.ctypes.data, c, ldc)
-
-
 # -- training -------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
@@ -423,6 +399,8 @@ class Outcome:
     weights: list | None = field(default=None, repr=False)  # the trained weights, float64
     comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs)
     error_curve: list[tuple[int, float]] = field(default_factory=list)
+    stats: measure.Stats | None = None  # the steady-state step's samples (GPU versions)
+    samples_s: list[float] = field(default_factory=list)  # seconds per step of each epoch (host versions)
 
 
 def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, run_epoch, progress) -> None:
@@ -430,6 +408,7 @@ def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, r
     for e in range(epochs):
         seconds, err_sum = run_epoch()
         out.train_seconds += seconds
+        out.samples_s.append(seconds / steps_per_epoch)
         out.steps += steps_per_epoch
         out.epochs = e + 1
         out.final_error = err_sum / (steps_per_epoch * batch)
@@ -503,7 +482,7 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
     stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
-    out.seconds_per_step, out.step_iqr_pct = stats.median_ms * 1e-3, stats.iqr_pct
+    out.seconds_per_step, out.step_iqr_pct, out.stats = stats.median_ms * 1e-3, stats.iqr_pct, stats
     out.role_us = role_times(net.be, net.step_launches(0))
     out.comm_us = out.role_us.get("allreduce")
     return out
@@ -650,7 +629,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
             rec.update(weights_rel_err=err, status="PASS" if err <= mlp.CHECK_RTOL else "FAIL",
-                       params="sgemm via cupy, TF32 off" if gemms is None else
+                       tiles="sgemm via cupy, TF32 off" if gemms is None else
                        " ".join(f"{role}={g.label}" for role, g in gemms.items()))
             out = train_gpu(net, v.name, train, test, epochs, say)
         yield _record(rec, out, cublas_gemm_us)
@@ -693,6 +672,7 @@ def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
                   seconds_per_step=t.seconds_per_iteration, test_accuracy=t.test_accuracy,
                   train_accuracy=t.train_accuracy, test_outputs=t.test_outputs, error_curve=t.error_curve)
     out.train_seconds = t.seconds_per_iteration * t.iterations
+    out.samples_s = list(t.samples_s)
     return out
 
 

@@ -15,10 +15,12 @@ from pathlib import Path
 import numpy as np
 
 from nnbench import measure, paths, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
-from nnbench.yamlnodes import compose, fail, integer, mapping, sequence
+from nnbench.runtime.vendor import cudnn_conv_forward
+from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.yamlnodes import compose, fail, integer, mapping, sequence, string
 
 DEFAULT_RTOL = 1e-4  # fp32 sums of C*R*R <= 1,152 products land near 1e-6
 CONSTANT_FLOATS = 16384  # 02_constant.cu's filter bank: 64 KiB of constant memory
@@ -58,6 +60,10 @@ class ConvShape:
         """The fewest bytes: read X and the filters once, write Y once."""
         return 4.0 * (self.N * self.C * self.H * self.W + self.K * self.C * self.R * self.R
                       + self.N * self.K * self.Ho * self.Wo)
+
+    def as_dict(self) -> dict[str, int]:
+        return {"N": self.N, "C": self.C, "H": self.H, "W": self.W, "K": self.K, "R": self.R, "stride": self.stride,
+                "pad": self.pad}
 
     @property
     def unroll_bytes(self) -> int:
@@ -112,10 +118,10 @@ def load_sets(path: Path = SETS_FILE) -> dict[str, list[ConvShape]]:
 
 def refusal(v: Variant, params: dict, shape: ConvShape) -> str | None:
     """Why a path cannot run this layer (None when it can): the fixed limits of its kernel."""
-    if v.name == "constant" and shape.C * shape.R * shape.R > CONSTANT_FLOATS:
+    if v.runner == "constant" and shape.C * shape.R * shape.R > CONSTANT_FLOATS:
         return (f"constant: one output map's filters ({shape.C * shape.R * shape.R:,} floats) exceed the "
                 f"{CONSTANT_FLOATS:,} of 64 KiB constant memory")
-    if v.name == "tiled" and (shape.R > TILED_RMAX or shape.stride > TILED_SMAX):
+    if v.source == "conv/03_tiled.cu" and (shape.R > TILED_RMAX or shape.stride > TILED_SMAX):
         return f"tiled: supports filters up to {TILED_RMAX}x{TILED_RMAX} and strides up to {TILED_SMAX}"
     return None
 
@@ -255,7 +261,7 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
     kernel = backend.load(comp, "conv_forward")
     tile, kb = params["TILE"], params.get("KB", 1)
     tiles, func, dims = -(-s.Ho // tile) * -(-s.Wo // tile), kernel.func, s.dims()
-    if v.name != "constant":
+    if v.runner != "constant":
         args = (dims, np.intp(int(layer.X)), np.intp(int(layer.Wt)), np.intp(int(layer.Y)))
         grid = (-(-s.K // kb), tiles, s.N)
         return lambda: func(*args, block=(tile, tile, 1), grid=grid)
@@ -284,7 +290,7 @@ def _unroll_launch(backend, comp, gemm_comp, layer: _Layer):
 def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW.
     Returns (run, U, Z): the launcher and its two workspaces."""
-    from nnbench.suites import gemm as gemm_suite
+    from nnbench.runtime import ladder_gemm
     unroll, to_nchw = backend.load(comp, "unroll").func, backend.load(comp, "to_nchw").func
     g = registry.get("gemm", "tf32x3")
     gp = g.defaults()
@@ -292,9 +298,7 @@ def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     U = backend.upload(np.zeros(m * crr, np.float32))
     Z = backend.upload(np.zeros(m * s.K, np.float32))
-    gemm = backend.launcher(kernel, g.launch_grid(gp, {"M": m, "N": s.K, "K": crr}), g.launch_block(gp),
-                            (np.int32(m), np.int32(s.K), np.int32(crr), np.float32(1.0), np.intp(int(U)),
-                             np.intp(int(Wt)), np.float32(0.0), np.intp(int(Z))), gemm_suite.SIGNATURE)
+    gemm = ladder_gemm.launcher(backend, g, gp, kernel, m, s.K, crr, 1.0, U, Wt, 0.0, Z)
     dims = s.dims()
     u_grid, y_grid = _grid(backend, m * s.C), _grid(backend, m * s.K)
     u_args = (dims, np.intp(int(X)), np.intp(int(U)))
@@ -307,75 +311,10 @@ def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     return run, U, Z
 
 
-def _cudnn_launch(layer: _Layer):
-    """cuDNN through PyTorch's conv2d on nnbench's buffers (TF32 off), or None without PyTorch."""
-    try:
-        import torch
-        import torch.nn.functional as F
-    except ImportError:
-        return None
-    torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cuda.matmul.allow_tf32 = False
-    from nnbench.suites.gemm import torch_view
-    s = layer.shape
-    x, w = torch_view(torch, layer.X, (s.N, s.C, s.H, s.W)), torch_view(torch, layer.Wt, (s.K, s.C, s.R, s.R))
-    y = torch_view(torch, layer.Y, (s.N, s.K, s.Ho, s.Wo))
-    return lambda: y.copy_(F.conv2d(x, w, stride=s.stride, padding=s.pad))
-
-
-def run(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape], settings: measure.TimingSettings,
-        rtol: float = DEFAULT_RTOL, with_cudnn: bool = True, seed: int = 0, env: dict | None = None):
-    """Yield one record per (shape, path): cuDNN first for each shape, then the paths in step order."""
-    gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
-    compiled = {}
-    if gpu:
-        g = registry.get("gemm", "tf32x3")
-        comps = compile_sources(backend.arch, [(v.source, p) for v, p in gpu] + [(g.source, g.defaults())])
-        compiled = {v.name: c for (v, _), c in zip(gpu, comps)}
-        compiled["_gemm"] = comps[-1]
-    for shape in shapes:
-        layer = _Layer(backend, shape, seed)
-        base = _base(shape, shape.flops, rtol, seed, env)
-        cudnn_ms = naive_ms = None
-        if with_cudnn and backend.name == "cuda":
-            launch = _cudnn_launch(layer)
-            rec = dict(base, variant="cudnn", step="", params="torch conv2d, TF32 off")
-            if launch is None:
-                yield dict(rec, status="SKIP", error="PyTorch is not installed")
-            else:
-                rec = _timed(backend, rec, layer, launch, settings, rtol)
-                cudnn_ms = rec.get("median_ms") if rec["status"] == "PASS" else None
-                yield rec
-        for v, params in chosen:
-            rec = dict(base, variant=v.name, step=v.step, params=" ".join(f"{k}={x}" for k, x in params.items()),
-                       workspace_bytes=shape.unroll_bytes if v.name in ("unroll", "numpy") else 0)
-            why = refusal(v, params, shape)
-            if why:
-                yield dict(rec, status="SKIP", error=why)
-                continue
-            if v.backend == "cpu":
-                rec = _numpy(rec, layer, rtol)
-            else:
-                comp = compiled[v.name]
-                if isinstance(comp, Exception):
-                    yield dict(rec, status="ERROR", error=str(comp))
-                    continue
-                launch = (_unroll_launch(backend, comp, compiled["_gemm"], layer) if v.name == "unroll"
-                          else _direct_launch(backend, v, params, comp, layer))
-                rec = _timed(backend, rec, layer, launch, settings, rtol)
-            if v.name == "direct" and rec.get("status") == "PASS":
-                naive_ms = rec["median_ms"]
-            ms = rec.get("median_ms")
-            if ms:
-                rec["pct_cudnn"] = 100 * cudnn_ms / ms if cudnn_ms else None
-                rec["speedup"] = naive_ms / ms if naive_ms else None
-            yield rec
-
-
-def _base(shape: ConvShape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
-    """The fields every row of a layer carries."""
-    return dict(suite="conv", shape=shape.label, N=shape.N, C=shape.C, H=shape.H, W=shape.W, K=shape.K, R=shape.R,
-                stride=shape.stride, pad=shape.pad, flops=flops, bytes=shape.bytes, rtol=rtol, seed=seed, **(env or {}))
+def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
+    """The fields every row of a problem carries."""
+    return dict(env or {}, suite="conv", shape=shape.label, problem=problem_text(shape), unit="launch", flops=flops,
+                bytes=shape.bytes, rtol=rtol, seed=seed)
 
 
 def _timed(backend, rec: dict, layer: _Layer, launch, settings, rtol) -> dict:
@@ -420,42 +359,6 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
 
 # -- backward -------------------------------------------------------------------------------------
 SPLIT_SLICES = 128  # the unroll path's filter gradient: slices of its N*Ho*Wo-long reduction
-
-
-def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape],
-                 settings: measure.TimingSettings, rtol: float = DEFAULT_RTOL, seed: int = 0, env: dict | None = None):
-    """Yield one record per (shape, backward path): dX and dW both checked against float64 (both
-    poisoned first; the error is the larger of the two), then the whole backward pass timed."""
-    *comps, fwd = compile_sources(backend.arch, [(v.source, p) for v, p in chosen]
-                                  + [(registry.get("conv", "unroll").source, {})])
-    for shape in shapes:
-        layer = _Layer(backend, shape, seed)
-        rng = np.random.default_rng([seed, 7, shape.N, shape.K])
-        dy = random_nonzero(rng, layer.ref.shape)
-        dx_ref, dw_ref = conv_backward_reference(layer.x, layer.wt, dy, shape.stride, shape.pad)
-        bufs = dict(dY=backend.upload(dy), dX=backend.upload(np.zeros(layer.x.shape, np.float32)),
-                    dW=backend.upload(np.zeros(layer.wt.shape, np.float32)), DX=backend.upload(dx_ref),
-                    DW=backend.upload(dw_ref))
-        base = _base(shape, 2 * shape.flops, rtol, seed, env)  # two gradients, each a forward's work
-        for (v, params), comp in zip(chosen, comps):
-            rec = dict(base, variant=f"{v.name}-backward", step=v.step,
-                       params=" ".join(f"{k}={x}" for k, x in params.items()),
-                       workspace_bytes=shape.unroll_bytes * 2 if v.name == "unroll" else 0)
-            if isinstance(comp, Exception):
-                yield dict(rec, status="ERROR", error=str(comp))
-                continue
-            launch = (_unroll_backward(backend, v, params, comp, fwd, layer, bufs) if v.name == "unroll"
-                      else _direct_backward(backend, params, comp, layer, bufs))
-            backend.fill_nan(bufs["dX"], layer.x.size)
-            backend.fill_nan(bufs["dW"], layer.wt.size)
-            backend.timed(launch, 1)
-            err = max(backend.rel_err(bufs["dX"], bufs["DX"], layer.x.size),
-                      backend.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
-            stats = measure.measure(backend, launch, settings)
-            t = stats.median_ms * 1e-3
-            rec.update(stats.as_record(), gflops=2 * shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
-                       status="PASS" if err <= rtol else "FAIL")
-            yield rec
 
 
 def _round_up(n: int, m: int) -> int:
@@ -533,3 +436,175 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX, block=(256, 1, 1),
          grid=_grid(backend, dy.size))
     return measure.rel_err(backend.download(DX, np.zeros(x.shape, np.float32)), ref)
+
+
+# -- the workload ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LeNetProblem:
+    """LeNet-5's whole SGD step on a batch of letter images (nnbench/suites/lenet.py)."""
+
+    batch: int = 64
+    rate: float = 0.05
+
+    @property
+    def label(self) -> str:
+        return f"LeNet-5 B={self.batch}"
+
+    def as_dict(self) -> dict:
+        return {"model": "lenet5", "batch": self.batch, "rate": self.rate}
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes(self) -> float:
+        return 0.0
+
+
+class ConvSession(Session):
+    """Per layer: inputs, the float64 forward reference and (for the backward paths, made on first
+    use) dY and the float64 data and filter gradients, all on the device; cuDNN as the vendor row."""
+
+    def __init__(self, backend, settings, rtol: float, seed: int, env: dict) -> None:
+        self.backend, self.settings, self.rtol, self.seed, self.env = backend, settings, rtol, seed, env
+        self.layer: _Layer | None = None
+        self.grads: dict | None = None
+        self._helpers: dict[str, object] = {}
+
+    def base_record(self, problem) -> dict:
+        return _base(problem, problem.flops, self.rtol, self.seed, self.env)
+
+    def prepare(self, problem, following=None) -> None:
+        if isinstance(problem, ConvShape) and (self.layer is None or self.layer.shape != problem):
+            self.layer, self.grads = None, None
+            self.layer = _Layer(self.backend, problem, self.seed)
+
+    def helper(self, v: Variant):
+        """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
+        key = f"{v.suite}/{v.name}"
+        if key not in self._helpers:
+            (self._helpers[key],) = compile_sources(self.backend.arch, [(v.source, v.defaults())])
+        return self._helpers[key]
+
+    def run_vendor(self, name: str, problem) -> dict | None:
+        if name == "torch" and isinstance(problem, LeNetProblem):
+            from nnbench.suites import lenet
+            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env))
+            row = next((r for r in rows if r["variant"] == "torch-step"), None)
+            return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
+                if row else None
+        if name != "cudnn" or not isinstance(problem, ConvShape):
+            return None
+        layer = self.layer
+        s = problem
+        made = cudnn_conv_forward(int(layer.X), int(layer.Wt), (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad,
+                                  int(layer.Y))
+        rec = dict(self.base_record(problem), variant="cudnn", step="", precision="FP32",
+                   params="torch conv2d, cudnn.benchmark (autotuned), TF32 off, its own output")
+        if made is None:
+            return dict(rec, status="SKIP", error="PyTorch is not installed")
+        launch, result = made
+        self.backend.fill_nan(layer.Y, layer.count)
+        stats = measure.measure(self.backend, launch, self.settings)  # its warm-up runs cuDNN's autotuning
+        result()
+        err = layer.rel_err()
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= self.rtol else "FAIL")
+
+    def run_case(self, case: Case, problem, compiled) -> dict:
+        v, params = case.variant, case.param_dict
+        rec = dict(self.base_record(problem), variant=v.name, step=v.step, params=case.param_label,
+                   precision=v.precision)
+        if v.runner == "lenet":
+            from nnbench.suites import lenet
+            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings,
+                                  with_torch=False, env=self.env))
+            row = next(r for r in rows if r["variant"] == "lenet5-step")
+            return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
+                                                        "error")}, unit="step")
+        if isinstance(compiled, Exception):
+            return dict(rec, status="ERROR", error=str(compiled))
+        layer = self.layer
+        if v.suite == "conv-backward":
+            return self._backward(rec, v, params, compiled, layer)
+        rec["workspace_bytes"] = problem.unroll_bytes if v.runner in ("unroll", "numpy") else 0
+        if v.backend == "cpu":
+            return _numpy(rec, layer, self.rtol)
+        try:
+            launch = (_unroll_launch(self.backend, compiled, self.helper(registry.get("gemm", "tf32x3")), layer)
+                      if v.runner == "unroll" else _direct_launch(self.backend, v, params, compiled, layer))
+            return _timed(self.backend, rec, layer, launch, self.settings, self.rtol)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+
+    def _backward(self, rec: dict, v: Variant, params: dict, comp, layer: _Layer) -> dict:
+        """dX and dW both checked against float64 (both poisoned first; the error is the larger),
+        then the whole backward pass timed."""
+        be, shape = self.backend, layer.shape
+        if self.grads is None:
+            rng = np.random.default_rng([self.seed, 7, shape.N, shape.K])
+            dy = random_nonzero(rng, layer.ref.shape)
+            dx_ref, dw_ref = conv_backward_reference(layer.x, layer.wt, dy, shape.stride, shape.pad)
+            self.grads = dict(dY=be.upload(dy), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
+                              dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(dx_ref),
+                              DW=be.upload(dw_ref))
+        bufs = self.grads
+        rec.update(flops=2 * shape.flops, workspace_bytes=shape.unroll_bytes * 2 if v.runner == "unroll" else 0)
+        try:
+            launch = (_unroll_backward(be, v, params, comp, self.helper(registry.get("conv", "unroll")), layer, bufs)
+                      if v.runner == "unroll" else _direct_backward(be, params, comp, layer, bufs))
+            be.fill_nan(bufs["dX"], layer.x.size)
+            be.fill_nan(bufs["dW"], layer.wt.size)
+            be.timed(launch, 1)
+            err = max(be.rel_err(bufs["dX"], bufs["DX"], layer.x.size),
+                      be.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+            stats = measure.measure(be, launch, self.settings)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= self.rtol else "FAIL")
+
+
+class ConvWorkload(Workload):
+    name = "conv"
+    registry_suite = "conv"
+    default_rtol = DEFAULT_RTOL
+    vendor = "cudnn"
+    baseline = "direct"
+    vendor_rows = ("cudnn", "torch")
+
+    def variants(self, backend: str | None = None) -> list[Variant]:
+        return [v for suite in ("conv", "conv-backward", "conv-model") for v in registry.suite_variants(suite, backend)]
+
+    def applies(self, case: Case, problem) -> bool:
+        return (case.variant.runner == "lenet") == isinstance(problem, LeNetProblem)
+
+    def refusal(self, case: Case, problem) -> str | None:
+        return refusal(case.variant, case.param_dict, problem) if isinstance(problem, ConvShape) else None
+
+    def parse_problems(self, path: Path, node) -> list:
+        """{set: resnet} (configs/conv.yaml), [N, C, H, W, K, R, stride, pad], or {model: lenet5, batch: B}."""
+        import yaml
+        if isinstance(node, yaml.SequenceNode):
+            dims = [integer(path, d, "shapes", minimum=0) for d in sequence(path, node, "shapes")]
+            if len(dims) not in (6, 7, 8):
+                raise fail(path, node, "shapes: expected [N, C, H, W, K, R] with optional stride and pad")
+            return [ConvShape(*dims)]
+        keys = mapping(path, node, "shapes", ["set", "model", "batch"])
+        if "model" in keys:
+            string(path, keys["model"][1], "shapes.model", ["lenet5"])
+            batch = integer(path, keys["batch"][1], "shapes.batch", minimum=1) if "batch" in keys else 64
+            return [LeNetProblem(batch)]
+        if "set" not in keys:
+            raise fail(path, node, "shapes: expected {set: NAME}, {model: lenet5} or [N, C, H, W, K, R, stride, pad]")
+        known = load_sets()
+        return known[string(path, keys["set"][1], "shapes.set", list(known))]
+
+    def validate(self, problem) -> None:
+        if isinstance(problem, ConvShape):
+            problem.validate()
+
+    def session(self, backend, settings, rtol, seed, env) -> ConvSession:
+        return ConvSession(backend, settings, rtol, seed, env)
+
+
+WORKLOAD = ConvWorkload()

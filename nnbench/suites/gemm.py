@@ -22,9 +22,10 @@ import numpy as np
 from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.ladder_gemm import SIGNATURE
+from nnbench.runtime.vendor import Cublas
+from nnbench.suites.base import Case, Session, Workload, problem_text
 
-SIGNATURE = "iiifPPfP"  # M, N, K, alpha, A, B, beta, C
 DEFAULT_RTOL = 5e-5  # fp32 at K = 4096 lands near 3e-6; TF32 near 3e-4 must fail
 VERIFY_ALPHA, VERIFY_BETA = 0.75, -1.5
 INDEX_LIMIT = 2**31  # the kernels index with 32-bit ints: every matrix stays under this many elements
@@ -51,20 +52,6 @@ class Shape:
     def bytes(self) -> float:
         """The fewest bytes a beta = 0 GEMM moves: read A and B once, write C once."""
         return 4.0 * (self.M * self.K + self.K * self.N + self.M * self.N)
-
-
-@dataclass(frozen=True)
-class Case:
-    variant: Variant
-    params: tuple[tuple[str, int], ...] = ()
-
-    @property
-    def param_dict(self) -> dict[str, int]:
-        return dict(self.params)
-
-    @property
-    def param_label(self) -> str:
-        return " ".join(f"{k}={v}" for k, v in self.params)
 
 
 # -- planning -------------------------------------------------------------------------------------
@@ -158,64 +145,8 @@ class Problem:
         return alpha * self.ab + (beta * self.C0.astype(np.float64) if beta != 0 else 0.0)
 
 
-# -- cuBLAS ---------------------------------------------------------------------------------------
-class Cublas:
-    """cuBLAS SGEMM through CuPy (preferred: the plain column-major sgemm call) or PyTorch, on the
-    same primary context and buffers as nnbench, with TF32 off. `reason` says why it is missing."""
-
-    def __init__(self, backend) -> None:
-        self.backend, self.via, self.reason = backend, None, None
-        if backend.name != "cuda":
-            self.reason = "no GPU backend"
-            return
-        try:
-            from cupy.cuda import device as cp_device
-            from cupy_backends.cuda.libs import cublas
-
-            cp_device.Device(backend.ordinal).use()  # CuPy's handle on nnbench's GPU (a rank's may not be 0)
-            self._cublas = cublas
-            self._handle = cp_device.get_cublas_handle()
-            cublas.setMathMode(self._handle, cublas.CUBLAS_DEFAULT_MATH)  # never TF32
-            self.via = "cupy"
-            return
-        except Exception as e:  # noqa: BLE001 - any failure just means "try the next library"
-            cupy_err = f"CuPy: {type(e).__name__}"
-        try:
-            import torch
-
-            torch.backends.cuda.matmul.allow_tf32 = False
-            self._torch = torch
-            self.via = "torch"
-        except Exception as e:  # noqa: BLE001
-            self.reason = f"neither CuPy nor PyTorch is usable ({cupy_err}; torch: {type(e).__name__})"
-
-    def launcher(self, shape: Shape, pa: int, pb: int, pc: int, alpha: float, beta: float):
-        M, N, K = shape.M, shape.N, shape.K
-        if self.via == "cupy":
-            a = np.array([alpha], dtype=np.float32)
-            b = np.array([beta], dtype=np.float32)
-            cb, h = self._cublas, self._handle
-            # Column-major, no transposes: exactly C = alpha*A*B + beta*C with lda=M, ldb=K, ldc=M.
-            return lambda: cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
-        torch = self._torch
-        # Row-major views of the column-major buffers: C^T (N x M) = B^T (N x K) @ A^T (K x M).
-        At, Bt, Ct = (torch_view(torch, p, shape) for p, shape in ((pa, (K, M)), (pb, (N, K)), (pc, (N, M))))
-        if beta == 0 and alpha == 1:
-            return lambda: torch.matmul(Bt, At, out=Ct)
-        return lambda: Ct.copy_(torch.addmm(Ct, Bt, At, beta=beta, alpha=alpha))
-
-
-def torch_view(torch, ptr: int, shape: tuple[int, ...]):
-    """A float32 PyTorch tensor over nnbench's device buffer at `ptr` (row-major `shape`), no copy."""
-    class _Cai:
-        __cuda_array_interface__ = {"shape": tuple(shape), "typestr": "<f4", "data": (int(ptr), False),
-                                    "version": 3, "strides": None}
-
-    return torch.as_tensor(_Cai(), device="cuda")
-
-
 # -- running --------------------------------------------------------------------------------------
-class Session:
+class GemmSession(Session):
     """One backend's workspace for GEMM cases: the current shape's operands and float64 references
     on the device, and cuBLAS. `gemm` runs it in-process; a sweep runs one per worker process.
 
@@ -260,9 +191,14 @@ class Session:
         if self.backend.name == "cuda":
             _ = self.cublas.via
 
+    def prepare(self, problem: Shape, following: Shape | None = None) -> None:
+        self.buffers(problem)
+        self.prefetch(following)
+
     def base_record(self, shape: Shape) -> dict:
-        return dict(suite="gemm", shape=shape.label, **shape.as_dict(), flops=shape.flops, bytes=shape.bytes,
-                    rtol=self.rtol, cold=self.settings.cold, seed=self.seed, **self.env)
+        return dict(suite="gemm", shape=shape.label, problem=problem_text(shape), flops=shape.flops,
+                    bytes=shape.bytes, rtol=self.rtol, cold=self.settings.cold, seed=self.seed, unit="launch",
+                    **self.env)
 
     @property
     def cublas(self) -> Cublas:
@@ -270,13 +206,14 @@ class Session:
             self._cublas = Cublas(self.backend)
         return self._cublas
 
-    def run_cublas(self, shape: Shape) -> dict | None:
+    def run_vendor(self, name: str, shape: Shape) -> dict | None:
         """cuBLAS's record for this shape, or None where cuBLAS is not available (see `cublas.reason`)."""
-        if not self.cublas.via:
+        if name != "cublas" or not self.cublas.via:
             return None
         bufs = self.buffers(shape)
         pa, pb, pc = bufs.ptrs()
-        rec = dict(self.base_record(shape), variant="cublas", step="", params=f"sgemm via {self.cublas.via}, TF32 off")
+        rec = dict(self.base_record(shape), variant="cublas", step="", params=f"sgemm via {self.cublas.via}, TF32 off",
+                   precision="FP32")
         return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b))
 
     def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
@@ -284,7 +221,8 @@ class Session:
         set: the context is poisoned and the caller must stop using this backend."""
         v = case.variant
         bufs = self.buffers(shape)
-        rec = dict(self.base_record(shape), variant=v.name, step=v.step, params=case.param_label)
+        rec = dict(self.base_record(shape), variant=v.name, step=v.step, params=case.param_label,
+                   precision=v.precision)
         if v.backend == "cpu":
             return self._timed(rec, bufs, lambda a, b: _numpy_launcher(bufs, a, b))
         if isinstance(compiled, CompileError):
@@ -363,39 +301,22 @@ def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
     return lambda: np.copyto(C, (alpha * (A @ B) + beta * C).astype(np.float32))
 
 
-def compile_cases(arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
-    """Compile every distinct kernel up front, in parallel; each value is a Compiled or a CompileError."""
-    todo = [c for c in cases if c.variant.source]
-    return dict(zip(todo, compile_sources(arch, [(c.variant.source, c.param_dict) for c in todo], jobs)))
+class GemmWorkload(Workload):
+    name = registry_suite = "gemm"
+    default_rtol = DEFAULT_RTOL
+    vendor = "cublas"
+    baseline = "naive"
+    vendor_rows = ("cublas",)
+
+    def parse_problems(self, path, node) -> list[Shape]:
+        from nnbench import config
+        return config.gemm_shapes(path, node)
+
+    def validate(self, problem: Shape) -> None:
+        validate_shape(problem)
+
+    def session(self, backend, settings, rtol, seed, env) -> GemmSession:
+        return GemmSession(backend, settings, rtol, seed, env)
 
 
-def derive(rec: dict, cublas_ms: float | None, baseline_ms: float | None, baseline: str | None) -> dict:
-    """Fill the comparisons that need other records: % of cuBLAS and speedup over the baseline."""
-    ms = rec.get("median_ms")
-    if ms and rec.get("status") in ("PASS", "FAIL"):
-        rec["pct_cublas"] = 100 * cublas_ms / ms if cublas_ms else None
-        if baseline_ms:
-            rec["speedup"], rec["speedup_over"] = baseline_ms / ms, baseline
-    return rec
-
-
-def run(backend, cases: list[Case], shapes: list[Shape], settings: measure.TimingSettings,
-        rtol: float = DEFAULT_RTOL, with_cublas: bool = True, seed: int | None = None, env: dict | None = None):
-    """Yield one record per (shape, case), cuBLAS first for each shape. A kernel fault ends the run
-    after its ERROR record: the context is poisoned, and everything before it is already yielded."""
-    session = Session(backend, settings, rtol, seed, env)
-    compiled = compile_cases(backend.arch, cases) if backend.name == "cuda" else {}
-    for shape in shapes:
-        cublas_ms = naive_ms = None
-        if with_cublas and backend.name == "cuda":
-            rec = session.run_cublas(shape)
-            if rec is not None:
-                cublas_ms = rec.get("median_ms") if rec["status"] == "PASS" else None
-                yield rec
-        for case in cases:
-            rec = session.run_case(case, shape, compiled.get(case))
-            if case.variant.name == "naive" and rec["status"] == "PASS":
-                naive_ms = rec["median_ms"]
-            yield derive(rec, cublas_ms, naive_ms, "naive")
-            if rec.get("fault"):
-                return
+WORKLOAD = GemmWorkload()

@@ -131,7 +131,7 @@ class GpuLeNet:
     def __init__(self, backend, params, x: np.ndarray, labels: np.ndarray, rate: float) -> None:
         be, self.be = backend, backend
         n = self.batch = len(x)
-        fwd_v, bwd_v = registry.get("conv", "unroll"), registry.get("conv-backward", "unroll")
+        fwd_v, bwd_v = registry.get("conv", "unroll"), registry.get("conv-backward", "unroll-backward")
         pool_v, g = registry.get("pool", "max"), registry.get("gemm", "tf32x3")
         fwd, bwd, pool, ew, gemm = compile_sources(be.arch, [
             (fwd_v.source, {}), (bwd_v.source, bwd_v.defaults()), (pool_v.source, pool_v.defaults()),

@@ -322,6 +322,9 @@ class Outcome:
     train_accuracy: float = math.nan
     test_outputs: np.ndarray | None = field(default=None, repr=False)
     error_curve: list[tuple[int, float]] = field(default_factory=list)
+    # Seconds per iteration of each timed run (an epoch, or a fused launch of up to 20 epochs), in
+    # order: the samples whose median and spread the record reports (the first is the warm-up).
+    samples_s: list[float] = field(default_factory=list)
 
 
 def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run: int = 1) -> float:
@@ -334,6 +337,7 @@ def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run
         n = min(size * epochs_per_run, hyper.max_iterations - out.iterations)
         spent, errors = run(n)
         seconds += spent
+        out.samples_s.append(spent / n)
         for e, err in enumerate(errors):
             record_epoch(out, hyper, size, min(size, n - e * size), err)
             if out.converged:
@@ -510,6 +514,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         end.record()
         end.synchronize()
         total_ms += start.elapsed_time(end)
+        out.samples_s.append(start.elapsed_time(end) * 1e-3 / n)
         it += n
         out.final_error = float(errors) / n
         out.error_curve.append((it, out.final_error))

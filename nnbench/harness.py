@@ -1,0 +1,95 @@
+"""The harness: a workload's cases over its problems, in this process, as one stream of records.
+
+Every command that runs kernels (`gemm`, `train`, `conv`) goes through `run`; a sweep runs the
+same session in a worker process (nnbench/sweep.py) and derives its columns with the same
+`Comparisons`. Per problem: the vendor rows first (cuBLAS, cuDNN, PyTorch: `measure`d and
+verified by the same session), then the cases in the order given, so each record can carry its
+comparisons the moment it is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from nnbench.suites.base import Case, Workload
+
+
+class Comparisons:
+    """Fills the columns that need other records: throughput from the counters, % of the vendor
+    row and speedup over the baseline case, per problem (the record's `shape`)."""
+
+    def __init__(self, workload: Workload, baseline: Case | None = None) -> None:
+        self.vendor = workload.vendor
+        self.baseline = baseline
+        self.baseline_label = f"{baseline.variant.name} {baseline.param_label}".strip() if baseline else None
+        self.vendor_ms: dict[str, float] = {}
+        self.baseline_ms: dict[str, float] = {}
+
+    def is_baseline(self, rec: dict) -> bool:
+        b = self.baseline
+        return b is not None and rec.get("variant") == b.variant.name and rec.get("params", "") == b.param_label
+
+    def remember(self, rec: dict) -> None:
+        """Take the vendor's or the baseline's time from a record (also a resumed one)."""
+        if rec.get("status") != "PASS" or not rec.get("median_ms"):
+            return
+        if self.vendor and rec.get("variant") == self.vendor:
+            self.vendor_ms[rec["shape"]] = rec["median_ms"]
+        elif self.is_baseline(rec):
+            self.baseline_ms[rec["shape"]] = rec["median_ms"]
+
+    def derive(self, rec: dict) -> dict:
+        self.remember(rec)
+        ms = rec.get("median_ms")
+        if not ms or rec.get("status") not in ("PASS", "FAIL"):
+            return rec
+        t = ms * 1e-3
+        if rec.get("flops") and rec.get("gflops") is None:
+            rec["gflops"] = rec["flops"] / t / 1e9
+        if rec.get("bytes") and rec.get("gbs") is None:
+            rec["gbs"] = rec["bytes"] / t / 1e9
+        if self.vendor and rec.get("variant") != self.vendor:
+            vendor_ms = self.vendor_ms.get(rec.get("shape"))
+            rec["vendor"] = self.vendor
+            rec["pct_vendor"] = 100 * vendor_ms / ms if vendor_ms else None
+        base_ms = self.baseline_ms.get(rec.get("shape"))
+        if base_ms:
+            rec["speedup"], rec["speedup_over"] = base_ms / ms, self.baseline_label
+        return rec
+
+
+def run(workload: Workload, backend, cases: list[Case], problems: list, settings, rtol: float,
+        seed: int | None = None, env: dict | None = None, vendor: bool = True,
+        baseline: Case | None = None) -> Iterator[dict]:
+    """Yield one record per (problem, vendor row or case). A kernel fault ends the run after its
+    ERROR record: the context is poisoned, and everything before it is already yielded."""
+    import numpy as np
+    seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
+    session = workload.session(backend, settings, rtol, seed, env or {})
+    compiled = workload.compile(backend.arch, cases) if backend.name == "cuda" else {}
+    comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
+    session.warm_up()
+    for i, problem in enumerate(problems):
+        session.prepare(problem, problems[i + 1] if i + 1 < len(problems) else None)
+        if vendor:
+            for name in workload.vendor_names(backend.name):
+                rec = session.run_vendor(name, problem)
+                if rec is not None:
+                    yield comparisons.derive(rec)
+        for case in cases:
+            if not workload.applies(case, problem):
+                continue
+            why = workload.refusal(case, problem)
+            if why:
+                yield dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
+                           params=case.param_label, precision=case.variant.precision, status="SKIP", error=why)
+                continue
+            rec = session.run_case(case, problem, compiled.get(case))
+            yield comparisons.derive(rec)
+            if rec.get("fault"):
+                return
+
+
+def _default_baseline(workload: Workload, cases: list[Case]) -> Case | None:
+    """The workload's baseline variant at its defaults, when the run includes it."""
+    return next((c for c in cases if c.variant.name == workload.baseline and c == Case.defaults(c.variant)), None)

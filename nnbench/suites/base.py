@@ -1,0 +1,140 @@
+"""The suite contract: what every workload declares, so that one harness serves them all.
+
+After nvbench's "a benchmark is axes plus a function of a state":
+- **axes**: the variant parameters (the registry's, per variant) and the problem axes, which a
+  workload parses from a sweep config's `shapes:` and builds from its command's options;
+- **a problem** (one point of the problem axes) knows its label, its axes as a dict, and its
+  counters (FLOPs and the fewest bytes one timed unit moves);
+- **a session** builds a problem's inputs and float64 reference, and runs one case: it verifies
+  it (outputs poisoned first) and times it through `measure`, returning one flat record;
+- **vendor rows** (cuBLAS, cuDNN, PyTorch) are named per problem and run by the same session,
+  through the same `measure` and verifier (nnbench/runtime/vendor.py);
+- the **harness** (nnbench/harness.py: commands in-process; nnbench/sweep.py: sweeps in a worker)
+  iterates the axes, derives the throughput and comparison columns, and writes the one record
+  schema of nnbench/results.py. Sweeps, the gate, profile, tables and plots are written once.
+
+A workload module defines one `Workload` subclass and is listed in `nnbench.suites.WORKLOADS`;
+docs/ARCHITECTURE.md says which files a new one touches.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from nnbench import registry
+from nnbench.registry import Variant
+
+
+@dataclass(frozen=True)
+class Case:
+    """One point of a variant's parameter axes."""
+
+    variant: Variant
+    params: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def param_dict(self) -> dict[str, int]:
+        return dict(self.params)
+
+    @property
+    def param_label(self) -> str:
+        return " ".join(f"{k}={v}" for k, v in self.params)
+
+    @staticmethod
+    def defaults(v: Variant) -> Case:
+        return Case(v, tuple(v.defaults().items()))
+
+
+class Problem(Protocol):
+    """One point of a workload's problem axes."""
+
+    @property
+    def label(self) -> str: ...  # the record's `shape` column: what a reader calls this problem
+
+    def as_dict(self) -> dict[str, Any]: ...  # the axes, recorded as `problem` ("M=4096 N=4096 K=4096")
+
+    @property
+    def flops(self) -> float: ...  # per timed unit (a launch, an iteration, a step)
+
+    @property
+    def bytes(self) -> float: ...
+
+
+def problem_text(p: Problem) -> str:
+    return " ".join(f"{k}={v}" for k, v in p.as_dict().items())
+
+
+class Session:
+    """A backend's workspace for one workload's cases; a sweep worker keeps one per process.
+
+    `prepare(problem, following)` builds (or reuses) the problem's inputs and reference and may
+    start on the following problem in the background; `run_case` and `run_vendor` return one
+    record each (status PASS, FAIL, ERROR or SKIP; `fault=True` when the context is poisoned).
+    """
+
+    def warm_up(self) -> None:
+        pass
+
+    def base_record(self, problem) -> dict:
+        """The fields every record of this problem carries: suite, shape, problem, counters, settings."""
+        raise NotImplementedError
+
+    def prepare(self, problem, following=None) -> None:
+        pass
+
+    def run_vendor(self, name: str, problem) -> dict | None:
+        """The vendor row `name` for this problem, or None where its library is not available."""
+        return None
+
+    def run_case(self, case: Case, problem, compiled) -> dict:
+        raise NotImplementedError
+
+
+class Workload:
+    """A workload's declaration. Subclasses set the class attributes and implement the methods."""
+
+    name: str = ""  # the record's `suite`, the sweep config's `suite:`
+    registry_suite: str = ""  # whose variants it runs (registry.Variant.suite)
+    unit: str = "launch"  # what one timed sample is, per which the median is reported
+    default_rtol: float = 5e-5
+    vendor: str | None = None  # the vendor row that `pct_vendor` compares with
+    baseline: str | None = None  # the variant that `speedup` is over, at its defaults, when a run names none
+    vendor_rows: tuple[str, ...] = ()  # every vendor row it can add, in order
+
+    def variants(self, backend: str | None = None) -> list[Variant]:
+        return registry.suite_variants(self.registry_suite, backend)
+
+    def applies(self, case: Case, problem) -> bool:
+        """Whether the case belongs with the problem at all (not run, not counted, when false)."""
+        return True
+
+    def refusal(self, case: Case, problem) -> str | None:
+        """Why this case cannot run on this problem (a SKIP row), before anything is compiled."""
+        return None
+
+    def parse_problems(self, path: Path, node) -> list:
+        """One item of a sweep config's `shapes:` list, as problems (yamlnodes' errors name file:line)."""
+        raise NotImplementedError
+
+    def validate(self, problem) -> None:
+        """Raise NnbenchError for a problem that can never run (index range, memory)."""
+
+    def vendor_names(self, backend: str) -> list[str]:
+        """The vendor rows this backend can run for each problem."""
+        return list(self.vendor_rows) if backend == "cuda" else []
+
+    def compile(self, arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
+        """Every distinct kernel, compiled in parallel: Case -> Compiled or CompileError."""
+        from nnbench.runtime.compile import compile_sources
+        todo = [c for c in cases if c.variant.source]
+        return dict(zip(todo, compile_sources(arch, [(c.variant.source, c.param_dict) for c in todo], jobs)))
+
+    def registers(self, case: Case, compiled) -> int | None:
+        """Registers per thread of the case's main kernel, once ptxas has said (for device limits)."""
+        info = getattr(compiled, "ptxas", {}).get(case.variant.kernel)
+        return info.registers if info else None
+
+    def session(self, backend, settings, rtol: float, seed: int, env: dict) -> Session:
+        raise NotImplementedError

@@ -1,0 +1,232 @@
+"""The training workload (`nnbench train`, `suite: train` in sweeps): the seed's character-recognition
+MLPs, per sample (nnbench/suites/mlp.py, with the persistent kernels of fused.py) or in mini-batches
+(nnbench/suites/batched.py). Those modules are this workload's own; no other suite imports them.
+
+Problem axes: the net (Nets 1-8 of configs/nets.yaml, or a layer list), the batch (1: per sample),
+and how long to train (iterations per sample, or epochs of a noisy training set per mini-batch).
+The registry's `runner` says which trainer runs a version. Every version is checked against the
+float64 reference (its weight changes after a few samples or steps, outputs poisoned first) before
+it trains; the record's median is per iteration (per sample) or per step (mini-batch), over the
+timed runs after the first (events around each epoch or fused launch; the mini-batch GPU versions'
+steady-state step through `measure`). PyTorch eager and CUDA-graph rows are the vendor rows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from nnbench import measure, nets, registry
+from nnbench.errors import NnbenchError
+from nnbench.suites import batched, mlp
+from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
+
+PER_SAMPLE = ("sequential", "launches", "fused")
+MINI_BATCH = ("batched-numpy", "batched", "batched-cublas")
+
+
+@dataclass(frozen=True)
+class TrainProblem:
+    net: str  # "8", or "custom" for a layer list
+    layers: tuple[int, ...]
+    hyper: mlp.Hyper
+    batch: int = 1
+    epochs: int = batched.DEFAULT_EPOCHS  # mini-batch only
+    train_samples: int = batched.DEFAULT_TRAIN_SAMPLES  # mini-batch only
+    test_per_letter: int = 10
+    blocks: int | None = None  # fused's grid (None: one block per SM)
+
+    @property
+    def label(self) -> str:
+        name = f"Net {self.net}" if self.net != "custom" else "layers " + "-".join(map(str, self.layers))
+        return name if self.batch == 1 else f"{name} B={self.batch}"
+
+    def as_dict(self) -> dict:
+        d = {"net": self.net, "layers": "-".join(map(str, self.layers)), "batch": self.batch}
+        if self.batch == 1:
+            d["iterations"] = self.hyper.max_iterations
+        else:
+            d.update(epochs=self.epochs, train_samples=self.train_samples)
+        return d
+
+    @property
+    def flops(self) -> float:
+        return (mlp.flops_per_iteration(self.layers) if self.batch == 1
+                else batched.flops_per_step(self.layers, self.batch))
+
+    @property
+    def bytes(self) -> float:
+        return 0.0  # the trainers' traffic is mostly on chip: no honest floor to report
+
+    @property
+    def unit(self) -> str:
+        return "iteration" if self.batch == 1 else "step"
+
+
+def problem_for(net: str | None, layers: tuple[int, ...] | None = None, batch: int = 1, **given) -> TrainProblem:
+    """A problem from a net's name (its settings from configs/nets.yaml) or a layer list, with the
+    user's settings on top (None: the net's, else the defaults)."""
+    if layers is None:
+        known = nets.load()
+        if str(net) not in known:
+            raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
+        layers, tuned, name = known[str(net)].layers, dict(known[str(net)].settings), str(net)
+    else:
+        tuned, name = {}, "custom"
+    epochs, train_samples = given.pop("epochs", None), given.pop("train_samples", None)
+    test_per_letter, blocks = given.pop("test_per_letter", 10), given.pop("blocks", None)
+    if batch > 1 and given.get("rate") is None:
+        given["rate"] = tuned.get("batch_rate", batched.DEFAULT_RATE)  # on the batch's mean error
+    hyper = mlp.Hyper.from_settings(tuned, **given)
+    hyper.check()
+    return TrainProblem(name, tuple(layers), hyper, batch, epochs or batched.DEFAULT_EPOCHS,
+                        train_samples or batched.DEFAULT_TRAIN_SAMPLES, test_per_letter, blocks)
+
+
+def unify(rec: dict, problem: TrainProblem, unit_samples_s: list[float] | None = None,
+          stats: measure.Stats | None = None) -> dict:
+    """A trainer's row in the one record schema: suite `train`, the version as `variant`, the
+    net as `shape`, the median (and spread) per iteration or step, the check as rel_err/rtol."""
+    rec = dict(rec)
+    rec["variant"] = rec.pop("version", rec.get("variant"))
+    rec.update(suite="train", shape=problem.label, problem=problem_text(problem), unit=problem.unit,
+               net=problem.net, batch=problem.batch, flops=problem.flops, rtol=mlp.CHECK_RTOL)
+    if rec.get("weights_rel_err") is not None:
+        rec["rel_err"] = rec["weights_rel_err"]
+    if stats is None and unit_samples_s:
+        # The first timed run carries the warm-up (module load, first touches): left out when others exist.
+        samples = unit_samples_s[1:] if len(unit_samples_s) > 1 else unit_samples_s
+        stats = measure.summarize([1e3 * x for x in samples])
+    if stats is not None and rec.get("status") in ("PASS", "FAIL"):
+        rec.update({k: v for k, v in stats.as_record().items() if k not in ("gpu_ms", "sm_clock_mhz", "converged")})
+        rec["items_per_s"] = problem.batch / (stats.median_ms * 1e-3) if stats.median_ms > 0 else None
+    rec.pop("epochs_run", None)
+    return rec
+
+
+def finish(rec: dict, problem: TrainProblem) -> dict:
+    """unify, with the samples of the trainer's outcome (kept in `_outcome` for the caller)."""
+    out = rec.get("_outcome")
+    return unify(rec, problem, getattr(out, "samples_s", None), getattr(out, "stats", None))
+
+
+class TrainWorkload(Workload):
+    name = "train"
+    registry_suite = "mlp"
+    unit = "iteration"
+    default_rtol = mlp.CHECK_RTOL
+    vendor = "torch-graph"
+    baseline = "sequential"
+    vendor_rows = ("torch-eager", "torch-graph")
+
+    def applies(self, case: Case, problem: TrainProblem) -> bool:
+        return (case.variant.runner in MINI_BATCH) == (problem.batch > 1)
+
+    def parse_problems(self, path: Path, node) -> list[TrainProblem]:
+        """{nets: [1, 8], batch: 1|[256, 4096], iterations: N, epochs: E, train_samples: S, blocks: G}
+        or {layers: [120, 300, 7], ...}: every net at every batch."""
+        what = "shapes"
+        keys = mapping(path, node, what, ["nets", "layers", "batch", "iterations", "epochs", "train_samples",
+                                          "blocks", "test_per_letter"])
+        known = nets.load()
+        if "layers" in keys and "nets" in keys:
+            raise fail(path, node, f"{what}: give nets or layers, not both")
+        if "layers" in keys:
+            lists = [None]
+            layers = tuple(integer(path, n, f"{what}.layers", minimum=1)
+                           for n in sequence(path, keys["layers"][1], f"{what}.layers"))
+        else:
+            layers = None
+            items = sequence(path, keys["nets"][1], f"{what}.nets") if "nets" in keys else []
+            lists = [scalar(path, n, f"{what}.nets") for n in items] or list(known)
+            for n, item in zip(lists, items):
+                if n not in known:
+                    raise fail(path, item, f"{what}.nets: no net {n!r}; nets: {', '.join(known)}")
+        bnode = keys.get("batch", (None, None))[1]
+        batches = [1] if bnode is None else (
+            [integer(path, b, f"{what}.batch", minimum=1) for b in sequence(path, bnode, f"{what}.batch")]
+            if isinstance(bnode, yaml.SequenceNode) else [integer(path, bnode, f"{what}.batch", minimum=1)])
+        opt = {k: integer(path, keys[k][1], f"{what}.{k}", minimum=1) for k in
+               ("epochs", "train_samples", "blocks", "test_per_letter") if k in keys}
+        iterations = integer(path, keys["iterations"][1], f"{what}.iterations", minimum=1) \
+            if "iterations" in keys else None
+        out = []
+        for net in lists:
+            for b in batches:
+                try:
+                    p = problem_for(net, layers, b, max_iterations=iterations, **opt)
+                except NnbenchError as e:
+                    raise fail(path, node, f"{what}: {e}") from None
+                if b > 1 and p.train_samples < b:
+                    raise fail(path, node, f"{what}: train_samples {p.train_samples} is less than one batch of {b}")
+                out.append(p)
+        return out
+
+    def validate(self, problem: TrainProblem) -> None:
+        if problem.layers[0] not in (60, 120):
+            raise NnbenchError(f"{problem.label} takes {problem.layers[0]} inputs; the glyph encodings are 60 or 120")
+        if problem.layers[-1] != 7:
+            raise NnbenchError(f"{problem.label} has {problem.layers[-1]} outputs; the targets need 7")
+
+    def compile(self, arch: str, cases: list[Case], jobs: int | None = None) -> dict:
+        """The trainers compile their versions themselves (a batched version is several tile sets);
+        here every module goes into the cache at once, in parallel, so the runs only load."""
+        from nnbench.runtime.compile import compile_sources
+        sets: dict[tuple, None] = {}
+        for c in cases:
+            if c.variant.source:
+                for p in batched.tile_sets(c.variant) if c.variant.runner == "batched" else [c.param_dict]:
+                    sets[(c.variant.source, tuple(sorted(p.items())))] = None
+        compile_sources(arch, [(src, dict(p)) for src, p in sets], jobs)
+        return {}
+
+    def session(self, backend, settings, rtol, seed, env) -> TrainSession:
+        return TrainSession(backend, settings, rtol, seed, env)
+
+
+class TrainSession(Session):
+    def __init__(self, backend, settings, rtol: float, seed: int, env: dict) -> None:
+        self.backend, self.settings, self.rtol, self.env = backend, settings, rtol, env
+
+    def base_record(self, problem: TrainProblem) -> dict:
+        return unify(dict(self.env, status=""), problem)
+
+    def _rows(self, problem: TrainProblem, chosen, torch_modes=()):
+        h = problem.hyper
+        if problem.batch == 1:
+            return mlp.run(self.backend, chosen, problem.layers, h, problem.test_per_letter, torch_modes=torch_modes,
+                           torch_iterations=h.max_iterations, env=self.env, blocks=problem.blocks)
+        return batched.run(self.backend, chosen, problem.layers, h, problem.batch, problem.epochs,
+                           problem.train_samples, problem.test_per_letter, torch_modes=torch_modes, env=self.env)
+
+    def _finish(self, rec: dict, problem: TrainProblem) -> dict:
+        rec = finish(rec, problem)
+        rec.pop("_outcome", None)  # the trained net's outputs stay in this process
+        return rec
+
+    def run_case(self, case: Case, problem: TrainProblem, compiled) -> dict:
+        v = case.variant
+        try:
+            rec = next(iter(self._rows(problem, [(v, case.param_dict)])))
+        except NnbenchError as e:
+            rec = dict(version=v.name, status="SKIP", error=str(e))
+        rec = self._finish(dict(rec, step=v.step, params=case.param_label, precision=v.precision), problem)
+        rec["rtol"] = self.rtol
+        if rec.get("rel_err") is not None and rec.get("status") in ("PASS", "FAIL"):
+            rec["status"] = "PASS" if rec["rel_err"] <= self.rtol else "FAIL"
+        return rec
+
+    def run_vendor(self, name: str, problem: TrainProblem) -> dict | None:
+        mode = name.removeprefix("torch-")
+        rows = list(self._rows(problem, [], torch_modes=(mode,)))
+        return self._finish(dict(rows[0], precision="FP32"), problem) if rows else None
+
+
+def per_sample_versions() -> list:
+    return [v for v in registry.suite_variants("mlp") if v.runner in PER_SAMPLE]
+
+
+WORKLOAD = TrainWorkload()
