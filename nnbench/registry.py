@@ -283,7 +283,6 @@ _MASS_GRID = dict(block="(MASS_THREADS,)", grid="(n,)", runner="launches")
 _MASS_THREADS = _p("MASS_THREADS", 128, (32, 64, 128, 256, 512), "threads per neuron's block")
 _TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block"),
                   _p("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
-                  _p("BACKOFF", 0, (0, 100, 200), "ns a poller sleeps after a miss"),
                   _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
     Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
@@ -318,7 +317,6 @@ MLP: tuple[Variant, ...] = (
             params=(replace(_TAGGED_PARAMS[0], default=256), replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
             + (_p("COL_REGS", 16, (8, 16), "a column of up to 32 x COL_REGS weights is held in a warp's registers"),
                _p("POLLERS", 4, (2, 4, 6), "warps that poll for the deltas while the others update"),
-               _p("PAUSE", 0, (0, 64, 128, 256, 512), "SM cycles a poller pauses after a miss"),
                _p("FAST_SIGMOID", 1, (0, 1), "1: the forward's sigmoid with an approximate reciprocal (1 / (1 + e) "
                   "to about 2 ulp instead of correctly rounded)"),
                _p("PREV_W", 1, (0, 1), "1: keep each weight's value before the last step instead of its velocity "

@@ -15,8 +15,9 @@
 //         atomics, a run is reproducible).
 // Source: NCCL's LL protocol (8-byte stores of data and flag); step 5 for everything else.
 // Params: THREADS (threads per block), IN_FLIGHT (tagged loads a thread issues before it waits),
-//         BACKOFF (ns a poller sleeps after a miss; 0: none), QUIET (1: no thread starts to poll
-//         until the block's work of the phase before is done).
+//         QUIET (1: no thread starts to poll until the block's work of the phase before is done).
+//         (A poller's sleep or pause after a miss, BACKOFF and PAUSE, measured only slower and was
+//         removed: docs/journal/fused.md.)
 //         Launch: as step 5 (nnbench/suites/fused.py); any G the device holds at once.
 //
 // Why one buffer per layer is enough in training: no value is overwritten before every reader
@@ -36,6 +37,13 @@
 // sample and kept for the update, so the backward fetches nothing but partial sums), the
 // block's outputs and deltas of every layer, and room for the partial sums one backward phase
 // gathers (G x rows).
+// This step's defaults (the registry's): the shared headers' fallbacks serve the later steps.
+#ifndef THREADS
+#define THREADS 512
+#endif
+#ifndef IN_FLIGHT
+#define IN_FLIGHT 2
+#endif
 #include "mlp/tagged.cuh"
 
 // Four columns' partial sums; p is 32-byte aligned (slots and columns are multiples of 4).

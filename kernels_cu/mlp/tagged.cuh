@@ -24,14 +24,8 @@
 #ifndef IN_FLIGHT
 #define IN_FLIGHT 4
 #endif
-#ifndef BACKOFF
-#define BACKOFF 0
-#endif
 #ifndef QUIET
 #define QUIET 1
-#endif
-#ifndef PAUSE
-#define PAUSE 0
 #endif
 // FAST_SIGMOID: the forward's sigmoid is sigmoid_approx (mlp_common.cuh), not the correctly
 // rounded one, whose refinement sits on every forward phase's critical path (lane 0 of each row,
@@ -62,16 +56,6 @@ __device__ __forceinline__ u64 tagged(float value, unsigned tag) {
 
 __device__ __forceinline__ void store_tagged(u64* p, float value, unsigned tag) {
     asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(tagged(value, tag)) : "memory");
-}
-
-// A missed poll's pause, spent on the clock, not the load path: a warp that polls back to back
-// keeps the SM's load/store queue full, and warps that update while others poll (POLLERS in
-// 09_fused_columns.cu) wait behind its loads. (__nanosleep, BACKOFF, sleeps far longer than asked
-// on this scale.) Measured: no gain (docs/RESULTS.md, third step).
-__device__ __forceinline__ void pause_cycles(int cycles) {
-    const long long start = clock64();
-    while (clock64() - start < cycles) {
-    }
 }
 
 struct Span {  // n tagged words at `at` (n = 2: 16-byte aligned, one load); n = 0: nothing to await
@@ -119,8 +103,6 @@ __device__ __forceinline__ bool await_tagged(int count, unsigned want, int* stat
                     return false;
                 }
                 if (!patience.still()) return false;
-                if (BACKOFF) __nanosleep(BACKOFF);
-                if (PAUSE) pause_cycles(PAUSE);
                 got[k] = load_span(at[k]);
             }
             use(i, __uint_as_float((unsigned)got[k].x), __uint_as_float((unsigned)got[k].y));
