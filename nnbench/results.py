@@ -52,6 +52,11 @@ STATUSES = {"PASS", "FAIL", "ERROR", "SKIP"}
 
 @lru_cache(maxsize=1)
 def git_sha() -> str:
+    """The commit of the code that made a figure: git's HEAD (with -dirty for uncommitted changes), or
+    NNBENCH_GIT_SHA where the checkout has no git metadata (a copy of the tree on a lent GPU machine)."""
+    given = os.environ.get("NNBENCH_GIT_SHA", "").strip()
+    if given:
+        return given
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=paths.ROOT, capture_output=True,
                              text=True, timeout=5)

@@ -28,7 +28,7 @@ def _status(word: str) -> Text:
 def gemm_table(records: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in [("variant", "left"), ("params", "left"), ("M×N×K", "left"), ("median ms", "right"),
-                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%cuBLAS", "right"),
+                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%vendor", "right"),
                           ("×naive", "right"), ("regs", "right"), ("smem", "right"), ("spill", "right"),
                           ("occ", "right"), ("rel_err", "right"), ("", "left")]:
         t.add_column(name, justify=justify, no_wrap=name in ("variant", "M×N×K"))
@@ -76,10 +76,10 @@ def plan_table(counts, shapes: int, title: str) -> Table:
 def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
     """Per shape, each variant's best parameters; ★ marks the fastest nnbench kernel."""
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for name, justify in [("M×N×K", "left"), ("variant", "left"), ("best params", "left"), ("median ms", "right"),
-                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%cuBLAS", "right"),
+    for name, justify in [("shape", "left"), ("variant", "left"), ("best params", "left"), ("median ms", "right"),
+                          ("±IQR", "right"), ("GFLOP/s", "right"), ("%peak", "right"), ("%vendor", "right"),
                           (f"×{baseline}" if baseline else "speedup", "right"), ("cases", "right")]:
-        t.add_column(name, justify=justify, no_wrap=name in ("M×N×K", "variant"))
+        t.add_column(name, justify=justify, no_wrap=name in ("shape", "variant"))
     last = None
     for r in rows:
         tally = r.get("tally", {})
@@ -97,10 +97,10 @@ def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
 
 def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("M×N×K", "left"),
+    for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("shape", "left"),
                           ("baseline ms", "right"), ("current ms", "right"), ("change", "right"),
                           ("noise ms", "right"), ("note", "left")]:
-        t.add_column(name, justify=justify, no_wrap=name in ("verdict", "variant", "M×N×K"))
+        t.add_column(name, justify=justify, no_wrap=name in ("verdict", "variant", "shape"))
     for v in verdicts:
         if v.verdict == "SAME" and not show_same:
             continue
