@@ -154,9 +154,9 @@ def _pct(fraction, fmt: str) -> str:
 
 
 def profile_tables(prof) -> list:
-    """The sections of `nnbench profile` (nnbench.suites.profile.Profile) as rich tables."""
+    """The sections of `nnbench profile` (nnbench.profiling.profile.Profile) as rich tables."""
     from nnbench.profiling import ncu, sass
-    from nnbench.suites.profile import fidelity_pct, useful_note
+    from nnbench.profiling.profile import fidelity_pct, useful_note
     params = " ".join(f"{k}={v}" for k, v in prof.params.items())
     out = []
     t = Table(title=f"{prof.variant.name} {params} · resources on {prof.device} ({prof.arch})", title_justify="left",
@@ -181,17 +181,14 @@ def profile_tables(prof) -> list:
     out.append(t)
     r = prof.record
     if r is not None:
-        what = prof.shape.label if prof.shape else (f"Net {'-'.join(map(str, prof.layers))}, "
-                                                    + (f"per step of {prof.batch}" if prof.batch > 1 else
-                                                       "per iteration"))
+        what = f"{prof.problem.label}, per {r.get('unit') or 'launch'}"
         t = Table(title=f"achieved · {what}", title_justify="left", header_style="bold", pad_edge=False)
         for name in ("time", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof TFLOP/s",
                      "% of roof", "FMA ceiling", "copy ceiling", "check", ""):
             t.add_column(name, justify="right" if name else "left")
         w, roof, sec = prof.where, prof.roof, prof.seconds
-        iqr = (100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms") else None) if prof.shape else \
-            r.get("step_iqr_pct")
-        check = r.get("rel_err") if prof.shape else r.get("weights_rel_err")
+        iqr = 100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms") and r.get("iqr_ms") is not None else None
+        check = r.get("rel_err")
         t.add_row(_num(sec and sec * 1e3, ".4f") + " ms", _num(iqr, ".1f") + "%",
                   _num(sec and prof.flops / sec / 1e12, ".3f"), _num(sec and prof.bytes / sec / 1e9, ",.0f"),
                   _num(w and w.intensity, ".2f"), w.bound if w else "—", _num(w and w.attainable / 1e12, ".2f"),

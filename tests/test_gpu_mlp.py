@@ -219,7 +219,7 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
     gpu = {r["version"]: r for r in recs if r["version"] in ("batched", "batched-cublas")}
     for r in gpu.values():
         assert r["gemm_us"] > 0 and r["other_us"] > 0 and r["cublas_gemm_us"] > 0
-    assert all(f"{role}=" in gpu["batched"]["params"] for role in batched.GEMM_ROLES)
+    assert all(f"{role}=" in gpu["batched"]["tiles"] for role in batched.GEMM_ROLES)
 
 
 @pytest.mark.parametrize("exchange", ["nccl", "mpi"])

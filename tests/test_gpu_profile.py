@@ -7,10 +7,10 @@ import pytest
 from click.testing import CliRunner
 
 from nnbench.cli import cli
+from nnbench.profiling import profile as profile_suite
 from nnbench.profiling import sass
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm as gemm_suite
-from nnbench.suites import profile as profile_suite
 
 pytestmark = pytest.mark.gpu
 
@@ -38,9 +38,9 @@ def test_profile_with_ncu():
 
 @pytest.mark.parametrize("version,batch", [("fused", 1), ("kcm-mass", 1), ("batched", 256)])
 def test_profile_an_mlp_version(cuda_backend, version, batch):
-    from nnbench import nets
-    prof = profile_suite.profile(cuda_backend, "mlp", version, {}, None, None, layers=nets.get(1).layers,
-                                 batch=batch)
+    from nnbench.suites import train
+    problem = train.problem_for("1", batch=batch, max_iterations=1040, epochs=1, train_samples=20 * batch)
+    prof = profile_suite.profile(cuda_backend, "mlp", version, {}, problem, None)
     assert prof.record["status"] == "PASS" and prof.seconds > 0
     assert prof.where is not None and prof.where.pct_of_roof > 0
     assert profile_suite.main_kernel(prof.variant) in [k.kernel for k in prof.kernels]
@@ -52,3 +52,10 @@ def test_profile_an_mlp_version_with_ncu():
     res = CliRunner().invoke(cli, ["profile", "mlp", "-v", "fused", "--net", "1", "--ncu"])
     assert res.exit_code == 0, res.output
     assert "Nsight Compute" in res.output and "achieved occupancy" in res.output
+
+
+@pytest.mark.parametrize("variant", ["tiled", "unroll", "unroll-backward"])
+def test_profile_a_conv_path(cuda_backend, variant):
+    from nnbench.suites import conv
+    prof = profile_suite.profile(cuda_backend, "conv", variant, {}, conv.ConvShape(8, 16, 28, 28, 32, 3, 1, 1), None)
+    assert prof.record["status"] == "PASS" and prof.seconds > 0 and prof.where is not None

@@ -97,7 +97,9 @@ def test_profile_without_a_gpu_reports_resources(tmp_path):
     assert "registers" in res.output and "occupancy" in res.output and "no GPU" in res.output
     for args, needle in ((["gemm", "-v", "naive", "--ts", "32"], "naive does not take TS"),
                          (["gemm", "-v", "numpy"], "runs on the host"),
-                         (["conv", "-v", "x"], "choose a suite from gemm, mlp"),
+                         (["cnn", "-v", "x"], "choose a suite from gemm, train, conv"),
+                         (["conv", "-v", "x"], "unknown conv variant"),
+                         (["conv", "-v", "tiled", "--layer", "1,2,x"], "--layer 1,2,x"),
                          (["gemm", "-v", "tiled", "--arch", "hopper", "--backend", "cpu"], "--arch hopper"),
                          (["gemm", "-v", "tiled", "--ncu", "--backend", "cpu"], "--ncu: needs the cuda backend"),
                          (["mlp", "-v", "fused", "--net", "12", "--backend", "cpu"], "--net 12: unknown")):

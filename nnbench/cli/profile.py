@@ -11,20 +11,23 @@ from nnbench import results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, open_device, param_options
 from nnbench.errors import NnbenchError
-from nnbench.suites import gemm as gemm_suite
 
 
 # -- profile --------------------------------------------------------------------------------------
 @app.cli.command()
 @click.argument("suite", metavar="SUITE")
 @click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
-@param_options("gemm", "mlp")  # every suite's parameters; the profiled variant says which apply
+# every suite's parameters; the profiled variant says which apply
+@param_options("gemm", "mlp", "conv", "conv-backward")
 @click.option("--m", "m", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM rows of A and C.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM columns of B and C.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM inner size.")
 @click.option("--net", default="8", show_default=True, help="MLP: the net (configs/nets.yaml) the version trains.")
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="MLP: samples per step (the mini-batch versions).")
+@click.option("--layer", default=None, metavar="N,C,H,W,K,R[,S,P]",
+              help="Conv: the layer (default: configs/conv.yaml's first resnet layer).")
+@click.option("--model", type=click.Choice(["lenet5"]), default=None, help="Conv: a whole model's step instead.")
 @click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
 @click.option("--kernel", default=None, metavar="NAME",
               help="The kernel --ncu profiles (default: the variant's main one, e.g. gemm, forward, fused_train).")
@@ -32,7 +35,8 @@ from nnbench.suites import gemm as gemm_suite
               help="Without a GPU: the architecture to compile for and take limits from (default sm_90).")
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
-def profile(suite, variant, m, n, k, net, batch, with_ncu, kernel, arch, launch_only, backend, **params) -> None:
+def profile(suite, variant, m, n, k, net, batch, layer, model, with_ncu, kernel, arch, launch_only, backend,
+            **params) -> None:
     """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
     (GEMM, on a GPU) its achieved FLOP/s and bytes/s on the roofline; --ncu adds Nsight Compute.
 
@@ -43,29 +47,53 @@ def profile(suite, variant, m, n, k, net, batch, with_ncu, kernel, arch, launch_
       nnbench profile mlp -v fused --net 8 --ncu
       nnbench profile mlp -v batched --net 8 --batch 4096
       nnbench profile mlp -v batched --backend cpu --arch sm_90
+      nnbench profile conv -v tiled --layer 32,64,56,56,64,3,1,1
+      nnbench profile conv -v lenet5 --model lenet5
     """
-    from nnbench import nets as nets_mod
-    from nnbench.suites import profile as profile_suite
+    from nnbench.profiling import profile as profiler
     overrides = {name.upper(): v for name, v in params.items() if v is not None}
-    shape = gemm_suite.Shape(m, n, k)
-    profile_suite.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
-    if suite == "mlp" and str(net) not in nets_mod.load():
-        raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(nets_mod.load())} (configs/nets.yaml)")
-    layers = nets_mod.get(net).layers if suite == "mlp" else None
+    profiler.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
+    problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
     be = open_device(backend)
     if launch_only:
-        profile_suite.launch_only(be, suite, variant, overrides, shape, layers, batch)
+        profiler.launch_only(be, suite, variant, overrides, problem)
         return
     if with_ncu and be.name != "cuda":
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
-    prof = profile_suite.profile(be, suite, variant, overrides, shape, arch, with_ncu, child, layers=layers,
-                                 batch=batch, kernel=kernel)
+    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel)
     app.out.print(device_line(results.environment(be)))
     for t in tables.profile_tables(prof):
         app.out.print(t)
     if be.name != "cuda":
         app.out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
 
+
+
+def _problem(suite: str, m: int, n: int, k: int, net: str, batch: int, layer: str | None, model: str | None):
+    """The one problem a profile runs on, from the options its suite reads."""
+    if suite == "gemm":
+        from nnbench.suites.gemm import Shape
+        return Shape(m, n, k)
+    if suite == "train":
+        from nnbench.suites.train import problem_for
+        return problem_for(net, batch=batch, max_iterations=MLP_ITERATIONS, epochs=1,
+                           train_samples=batch * MLP_STEPS)
+    from nnbench.suites import conv as conv_suite
+    if model is not None:
+        return conv_suite.LeNetProblem(batch if batch > 1 else 64)
+    if layer is None:
+        return conv_suite.load_sets()["resnet"][0]
+    try:
+        dims = [int(x) for x in layer.split(",")]
+        shape = conv_suite.ConvShape(*dims)
+    except (ValueError, TypeError):
+        raise NnbenchError(f"--layer {layer}: expected N,C,H,W,K,R with optional ,stride,pad") from None
+    shape.validate()
+    return shape
+
+
+MLP_ITERATIONS = 1040  # a trainer's profile: 20 epochs of the 52 letters per sample ...
+MLP_STEPS = 20  # ... or 20 mini-batch steps

@@ -59,7 +59,14 @@ class TrainProblem:
 
     @property
     def bytes(self) -> float:
-        return 0.0  # the trainers' traffic is mostly on chip: no honest floor to report
+        """The fewest DRAM bytes of one iteration (batch 1) or step: per sample, the weights are read by
+        the forward and the backward pass and read and written with their velocities by the update
+        (6 passes over 4-byte weights); a batch adds each GEMM's operands and result once."""
+        weights = sum(n_out * (n_in + 1) for n_in, n_out in zip(self.layers, self.layers[1:]))
+        if self.batch == 1:
+            return 24.0 * weights
+        return sum(4.0 * (m * k + k * n + m * n) for _, m, n, k in batched.gemm_shapes(self.layers, self.batch)) \
+            + 16.0 * weights
 
     @property
     def unit(self) -> str:

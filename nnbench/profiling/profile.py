@@ -1,16 +1,15 @@
-"""`nnbench profile`: one kernel variant seen from every side.
+"""`nnbench profile`: one kernel variant of any workload seen from every side.
 
   resources   registers, static shared memory, spills (ptxas's report kept beside the cubin) and
               the theoretical occupancy with its limiter (on the GPU's limits, or an arch's without one);
   mix         the hot loop's instruction mix from the SASS (nnbench.profiling.sass);
-  achieved    (GEMM, on a GPU) the verified case's CUDA-event median, its FLOP/s and bytes/s against
-              the measured ceilings, and its roofline position;
+  achieved    (on a GPU) the case run by its workload's own session (verified, then timed by
+              `measure`) on one problem: its FLOP/s and bytes/s against the measured ceilings, and
+              its roofline position, from the problem's counters;
   ncu         (--ncu) Nsight Compute's metrics for one launch, and its duration beside nnbench's.
 
-A GEMM variant is profiled on one shape. An MLP version is profiled on a net (--net, and --batch
-for the mini-batch versions): its achieved figures are those of a short verified training run
-(per iteration or per step), its bytes the fewest an implementation that streams the weights
-must move, and --ncu profiles one launch of its main kernel (or --kernel) during such a run.
+The problem is the workload's: a GEMM shape, a net (and batch), a convolution layer or LeNet-5.
+For a trainer, --ncu profiles one launch of its main kernel (or --kernel) during a short run.
 """
 
 from __future__ import annotations
@@ -19,16 +18,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnbench import measure, registry
+from nnbench import measure
 from nnbench.errors import NnbenchError
 from nnbench.profiling import ncu, sass
 from nnbench.profiling.roofline import Position, Roof, position
 from nnbench.registry import Variant
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 from nnbench.runtime.device import for_arch, occupancy
-from nnbench.suites import gemm as gemm_suite
+from nnbench.suites import WORKLOADS, workload
+from nnbench.suites.base import Case
 
-SUITES = ("gemm", "mlp")
+ALIASES = {"mlp": "train"}  # the suite's name before it was a workload
 
 
 @dataclass
@@ -55,11 +55,9 @@ class Profile:
     arch: str
     device: str
     kernels: list[KernelProfile] = field(default_factory=list)
-    shape: gemm_suite.Shape | None = None
-    record: dict | None = None  # the verified, timed GEMM case, or the MLP version's training record
-    layers: tuple[int, ...] | None = None  # MLP: the net
-    batch: int = 1
-    flops: float | None = None  # per launch (GEMM) / iteration or step (MLP)
+    problem: object = None  # the workload's problem (a GEMM shape, a net, a layer)
+    record: dict | None = None  # the verified, timed case
+    flops: float | None = None  # per timed unit (a launch, an iteration, a step)
     bytes: float | None = None
     seconds: float | None = None
     roof: Roof | None = None
@@ -69,9 +67,13 @@ class Profile:
 
 
 def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
-    if suite not in SUITES:
-        raise NnbenchError(f"profile {suite}: choose a suite from {', '.join(SUITES)}")
-    v = registry.get(suite, name)
+    suite = ALIASES.get(suite, suite)
+    if suite not in WORKLOADS:
+        raise NnbenchError(f"profile {suite}: choose a suite from {', '.join(WORKLOADS)}")
+    known = {v.name: v for v in workload(suite).variants()}
+    if name not in known:
+        raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {', '.join(known)}")
+    v = known[name]
     if v.source is None:
         raise NnbenchError(f"--variant {name}: runs on the host (NumPy); there is no kernel to profile")
     unknown = [k for k in overrides if not v.param(k)]
@@ -113,60 +115,41 @@ def add_mix(kernels: list[KernelProfile], comp) -> None:
         k.mix_note = "hot loop" if k.loop else "whole kernel (no loop)"
 
 
-MLP_ITERATIONS = 1040  # per-sample iterations of an MLP profile (20 epochs of the 52 letters)
-MLP_STEPS = 20  # mini-batch steps
-
-
 def main_kernel(v: Variant) -> str:
     """The kernel --ncu profiles for a variant unless --kernel says otherwise."""
-    if v.suite == "gemm":
-        return v.kernel
-    return "fused_train" if "fused" in v.tags else "backward_delta" if "batched" in v.tags else "forward"
+    return {"fused": "fused_train", "batched": "backward_delta", "batched-cublas": "backward_delta",
+            "launches": "forward"}.get(v.runner, v.kernel)
 
 
-def mlp_bytes(layers: tuple[int, ...], batch: int) -> float:
-    """The fewest DRAM bytes of one iteration (batch 1) or step: per sample, the weights are read by
-    the forward and the backward pass and read and written with their velocities by the update
-    (6 passes over 4-byte weights); a batch adds each GEMM's operands and result once."""
-    weights = sum(n_out * (n_in + 1) for n_in, n_out in zip(layers, layers[1:]))
-    if batch == 1:
-        return 24.0 * weights
-    from nnbench.suites import batched
-    return sum(4.0 * (m * k + k * n + m * n) for _, m, n, k in batched.gemm_shapes(layers, batch)) + 16.0 * weights
+QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0)
 
 
-def profile(backend, suite: str, name: str, overrides: dict[str, int], shape: gemm_suite.Shape, arch: str | None,
+def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, arch: str | None,
             with_ncu: bool = False, child_argv: list[str] | None = None,
-            settings: measure.TimingSettings = measure.TimingSettings(), layers: tuple[int, ...] | None = None,
-            batch: int = 1, kernel: str | None = None) -> Profile:
+            settings: measure.TimingSettings = measure.TimingSettings(), kernel: str | None = None) -> Profile:
+    suite = ALIASES.get(suite, suite)
+    work = workload(suite)
     v, params = variant_params(suite, name, overrides)
     device = getattr(backend, "device", None)
     arch = backend.arch if device is not None else (arch or "sm_90")
     comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, arch))
     dev = device or for_arch(arch)
-    prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev))
+    prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)
     if kernel is not None and kernel not in comp.ptxas:
         raise NnbenchError(f"--kernel {kernel}: {v.source} has {', '.join(sorted(comp.ptxas))}")
     add_mix(prof.kernels, comp)
-    if suite == "gemm":
-        gemm_suite.validate_shape(shape)
-        prof.shape = shape
-    else:
-        prof.layers, prof.batch = layers, batch
+    work.validate(problem)
+    case = Case(v, tuple(params.items()))
+    if not work.applies(case, problem):
+        raise NnbenchError(f"--variant {name}: does not run on {problem.label}")
     if device is None:
         return prof
-    if suite == "gemm":
-        gemm_suite.fit_device(v, params, device)
-        session = gemm_suite.Session(backend, settings)
-        prof.record = session.run_case(gemm_suite.Case(v, tuple(params.items())), shape, comp)
-        prof.flops, prof.bytes = shape.flops, shape.bytes
-        prof.seconds = prof.record.get("median_ms", 0.0) * 1e-3
-    else:
-        prof.record = _mlp_record(backend, v, params, layers, batch)
-        per = "us_per_step" if batch > 1 else "us_per_iteration"
-        prof.flops = prof.record.get("flops_per_step" if batch > 1 else "flops_per_iteration")
-        prof.bytes = mlp_bytes(layers, batch)
-        prof.seconds = (prof.record.get(per) or 0.0) * 1e-6
+    problems = v.device_problems(params, device)
+    if problems:
+        raise NnbenchError(f"{v.name}: {problems[0]}")
+    prof.record = run_case(backend, work, case, problem, comp, settings)
+    prof.flops, prof.bytes = prof.record.get("flops") or problem.flops, problem.bytes
+    prof.seconds = (prof.record.get("median_ms") or 0.0) * 1e-3
     if prof.record.get("status") != "PASS" or not prof.seconds:
         return prof
     from nnbench.suites.ceilings import measure_ceilings
@@ -179,19 +162,12 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], shape: ge
     return prof
 
 
-def _mlp_record(backend, v: Variant, params: dict, layers, batch: int, quick: bool = False) -> dict:
-    """A short verified training run of one MLP version, through the suite's own `run`."""
-    from nnbench.suites import batched, mlp
-    hyper = mlp.Hyper(max_iterations=8 if quick else MLP_ITERATIONS, init="centered", init_scale=5.0, rate=0.02)
-    if "batched" in v.tags:
-        steps = 4 if quick else MLP_STEPS
-        gen = batched.run(backend, [(v, params)], layers, hyper, batch, epochs=1, train_samples=batch * steps)
-    else:
-        if batch > 1:
-            raise NnbenchError(f"--batch {batch}: {v.name} trains per sample; the mini-batch versions are "
-                               + ", ".join(x.name for x in batched.versions("cuda")))
-        gen = mlp.run(backend, [(v, params)], layers, hyper, baseline_iterations=8 if quick else 104)
-    return next(iter(gen))
+def run_case(backend, work, case: Case, problem, comp, settings) -> dict:
+    """The case through its workload's own session: verified first, then timed."""
+    session = work.session(backend, settings, work.default_rtol, 0, {})
+    session.warm_up()
+    session.prepare(problem)
+    return session.run_case(case, problem, comp)
 
 
 def _kernel_path(v: Variant):
@@ -199,25 +175,26 @@ def _kernel_path(v: Variant):
     return paths.KERNELS / v.source
 
 
-def launch_only(backend, suite: str, name: str, overrides: dict[str, int], shape: gemm_suite.Shape,
-                layers: tuple[int, ...] | None = None, batch: int = 1) -> None:
+def launch_only(backend, suite: str, name: str, overrides: dict[str, int], problem) -> None:
     """What ncu profiles: a GEMM kernel launched ncu.WARMUP_LAUNCHES + 1 times on fresh inputs and
-    nothing else (no blocking kernel, no verification, no ceilings); or a short MLP training run,
-    of whose launches ncu takes one of the chosen kernel."""
+    nothing else (no blocking kernel, no verification, no ceilings); or, for any other workload, its
+    case run once with the shortest timing, of whose launches ncu takes one of the chosen kernel."""
+    suite = ALIASES.get(suite, suite)
     v, params = variant_params(suite, name, overrides)
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, backend.arch))
     if suite != "gemm":
-        _mlp_record(backend, v, params, layers, batch, quick=True)
+        run_case(backend, workload(suite), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
         return
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, backend.arch))
-    kernel = backend.load(comp, v.kernel)
+    from nnbench.runtime.ladder_gemm import launcher
+    from nnbench.suites.gemm import random_nonzero
     rng = np.random.default_rng(0)
-    a = backend.upload(gemm_suite.random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
-    b = backend.upload(gemm_suite.random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
+    shape = problem
+    a = backend.upload(random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
+    b = backend.upload(random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
     c = backend.upload(np.zeros((shape.M, shape.N), np.float32))
-    run = backend.launcher(kernel, v.launch_grid(params, shape.as_dict()), v.launch_block(params),
-                           (np.int32(shape.M), np.int32(shape.N), np.int32(shape.K), np.float32(1.0),
-                            backend.ptr(a), backend.ptr(b), np.float32(0.0), backend.ptr(c)), gemm_suite.SIGNATURE)
+    run = launcher(backend, v, params, backend.load(comp, v.kernel), shape.M, shape.N, shape.K, 1.0,
+                   backend.ptr(a), backend.ptr(b), 0.0, backend.ptr(c))
     for _ in range(ncu.WARMUP_LAUNCHES + 1):
         run()
     backend.synchronize()
