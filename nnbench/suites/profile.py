@@ -142,7 +142,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], shape: ge
     v, params = variant_params(suite, name, overrides)
     device = getattr(backend, "device", None)
     arch = backend.arch if device is not None else (arch or "sm_90")
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, arch))
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(arch)))
     dev = device or for_arch(arch)
     prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev))
     if kernel is not None and kernel not in comp.ptxas:
@@ -209,15 +209,14 @@ def launch_only(backend, suite: str, name: str, overrides: dict[str, int], shape
         _mlp_record(backend, v, params, layers, batch, quick=True)
         backend.synchronize()
         return
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, backend.arch))
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(backend.arch)))
     kernel = backend.load(comp, v.kernel)
     rng = np.random.default_rng(0)
     a = backend.upload(gemm_suite.random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
     b = backend.upload(gemm_suite.random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
     c = backend.upload(np.zeros((shape.M, shape.N), np.float32))
-    run = backend.launcher(kernel, v.launch_grid(params, shape.as_dict()), v.launch_block(params),
-                           (np.int32(shape.M), np.int32(shape.N), np.int32(shape.K), np.float32(1.0),
-                            backend.ptr(a), backend.ptr(b), np.float32(0.0), backend.ptr(c)), gemm_suite.SIGNATURE)
+    launch_for, _ = gemm_suite.gemm_launch(backend, kernel, v, params, shape, *map(backend.ptr, (a, b, c)))
+    run = launch_for(1.0, 0.0)
     for _ in range(ncu.WARMUP_LAUNCHES + 1):
         run()
     backend.synchronize()
@@ -234,7 +233,7 @@ def fidelity_pct(prof: Profile) -> float | None:
 def useful_note(m: dict[str, int] | None) -> str:
     if not m or not m["total"]:
         return ""
-    math_ = m["FFMA"] + m["HMMA"]
+    math_ = sum(m[c] for c in sass.MATH)
     loads = m["LDS"] + m["LDG"]
     frac = sass.useful_fraction(m)
     return (f"{math_} math of {m['total']} instructions ({100 * frac:.0f}%, 1 in {1 / frac:.1f}); "
