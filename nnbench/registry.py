@@ -36,6 +36,18 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class TensorMap:
+    """A bulk-tensor-copy map the host encodes for one operand (nnbench/runtime/tensormap.py): the box
+    one copy moves (innermost first, expressions over the params) and its swizzle in bytes. The
+    suite knows the operand's sizes and leading dimension; where the map is not allowed (a leading
+    dimension breaking the 16-byte stride rule) the kernel takes its fallback path for that operand."""
+
+    operand: str
+    box: tuple[str, str]
+    swizzle: int = 0
+
+
+@dataclass(frozen=True)
 class Variant:
     suite: str
     name: str
@@ -60,6 +72,21 @@ class Variant:
     # The arithmetic, as the tables and %peak read it: FP32 (FFMA), 3xTF32 (tensor cores, FP32-level
     # accuracy), TF32, FP64; "FP32 host" for NumPy on the CPU.
     precision: str = "FP32"
+    arch: str | None = None  # an architecture-specific target (sm_90a): built for it, run only there
+    dynamic_smem: str = "0"  # dynamic shared memory in bytes, asked for at launch
+    tensor_maps: tuple[TensorMap, ...] = ()  # operands that arrive by bulk tensor copy
+    rtol: float | None = None  # a lower-precision variant's own tolerance, replacing the run's
+
+    def target(self, device_arch: str) -> str:
+        """The architecture to build for on a device of `device_arch`."""
+        return self.arch or device_arch
+
+    def arch_problem(self, device) -> str | None:
+        """Why this variant cannot run on `device` at all (an architecture-specific build elsewhere)."""
+        if self.arch and self.arch.rstrip("a") != device.arch:
+            return (f"{self.name} is built for {self.arch} (wgmma, bulk tensor copies) and runs only on compute "
+                    f"capability {self.arch[3]}.{self.arch[4]} (H100, H200); {device.name} is {device.arch}")
+        return None
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -106,11 +133,17 @@ class Variant:
                 return [f"{self.name} needs {r.expr} ({r.why}); got {vals}"]
         return out
 
-    def device_problems(self, params: dict[str, int], device, registers: int | None = None) -> list[str]:
-        """Why this launch cannot run on `device` (a DeviceInfo): threads, static shared memory and,
-        once ptxas has said how many registers a thread needs, registers per block."""
+    def device_problems(self, params: dict[str, int], device, registers: int | None = None,
+                        arch: bool = True) -> list[str]:
+        """Why this launch cannot run on `device` (a DeviceInfo): the architecture (unless `arch` is
+        False), threads, static and dynamic shared memory and, once ptxas has said how many
+        registers a thread needs, registers per block."""
         threads, smem = self.threads(params), self.smem_bytes(params)
-        out = []
+        out = [why] if arch and (why := self.arch_problem(device)) else []
+        dynamic = self.dynamic_smem_bytes(params)
+        if dynamic and smem + dynamic > device.smem_per_block_optin:
+            out.append(f"{smem + dynamic:,} bytes of shared memory per block; {device.name} allows at most "
+                       f"{device.smem_per_block_optin:,}")
         if threads > device.max_threads_per_block:
             out.append(f"{threads} threads per block; {device.name} allows at most {device.max_threads_per_block}")
         if smem > device.smem_per_block:
@@ -133,6 +166,13 @@ class Variant:
 
     def smem_bytes(self, params: dict[str, int]) -> int:
         return int(expr.evaluate(self.smem, self.env(params)))
+
+    def dynamic_smem_bytes(self, params: dict[str, int]) -> int:
+        return int(expr.evaluate(self.dynamic_smem, self.env(params)))
+
+    def map_box(self, tmap: TensorMap, params: dict[str, int]) -> tuple[int, ...]:
+        env = self.env(params)
+        return tuple(int(expr.evaluate(b, env)) for b in tmap.box)
 
 
 def _fmt(v: float) -> str:
@@ -195,6 +235,22 @@ _TF32X3 = dict(
 # Kernels that run step 8's mainloop under an epilogue of their own: a 64 x 64 warp tile spills there.
 _TF32X3_FUSED = dict(_TF32X3, params=tuple(replace(p, choices=(16, 32)) if p.name == "WM" else p
                                            for p in _TF32X3["params"]))
+
+_PRECISION_HELP = "TF32 products per term (3: 3xTF32, 1: TF32), fixed by the variant"
+# Step 9 (sm_90a): BM/64 consumer warpgroups and one producer warpgroup; a stage holds the A tile
+# (rows padded by 8 floats) and the B tile, twice for 3xTF32 (big and small).
+_WGMMA = dict(
+    params=(_p("BM", 128, (64, 128), "block tile rows: 64 per consumer warpgroup"),
+            _p("BN", 128, (64, 128), "block tile columns: the wgmma's n"),
+            _p("BK", 32, (32,), "k-slice per stage: one 128-byte swizzle row of TF32"),
+            _p("STAGES", 4, (2, 3, 4, 5, 6), "depth of the shared-memory ring the producer fills")),
+    derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"),
+             ("B_COPIES", "(PRECISION + 1) // 2")),
+    block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))",
+    dynamic_smem="STAGES * (BK * (BM + 8) + B_COPIES * BN * BK) * 4 + 24 * STAGES + 1024",
+    arch="sm_90a",
+    tensor_maps=(TensorMap("A", ("BM + 8", "BK")), TensorMap("B", ("BK", "BN"), swizzle=128)),
+)
 
 GEMM: tuple[Variant, ...] = (
     Variant(
@@ -263,6 +319,22 @@ GEMM: tuple[Variant, ...] = (
     Variant(
         "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
         "gemm/08_tf32x3.cu", tags=("tensor-core",), precision="3xTF32", **_TF32X3,
+    ),
+    Variant(
+        "gemm", "tf32x3_wgmma", 9, "3xTF32 on Hopper's path: bulk tensor copies, warp-specialized producer and "
+        "consumers, wgmma (sm_90a), fp32-level accuracy", "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a"),
+        precision="3xTF32",
+        **dict(_WGMMA, params=_WGMMA["params"] + (_p("PRECISION", 3, (3,), _PRECISION_HELP),)),
+    ),
+    Variant(
+        "gemm", "tf32_wgmma", 9, "step 9 with one TF32 product (PRECISION=1): TF32 accuracy, not fp32's",
+        "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a", "tf32"), precision="TF32",
+        **dict(_WGMMA, params=_WGMMA["params"] + (_p("PRECISION", 1, (1,), _PRECISION_HELP),)),
+        # TF32 rounds both operands to 11 significant bits (unit roundoff 2^-11 = 4.9e-4 each), so a
+        # product is off by up to 2^-10 = 9.8e-4, randomly signed: the norm-wise error lands near
+        # 2.6e-4 (measured on the H100, docs/RESULTS.md) and stays under 2^-10, doubled for the
+        # accumulation's truncation.
+        rtol=2.0e-3,
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",

@@ -264,7 +264,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             if j.kind != "case":
                 continue
             v = j.case.variant
-            if v.backend != env["backend"]:
+            if not work.runs_on(v, env["backend"]):
                 skip[id(j)] = f"{v.name} runs on the {v.backend} backend; this sweep runs on {env['backend']}"
             elif device is not None and (why := v.device_problems(j.case.param_dict, device)):
                 skip[id(j)] = why[0]

@@ -1,5 +1,5 @@
-"""nvcc, for real: every shipped parameter set of every ladder step compiles for sm_80 and sm_90,
-with no register spills on sm_90; the cache is content-addressed; errors name file and params."""
+"""nvcc, for real: every shipped parameter set of every ladder step compiles for sm_80 and sm_90
+(step 9 for sm_90a), with no register spills on sm_90; the cache is content-addressed; errors name file and params."""
 
 import pytest
 
@@ -17,7 +17,9 @@ def cache(tmp_path_factory):
 
 @pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
 def test_every_shipped_kernel_compiles(arch, cache):
-    reqs = [cc.CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, arch) for c in CFG.cases]
+    # An architecture-specific step (sm_90a) is built for its own target under either arch.
+    reqs = [cc.CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, c.variant.target(arch))
+            for c in CFG.cases]
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/ceilings.cu", {"CHAINS": 8}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/blocking.cu", {}, arch))
@@ -110,3 +112,29 @@ def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
     assert cold.jobs == 2 and cold.nvcc_cpu_s > 0 and cold.wall_s > 0
     warm = sweep.compile_only(sample, "sm_90", jobs=2)
     assert (warm.compiled, warm.cached) == (0, n)
+
+
+def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
+    """Step 9 is built with -gencode for sm_90a, and its machine code is Hopper's: HGMMA (wgmma),
+    UTMALDG (bulk tensor copies), no spills. Without cuobjdump only the build is checked."""
+    from nnbench import registry
+    from nnbench.profiling import sass
+    for name in ("tf32x3_wgmma", "tf32_wgmma"):
+        v = registry.get("gemm", name)
+        comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, v.defaults(), v.target("sm_80")),
+                                tmp_path)
+        assert comp.request.arch == "sm_90a"
+        rep = comp.ptxas["gemm"]
+        assert rep.spill_store_bytes == 0 and rep.spill_load_bytes == 0 and rep.stack_bytes == 0, name
+        if sass.cuobjdump():
+            fn = sass.parse(sass.dump(comp.cubin))["gemm"]
+            lo, hi = fn.hot_loop()
+            loop = sass.mix([i for i in fn.instructions if lo <= i.offset <= hi])
+            per_slice = 12 if name == "tf32x3_wgmma" else 4  # 3 or 1 products x BK/8 k8 steps (ptxas may unroll)
+            assert loop["HGMMA"] > 0 and loop["HGMMA"] % per_slice == 0 and loop["HMMA"] == 0, loop
+            assert any(i.base == "UTMALDG" for i in fn.instructions)
+
+
+def test_arch_flags():
+    assert cc.arch_flags("sm_90") == ["-arch=sm_90"]
+    assert cc.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]

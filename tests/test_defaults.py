@@ -14,8 +14,14 @@ CPP = shutil.which("g++") or shutil.which("cpp")
 
 
 def kernel_macros(source: str) -> dict[str, str]:
-    out = subprocess.run([CPP, "-E", "-dM", "-x", "c++", f"-I{paths.KERNELS}", "-D__CUDACC__",
-                          str(paths.KERNELS / source)], capture_output=True, text=True, check=True).stdout
+    import tempfile
+    from pathlib import Path
+    with tempfile.TemporaryDirectory() as stub:  # the CUDA headers' macros are not the kernel's: empty stand-ins
+        for name in ("cuda.h", "cuda_runtime.h", "cuda_fp16.h", "mma.h"):
+            (Path(stub) / name).write_text("")
+        out = subprocess.run([CPP, "-E", "-dM", "-x", "c++", f"-I{paths.KERNELS}", "-idirafter", stub,
+                              "-D__CUDACC__", str(paths.KERNELS / source)],
+                             capture_output=True, text=True, check=True).stdout
     return dict(re.findall(r"^#define (\w+) (.+)$", out, re.MULTILINE))
 
 

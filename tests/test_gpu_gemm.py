@@ -25,7 +25,7 @@ def test_every_step_matches_reference(cuda_backend, shape):
     # every shipped case and the cuBLAS baseline produced a row
     assert len(records) == len(CFG.cases) + 1
     for r in records:
-        assert r["rel_err"] < gemm.DEFAULT_RTOL
+        assert r["rel_err"] < r["rtol"] <= 2e-3  # the run's rtol, or a TF32 variant's own
 
 
 def test_cublas_is_fp32_not_tf32(cuda_backend):

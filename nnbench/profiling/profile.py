@@ -132,7 +132,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     v, params = variant_params(suite, name, overrides)
     device = getattr(backend, "device", None)
     arch = backend.arch if device is not None else (arch or "sm_90")
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, arch))
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(arch)))
     dev = device or for_arch(arch)
     prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)
     if kernel is not None and kernel not in comp.ptxas:
@@ -181,20 +181,21 @@ def launch_only(backend, suite: str, name: str, overrides: dict[str, int], probl
     case run once with the shortest timing, of whose launches ncu takes one of the chosen kernel."""
     suite = ALIASES.get(suite, suite)
     v, params = variant_params(suite, name, overrides)
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, backend.arch))
+    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(backend.arch)))
     if suite != "gemm":
         run_case(backend, workload(suite), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
         return
-    from nnbench.runtime.ladder_gemm import launcher
+    from nnbench.suites import gemm as gemm_suite
     from nnbench.suites.gemm import random_nonzero
+    kernel = backend.load(comp, v.kernel)
     rng = np.random.default_rng(0)
     shape = problem
     a = backend.upload(random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
     b = backend.upload(random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
     c = backend.upload(np.zeros((shape.M, shape.N), np.float32))
-    run = launcher(backend, v, params, backend.load(comp, v.kernel), shape.M, shape.N, shape.K, 1.0,
-                   backend.ptr(a), backend.ptr(b), 0.0, backend.ptr(c))
+    launch_for, _ = gemm_suite.gemm_launch(backend, kernel, v, params, shape, *map(backend.ptr, (a, b, c)))
+    run = launch_for(1.0, 0.0)
     for _ in range(ncu.WARMUP_LAUNCHES + 1):
         run()
     backend.synchronize()
@@ -211,7 +212,7 @@ def fidelity_pct(prof: Profile) -> float | None:
 def useful_note(m: dict[str, int] | None) -> str:
     if not m or not m["total"]:
         return ""
-    math_ = m["FFMA"] + m["HMMA"]
+    math_ = sum(m[c] for c in sass.MATH)
     loads = m["LDS"] + m["LDG"]
     frac = sass.useful_fraction(m)
     return (f"{math_} math of {m['total']} instructions ({100 * frac:.0f}%, 1 in {1 / frac:.1f}); "

@@ -5,7 +5,7 @@ is useful (an FFMA beside two shared loads), and coarsening makes it 8 FMAs for 
 module finds that loop in the SASS and counts it, so the argument can be checked for any kernel.
 
 The hot loop is the innermost backward branch's body (a loop that contains no other loop) with the
-most math instructions (FFMA, and HMMA for tensor-core steps). Both spellings of a branch target
+most math instructions (FFMA, and HMMA or HGMMA for tensor-core steps). Both spellings of a branch target
 are read: an address (`BRA 0x1a0`) and a label (`BRA \\`(.L_x_3)` with `.L_x_3:` lines).
 """
 
@@ -28,7 +28,8 @@ _TARGET = re.compile(r"`\((\.L_\w+)\)|\b0x([0-9a-f]+)\b")
 # Categories, in the order tables show them. An opcode's category is its first match.
 CATEGORIES = (
     ("FFMA", ("FFMA",)),                      # fp32 fused multiply-add: the useful work of an FFMA GEMM
-    ("HMMA", ("HMMA",)),                      # tensor-core MMA (the 3xTF32 step)
+    ("HMMA", ("HMMA",)),                      # tensor-core MMA, one warp (mma.sync: step 8)
+    ("HGMMA", ("HGMMA",)),                    # tensor-core MMA, one warpgroup, asynchronous (wgmma: step 9)
     ("other FP", ("FADD", "FMUL", "FMNMX", "FSETP", "FSEL", "MUFU", "F2F")),
     ("LDS", ("LDS", "LDSM")),                 # shared-memory loads
     ("STS", ("STS",)),
@@ -36,9 +37,10 @@ CATEGORIES = (
     ("STG", ("STG",)),
     ("integer/address", ("IMAD", "IADD", "LEA", "SHF", "LOP", "ISETP", "IMNMX", "SEL", "MOV", "IABS", "PRMT",
                          "UIADD", "UMOV", "ULEA", "USHF", "ULOP", "UISETP", "UIMAD", "S2R", "S2UR", "CS2R", "R2UR")),
+    ("async/sync", ("UTMALDG", "LDGSTS", "SYNCS", "ARRIVES", "WARPGROUP", "USETMAXREG")),  # Hopper's pipeline
     ("control", ("BRA", "BAR", "EXIT", "BSYNC", "BSSY", "WARPSYNC", "NOP", "RET", "CALL", "YIELD", "DEPBAR")),
 )
-MATH = ("FFMA", "HMMA")
+MATH = ("FFMA", "HMMA", "HGMMA")
 
 
 @dataclass
@@ -145,7 +147,7 @@ def mix(instructions: list[Instruction]) -> dict[str, int]:
 
 def useful_fraction(m: dict[str, int]) -> float:
     """The seed's measure: math instructions over all instructions of the loop."""
-    return (m["FFMA"] + m["HMMA"]) / m["total"] if m["total"] else 0.0
+    return sum(m[c] for c in MATH) / m["total"] if m["total"] else 0.0
 
 
 def cuobjdump() -> str | None:

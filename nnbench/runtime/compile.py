@@ -149,6 +149,15 @@ def parse_ptxas(text: str) -> dict[str, PtxasReport]:
     return reports
 
 
+def arch_flags(arch: str) -> list[str]:
+    """nvcc's target flags. An architecture-specific target (sm_90a: wgmma, setmaxnreg) is named in
+    the -gencode form: the -arch=sm_90a shorthand has been seen to add a plain sm_90 pass that
+    rejects those instructions."""
+    if arch.endswith("a"):
+        return [f"-gencode=arch=compute_{arch[3:]},code={arch}"]
+    return [f"-arch={arch}"]
+
+
 def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
     """Compile one (source, params, arch) into the cache, or return the cached cubin."""
     cache = cache or paths.cache_dir()
@@ -163,7 +172,7 @@ def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
     defines = [f"-D{k}={v}" for k, v in req.params + planted()]
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / "k.cubin"
-        cmd = [nvcc_path(), "-cubin", *BASE_FLAGS, f"-arch={req.arch}", "-Xptxas", "-v",
+        cmd = [nvcc_path(), "-cubin", *BASE_FLAGS, *arch_flags(req.arch), "-Xptxas", "-v",
                f"-I{paths.KERNELS}", *defines, "-o", str(out), str(req.source)]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)

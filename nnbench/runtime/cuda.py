@@ -25,6 +25,7 @@ from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import DeviceInfo, occupancy
+from nnbench.runtime.params import param_format
 
 try:
     import pycuda.driver as drv
@@ -32,6 +33,7 @@ except ImportError as e:  # pragma: no cover - exercised on machines without PyC
     raise BackendUnavailable(f"PyCUDA is not installed: {INSTALL_HINT}") from e
 
 NAN_BITS = 0x7FC00000  # a quiet float32 NaN, for memset_d32
+DEFAULT_DYNAMIC_SMEM = 48 * 1024  # what a launch may use before the opt-in attribute
 
 
 @dataclass
@@ -108,16 +110,22 @@ class CudaBackend:
         )
         return Kernel(module, func, info)
 
-    def occupancy(self, kernel: Kernel, threads: int):
-        return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes)
+    def occupancy(self, kernel: Kernel, threads: int, dynamic_smem: int = 0):
+        return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes + dynamic_smem)
 
-    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str):
+    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str, smem: int = 0):
         """A no-argument callable that launches the kernel: prepared once, so the per-launch
-        Python cost is one call (about 5 us on the H100 host here)."""
-        kernel.func.prepare(signature)
+        Python cost is one call (about 5 us on the H100 host here). `signature` may hold raw
+        by-value parameters (`params.raw`), whose arguments are bytes; `smem` is the dynamic shared
+        memory, raised past the 48 KiB default where the kernel asks for more."""
+        kernel.func.prepare(param_format(signature))
         grid2 = (int(grid[0]), int(grid[1]), int(grid[2]) if len(grid) > 2 else 1)
         block3 = tuple(int(b) for b in block)
         fn = kernel.func.prepared_call
+        if smem > DEFAULT_DYNAMIC_SMEM:
+            kernel.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem))
+        if smem:
+            return lambda: fn(grid2, block3, *args, shared_size=int(smem))
         return lambda: fn(grid2, block3, *args)
 
     # -- memory -------------------------------------------------------------------------------

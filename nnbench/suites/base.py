@@ -106,6 +106,10 @@ class Workload:
     def variants(self, backend: str | None = None) -> list[Variant]:
         return registry.suite_variants(self.registry_suite, backend)
 
+    def runs_on(self, v: Variant, backend: str) -> bool:
+        """Whether the variant runs on this backend (a GPU sweep SKIPs host variants unless they say so)."""
+        return v.backend == backend
+
     def applies(self, case: Case, problem) -> bool:
         """Whether the case belongs with the problem at all (not run, not counted, when false)."""
         return True
@@ -126,10 +130,14 @@ class Workload:
         return list(self.vendor_rows) if backend == "cuda" else []
 
     def compile(self, arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
-        """Every distinct kernel, compiled in parallel: Case -> Compiled or CompileError."""
-        from nnbench.runtime.compile import compile_sources
+        """Every distinct kernel, compiled in parallel: Case -> Compiled or CompileError. A variant with
+        an architecture-specific target (sm_90a) is built for that target."""
+        from nnbench import paths
+        from nnbench.runtime.compile import CompileRequest, compile_many
         todo = [c for c in cases if c.variant.source]
-        return dict(zip(todo, compile_sources(arch, [(c.variant.source, c.param_dict) for c in todo], jobs)))
+        reqs = [CompileRequest.make(paths.KERNELS / c.variant.source, c.param_dict, c.variant.target(arch))
+                for c in todo]
+        return dict(zip(todo, compile_many(reqs, jobs=jobs, return_errors=True)))
 
     def registers(self, case: Case, compiled) -> int | None:
         """Registers per thread of the case's main kernel, once ptxas has said (for device limits)."""

@@ -23,6 +23,7 @@ from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.ladder_gemm import SIGNATURE
+from nnbench.runtime.params import raw as params_raw
 from nnbench.runtime.vendor import Cublas
 from nnbench.suites.base import Case, Session, Workload, problem_text
 
@@ -103,7 +104,9 @@ def plan(variant_names: list[str], overrides: dict[str, int], device=None, backe
 
 
 def fit_device(v: Variant, params: dict[str, int], device) -> None:
-    problems = v.device_problems(params, device)
+    """Refuse a launch the device cannot take. A variant built for another architecture is not
+    refused here: its cases become SKIP rows, so the other steps still run."""
+    problems = v.device_problems(params, device, arch=False)
     if problems:
         opts = " ".join(f"--{k.lower()} {val}" for k, val in params.items())
         raise NnbenchError(f"{v.name} {opts}: {problems[0]}")
@@ -225,18 +228,22 @@ class GemmSession(Session):
                    precision=v.precision)
         if v.backend == "cpu":
             return self._timed(rec, bufs, lambda a, b: _numpy_launcher(bufs, a, b))
+        if self.device is not None and (why := v.arch_problem(self.device)):
+            return dict(rec, status="SKIP", error=why)
         if isinstance(compiled, CompileError):
             return dict(rec, status="ERROR", error=str(compiled))
         params = case.param_dict
         kernel = self.backend.load(compiled, v.kernel)
-        occ = self.backend.occupancy(kernel, v.threads(params))
-        rec.update(threads=v.threads(params), registers=kernel.info.registers, smem_bytes=kernel.info.smem_bytes,
+        occ = self.backend.occupancy(kernel, v.threads(params), v.dynamic_smem_bytes(params))
+        rec.update(threads=v.threads(params), registers=kernel.info.registers,
+                   smem_bytes=kernel.info.smem_bytes + v.dynamic_smem_bytes(params),
                    local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
-        grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
-        pa, pb, pc = bufs.ptrs()
-        M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
-        return self._timed(rec, bufs, lambda a, b: self.backend.launcher(
-            kernel, grid, block, (M, N, K, np.float32(a), pa, pb, np.float32(b), pc), SIGNATURE))
+        launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
+        if path:
+            rec["params"] = f"{rec['params']} · {path}"
+        if v.rtol is not None:
+            rec["rtol"] = v.rtol
+        return self._timed(rec, bufs, launch_for)
 
     def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
         t0 = time.perf_counter()
@@ -248,12 +255,48 @@ class GemmSession(Session):
         t = stats.median_ms * 1e-3
         shape = bufs.prob.shape
         rec.update(stats.as_record(), gflops=shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
-                   status="PASS" if err <= self.rtol else "FAIL")
+                   status="PASS" if err <= rec.get("rtol", self.rtol) else "FAIL")
         rec["gpu_ms"] += verify_ms
         rec["wall_ms"] = 1e3 * (time.perf_counter() - t0)
         if self.device is not None and self.device.fp32_peak_flops:
             rec["pct_peak"] = 100 * shape.flops / t / self.device.fp32_peak_flops
         return rec
+
+
+def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
+    """(launch_for(alpha, beta), path) for one GEMM kernel on device buffers. A variant with tensor
+    maps gets one per operand after C, and a bit mask of the operands that arrive by bulk tensor copy
+    (the others take the kernel's fallback copy); `path` says which, for the table ("" otherwise)."""
+    sig, extra, path = SIGNATURE, (), ""
+    if v.tensor_maps:
+        from nnbench.runtime import tensormap
+        operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
+        bits, fallback = 0, []
+        for i, tm in enumerate(v.tensor_maps):
+            ptr, rows, cols = operands[tm.operand]
+            dims, strides, box = (rows, cols), (4 * rows,), v.map_box(tm, params)
+            if tensormap.tiled_problem(ptr, dims, strides, box, tm.swizzle) is None:
+                extra += (tensormap.encode_tiled(ptr, dims, strides, box, tm.swizzle),)
+                bits |= 1 << i
+            else:
+                extra += (bytes(tensormap.MAP_BYTES),)
+                fallback.append(tm.operand)
+        sig += params_raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "i"
+        extra += (np.int32(bits),)
+        path = copy_path([t.operand for t in v.tensor_maps if t.operand not in fallback], fallback)
+    grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
+    smem = v.dynamic_smem_bytes(params)
+    M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
+    return (lambda a, b: backend.launcher(kernel, grid, block, (M, N, K, np.float32(a), pa, pb, np.float32(b), pc)
+                                          + extra, sig, smem=smem)), path
+
+
+def copy_path(by_tma: list[str], by_copy: list[str]) -> str:
+    """How the operands reached shared memory, for the table: "TMA", or which fell back and why."""
+    if not by_copy:
+        return "TMA"
+    copied = f"cp.async {'+'.join(by_copy)} (leading dim % 4 != 0)"
+    return f"TMA {'+'.join(by_tma)}, {copied}" if by_tma else copied
 
 
 class _Buffers:

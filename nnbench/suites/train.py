@@ -129,6 +129,9 @@ class TrainWorkload(Workload):
     baseline = "sequential"
     vendor_rows = ("torch-eager", "torch-graph")
 
+    def runs_on(self, v, backend: str) -> bool:
+        return v.backend in (backend, "cpu")  # the NumPy trainers are the speedups' baseline beside the GPU's
+
     def applies(self, case: Case, problem: TrainProblem) -> bool:
         return (case.variant.runner in MINI_BATCH) == (problem.batch > 1)
 

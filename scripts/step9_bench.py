@@ -1,0 +1,63 @@
+"""Ladder step 9 on the lent GPU in one call: verify and time steps 8 and 9 (3xTF32 and TF32) beside
+cuBLAS SGEMM on the target size, the CI shapes, Net 8's training GEMMs at batch 4096 and the odd
+shapes; one CSV and a compact table.
+
+    python3 scripts/step9_bench.py OUT.csv [--quick] [--shapes 4096,ci,net8,odd] [-v VARIANT ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import pandas as pd
+
+from nnbench import measure, nets
+from nnbench.runtime import open_backend
+from nnbench.suites import gemm
+
+ODD = [(1, 1, 1), (7, 9000, 13), (4097, 129, 1), (257, 511, 1023), (1002, 300, 1024), (127, 255, 63)]
+CI = [(1000, 777, 1234), (2048, 2048, 2048), (500, 4096, 500)]
+
+
+def shapes(groups: list[str]) -> list[gemm.Shape]:
+    out = []
+    for g in groups:
+        if g == "4096":
+            out.append((4096, 4096, 4096))
+        elif g == "ci":
+            out += CI
+        elif g == "net8":
+            out += [(m, n, k) for _, m, n, k in nets.load()["8"].training_gemms(4096)]
+        elif g == "odd":
+            out += ODD
+    return [gemm.Shape(*s) for s in dict.fromkeys(out)]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("csv")
+    ap.add_argument("--quick", action="store_true", help="verification only (one sample)")
+    ap.add_argument("--shapes", default="4096,ci,net8,odd")
+    ap.add_argument("-v", "--variant", action="append")
+    ap.add_argument("-p", "--param", action="append", default=[], help="NAME=VALUE override")
+    a = ap.parse_args()
+    be, _ = open_backend("cuda")
+    settings = measure.TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0) if a.quick else \
+        measure.TimingSettings()
+    overrides = {k: int(v) for k, v in (p.split("=") for p in a.param)}
+    cases = gemm.plan(a.variant or ["tf32x3", "tf32x3_wgmma", "tf32_wgmma"], overrides, be.device)
+    recs = []
+    for rec in gemm.run(be, cases, shapes(a.shapes.split(",")), settings, seed=2027, env=be.environment()):
+        recs.append(rec)
+        print(f"{rec['shape']:>16} {str(rec.get('step', '')):>2} {rec['variant']:<13} "
+              f"{rec.get('median_ms', 0):9.4f} ms "
+              f"{rec.get('gflops', 0) / 1e3:7.2f} TF/s {rec.get('pct_cublas') or 0:6.1f}% cuBLAS "
+              f"err {rec.get('rel_err', float('nan')):.2e} {rec['status']} {rec.get('params', '')} "
+              f"{rec.get('error', '')}", flush=True)
+        pd.DataFrame(recs).to_csv(a.csv, index=False)  # every row on disk the moment it exists
+    return 0 if all(r["status"] in ("PASS", "SKIP") for r in recs) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
