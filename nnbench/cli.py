@@ -124,7 +124,8 @@ def _device_line(env: dict) -> str:
 @click.option("--measure", "do_measure", is_flag=True,
               help="Also measure the FP32 FMA ceiling and copy bandwidth with nnbench's own kernels.")
 def devices(do_measure: bool) -> None:
-    """List GPUs: compute capability, SMs, clocks, memory, theoretical FP32 peak and DRAM bandwidth."""
+    """List GPUs: compute capability, SMs, clocks, memory, theoretical FP32 FFMA and dense TF32 tensor-core
+    peaks (3xTF32 kernels are judged against a third of the latter) and DRAM bandwidth."""
     from nnbench.errors import BackendUnavailable
     try:
         from nnbench.runtime import cuda
@@ -134,7 +135,8 @@ def devices(do_measure: bool) -> None:
     if n == 0:
         raise NnbenchError("no CUDA GPU found on this machine")
     t = Table(title="CUDA devices", title_justify="left", header_style="bold")
-    cols = ["#", "name", "CC", "SMs", "SM MHz", "mem MHz", "memory", "L2", "FP32 peak", "DRAM peak"]
+    cols = ["#", "name", "CC", "SMs", "SM MHz", "mem MHz", "memory", "L2", "FP32 FFMA peak", "TF32 tensor peak",
+            "DRAM peak"]
     if do_measure:
         cols += ["FMA measured", "copy measured", "SM→SM", "grid barrier"]
     for c in cols:
@@ -144,7 +146,9 @@ def devices(do_measure: bool) -> None:
         d = cuda.device_info(cuda.drv.Device(i))
         row = [str(i), d.name, f"{d.cc[0]}.{d.cc[1]}", str(d.sm_count), f"{d.sm_clock_mhz:.0f}",
                f"{d.mem_clock_mhz:.0f}", f"{d.mem_bytes / 2**30:.1f} GiB", f"{d.l2_bytes / 2**20:.0f} MiB",
-               f"{d.fp32_peak_flops / 1e12:.1f} TFLOP/s", f"{d.dram_peak_bytes / 1e9:,.0f} GB/s"]
+               f"{d.fp32_peak_flops / 1e12:.1f} TFLOP/s",
+               f"{d.tf32_peak_flops / 1e12:.1f} TFLOP/s" if d.tf32_peak_flops else "—",
+               f"{d.dram_peak_bytes / 1e9:,.0f} GB/s"]
         if do_measure:
             be = cuda.CudaBackend(i)
             c = measure_ceilings(be)
@@ -849,7 +853,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     for r in records:
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"{check_what} differ from the float64 reference by " \
-                                    f"{r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
+                                    f"{r.get('weights_rel_err'):.2e} > {r.get('weights_rtol'):.2e}"
             out.print(f"[red]{r['status']}[/] {r['version']}: {why}")
     out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):

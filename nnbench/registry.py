@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
+from nnbench.runtime.device import FFMA, HOST, TF32X3
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,8 @@ class Variant:
     tags: tuple[str, ...] = field(default=())
     # Parameter sets the runtime chooses among by timing them on the real shapes (batched: per GEMM).
     candidates: tuple[tuple[tuple[str, int], ...], ...] = ()
+    # The arithmetic (runtime.device.PRECISIONS): which ceiling its %peak is taken against.
+    precision: str = FFMA
 
     def param(self, name: str) -> Param | None:
         return next((p for p in self.params if p.name == name), None)
@@ -255,11 +258,11 @@ GEMM: tuple[Variant, ...] = (
     ),
     Variant(
         "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
-        "gemm/08_tf32x3.cu", tags=("tensor-core",), **_TF32X3,
+        "gemm/08_tf32x3.cu", tags=("tensor-core",), precision=TF32X3, **_TF32X3,
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",
-        None, backend="cpu",
+        None, backend="cpu", precision=HOST,
     ),
 )
 
@@ -280,7 +283,7 @@ _TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block")
                   _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
     Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
-            None, backend="cpu"),
+            None, backend="cpu", precision=HOST),
     Variant("mlp", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
             params=(_p("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID),
     Variant("mlp", "warped-good", 2, "one thread per neuron in 32-thread blocks (whole warps)",
@@ -321,11 +324,11 @@ MLP: tuple[Variant, ...] = (
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
-            None, backend="cpu", tags=("batched",)),
+            None, backend="cpu", tags=("batched",), precision=HOST),
     Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",),
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
-            **_TF32X3_FUSED),
+            precision=TF32X3, **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas")),
 )
@@ -346,14 +349,14 @@ CONV: tuple[Variant, ...] = (
                         "48 KiB of static shared memory"),),
             block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward"),
     Variant("conv", "unroll", 4, "unroll (im2col) each image, then ladder step 8's GEMM (3xTF32)",
-            "conv/04_unroll.cu", kernel="unroll"),
+            "conv/04_unroll.cu", kernel="unroll", precision=TF32X3),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
-            backend="cpu"),
+            backend="cpu", precision=HOST),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (
     Variant("conv-backward", "unroll", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "
             "(split-K filter gradient), col2im gather", "conv/06_unroll_backward.cu", kernel="filter_grad",
-            **_TF32X3_FUSED),
+            precision=TF32X3, **_TF32X3_FUSED),
     Variant("conv-backward", "direct", 7, "data gradient by gather, filter gradient one block per weight "
             "(no workspace)", "conv/07_direct_backward.cu",
             params=(_p("THREADS", 256, (128, 256), "threads of a filter-gradient block"),),

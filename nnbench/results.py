@@ -19,39 +19,42 @@ from pathlib import Path
 
 from nnbench import __version__, paths
 
-IDENTITY = ["suite", "variant", "step", "params", "shape", "M", "N", "K", "sweep"]
+IDENTITY = ["suite", "variant", "step", "precision", "params", "shape", "M", "N", "K", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
-               "converged", "cold", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
+               "converged", "cold", "timing", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup",
            "speedup_over"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
 VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
 ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
-               "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
+               "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + ENVIRONMENT
 
 # `nnbench train`: one row per (net, version).
-TRAIN_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding"]
+TRAIN_IDENTITY = ["suite", "net", "layers", "version", "step", "precision", "params", "encoding"]
 TRAIN_MEASUREMENT = ["iterations", "converged", "final_error", "us_per_iteration", "us_per_feedforward",
                      "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples"]
 TRAIN_EFFICIENCY = ["launches_per_iteration", "threads_per_launch", "busy_threads", "speedup_per_thread",
                     "speedup_per_busy_core", "flops_per_iteration", "gflops", "pct_peak"]
 TRAIN_SETTINGS = ["init", "init_scale", "rate", "momentum", "tolerance", "max_iterations", "seed", "weights_rel_err",
-                  "status", "error"]
+                  "weights_rtol", "status", "error"]
 TRAIN_FIELDS = TRAIN_IDENTITY + TRAIN_MEASUREMENT + TRAIN_EFFICIENCY + TRAIN_SETTINGS + ENVIRONMENT
 
 # `nnbench train --batch B`: one row per (net, batch, version).
-BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "params", "encoding", "batch", "ranks", "exchange"]
-BATCH_MEASUREMENT = ["us_per_step", "step_iqr_pct", "samples_per_s", "tflops", "flops_per_step", "gemm_us",
+BATCH_IDENTITY = ["suite", "net", "layers", "version", "step", "precision", "params", "encoding", "batch", "ranks",
+                  "exchange"]
+BATCH_MEASUREMENT = ["us_per_step", "step_iqr_pct", "timing", "samples_per_s", "tflops", "flops_per_step", "gemm_us",
                      "other_us", "compute_us", "comm_us", "roles_us", "cublas_gemm_us", "vs_cublas_gemms",
                      "launches_per_step", "train_seconds"]
 BATCH_QUALITY = ["epochs", "steps", "steps_per_epoch", "train_samples", "final_error", "train_accuracy",
                  "test_accuracy", "test_samples"]
-BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "status", "error"]
+BATCH_SETTINGS = ["init", "init_scale", "rate", "momentum", "seed", "weights_rel_err", "weights_rtol", "status",
+                  "error"]
 BATCH_FIELDS = BATCH_IDENTITY + BATCH_MEASUREMENT + BATCH_QUALITY + BATCH_SETTINGS + ENVIRONMENT
 
 # `nnbench conv`: one row per (layer, path).
-CONV_IDENTITY = ["suite", "variant", "step", "params", "shape", "N", "C", "H", "W", "K", "R", "stride", "pad"]
+CONV_IDENTITY = ["suite", "variant", "step", "precision", "params", "shape", "N", "C", "H", "W", "K", "R", "stride",
+                 "pad"]
 CONV_DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_cudnn", "speedup", "workspace_bytes"]
 CONV_FIELDS = CONV_IDENTITY + MEASUREMENT + CONV_DERIVED + VERIFICATION + ENVIRONMENT
 
@@ -153,7 +156,7 @@ def case_key_of(row: dict) -> str:
 NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
            "setup_ms", "flops",
            "bytes", "gflops", "gbs", "pct_peak", "pct_cublas", "speedup", "occupancy", "rel_err", "rtol",
-           "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs"}
+           "max_sm_clock_mhz", "fp32_peak_tflops", "tf32_peak_tflops", "dram_peak_gbs"}
 
 
 def parse_row(row: dict) -> dict:

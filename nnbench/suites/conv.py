@@ -347,7 +347,8 @@ def run(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvShape], se
                 cudnn_ms = rec.get("median_ms") if rec["status"] == "PASS" else None
                 yield rec
         for v, params in chosen:
-            rec = dict(base, variant=v.name, step=v.step, params=" ".join(f"{k}={x}" for k, x in params.items()),
+            rec = dict(base, variant=v.name, step=v.step, precision=v.precision,
+                       params=" ".join(f"{k}={x}" for k, x in params.items()),
                        workspace_bytes=shape.unroll_bytes if v.name in ("unroll", "numpy") else 0)
             why = refusal(v, params, shape)
             if why:
@@ -438,7 +439,7 @@ def run_backward(backend, chosen: list[tuple[Variant, dict]], shapes: list[ConvS
                     DW=backend.upload(dw_ref))
         base = _base(shape, 2 * shape.flops, rtol, seed, env)  # two gradients, each a forward's work
         for (v, params), comp in zip(chosen, comps):
-            rec = dict(base, variant=f"{v.name}-backward", step=v.step,
+            rec = dict(base, variant=f"{v.name}-backward", step=v.step, precision=v.precision,
                        params=" ".join(f"{k}={x}" for k, x in params.items()),
                        workspace_bytes=shape.unroll_bytes * 2 if v.name == "unroll" else 0)
             if isinstance(comp, Exception):

@@ -23,6 +23,7 @@ from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import FFMA
 
 SIGNATURE = "iiifPPfP"  # M, N, K, alpha, A, B, beta, C
 DEFAULT_RTOL = 5e-5  # fp32 at K = 4096 lands near 3e-6; TF32 near 3e-4 must fail
@@ -276,7 +277,8 @@ class Session:
             return None
         bufs = self.buffers(shape)
         pa, pb, pc = bufs.ptrs()
-        rec = dict(self.base_record(shape), variant="cublas", step="", params=f"sgemm via {self.cublas.via}, TF32 off")
+        rec = dict(self.base_record(shape), variant="cublas", step="", precision=FFMA,
+                   params=f"sgemm via {self.cublas.via}, TF32 off")
         return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b))
 
     def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
@@ -284,7 +286,7 @@ class Session:
         set: the context is poisoned and the caller must stop using this backend."""
         v = case.variant
         bufs = self.buffers(shape)
-        rec = dict(self.base_record(shape), variant=v.name, step=v.step, params=case.param_label)
+        rec = dict(self.base_record(shape), variant=v.name, step=v.step, precision=v.precision, params=case.param_label)
         if v.backend == "cpu":
             return self._timed(rec, bufs, lambda a, b: _numpy_launcher(bufs, a, b))
         if isinstance(compiled, CompileError):
@@ -313,8 +315,9 @@ class Session:
                    status="PASS" if err <= self.rtol else "FAIL")
         rec["gpu_ms"] += verify_ms
         rec["wall_ms"] = 1e3 * (time.perf_counter() - t0)
-        if self.device is not None and self.device.fp32_peak_flops:
-            rec["pct_peak"] = 100 * shape.flops / t / self.device.fp32_peak_flops
+        peak = self.device.peak_flops(rec.get("precision")) if self.device is not None else None
+        if peak:
+            rec["pct_peak"] = 100 * shape.flops / t / peak
         return rec
 
 
