@@ -12,7 +12,9 @@ Timer (after nvbench's "cold"/"hot" measurements):
 - noise is a robust relative spread: IQR / 1.349 / median, which equals the relative standard
   deviation for normally distributed samples but is not moved by a few outliers (a context
   switch, a clock step);
-- the SM clock is read after the samples, while the GPU is still warm.
+- the SM clock is read after the samples, while the GPU is still warm;
+- each result names its timing method (TIMING): a row whose launches synchronize inside (the
+  blocking kernel timed out on them) was timed host-issued, and says so.
 
 Verifier: ||out - ref|| / ||ref|| in float64, with NaN or inf anywhere counted as an infinite error.
 """
@@ -29,6 +31,14 @@ ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
 MAX_QUEUED = 512  # launches the CUDA backend queues behind its blocking kernel at once
 MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
 BATCH = 10  # hot samples per blocking kernel
+
+# How a result's samples were timed, for the `timing` column:
+HOT_BATCHED = "hot-batched"  # queued behind the blocking kernel, several samples per release
+HOT_SINGLE = "hot-single"  # behind the blocking kernel, one sample per release (a long launch)
+HOST_ISSUED = "host-issued"  # each sample issued by the host as it goes: the blocking kernel timed out
+COLD = "cold"  # one launch per sample after an L2 flush, host-issued
+HOST = "host"  # the CPU backend: wall-clock time of the call
+TIMING = (HOT_BATCHED, HOT_SINGLE, HOST_ISSUED, COLD, HOST)
 
 
 @dataclass(frozen=True)
@@ -55,11 +65,13 @@ class Stats:
     converged: bool = True  # noise reached max_noise before the budget ran out
     sm_clock_mhz: float | None = None
     gpu_ms: float = 0.0  # every event-timed millisecond of the kernel, warm-up included
+    timing: str | None = None  # one of TIMING
 
     def as_record(self) -> dict:
         return dict(median_ms=self.median_ms, iqr_ms=self.iqr_ms, q1_ms=self.q1_ms, q3_ms=self.q3_ms,
                     min_ms=self.min_ms, mean_ms=self.mean_ms, samples=self.samples, reps=self.reps,
-                    noise=self.noise, converged=self.converged, sm_clock_mhz=self.sm_clock_mhz, gpu_ms=self.gpu_ms)
+                    noise=self.noise, converged=self.converged, sm_clock_mhz=self.sm_clock_mhz, gpu_ms=self.gpu_ms,
+                    timing=self.timing)
 
     @property
     def iqr_pct(self) -> float:
@@ -104,7 +116,20 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     stats.reps, stats.converged = reps, converged
     stats.gpu_ms = gpu_ms + reps * float(np.sum(samples))
     stats.sm_clock_mhz = backend.sm_clock_mhz()
+    stats.timing = timing_method(backend, launch, settings.cold, batch)
     return stats
+
+
+def timing_method(backend, launch, cold: bool, batch: int) -> str:
+    """How `measure` timed `launch`: asked of the backend after the samples, since the fallback to
+    host-issued launches happens inside it, on the first batch whose blocking kernel times out."""
+    if backend.name == "cpu":
+        return HOST
+    if backend.issued_by_host(launch):
+        return HOST_ISSUED
+    if cold:
+        return COLD
+    return HOT_BATCHED if batch > 1 else HOT_SINGLE
 
 
 def rel_err(out: np.ndarray, ref: np.ndarray) -> float:

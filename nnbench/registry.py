@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
+from nnbench.runtime.device import FFMA, HOST, TF32, TF32X3
 
 
 @dataclass(frozen=True)
@@ -69,9 +70,9 @@ class Variant:
     # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas;
     # conv: direct | constant | unroll | numpy | lenet; conv-backward: unroll | direct; pool: pool.
     runner: str = "kernel"
-    # The arithmetic, as the tables and %peak read it: FP32 (FFMA), 3xTF32 (tensor cores, FP32-level
-    # accuracy), TF32, FP64; "FP32 host" for NumPy on the CPU.
-    precision: str = "FP32"
+    # The arithmetic (runtime.device.PRECISIONS): which ceiling its %peak is taken against, and the
+    # label its rows carry.
+    precision: str = FFMA
     arch: str | None = None  # an architecture-specific target (sm_90a): built for it, run only there
     dynamic_smem: str = "0"  # dynamic shared memory in bytes, asked for at launch
     tensor_maps: tuple[TensorMap, ...] = ()  # operands that arrive by bulk tensor copy
@@ -318,17 +319,17 @@ GEMM: tuple[Variant, ...] = (
     ),
     Variant(
         "gemm", "tf32x3", 8, "3xTF32 split-precision tensor cores (mma.sync), fp32-level accuracy",
-        "gemm/08_tf32x3.cu", tags=("tensor-core",), precision="3xTF32", **_TF32X3,
+        "gemm/08_tf32x3.cu", tags=("tensor-core",), precision=TF32X3, **_TF32X3,
     ),
     Variant(
         "gemm", "tf32x3_wgmma", 9, "3xTF32 on Hopper's path: bulk tensor copies, warp-specialized producer and "
         "consumers, wgmma (sm_90a), fp32-level accuracy", "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a"),
-        precision="3xTF32",
+        precision=TF32X3,
         **dict(_WGMMA, params=_WGMMA["params"] + (_p("PRECISION", 3, (3,), _PRECISION_HELP),)),
     ),
     Variant(
         "gemm", "tf32_wgmma", 9, "step 9 with one TF32 product (PRECISION=1): TF32 accuracy, not fp32's",
-        "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a", "tf32"), precision="TF32",
+        "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a", "tf32"), precision=TF32,
         **dict(_WGMMA, params=_WGMMA["params"] + (_p("PRECISION", 1, (1,), _PRECISION_HELP),)),
         # TF32 rounds both operands to 11 significant bits (unit roundoff 2^-11 = 4.9e-4 each), so a
         # product is off by up to 2^-10 = 9.8e-4, randomly signed: the norm-wise error lands near
@@ -338,7 +339,7 @@ GEMM: tuple[Variant, ...] = (
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",
-        None, backend="cpu", runner="numpy", precision="FP32 host",
+        None, backend="cpu", runner="numpy", precision=HOST,
     ),
 )
 
@@ -358,7 +359,7 @@ _TAGGED_PARAMS = (_p("THREADS", 512, (128, 256, 512, 1024), "threads per block")
                   _p("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
     Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
-            None, backend="cpu", runner="sequential", precision="FP32 host"),
+            None, backend="cpu", runner="sequential", precision=HOST),
     Variant("mlp", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
             params=(_p("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID),
     Variant("mlp", "warped-good", 2, "one thread per neuron in 32-thread blocks (whole warps)",
@@ -398,10 +399,10 @@ MLP: tuple[Variant, ...] = (
             tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)", runner="fused"),
     # Mini-batch training (--batch B; nnbench/suites/batched.py builds each step's launches).
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
-            None, backend="cpu", tags=("batched",), runner="batched-numpy", precision="FP32 host"),
+            None, backend="cpu", tags=("batched",), runner="batched-numpy", precision=HOST),
     Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",), runner="batched",
-            precision="3xTF32",
+            precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
@@ -425,16 +426,16 @@ CONV: tuple[Variant, ...] = (
                         "48 KiB of static shared memory"),),
             block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward", runner="direct"),
     Variant("conv", "unroll", 4, "unroll (im2col) each image, then ladder step 8's GEMM (3xTF32)",
-            "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision="3xTF32"),
+            "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision=TF32X3),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
-            backend="cpu", runner="numpy", precision="FP32 host"),
+            backend="cpu", runner="numpy", precision=HOST),
     Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll path",
-            "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision="3xTF32"),
+            "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision=TF32X3),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (
     Variant("conv-backward", "unroll-backward", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "
             "(split-K filter gradient), col2im gather", "conv/06_unroll_backward.cu", kernel="filter_grad",
-            runner="unroll", precision="3xTF32", **_TF32X3_FUSED),
+            runner="unroll", precision=TF32X3, **_TF32X3_FUSED),
     Variant("conv-backward", "direct-backward", 7, "data gradient by gather, filter gradient one block per weight "
             "(no workspace)", "conv/07_direct_backward.cu",
             params=(_p("THREADS", 256, (128, 256), "threads of a filter-gradient block"),),

@@ -25,7 +25,7 @@ from nnbench import __version__, paths
 # one timed sample is (launch, iteration, step), and median_ms is per that unit.
 IDENTITY = ["suite", "variant", "step", "params", "precision", "shape", "problem", "unit", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
-               "converged", "cold", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
+               "converged", "cold", "timing", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
@@ -35,13 +35,14 @@ TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "
             "tolerance", "max_iterations", "iterations", "final_error", "us_per_iteration", "us_per_feedforward",
             "speedup_vs_sequential", "train_accuracy", "test_accuracy", "test_samples", "launches_per_iteration",
             "threads_per_launch", "busy_threads", "speedup_per_thread", "speedup_per_busy_core",
-            "flops_per_iteration", "weights_rel_err", "us_per_step", "step_iqr_pct", "samples_per_s", "tflops",
+            "flops_per_iteration", "weights_rel_err", "weights_rtol", "us_per_step", "step_iqr_pct", "samples_per_s",
+            "tflops",
             "flops_per_step", "gemm_us", "other_us", "compute_us", "comm_us", "roles_us", "cublas_gemm_us",
             "vs_cublas_gemms", "launches_per_step", "train_seconds", "epochs", "steps", "steps_per_epoch",
             "train_samples", "tiles"]
 CONVOLUTION = ["workspace_bytes"]
 ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
-               "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
+               "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION + ENVIRONMENT
 
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel

@@ -114,8 +114,8 @@ def _done_rows(path: Path):
 
 # -- the summary, kept flat: the best record per (shape, variant), never every record ------------
 class Summary:
-    KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "gflops", "pct_peak", "pct_vendor", "speedup",
-            "speedup_over", "status", "unit", "vendor", "step")
+    KEEP = ("variant", "params", "shape", "median_ms", "iqr_ms", "timing", "gflops", "pct_peak", "pct_vendor",
+            "speedup", "speedup_over", "status", "unit", "vendor", "step")
 
     def __init__(self, shapes: list[str] = ()) -> None:
         self.best: dict[tuple[str, str], dict] = {}

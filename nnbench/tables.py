@@ -25,6 +25,23 @@ def _status(word: str) -> Text:
     return Text(word, style=STATUS_STYLE.get(word, ""))
 
 
+FELL_BACK = "†"
+FELL_BACK_NOTE = (f"{FELL_BACK} timed host-issued: the blocking kernel timed out on this launch (it synchronizes "
+                  "inside), so host launch gaps are in its time")
+
+
+def _median(r: dict) -> str:
+    """The median in ms, marked where the row's timing fell back to host-issued launches."""
+    mark = FELL_BACK if r.get("timing") == "host-issued" else ""
+    return _num(r.get("median_ms"), ".4f") + mark
+
+
+def _mark_fallbacks(t: Table, records: list[dict]) -> Table:
+    if any(r.get("timing") == "host-issued" for r in records):
+        t.caption, t.caption_justify = FELL_BACK_NOTE, "left"
+    return t
+
+
 def gemm_table(records: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in [("variant", "left"), ("params", "left"), ("M×N×K", "left"), ("median ms", "right"),
@@ -37,7 +54,7 @@ def gemm_table(records: list[dict], title: str) -> Table:
             f"{r['step']:>2} {r['variant']}" if r.get("step") not in (None, "") else r["variant"],
             r.get("params") or "",
             r.get("shape") or "",
-            _num(r.get("median_ms"), ".4f"),
+            _median(r),
             _num(None if r.get("median_ms") is None else 100 * r["iqr_ms"] / r["median_ms"], ".1f") + "%"
             if r.get("median_ms") else "—",
             _num(r.get("gflops"), ",.0f"),
@@ -53,7 +70,7 @@ def gemm_table(records: list[dict], title: str) -> Table:
             _num(r.get("rel_err"), ".1e"),
             _status(r["status"]),
         )
-    return t
+    return _mark_fallbacks(t, records)
 
 
 def _pct_iqr(r: dict) -> str:
@@ -88,11 +105,11 @@ def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
         if bad:
             cases += " (" + ", ".join(f"{n} {k}" for k, n in sorted(bad.items())) + ")"
         t.add_row(r["shape"] if r["shape"] != last else "", ("★ " if r.get("best") else "  ") + r["variant"],
-                  r.get("params") or "", _num(r.get("median_ms"), ".4f"), _pct_iqr(r), _num(r.get("gflops"), ",.0f"),
+                  r.get("params") or "", _median(r), _pct_iqr(r), _num(r.get("gflops"), ",.0f"),
                   _num(r.get("pct_peak"), ".1f"), _num(r.get("pct_vendor"), ".1f"), _num(r.get("speedup"), ".2f"),
                   cases, end_section=False)
         last = r["shape"]
-    return t
+    return _mark_fallbacks(t, rows)
 
 
 def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
@@ -223,8 +240,8 @@ def conv_table(records: list[dict], title: str) -> Table:
         iqr = 100 * r["iqr_ms"] / r["median_ms"] if r.get("iqr_ms") is not None and r.get("median_ms") else None
         ws = r.get("workspace_bytes")
         t.add_row(f"{r.get('step', '')} {r['variant']}".strip(), r.get("params", ""), r["shape"],
-                  _num(r.get("median_ms"), ".4f"), _num(iqr, ".1f") + "%", _num(r.get("gflops"), ",.0f"),
+                  _median(r), _num(iqr, ".1f") + "%", _num(r.get("gflops"), ",.0f"),
                   _num(r.get("pct_vendor"), ".1f"), _num(r.get("speedup"), ".1f"),
                   f"{ws / 2**20:,.1f} MiB" if ws else "—", _num(r.get("rel_err"), ".1e"),
                   _status(r.get("status", "")))
-    return t
+    return _mark_fallbacks(t, records)

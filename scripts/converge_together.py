@@ -39,6 +39,7 @@ class Run:
         self.hyper = mlp.Hyper.from_settings(dict(net.settings), max_iterations=max_iterations)
         self.init, self.train, self.test = mlp.data_sets(self.layers, self.hyper)  # nnbench train's
         self.check = mlp.check_version(be, variant, params, compiled, self.layers, self.init, self.train, self.hyper)
+        self.rtol = mlp.check_tolerance(self.init, self.train, self.hyper)
         self.gpu = mlp.GpuNet(be, variant, params, self.layers, self.init, self.train, self.hyper, compiled)
         self.stream = drv.Stream()
         self.epoch = [self.gpu.callable(self.gpu.step_launches(s), self.stream) for s in range(len(self.train))]
@@ -73,7 +74,8 @@ class Run:
         mlp.score(self.out, self.gpu.feedforward, self.train, self.test)
         rec = dict(mlp.base_record(self.layers, self.hyper, self.test), net=f"Net {self.net.name}",
                    version=self.v.name, step=self.v.step, params=" ".join(f"{k}={x}" for k, x in self.params.items()),
-                   weights_rel_err=self.check, status="PASS" if self.check <= mlp.CHECK_RTOL else "FAIL",
+                   weights_rel_err=self.check, weights_rtol=self.rtol,
+                   status="PASS" if self.check <= self.rtol else "FAIL",
                    error="trained side by side with others (scripts/converge_together.py): no time per iteration")
         rec = mlp.train_record(rec, self.out, None, None, None)
         rec["us_per_iteration"] = rec["us_per_feedforward"] = None

@@ -12,7 +12,7 @@ import sys
 
 import pandas as pd
 
-from nnbench import measure, nets
+from nnbench import harness, measure, nets
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm
 
@@ -48,11 +48,12 @@ def main() -> int:
     overrides = {k: int(v) for k, v in (p.split("=") for p in a.param)}
     cases = gemm.plan(a.variant or ["tf32x3", "tf32x3_wgmma", "tf32_wgmma"], overrides, be.device)
     recs = []
-    for rec in gemm.run(be, cases, shapes(a.shapes.split(",")), settings, seed=2027, env=be.environment()):
+    for rec in harness.run(gemm.WORKLOAD, be, cases, shapes(a.shapes.split(",")), settings, gemm.DEFAULT_RTOL,
+                           seed=2027, env=be.environment()):
         recs.append(rec)
         print(f"{rec['shape']:>16} {str(rec.get('step', '')):>2} {rec['variant']:<13} "
               f"{rec.get('median_ms', 0):9.4f} ms "
-              f"{rec.get('gflops', 0) / 1e3:7.2f} TF/s {rec.get('pct_cublas') or 0:6.1f}% cuBLAS "
+              f"{rec.get('gflops', 0) / 1e3:7.2f} TF/s {rec.get('pct_vendor') or 0:6.1f}% cuBLAS "
               f"err {rec.get('rel_err', float('nan')):.2e} {rec['status']} {rec.get('params', '')} "
               f"{rec.get('error', '')}", flush=True)
         pd.DataFrame(recs).to_csv(a.csv, index=False)  # every row on disk the moment it exists

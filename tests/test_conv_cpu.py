@@ -133,10 +133,17 @@ def test_pool_backward_reference(mode):
     dx = conv.pool_backward_reference(x, dy, 2, mode)
     assert np.all(dx[:, :, 6, :] == 0)  # the cut-off row
     # <dy, pool(x)> is linear in x for avg, and piecewise linear for max: check against differences
-    e = np.zeros_like(x)
-    e[1, 0, 2, 3] = 1e-6
+    # at the maximum of window (1, 0, 1, 1) (rows 2-3, columns 2-3), where max's gradient is dy
+    # itself, and at the element beside it, where it is 0 (so the probe is never 0 against 0 twice).
+    rows, cols = np.unravel_index(np.argmax(x[1, 0, 2:4, 2:4]), (2, 2))
+    top = (1, 0, 2 + rows, 2 + cols)
+    beside = (1, 0, 2 + (1 - rows), 2 + cols)
     f = lambda xx: float(np.sum(dy * conv.pool_reference(xx, 2, mode)))
-    assert dx[1, 0, 2, 3] == pytest.approx((f(x + e) - f(x - e)) / 2e-6, rel=1e-5, abs=1e-9)
+    for idx in (top, beside):
+        e = np.zeros_like(x)
+        e[idx] = 1e-6
+        assert dx[idx] == pytest.approx((f(x + e) - f(x - e)) / 2e-6, rel=1e-5, abs=1e-9)
+    assert dx[top] == pytest.approx(dy[1, 0, 1, 1] if mode == "max" else dy[1, 0, 1, 1] / 4, rel=1e-12)
 
 
 def test_lenet5_reference_step_is_gradient_descent():

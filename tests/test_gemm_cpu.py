@@ -59,8 +59,24 @@ def test_every_registered_variant_is_consistent():
             assert (paths.KERNELS / v.source).exists()
             assert 0 < v.threads(p) <= 1024
             assert v.smem_bytes(p) <= 48 * 1024
-            grid = v.launch_grid(p, {"M": 1000, "N": 777, "K": 1})
-            assert grid[0] >= 1 and grid[1] >= 1
+            tile_m, tile_n = block_tile(v, p)
+            for M, N in ((1000, 777), (1, 1), (tile_m, tile_n), (tile_m + 1, 2 * tile_n - 1)):
+                grid = v.launch_grid(p, {"M": M, "N": N, "K": 1})
+                # covers every element of C, and no block lies wholly outside it
+                assert grid[0] * tile_m >= M > (grid[0] - 1) * tile_m, (v.name, M, grid)
+                assert grid[1] * tile_n >= N > (grid[1] - 1) * tile_n, (v.name, N, grid)
+
+
+def block_tile(v, p: dict) -> tuple[int, int]:
+    """The C tile (rows, columns) one block of each step writes, read from the kernels' sources
+    (blockIdx.x * tile + ..., blockIdx.y * tile + ...), independently of the registry's grid."""
+    if v.name == "naive":
+        return 32, 8  # one thread per element, block (32, 8)
+    if v.name in ("tiled", "coarsened"):
+        return p["TS"], p["TS"]
+    if v.name in ("register_2d", "vectorized"):
+        return p["TSM"], p["TSN"]
+    return p["BM"], p["BN"]
 
 
 def test_flop_and_byte_counts():

@@ -62,3 +62,24 @@ def test_lenet5_step_matches_the_reference(cuda_backend, batch):
     assert recs["lenet5-forward"]["median_ms"] > 0
     if "torch-step" in recs:
         assert recs["torch-step"]["status"] == "PASS", recs["torch-step"]["rel_err"]
+
+
+@pytest.mark.parametrize("shape", [conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv.ConvShape(4, 64, 14, 14, 64, 3)],
+                         ids=lambda s: s.label)
+def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, shape):
+    """The direct path built with the test-only switch -DMUTATE_SKIP_CHANNEL (the last output map is
+    never written, so it stays poisoned) fails the suite's own verification; built without it, it passes."""
+    from nnbench import registry
+    from nnbench.runtime.compile import compile_sources
+    v = registry.get("conv", "direct")
+    params = v.defaults()
+    real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
+                                                                                       "MUTATE_SKIP_CHANNEL": 1})])
+    layer = conv._Layer(cuda_backend, shape, seed=0)
+    base = dict(variant="direct")
+    ok = conv._timed(cuda_backend, dict(base), layer, conv._direct_launch(cuda_backend, v, params, real, layer), FAST,
+                     conv.DEFAULT_RTOL)
+    assert ok["status"] == "PASS", ok["rel_err"]
+    bad = conv._timed(cuda_backend, dict(base), layer, conv._direct_launch(cuda_backend, v, params, mutated, layer),
+                      FAST, conv.DEFAULT_RTOL)
+    assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL

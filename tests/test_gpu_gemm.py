@@ -4,10 +4,11 @@ at the edge sizes (1x1x1, odd, not multiples of any tile or of 4), 4096^3 and th
 import numpy as np
 import pytest
 
-from nnbench import config, harness, paths
+from nnbench import config, harness, paths, registry
 from nnbench.measure import TimingSettings
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.suites import gemm
+from nnbench.suites.base import Case
 
 pytestmark = pytest.mark.gpu
 
@@ -62,3 +63,20 @@ def test_poisoned_output_catches_unwritten_elements(cuda_backend):
         k, (1, 7, 1), (32, 8, 1), (np.int32(70), np.int32(50), np.int32(30), np.float32(a), pa, pb, np.float32(b), pc),
         SIGNATURE)
     assert gemm._verify(bufs, launch)[0] == float("inf")
+
+
+@pytest.mark.parametrize("shape", [gemm.Shape(127, 255, 63), gemm.Shape(1000, 777, 1234), gemm.Shape(512, 512, 4096)],
+                         ids=lambda s: s.label)
+def test_a_kernel_that_skips_its_last_k_tile_fails_verification(cuda_backend, shape):
+    """Step 8 built with the test-only switch -DMUTATE_SKIP_KTILES=1 (it drops the last k-tile) is
+    verified by the suite's own session and tolerance, and fails; built without it, it passes."""
+    from nnbench.runtime.compile import compile_sources
+    v = registry.get("gemm", "tf32x3")
+    params = v.defaults()
+    real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
+                                                                                       "MUTATE_SKIP_KTILES": 1})])
+    session = gemm.GemmSession(cuda_backend, QUICK, gemm.DEFAULT_RTOL, seed=0)
+    case = Case(v, tuple(params.items()))
+    assert session.run_case(case, shape, real)["status"] == "PASS"
+    rec = session.run_case(case, shape, mutated)
+    assert rec["status"] == "FAIL" and rec["rel_err"] > gemm.DEFAULT_RTOL, rec.get("rel_err")

@@ -19,8 +19,12 @@ def test_profile_a_gemm_step(cuda_backend):
     prof = profile_suite.profile(cuda_backend, "gemm", "coarsened", {"TS": 32, "WPT": 8},
                                  gemm_suite.Shape(1024, 1024, 1024), None)
     assert prof.record["status"] == "PASS" and prof.record["median_ms"] > 0
-    assert prof.roof.flops > 10e12 and prof.roof.bandwidth > 500e9  # measured, not theoretical
-    assert prof.where.bound == "compute" and 0 < prof.where.pct_of_roof < 100
+    plausible_roof(prof.roof, cuda_backend.device)
+    consistent_position(prof.where, prof.record["gflops"] * 1e9, prof.roof)
+    assert prof.where.bound == "compute"
+    # coarsened reaches 31.8% of the FMA roof at 4096^3 (docs/RESULTS.md); at 1024^3 its 64 x 128
+    # blocks (1,024 of them) fill the 132 SMs less evenly, so somewhat less, but never a tenth or most
+    assert 10 < prof.where.pct_of_roof < 45, prof.where
     k = prof.kernels[0]
     assert k.kernel == "gemm" and k.registers > 0 and 0 < k.occupancy <= 1
     if sass.cuobjdump():
@@ -52,6 +56,20 @@ def test_profile_an_mlp_version_with_ncu():
     res = CliRunner().invoke(cli, ["profile", "mlp", "-v", "fused", "--net", "1", "--ncu"])
     assert res.exit_code == 0, res.output
     assert "Nsight Compute" in res.output and "achieved occupancy" in res.output
+
+
+def plausible_roof(roof, device) -> None:
+    """The measured ceilings against the datasheet's: the FMA kernel reached 97% of the FP32 peak
+    and the copy 84% of DRAM bandwidth on the H100 (docs/RESULTS.md); a measurement far below (a
+    broken timer, a wrong FLOP count) or above the theory (a count too large) is wrong."""
+    assert 0.85 * device.fp32_peak_flops < roof.flops <= 1.02 * device.fp32_peak_flops, roof
+    assert 0.6 * device.dram_peak_bytes < roof.bandwidth <= 1.0 * device.dram_peak_bytes, roof
+
+
+def consistent_position(where, record_flops: float, roof) -> None:
+    """The roofline position is the record's own throughput over the roof at its intensity."""
+    assert where.achieved_flops == pytest.approx(record_flops, rel=1e-6)
+    assert where.pct_of_roof == pytest.approx(100 * record_flops / roof.attainable(where.intensity), rel=1e-6)
 
 
 @pytest.mark.parametrize("variant", ["tiled", "unroll", "unroll-backward"])

@@ -7,13 +7,20 @@ from nnbench import measure
 
 
 class FakeBackend:
-    """Returns scripted sample times; counts flushes and launches."""
+    """Returns scripted sample times; counts flushes and launches. With `falls_back`, the blocking
+    kernel times out on the launch (as the CUDA backend reports a launch that synchronizes)."""
 
-    def __init__(self, times):
+    name = "fake"
+
+    def __init__(self, times, falls_back=False):
         self.times = iter(times)
         self.flushes = 0
         self.calls = []
         self.batches = []
+        self.falls_back = falls_back
+
+    def issued_by_host(self, fn):
+        return self.falls_back
 
     def timed(self, fn, reps):
         self.calls.append(reps)
@@ -69,6 +76,37 @@ def test_hot_samples_come_in_batches_and_the_stop_rule_runs_after_each():
     big = FakeBackend([0.0001] * 10_000)  # reps near the queue limit: one sample per batch
     s = measure.measure(big, lambda: None, measure.TimingSettings(min_sample_ms=1.0, budget_s=10))
     assert s.reps == measure.MAX_REPS and set(big.batches) == {1}
+
+
+def test_each_result_names_its_timing_method():
+    hot = measure.measure(FakeBackend([1.0] * 100), lambda: None)
+    assert hot.timing == "hot-batched" and hot.as_record()["timing"] == "hot-batched"
+    long = measure.measure(FakeBackend([1.0] * 100), lambda: None, measure.TimingSettings(min_sample_ms=1000))
+    assert long.reps == measure.MAX_REPS and long.timing == "hot-single"  # one sample per blocking kernel
+    assert measure.measure(FakeBackend([1.0] * 100), lambda: None, measure.TimingSettings(cold=True)).timing == "cold"
+    fell = measure.measure(FakeBackend([1.0] * 100, falls_back=True), lambda: None)
+    assert fell.timing == "host-issued"
+    from nnbench.runtime.cpu import CpuBackend
+    assert measure.measure(CpuBackend(), lambda: None, measure.TimingSettings(budget_s=0.01)).timing == "host"
+
+
+def test_the_tables_mark_a_row_that_fell_back():
+    from rich.console import Console
+
+    from nnbench import tables
+    rows = [dict(variant="cublas", step="", shape="64×64×64", median_ms=0.5, iqr_ms=0.01, status="PASS",
+                 timing="host-issued"),
+            dict(variant="tiled", step=2, shape="64×64×64", median_ms=0.25, iqr_ms=0.01, status="PASS",
+                 timing="hot-batched")]
+    for make in (tables.gemm_table, tables.conv_table):
+        console = Console(width=250, record=True)
+        console.print(make(rows, "t"))
+        text = console.export_text()
+        assert "0.5000" + tables.FELL_BACK in text and "0.2500" + tables.FELL_BACK not in text
+        assert "timed host-issued" in text
+        console = Console(width=250, record=True)
+        console.print(make(rows[1:], "t"))
+        assert tables.FELL_BACK not in console.export_text()
 
 
 def test_rel_err():

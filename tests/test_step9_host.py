@@ -8,6 +8,7 @@ import pytest
 from nnbench import registry
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import DeviceInfo
+from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import param_format, raw
 from nnbench.runtime.tensormap import tiled_problem
 from nnbench.suites import gemm
@@ -18,7 +19,7 @@ STEP9 = registry.get("gemm", "tf32x3_wgmma")
 def test_raw_params_start_at_their_alignment():
     """gemm(M, N, K, alpha, A, B, beta, C, CUtensorMap a, CUtensorMap b, int paths): the maps are
     64-byte aligned, so after the 48 bytes of the ladder's arguments come 16 pad bytes."""
-    fmt = param_format(gemm.SIGNATURE + raw(128, 64) * 2 + "i")
+    fmt = param_format(SIGNATURE + raw(128, 64) * 2 + "i")
     args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 128, b"b" * 128, 3)
     buf = struct.pack(fmt, *args)
     assert buf.index(b"a" * 128) == 64 and buf.index(b"b" * 128) == 192 and len(buf) == 324

@@ -239,7 +239,7 @@ def test_a_killed_sweep_resumes_where_it_stopped(tmp_path):
 
     res = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert f"{len(before)} resumed from the file" in res.stdout or "resumed from the file" in res.stdout
+    assert f"({len(before)} resumed from the file)" in res.stdout, res.stdout
     after = rows(out)
     keys = [results.case_key_of(r) for r in after]
     assert len(keys) == 36 and len(set(keys)) == 36

@@ -12,6 +12,11 @@
 //           ld.relaxed, as fused does); one-way latency = time / (2 rounds).
 // grid_barrier: `rounds` counter barriers across the grid (release add, acquire poll, as
 //           fused-barrier's): time / rounds per barrier.
+// handoff and grid_barrier wait for other blocks; a wait longer than timeout_ns (a partner that is
+// not resident or never arrives) sets *status and ends the kernel (common/patience.cuh), and the
+// host raises an error: never a hung GPU.
+#include "common/patience.cuh"
+
 #ifndef CHAINS
 #define CHAINS 8
 #endif
@@ -43,27 +48,35 @@ __device__ __forceinline__ unsigned long long poll_relaxed(const unsigned long l
     return v;
 }
 
-extern "C" __global__ void handoff(unsigned long long* box, int rounds) {
+extern "C" __global__ void handoff(unsigned long long* box, int rounds, int* status, long long timeout_ns) {
     if (threadIdx.x != 0) return;
     const int me = blockIdx.x;  // 0 sends the odd values, 1 the even ones
+    Patience patience{status, timeout_ns};
     for (unsigned long long k = 1 + me; k <= 2ull * rounds; k += 2) {
         if (k > 1)
-            while (poll_relaxed(box) != k - 1) {
-            }
+            while (poll_relaxed(box) != k - 1)
+                if (!patience.still()) return;
         asm volatile("st.relaxed.gpu.global.u64 [%0], %1;" ::"l"(box), "l"(k) : "memory");
     }
 }
 
-extern "C" __global__ void grid_barrier(unsigned* count, int rounds) {
+extern "C" __global__ void grid_barrier(unsigned* count, int rounds, int* status, long long timeout_ns) {
+    __shared__ bool gave_up;
+    Patience patience{status, timeout_ns};
     for (int r = 1; r <= rounds; ++r) {
         __syncthreads();
         if (threadIdx.x == 0) {
             asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(count), "r"(1u) : "memory");
             const unsigned want = r * gridDim.x;
             unsigned v;
-            do asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
-            while ((int)(v - want) < 0);
+            bool waiting;
+            do {
+                asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(count) : "memory");
+                waiting = (int)(v - want) < 0;
+            } while (waiting && patience.still());
+            gave_up = waiting;
         }
         __syncthreads();
+        if (gave_up) return;  // the whole block leaves together
     }
 }

@@ -192,7 +192,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     for r in records:
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"{check_what} differ from the float64 reference by " \
-                                    f"{r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
+                                    f"{r.get('weights_rel_err'):.2e} > {r.get('weights_rtol'):.2e}"
             app.out.print(f"[red]{r['status']}[/] {r['variant']}: {why}")
     app.out.print(f"CSV: {path}")
     if any(r.get("status") in results.FAILED for r in records):

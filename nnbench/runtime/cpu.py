@@ -61,4 +61,5 @@ class CpuBackend:
     def environment(self) -> dict:
         return {"backend": "cpu", "gpu": "cpu", "cc": "", "sms": os.cpu_count(), "driver": "",
                 "cuda": "", "device_name": platform.machine(),
-                "max_sm_clock_mhz": None, "fp32_peak_tflops": None, "dram_peak_gbs": None}
+                "max_sm_clock_mhz": None, "fp32_peak_tflops": None, "tf32_peak_tflops": None,
+                "dram_peak_gbs": None}

@@ -95,6 +95,7 @@ class CudaBackend:
             "cuda": _fmt_cuda_version(drv.get_driver_version()), "nvcc": nvcc_version(),
             "device_name": d.name, "max_sm_clock_mhz": d.sm_clock_mhz,
             "fp32_peak_tflops": d.fp32_peak_flops / 1e12, "dram_peak_gbs": d.dram_peak_bytes / 1e9,
+            "tf32_peak_tflops": d.tf32_peak_flops / 1e12 if d.tf32_peak_flops else None,
         }
 
     # -- kernels ------------------------------------------------------------------------------
@@ -223,6 +224,10 @@ class CudaBackend:
             self._syncing[id(fn)] = fn
             return [self.timed(fn, reps) for _ in range(count)]
         return [start.time_till(end) / reps for start, end in events]
+
+    def issued_by_host(self, fn) -> bool:
+        """Whether `fn` fell back to host-issued timing (its blocking kernel timed out)."""
+        return id(fn) in self._syncing
 
     def _blocker(self):
         if self._blocking is None:

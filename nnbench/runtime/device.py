@@ -18,6 +18,23 @@ def fp32_lanes_per_sm(cc: tuple[int, int]) -> int:
     return _FP32_LANES.get(tuple(cc), 128 if cc[0] >= 8 else 64)
 
 
+# Dense TF32 tensor-core FLOPs per SM per clock, from each architecture's whitepaper figures
+# divided by SMs x clock: A100 156 TFLOP/s = 108 x 1024 x 1.41 GHz; A40 74.8 = 84 x 512 x 1.74;
+# L40 90.5 = 142 x 256 x 2.49; H100 SXM 494.7 = 132 x 2048 x 1.83 (NVIDIA quotes tensor figures at
+# 1830 MHz, FP32 at 1980); B200 ~4096. Volta and Turing have no TF32: 0. Unknown: None.
+_TF32_FLOPS_PER_SM_CLOCK = {(7, 0): 0, (7, 5): 0, (8, 0): 1024, (8, 6): 512, (8, 7): 512, (8, 9): 256,
+                            (9, 0): 2048, (10, 0): 4096}
+
+
+def tf32_flops_per_sm_clock(cc: tuple[int, int]) -> int | None:
+    return _TF32_FLOPS_PER_SM_CLOCK.get(tuple(cc))
+
+
+# A variant's arithmetic, as the registry states it, and the ceiling its %peak is taken against.
+FFMA, TF32X3, TF32, FP64, HOST = "FP32 FFMA", "3xTF32", "TF32", "FP64", "FP32 host"
+PRECISIONS = (FFMA, TF32X3, TF32, FP64, HOST)
+
+
 @dataclass
 class DeviceInfo:
     name: str
@@ -49,6 +66,26 @@ class DeviceInfo:
         return self.sm_count * fp32_lanes_per_sm(self.cc) * 2 * self.sm_clock_mhz * 1e6
 
     @property
+    def tf32_peak_flops(self) -> float | None:
+        """Dense TF32 tensor-core FLOPs per SM per clock x SMs at the maximum SM clock (the FP32
+        peak's clock; the datasheet's tensor figures use a lower one on H100, see above)."""
+        per = tf32_flops_per_sm_clock(self.cc)
+        return self.sm_count * per * self.sm_clock_mhz * 1e6 if per else None
+
+    def peak_flops(self, precision: str | None) -> float | None:
+        """The ceiling for a kernel of `precision`: FFMA the FP32 pipe's, TF32 the tensor cores',
+        3xTF32 a third of that (three tensor-core products per product). None where nnbench has
+        no figure (FP64, the host)."""
+        if precision == FFMA:
+            return self.fp32_peak_flops
+        tf32 = self.tf32_peak_flops
+        if precision == TF32:
+            return tf32
+        if precision == TF32X3:
+            return tf32 / 3 if tf32 else None
+        return None
+
+    @property
     def dram_peak_bytes(self) -> float:
         """Double data rate: two transfers per memory clock across the bus."""
         return 2 * self.mem_clock_mhz * 1e6 * self.bus_width_bits / 8
@@ -62,6 +99,7 @@ class DeviceInfo:
         d = asdict(self)
         d["arch"] = self.arch
         d["fp32_peak_tflops"] = self.fp32_peak_flops / 1e12
+        d["tf32_peak_tflops"] = self.tf32_peak_flops / 1e12 if self.tf32_peak_flops else None
         d["dram_peak_gbs"] = self.dram_peak_bytes / 1e9
         return d
 

@@ -98,7 +98,7 @@ class Workload:
     name: str = ""  # the record's `suite`, the sweep config's `suite:`
     registry_suite: str = ""  # whose variants it runs (registry.Variant.suite)
     unit: str = "launch"  # what one timed sample is, per which the median is reported
-    default_rtol: float = 5e-5
+    default_rtol: float | None = 5e-5  # None: the session derives each case's limit itself
     vendor: str | None = None  # the vendor row that `pct_vendor` compares with
     baseline: str | None = None  # the variant that `speedup` is over, at its defaults, when a run names none
     vendor_rows: tuple[str, ...] = ()  # every vendor row it can add, in order

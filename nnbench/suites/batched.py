@@ -89,6 +89,23 @@ def reference_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, 
     return ref
 
 
+def float32_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int,
+                    reverse: bool = False, update=None) -> list[np.ndarray]:
+    """reference_weights' math in float32 (the `batched-numpy` version's arithmetic), for the
+    check's tolerance; `reverse` sums in the other order (mlp.float32_weights). `update` replaces
+    apply_update (a test plants a defect in it)."""
+    update = update or apply_update
+    perms = mlp.neuron_orders(tuple(W.shape[1] - 1 for W in init) + (init[-1].shape[0],), reverse)
+    params = [W.astype(np.float32) for W in mlp.permute(init, perms)]
+    vel = [np.zeros_like(W) for W in params]
+    x, t = data.x[:, perms[0]].astype(np.float32), data.t.astype(np.float32)
+    scale, mom = np.float32(hyper.rate / batch), np.float32(hyper.momentum)
+    for j in range(steps):
+        sl = slice(j * batch, (j + 1) * batch)
+        update(params, vel, gradient_sums(params, x[sl], t[sl])[0], scale, mom)
+    return mlp.permute([W.astype(np.float64) for W in params], perms, inverse=True)
+
+
 def training_set(bits: int, samples: int, seed: int, flips: int = 2) -> glyphs.Dataset:
     """`samples` noisy letters (every letter equally often, then interleaved so that any batch
     sees all letters), from a seed of its own so it never overlaps the test set."""
@@ -390,6 +407,7 @@ class Outcome:
     final_error: float = math.nan
     seconds_per_step: float = math.nan  # median of steady-state samples
     step_iqr_pct: float = math.nan
+    timing: str | None = None  # how the step was timed (measure.TIMING)
     train_seconds: float = 0.0  # the whole fixed-epoch training, events (GPU) or host clock
     role_us: dict = field(default_factory=dict)  # role -> microseconds per step (sum of launch medians)
     test_accuracy: float = math.nan
@@ -454,6 +472,14 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
     return out
 
 
+def check_tolerance(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int = CHECK_STEPS) -> float:
+    """The limit on the check's error: mlp.CHECK_FACTOR x the float32 arithmetic's own error on the
+    same steps (the larger of two summation orders), as mlp.check_tolerance."""
+    ref = reference_weights(init, data, batch, hyper, steps)
+    return mlp.CHECK_FACTOR * max(mlp.weight_change_error(float32_weights(init, data, batch, hyper, steps, reverse=r),
+                                                          ref, init) for r in (False, True))
+
+
 def check(net: BatchedNet, init, train, hyper: mlp.Hyper) -> float:
     """Weight changes after CHECK_STEPS steps against the float64 reference (mlp.weight_change_error)."""
     for j in range(CHECK_STEPS):
@@ -482,7 +508,8 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
     stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
-    out.seconds_per_step, out.step_iqr_pct, out.stats = stats.median_ms * 1e-3, stats.iqr_pct, stats
+    out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
+                                                                       stats, stats.timing)
     out.role_us = role_times(net.be, net.step_launches(0))
     out.comm_us = out.role_us.get("allreduce")
     return out
@@ -508,7 +535,9 @@ def fixed_count(backend, fn) -> measure.Stats:
     so that calls containing a collective stay matched across ranks."""
     for _ in range(FIXED_WARMUP):
         backend.timed(fn, 1)
-    return measure.summarize([backend.timed(fn, 1) for _ in range(FIXED_SAMPLES)])
+    stats = measure.summarize([backend.timed(fn, 1) for _ in range(FIXED_SAMPLES)])
+    stats.timing = measure.HOST_ISSUED
+    return stats
 
 
 # -- versions, tiles and tuning -------------------------------------------------------------------
@@ -607,8 +636,9 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         from nnbench.runtime import exchange
         exch = exchange.CpuExchange(world) if backend.name != "cuda" else exchange.gpu_exchange(
             exchange_kind, world, backend, flat_size(layers))
+    rtol = None
     for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
-        rec = dict(base, version=v.name, step=v.step, params="")
+        rec = dict(base, version=v.name, step=v.step, precision=v.precision, params="")
         say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
         if v.backend == "cpu":
             out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks)
@@ -628,7 +658,8 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             except NnbenchError as e:
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
-            rec.update(weights_rel_err=err, status="PASS" if err <= mlp.CHECK_RTOL else "FAIL",
+            rtol = rtol or check_tolerance(init, train, batch, hyper)  # the same for every version
+            rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL",
                        tiles="sgemm via cupy, TF32 off" if gemms is None else
                        " ".join(f"{role}={g.label}" for role, g in gemms.items()))
             out = train_gpu(net, v.name, train, test, epochs, say)
@@ -682,7 +713,7 @@ def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
     other = sum(us for role, us in out.role_us.items() if role not in GEMM_ROLES) if out.role_us else None
     rec.update(
         steps=out.steps, epochs_run=out.epochs, final_error=out.final_error, us_per_step=s * 1e6,
-        step_iqr_pct=out.step_iqr_pct, samples_per_s=rec["batch"] / s if s > 0 else None,
+        step_iqr_pct=out.step_iqr_pct, timing=out.timing, samples_per_s=rec["batch"] / s if s > 0 else None,
         tflops=rec["flops_per_step"] / s / 1e12 if s > 0 else None, train_seconds=out.train_seconds,
         gemm_us=gemm, other_us=other, comm_us=out.comm_us,
         compute_us=s * 1e6 - out.comm_us if out.comm_us is not None and s > 0 else None,

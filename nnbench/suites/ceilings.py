@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from nnbench import measure, paths
+from nnbench.errors import KernelFault
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 
 CHAINS, UNROLL = 8, 16  # must match ceilings.cu
@@ -14,6 +15,15 @@ FMA_ITERS = 4096
 FMA_THREADS = 256
 COPY_BYTES = 1 << 30  # far past any L2, so the copy streams from DRAM
 ROUNDS = 2000  # handoffs and barriers per launch: launch overhead is < 1% of it
+SPIN_TIMEOUT_NS = 1_000_000_000  # a partner block's wait: a whole launch takes a few ms
+
+
+def gave_up(backend, status, what: str, timeout_ns: int = SPIN_TIMEOUT_NS) -> None:
+    """Raise if a waiting kernel gave up on a partner block (its *status set, common/patience.cuh)."""
+    backend.synchronize()
+    if int(backend.download(status, np.zeros(1, np.int32))[0]) != 0:
+        raise KernelFault(f"{what}: a block waited more than {timeout_ns / 1e9:g} s for a partner block that "
+                          "never arrived, and the kernel gave up")
 
 
 def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingSettings()) -> dict:
@@ -39,10 +49,13 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
     st2 = measure.measure(backend, launch, settings)
     copy_gbs = 2.0 * COPY_BYTES / (st2.median_ms * 1e-3) / 1e9
 
+    status = backend.upload(np.zeros(1, dtype=np.int32))
+    spin = (backend.ptr(status), np.int64(SPIN_TIMEOUT_NS))
     handoff = backend.load(comp, "handoff")
     box = backend.upload(np.zeros(1, dtype=np.uint64))
-    launch = backend.launcher(handoff, (2, 1, 1), (32, 1, 1), (backend.ptr(box), np.int32(ROUNDS)), "Pi")
+    launch = backend.launcher(handoff, (2, 1, 1), (32, 1, 1), (backend.ptr(box), np.int32(ROUNDS), *spin), "PiPq")
     handoff_us = measure.measure(backend, launch, settings).median_ms * 1e3 / (2 * ROUNDS)
+    gave_up(backend, status, "handoff")
 
     barrier = backend.load(comp, "grid_barrier")
     count = backend.upload(np.zeros(1, dtype=np.uint32))
@@ -50,9 +63,10 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
     def barriers():  # the count must start at 0 each launch; the write is outside the kernel's time
         backend.write(count, np.zeros(1, dtype=np.uint32))
         return backend.timed(lambda: barrier.func.prepared_call((dev.sm_count, 1, 1), (128, 1, 1),
-                                                                backend.ptr(count), np.int32(ROUNDS)), 1)
-    barrier.func.prepare("Pi")
+                                                                backend.ptr(count), np.int32(ROUNDS), *spin), 1)
+    barrier.func.prepare("PiPq")
     barrier_us = float(np.median([barriers() for _ in range(5)])) * 1e3 / ROUNDS
+    gave_up(backend, status, "grid_barrier")
     return {
         "fma_tflops": fma_tflops, "fma_pct_theory": 100 * fma_tflops * 1e12 / dev.fp32_peak_flops,
         "fma_sm_clock_mhz": st.sm_clock_mhz,

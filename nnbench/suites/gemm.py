@@ -22,6 +22,7 @@ import numpy as np
 from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
+from nnbench.runtime.device import FFMA
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import raw as params_raw
 from nnbench.runtime.vendor import Cublas
@@ -215,8 +216,8 @@ class GemmSession(Session):
             return None
         bufs = self.buffers(shape)
         pa, pb, pc = bufs.ptrs()
-        rec = dict(self.base_record(shape), variant="cublas", step="", params=f"sgemm via {self.cublas.via}, TF32 off",
-                   precision="FP32")
+        rec = dict(self.base_record(shape), variant="cublas", step="", precision=FFMA,
+                   params=f"sgemm via {self.cublas.via}, TF32 off")
         return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b))
 
     def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
@@ -258,8 +259,9 @@ class GemmSession(Session):
                    status="PASS" if err <= rec.get("rtol", self.rtol) else "FAIL")
         rec["gpu_ms"] += verify_ms
         rec["wall_ms"] = 1e3 * (time.perf_counter() - t0)
-        if self.device is not None and self.device.fp32_peak_flops:
-            rec["pct_peak"] = 100 * shape.flops / t / self.device.fp32_peak_flops
+        peak = self.device.peak_flops(rec.get("precision")) if self.device is not None else None
+        if peak:
+            rec["pct_peak"] = 100 * shape.flops / t / peak
         return rec
 
 

@@ -535,7 +535,21 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
 
 # -- the command's whole job ----------------------------------------------------------------------
 CHECK_ITERATIONS = 20
-CHECK_RTOL = 2e-3  # float32 against float64, on the weight changes after CHECK_ITERATIONS samples
+# The check's limit is derived per run from the arithmetic (check_tolerance): CHECK_FACTOR times the
+# error that float32 itself makes on this net, these settings and these samples, measured by
+# running the reference's math in float32 in two summation orders. The GPU versions measured 0.3x to
+# 4.1x that error on Nets 1-8 (the fused kernels' approximate sigmoid the most), so 10x passes every
+# correct kernel and fails a 0.1% error in an update (docs/results/tolerances.md).
+CHECK_FACTOR = 10.0
+
+
+def check_tolerance(init, data: glyphs.Dataset, hyper: Hyper, iterations: int = CHECK_ITERATIONS,
+                    ref: list[np.ndarray] | None = None) -> float:
+    """The limit on weight_change_error for this check: CHECK_FACTOR x the float32 arithmetic's own
+    error on it (the larger of the two summation orders)."""
+    ref = reference_weights(init, data, hyper, iterations) if ref is None else ref
+    return CHECK_FACTOR * max(weight_change_error(float32_weights(init, data, hyper, iterations, reverse=r), ref, init)
+                              for r in (False, True))
 
 
 def check_version(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
@@ -565,6 +579,44 @@ def reference_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int)
     for s in range(iterations):
         step(ref, vel, data.x[s % len(data)], data.t[s % len(data)], hyper.rate, hyper.momentum)
     return ref
+
+
+def float32_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int, reverse: bool = False,
+                    stepper=None) -> list[np.ndarray]:
+    """reference_weights' math in float32 (the `sequential` version's arithmetic): the error the
+    float32 arithmetic alone makes, which the check's tolerance is derived from. With `reverse`,
+    the neurons of the input and hidden layers are taken in reverse order, so every sum runs the
+    other way: the same math rounded differently, as a GPU kernel's own order rounds it.
+    `stepper` replaces `step` (a test plants a defect in it)."""
+    perms = neuron_orders(tuple(W.shape[1] - 1 for W in init) + (init[-1].shape[0],), reverse)
+    params = [W.astype(np.float32) for W in permute(init, perms)]
+    vel = [np.zeros_like(W) for W in params]
+    x, t = data.x[:, perms[0]].astype(np.float32), data.t.astype(np.float32)
+    rate, mom = np.float32(hyper.rate), np.float32(hyper.momentum)
+    stepper = stepper or step
+    for s in range(iterations):
+        stepper(params, vel, x[s % len(data)], t[s % len(data)], rate, mom)
+    return permute([W.astype(np.float64) for W in params], perms, inverse=True)
+
+
+def neuron_orders(layers: tuple[int, ...], reverse: bool) -> list[np.ndarray]:
+    """Each layer's neuron order: reversed for the input and hidden layers when `reverse`; the
+    output layer's order is the targets' and never changes."""
+    return [np.arange(n)[::-1] if reverse and i < len(layers) - 1 else np.arange(n) for i, n in enumerate(layers)]
+
+
+def permute(params: list[np.ndarray], perms: list[np.ndarray], inverse: bool = False) -> list[np.ndarray]:
+    """Weights (bias column last) with layer l's neurons in the order perms[l], or back."""
+    out = []
+    for l, W in enumerate(params):
+        rows, cols = perms[l + 1], np.append(perms[l], W.shape[1] - 1)
+        if inverse:
+            back = np.empty_like(W)
+            back[np.ix_(rows, cols)] = W
+            out.append(back)
+        else:
+            out.append(W[np.ix_(rows, cols)])
+    return out
 
 
 def weight_change_error(got, ref, init) -> float:
@@ -611,13 +663,15 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
     if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
         quick = replace(hyper, max_iterations=baseline_iterations)
         seq_s = train_sequential(layers, init, train, test, quick).seconds_per_iteration
+    rtol = check_tolerance(init, train, hyper) if gpu else None
     peak = getattr(getattr(backend, "device", None), "fp32_peak_flops", None)
     lanes = None
     if getattr(backend, "device", None) is not None:
         from nnbench.runtime.device import fp32_lanes_per_sm
         lanes = backend.device.sm_count * fp32_lanes_per_sm(backend.device.cc)
     for v, p in sorted(chosen, key=lambda vp: vp[0].step):
-        rec = dict(base, version=v.name, step=v.step, params=" ".join(f"{k}={x}" for k, x in p.items()))
+        rec = dict(base, version=v.name, step=v.step, precision=v.precision,
+                   params=" ".join(f"{k}={x}" for k, x in p.items()))
         say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
         if v.backend == "cpu":
             out = train_sequential(layers, init, train, test, hyper, say)
@@ -630,7 +684,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 continue
             try:
                 err = check_version(backend, v, p, comp, layers, init, train, hyper, blocks)
-                rec.update(weights_rel_err=err, status="PASS" if err <= CHECK_RTOL else "FAIL")
+                rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL")
                 if "fused" in v.tags:
                     out = train_fused(backend, v, p, comp, layers, init, train, test, hyper, say, blocks)
                     rec["params"] += f" blocks={out.blocks}"
