@@ -369,15 +369,15 @@ MLP: tuple[Variant, ...] = (
             "mlp/01_neuron_per_thread.cu", params=(_p("THREADS", 50, (50, 100, 200), "threads per block"),),
             **_NEURON_GRID),
     Variant("mlp", "kcm", 4, "warped-good with the momentum and rate updates merged into one kernel",
-            "mlp/02_kcm.cu", params=(_p("THREADS", 32, (1, 32, 64, 128, 256), "threads per block (1: simple's "
+            "mlp/04_kcm.cu", params=(_p("THREADS", 32, (1, 32, 64, 128, 256), "threads per block (1: simple's "
                                         "blocks, the same trajectory bit for bit, faster)"),),
             tags=("kcm",), **_NEURON_GRID),
     Variant("mlp", "mass", 5, "one block per neuron, one thread per weight, shared-memory reduction",
-            "mlp/03_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
-    Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/04_kcm_mass.cu", params=(_MASS_THREADS,),
+            "mlp/05_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
+    Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/06_kcm_mass.cu", params=(_MASS_THREADS,),
             tags=("kcm", "mass"), **_MASS_GRID),
     Variant("mlp", "fused-barrier", 7, "one persistent kernel for many iterations: grid barriers, weights in "
-            "shared memory", "mlp/05_fused.cu",
+            "shared memory", "mlp/07_fused.cu",
             params=(_p("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
                     _p("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
             tags=("fused",), block="(THREADS,)", grid="(1,)", runner="fused"),
@@ -401,12 +401,12 @@ MLP: tuple[Variant, ...] = (
     Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
             None, backend="cpu", tags=("batched",), runner="batched-numpy", precision=HOST),
     Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
-            "the epilogues, split-K weight gradients", "mlp/06_batched.cu", tags=("batched",), runner="batched",
+            "the epilogues, split-K weight gradients", "mlp/10_batched.cu", tags=("batched",), runner="batched",
             precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
-            "separate passes", "mlp/07_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
+            "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
 )
 
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
@@ -429,7 +429,7 @@ CONV: tuple[Variant, ...] = (
             "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision=TF32X3),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
             backend="cpu", runner="numpy", precision=HOST),
-    Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll path",
+    Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll path's 3xTF32 GEMMs",
             "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision=TF32X3),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (

@@ -8,6 +8,9 @@ error of the velocities after that step (v = m v + rate g: the step's gradient, 
 rounding of the weights' float32 storage) against float64's.
 
 Usage: python3 scripts/batched_drift.py NET BATCH   (GPU)
+
+Why a script, not the CLI: the CLI checks a version once, after CHECK_STEPS steps; this follows the
+drift step by step, which needs the trainer's state between steps.
 """
 
 import sys

@@ -2,6 +2,9 @@
 (registry candidates), beside cuBLAS: what `batched.tune` chooses from, printed in full.
 
 Usage: python3 scripts/batched_tiles.py NET BATCH   (GPU)
+
+Why a script, not the CLI: times every tile set per GEMM role inside one step; the sweep sees whole
+steps, not roles.
 """
 
 import sys

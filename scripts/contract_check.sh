@@ -2,6 +2,8 @@
 # What the suite contract's "done when" asks of the GPU, in one device call (docs/results/contract.md):
 # the regression gate over gemm, train and conv (a fresh baseline, then a check against it), and the
 # Nets 1-8 table as a sweep that is killed part-way and resumed. Usage: scripts/contract_check.sh OUTDIR
+# Why a script, not the CLI: kills a sweep part-way and resumes it, which a single command cannot do
+# to itself.
 set -uo pipefail
 out=${1:?OUTDIR}
 t0=$(date +%s)

@@ -13,6 +13,9 @@ for bit, tests/test_gpu_mlp.py). With --time-limit the run
 stops at the first epoch end after S seconds; with --checkpoints each unfinished (net, version)
 leaves its weights, velocities and curve there at the end of an epoch, and a later run with the
 same directory goes on from them, bit for bit as if it had not stopped.
+
+Why a script, not the CLI: runs several versions to convergence side by side in one process with
+checkpoints; a sweep times a fixed number of iterations.
 """
 
 import argparse

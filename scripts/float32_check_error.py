@@ -8,6 +8,9 @@ Each is measured for several seeds and two summation orders (the BLAS product as
 the reversed inputs), since a GPU kernel sums in yet another order. Writes a CSV to stdout.
 
     python scripts/float32_check_error.py --seeds 0 1 2 3 4 --batch 256 4096 > docs/data/tolerances/float32.csv
+
+Why a script, not the CLI: measures the check's own float32 error across seeds and summation orders
+(docs/results/tolerances.md); no kernel runs.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ NETS: names from configs/nets.yaml or layer lists, comma-separated (1,8,60-8-8-7
 like THREADS=256:BARRIER=1 (default: the registry's defaults).
 e.g. python3 scripts/fused_grid.py fused-barrier 1,8 1040 8,33,132 THREADS=256:BARRIER=0 THREADS=256:BARRIER=1
      python3 scripts/fused_grid.py fused 8 1040 132 IN_FLIGHT=2 IN_FLIGHT=4 IN_FLIGHT=8
+
+Why a script, not the CLI: varies the persistent grid (--blocks) and compile switches across nets in
+one process, interleaved, to compare builds on one machine.
 """
 
 import sys

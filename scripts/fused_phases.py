@@ -5,6 +5,9 @@ measured SM-to-SM handoff and grid-barrier latencies (nnbench devices --measure)
     python3 scripts/fused_phases.py VERSION NET ITERATIONS [PARAMS ...]
 e.g. python3 scripts/fused_phases.py fused 8 1040 IN_FLIGHT=2 IN_FLIGHT=4:PAIRS=0
      python3 scripts/fused_phases.py fused-barrier 8 1040
+
+Why a script, not the CLI: builds the kernel with PHASE_TIMES and reads its per-phase clocks, which
+no record carries.
 """
 
 import sys

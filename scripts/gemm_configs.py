@@ -2,6 +2,9 @@
 
 Used to pick each step's default parameters; prints the ladder table and writes a CSV.
     python3 scripts/gemm_configs.py --size 4096 --csv results/configs.csv
+
+Why a script, not the CLI: times configs/gemm.yaml's hand-picked parameter sets (a list, not the
+product of axes that a sweep expands).
 """
 
 import argparse

@@ -3,6 +3,9 @@ with their settings (configs/nets.yaml), seed 0: per-sample versions after mlp.C
 samples, mini-batch versions after batched.CHECK_STEPS steps. Writes a CSV to stdout.
 
     python scripts/gpu_check_error.py --batch 256 > docs/data/tolerances/gpu_h100.csv
+
+Why a script, not the CLI: reports every GPU version's check error against the derived limit, for
+the tolerance write-up.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # nnbench's CUDA-event median against Nsight Compute's gpu__time_duration for every step of the GEMM
 # ladder (docs/RESULTS.md, issue 8). Usage: scripts/ncu_fidelity.sh OUTDIR [SIZE]
+# Why a script, not the CLI: compares nnbench's medians with Nsight Compute's durations kernel by
+# kernel; the CLI runs ncu for one kernel at a time.
 set -uo pipefail
 out=${1:?OUTDIR}; size=${2:-4096}
 mkdir -p "$out"

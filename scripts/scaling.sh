@@ -2,6 +2,8 @@
 # Data-parallel scaling of mini-batch training (docs/RESULTS.md, issue 7): Net 8, `batched`,
 # 1, 2 and 4 GPUs, both gradient exchanges; weak scaling at 4096 samples per GPU, strong scaling
 # at a global batch of 16384. Usage: scripts/scaling.sh OUTDIR "1 2 4" [NET]
+# Why a script, not the CLI: runs data-parallel training over 1, 2 and 4 GPUs (--gpus, MPI ranks):
+# the GPU count is not a sweep axis.
 set -euo pipefail
 out=${1:?OUTDIR}; counts=${2:-"1 2 4"}; net=${3:-8}
 mkdir -p "$out"

@@ -3,6 +3,9 @@ cuBLAS SGEMM on the target size, the CI shapes, Net 8's training GEMMs at batch 
 shapes; one CSV and a compact table.
 
     python3 scripts/step9_bench.py OUT.csv [--quick] [--shapes 4096,ci,net8,odd] [-v VARIANT ...]
+
+Why a script, not the CLI: verifies and times step 9's precisions and fallback paths on named shape
+groups in one device call while it is being tuned.
 """
 
 from __future__ import annotations

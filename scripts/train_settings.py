@@ -2,6 +2,9 @@
 trains them? Prints the error curve per setting. Used for docs/RESULTS.md (convergence).
     python3 scripts/train_settings.py NETS ITERATIONS [SCALE,RATE,MOMENTUM[,INIT] ...]
 NETS is one net or a comma-separated list (7,8); INIT is glorot (the default) or centered.
+
+Why a script, not the CLI: searches optimizer settings (init, scale, rate, momentum) for
+convergence, not speed.
 """
 
 import sys

@@ -36,6 +36,8 @@ def test_every_variant_states_its_precision():
             assert v.precision == HOST, v.name
         elif "3xTF32" in v.summary:  # the summary, written for people, agrees with the data
             assert v.precision == TF32X3, v.name
+        elif "one TF32 product" in v.summary:
+            assert v.precision == TF32, v.name
         else:
             assert v.precision == FFMA, v.name
     assert registry.get("gemm", "tf32x3").precision == TF32X3

@@ -21,7 +21,7 @@
 //   K_CONTIG = false: element (row, k) at p[row + k*ld]  (the ladder's A; a transposed B)
 //   K_CONTIG = true:  element (row, k) at p[k + row*ld]  (the ladder's B; a transposed A),
 //                     transposed on the way into shared memory.
-// Both layouts serve the batched MLP trainer (kernels_cu/mlp/06_batched.cu), whose three GEMMs
+// Both layouts serve the batched MLP trainer (kernels_cu/mlp/10_batched.cu), whose three GEMMs
 // need A and B either way round. `rows` and `depth` are the exclusive limits (zero-filled past).
 // PAD: extra floats per shared row (a multiple of 4, to keep float4 alignment).
 template <int ROWS, int DEPTH, int NT, int PAD, bool K_CONTIG>

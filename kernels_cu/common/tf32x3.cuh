@@ -1,6 +1,6 @@
 // The 3xTF32 pieces of ladder step 8 (kernels_cu/gemm/08_tf32x3.cu says why it is built this
 // way): the split and the MMA, used by step 8 itself, and its block mainloop generalised to either
-// operand layout for the batched MLP trainer's GEMMs (kernels_cu/mlp/06_batched.cu). Step 8 keeps
+// operand layout for the batched MLP trainer's GEMMs (kernels_cu/mlp/10_batched.cu). Step 8 keeps
 // its own copy of the loop, which measured 1.8% faster there (its header says why).
 //
 // A block computes the BLOCK_M x BLOCK_N tile at (m0, n0) of op(A) . op(B) over k in [k_begin, k_end), in

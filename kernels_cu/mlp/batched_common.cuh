@@ -1,4 +1,4 @@
-// Shared by both mini-batch trainers (06_batched.cu on our GEMMs, 07_batched_cublas.cu beside
+// Shared by both mini-batch trainers (10_batched.cu on our GEMMs, 11_batched_cublas.cu beside
 // cuBLAS): the batch layout and the per-element work that is not part of any GEMM.
 //
 // Layout, column-major, one column per sample (nnbench/suites/batched.py allocates it):

@@ -1,4 +1,4 @@
-// Shared by the persistent per-sample trainers (05_fused.cu, 08_fused_tagged.cu): which block owns
+// Shared by the persistent per-sample trainers (07_fused.cu, 08_fused_tagged.cu): which block owns
 // which rows, the rows' life in shared memory, the grid barrier, and the update of a block's rows.
 //
 // Ownership: each block owns a run of consecutive rows (neurons: n_in weights and a bias each) of

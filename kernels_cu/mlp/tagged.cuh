@@ -131,7 +131,7 @@ struct Staged {
     float *W, *V, *acts, *own, *dl, *room;
 };
 
-// The training loop of a tagged trainer; the kernel's arguments are fused_train's (05_fused.cu).
+// The training loop of a tagged trainer; the kernel's arguments are fused_train's (07_fused.cu).
 // The forward is the same for every exchange: each block polls the whole o_(l-1) (tagged, in ox)
 // and computes its rows' outputs. The backward is the Exchange's:
 //   ex.output_delta(p, r, d, tag)  the output layer's delta d of row r, just computed (mode 0);
@@ -230,7 +230,7 @@ __device__ __forceinline__ void tagged_train(const Plan* plan, int L, const Stag
     }
 }
 
-// The kernel around tagged_train: the signature is fused_train's (05_fused.cu), with out holding
+// The kernel around tagged_train: the signature is fused_train's (07_fused.cu), with out holding
 // ox (u64) and acc whatever the exchange keeps in L2. Exchange(plan, L, sm, w, v, acc, status,
 // timeout_ns, rate, momentum) builds the exchange once the block's rows are in shared memory.
 #define TAGGED_KERNEL(Exchange)                                                                                  \

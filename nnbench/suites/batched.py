@@ -8,9 +8,9 @@ and the reported error is the mean over samples of E = 1/2 sum (t - o)^2.
 Versions (registry tag "batched"):
   batched-numpy   NumPy float32 on the host, a BLAS GEMM per layer and direction (the CPU path);
   batched         our GEMMs (the ladder's 3xTF32 mainloop) with sigmoid and slope fused into their
-                  epilogues, split-K weight gradients (kernels_cu/mlp/06_batched.cu);
+                  epilogues, split-K weight gradients (kernels_cu/mlp/10_batched.cu);
   batched-cublas  the same GEMMs through cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as
-                  separate passes (kernels_cu/mlp/07_batched_cublas.cu);
+                  separate passes (kernels_cu/mlp/11_batched_cublas.cu);
 and, with --compare torch, PyTorch eager and CUDA-graph rows (mlp.train_torch with a batch).
 
 Every version trains the same fixed number of epochs over the same noisy training set in the same
@@ -34,6 +34,7 @@ from nnbench.errors import NnbenchError
 from nnbench.nets import Net
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import FFMA
 from nnbench.runtime.vendor import CublasGemm
 from nnbench.suites import mlp
 
@@ -138,7 +139,7 @@ def round4(n: int) -> int:
 
 @dataclass(frozen=True)
 class GemmKernel:
-    """One GEMM kernel of 06_batched.cu as compiled for one tile set."""
+    """One GEMM kernel of 10_batched.cu as compiled for one tile set."""
 
     kernel: object  # a loaded runtime Kernel
     params: tuple[tuple[str, int], ...]
@@ -665,16 +666,23 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             out = train_gpu(net, v.name, train, test, epochs, say)
         yield _record(rec, out, cublas_gemm_us)
     for mode in torch_modes:
-        rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum), TF32 off", status="PASS")
+        graphed = ", whole epochs as one CUDA graph" if mode == "graph" else ""
+        rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
+                   params="fp32 SGD(momentum), TF32 off" + graphed)
         if world is not None:
             yield dict(rec, status="SKIP", error="the PyTorch rows run in one process: compare with --gpus 1")
             continue
+        steps = min(CHECK_STEPS, steps_per_epoch)  # checked like ours
+        ref = reference_weights(init, train, batch, hyper, steps)
         try:
             out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
-                                  batch=batch)
+                                  batch=batch, check=(steps, ref))
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
+        limit = rtol or check_tolerance(init, train, batch, hyper, steps)
+        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
+                   status="PASS" if out.weights_rel_err <= limit else "FAIL")
         yield _record(rec, _from_torch(out, batch, steps_per_epoch), cublas_gemm_us)
 
 

@@ -1,4 +1,4 @@
-"""The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/05_fused.cu),
+"""The host side of the persistent per-sample trainers, `fused-barrier` (kernels_cu/mlp/07_fused.cu),
 `fused-partials` (08_fused_tagged.cu) and `fused` (09_fused_columns.cu): which block owns which
 rows, how much shared memory that takes, how many phases and barriers an iteration costs, whether
 the grid can be co-resident, and the launches.
@@ -47,7 +47,7 @@ def output_in_every_block(layers: tuple[int, ...], out_local: bool) -> bool:
 def phases_per_iteration(layers: tuple[int, ...], out_local: bool = False) -> int:
     """Dependent exchanges between blocks in one training iteration of a net with L = len(layers) - 1
     weight layers: one after every forward layer but the output layer, one after every backward
-    layer but the first (05_fused.cu says why). Net 8: 28, against 2L + 1 = 31 naive phases. With
+    layer but the first (07_fused.cu says why). Net 8: 28, against 2L + 1 = 31 naive phases. With
     the output layer in every block (fused's OUT_LOCAL), its deltas and those of the layer below
     are computed where they are needed: two backward exchanges fewer (Net 8: 26)."""
     L = len(layers) - 1

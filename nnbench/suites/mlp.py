@@ -29,6 +29,7 @@ from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import FFMA
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
 DEFAULT_MAX_ITERATIONS = 200_000
@@ -325,6 +326,7 @@ class Outcome:
     # Seconds per iteration of each timed run (an epoch, or a fused launch of up to 20 epochs), in
     # order: the samples whose median and spread the record reports (the first is the warm-up).
     samples_s: list[float] = field(default_factory=list)
+    weights_rel_err: float | None = None  # a PyTorch row's check (train_torch's `check`)
 
 
 def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run: int = 1) -> float:
@@ -441,12 +443,19 @@ def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset
     out.train_accuracy = accuracy(feedforward(train)[0], train.t)
 
 
-def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1) -> Outcome:
-    """The same net, data, initial weights and optimizer in PyTorch on the GPU (TF32 off): eager,
-    or one training step captured as a CUDA graph and replayed per step. torch.optim.SGD with
-    momentum m and lr r on E follows exactly the trajectory of the update above. With batch > 1 an
-    iteration is one step over the next `batch` samples on the batch's mean E (the mini-batch
-    trainer's math, nnbench/suites/batched.py), and the training set's tail short of a batch is unused."""
+def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1,
+                check: tuple[int, list[np.ndarray]] | None = None) -> Outcome:
+    """The same net, data, initial weights and optimizer in PyTorch on the GPU (TF32 off): eager, or
+    whole epochs captured as one CUDA graph (the inputs are slices of the training set on the device
+    and the error sum is on the device, so nothing of a step runs outside the graph). torch.optim.SGD
+    with momentum m and lr r on E follows exactly the trajectory of the update above. With batch > 1
+    an iteration is one step over the next `batch` samples on the batch's mean E (the mini-batch
+    trainer's math, nnbench/suites/batched.py); the training set's tail short of a batch is unused.
+
+    check = (steps, float64 weights after them): before it is timed, the row runs `steps` steps from
+    the initial weights in its own mode and its weight changes are compared with the reference's
+    (`weights_rel_err`), as every nnbench version is. Timing: events around each epoch, in steady
+    state (the first epoch, which takes the warm-up, is not a sample), whole epochs only."""
     import torch
     import torch.nn.functional as F
 
@@ -454,7 +463,8 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     dev = torch.device("cuda")
     Ws = [torch.tensor(W[:, :-1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
     bs = [torch.tensor(W[:, -1], dtype=torch.float32, device=dev, requires_grad=True) for W in init]
-    opt = torch.optim.SGD([p for pair in zip(Ws, bs) for p in pair], lr=hyper.rate, momentum=hyper.momentum)
+    params = [p for pair in zip(Ws, bs) for p in pair]
+    opt = torch.optim.SGD(params, lr=hyper.rate, momentum=hyper.momentum)
     X = torch.tensor(train.x, dtype=torch.float32, device=dev)
     T = torch.tensor(train.t, dtype=torch.float32, device=dev)
     steps_per_epoch = len(train) // batch
@@ -475,51 +485,69 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         opt.step()
         return loss.detach()
 
+    def restart() -> None:
+        """The initial weights and zero velocities, in place (a captured graph keeps its buffers)."""
+        with torch.no_grad():
+            for W, b, W0 in zip(Ws, bs, init):
+                W.copy_(torch.tensor(W0[:, :-1], dtype=torch.float32))
+                b.copy_(torch.tensor(W0[:, -1], dtype=torch.float32))
+            for p in params:
+                buf = opt.state.get(p, {}).get("momentum_buffer")
+                if buf is not None:
+                    buf.zero_()
+
+    errors = torch.zeros((), device=dev)
+
+    def eager_epoch(n: int) -> None:
+        for s in range(n):
+            errors.add_(step_t(*sample(s)))
+
     out = Outcome("torch-graph" if graph else "torch-eager")
     if graph:
-        xs, ts = (a.clone() for a in sample(0))
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):  # warm-up steps create the momentum buffers before capture
             for s in range(3):
-                x, t = sample(s % steps_per_epoch)
-                xs.copy_(x)
-                ts.copy_(t)
-                step_t(xs, ts)
+                step_t(*sample(s % steps_per_epoch))
         torch.cuda.current_stream().wait_stream(side)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
-            loss_static = step_t(xs, ts)
-        done = 3
+            eager_epoch(steps_per_epoch)
 
-        def one(s):
-            x, t = sample(s)
-            xs.copy_(x)
-            ts.copy_(t)
+        def epoch(n: int) -> None:
+            if n != steps_per_epoch:
+                raise ValueError("a graph row runs whole epochs")
             g.replay()
-            return loss_static
     else:
-        done = 0
-
-        def one(s):
-            return step_t(*sample(s))
+        epoch = eager_epoch
+    if check is not None:
+        steps, ref = check  # at most an epoch
+        restart()
+        if graph:  # the same steps, captured as the timed epochs are
+            checked = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(checked):
+                eager_epoch(steps)
+            checked.replay()
+        else:
+            eager_epoch(steps)
+        torch.cuda.synchronize()
+        got = [np.concatenate([W.detach().double().cpu().numpy(), b.detach().double().cpu().numpy()[:, None]], 1)
+               for W, b in zip(Ws, bs)]
+        out.weights_rel_err = weight_change_error(got, ref, init)
+        restart()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    total_ms, it = 0.0, done
-    while it < iterations:
-        n = min(steps_per_epoch, iterations - it)
-        errors = torch.zeros((), device=dev)
+    epochs = max(2, -(-iterations // steps_per_epoch))  # whole epochs; the first is the warm-up
+    for _ in range(epochs):
+        errors.zero_()
         start.record()
-        for s in range(n):
-            errors += one(s)
+        epoch(steps_per_epoch)
         end.record()
         end.synchronize()
-        total_ms += start.elapsed_time(end)
-        out.samples_s.append(start.elapsed_time(end) * 1e-3 / n)
-        it += n
-        out.final_error = float(errors) / n
-        out.error_curve.append((it, out.final_error))
-    out.iterations = it
-    out.seconds_per_iteration = total_ms * 1e-3 / max(1, it - done)
+        out.samples_s.append(start.elapsed_time(end) * 1e-3 / steps_per_epoch)
+        out.iterations += steps_per_epoch
+        out.final_error = float(errors) / steps_per_epoch
+        out.error_curve.append((out.iterations, out.final_error))
+    out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
     with torch.no_grad():
         Xt = torch.tensor(test.x, dtype=torch.float32, device=dev)
         start.record()
@@ -698,12 +726,20 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 continue
         yield train_record(rec, out, seq_s, peak, lanes)
     for mode in torch_modes:
-        rec = dict(base, version=f"torch-{mode}", step="", params="fp32 SGD(momentum)", status="PASS")
+        graphed = ", whole epochs as one CUDA graph" if mode == "graph" else ""
+        rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
+                   params="fp32 SGD(momentum), TF32 off" + graphed)
         try:
-            out = train_torch(layers, init, train, test, hyper, torch_iterations, graph=(mode == "graph"))
+            steps = CHECK_ITERATIONS  # checked like ours
+            ref = reference_weights(init, train, hyper, steps)
+            out = train_torch(layers, init, train, test, hyper, torch_iterations, graph=(mode == "graph"),
+                              check=(steps, ref))
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
+        limit = check_tolerance(init, train, hyper, steps, ref)
+        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
+                   status="PASS" if out.weights_rel_err <= limit else "FAIL")
         yield train_record(rec, out, seq_s, peak, lanes)
 
 

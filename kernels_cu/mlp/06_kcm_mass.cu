@@ -4,7 +4,7 @@
 // Idea:   both of the seed's ideas at once: more parallelism (mass) and fewer launches (KCM).
 // Source: seed 003. Params: MASS_THREADS as step 3. Launch: as step 3; update_merged like
 //         update_rate (one thread per weight, blocks of 256).
-#include "mlp/03_mass.cu"
+#include "mlp/05_mass.cu"
 
 extern "C" __global__ void update_merged(float* __restrict__ w, float* __restrict__ v,
                                          const float* __restrict__ delta, const float* __restrict__ in, int n_in,
