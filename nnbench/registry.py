@@ -429,7 +429,8 @@ CONV: tuple[Variant, ...] = (
             "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision=TF32X3),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
             backend="cpu", runner="numpy", precision=HOST),
-    Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll path's 3xTF32 GEMMs",
+    Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll "
+            "path's 3xTF32 GEMMs",
             "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision=TF32X3),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (
