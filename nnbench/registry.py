@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
+from nnbench.measure import TF32_RTOL
 from nnbench.runtime.device import FFMA, HOST, TF32, TF32X3
 
 
@@ -331,11 +332,7 @@ GEMM: tuple[Variant, ...] = (
         "gemm", "tf32_wgmma", 9, "step 9 with one TF32 product (PRECISION=1): TF32 accuracy, not fp32's",
         "gemm/09_tf32x3_wgmma.cu", tags=("tensor-core", "sm_90a", "tf32"), precision=TF32,
         **dict(_WGMMA, params=_WGMMA["params"] + (_p("PRECISION", 1, (1,), _PRECISION_HELP),)),
-        # TF32 rounds both operands to 11 significant bits (unit roundoff 2^-11 = 4.9e-4 each), so a
-        # product is off by up to 2^-10 = 9.8e-4, randomly signed: the norm-wise error lands near
-        # 2.6e-4 (measured on the H100, docs/RESULTS.md) and stays under 2^-10, doubled for the
-        # accumulation's truncation.
-        rtol=2.0e-3,
+        rtol=TF32_RTOL,  # TF32's own limit (nnbench/measure.py says why)
     ),
     Variant(
         "gemm", "numpy", 0, "NumPy float32 matmul (the host BLAS): the CPU path",

@@ -43,16 +43,27 @@ class Cublas:
         except Exception as e:  # noqa: BLE001
             self.reason = f"neither CuPy nor PyTorch is usable ({cupy_err}; torch: {type(e).__name__})"
 
-    def launcher(self, shape, pa: int, pb: int, pc: int, alpha: float, beta: float):
-        """C = alpha*A*B + beta*C, column-major, no transposes; `shape` has M, N and K."""
+    def launcher(self, shape, pa: int, pb: int, pc: int, alpha: float, beta: float, tf32: bool = False):
+        """C = alpha*A*B + beta*C, column-major, no transposes; `shape` has M, N and K. With tf32 the
+        product runs on the tensor cores in TF32 (a labelled row for context, never the FP32 baseline):
+        the math mode is the handle's, so it is set for that call and put back after it."""
         M, N, K = shape.M, shape.N, shape.K
         if self.via == "cupy":
             a = np.array([alpha], dtype=np.float32)
             b = np.array([beta], dtype=np.float32)
             cb, h = self.library, self.handle
             # Column-major, no transposes: exactly C = alpha*A*B + beta*C with lda=M, ldb=K, ldc=M.
-            return lambda: cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
+            if not tf32:
+                return lambda: cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
+
+            def tf32_call():
+                cb.setMathMode(h, cb.CUBLAS_TF32_TENSOR_OP_MATH)
+                cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
+                cb.setMathMode(h, cb.CUBLAS_DEFAULT_MATH)
+            return tf32_call
         torch = self._torch
+        if tf32:
+            raise NnbenchError("cuBLAS TF32: needs CuPy")
         # Row-major views of the column-major buffers: C^T (N x M) = B^T (N x K) @ A^T (K x M).
         At, Bt, Ct = (torch_view(torch, p, shape) for p, shape in ((pa, (K, M)), (pb, (N, K)), (pc, (N, M))))
         if beta == 0 and alpha == 1:
@@ -101,14 +112,14 @@ def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: in
     except ImportError:
         return None
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = tf32
-    torch.backends.cuda.matmul.allow_tf32 = tf32
     N, C, H, W, K, R = dims
     x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
     last = {}
 
-    def launch():
+    def launch():  # the flag is global and read at each call: set for this row's calls only
+        torch.backends.cudnn.allow_tf32 = tf32
         last["y"] = F.conv2d(x, w, stride=stride, padding=pad)
+        torch.backends.cudnn.allow_tf32 = False
 
     def result() -> None:
         y = last["y"]

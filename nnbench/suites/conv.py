@@ -18,6 +18,7 @@ from nnbench import measure, paths, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.vendor import cudnn_conv_forward
 from nnbench.suites.base import Case, Session, Workload, problem_text
 from nnbench.yamlnodes import compose, fail, integer, mapping, sequence, string
@@ -494,14 +495,17 @@ class ConvSession(Session):
             row = next((r for r in rows if r["variant"] == "torch-step"), None)
             return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
                 if row else None
-        if name != "cudnn" or not isinstance(problem, ConvShape):
+        if name not in ("cudnn", "cudnn-tf32") or not isinstance(problem, ConvShape):
             return None
         layer = self.layer
         s = problem
+        tf32 = name == "cudnn-tf32"  # a labelled row for context; the FP32 row is the baseline
         made = cudnn_conv_forward(int(layer.X), int(layer.Wt), (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad,
-                                  int(layer.Y))
-        rec = dict(self.base_record(problem), variant="cudnn", step="", precision="FP32",
-                   params="torch conv2d, cudnn.benchmark (autotuned), TF32 off, its own output")
+                                  int(layer.Y), tf32=tf32)
+        rec = dict(self.base_record(problem), variant=name, step="", precision=TF32 if tf32 else FFMA,
+                   params=f"torch conv2d, cudnn.benchmark (autotuned), TF32 {'on' if tf32 else 'off'}, its own output")
+        if tf32:
+            rec["rtol"] = measure.TF32_RTOL
         if made is None:
             return dict(rec, status="SKIP", error="PyTorch is not installed")
         launch, result = made
@@ -509,7 +513,7 @@ class ConvSession(Session):
         stats = measure.measure(self.backend, launch, self.settings)  # its warm-up runs cuDNN's autotuning
         result()
         err = layer.rel_err()
-        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= self.rtol else "FAIL")
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= rec["rtol"] else "FAIL")
 
     def run_case(self, case: Case, problem, compiled) -> dict:
         v, params = case.variant, case.param_dict
@@ -570,7 +574,7 @@ class ConvWorkload(Workload):
     default_rtol = DEFAULT_RTOL
     vendor = "cudnn"
     baseline = "direct"
-    vendor_rows = ("cudnn", "torch")
+    vendor_rows = ("cudnn", "cudnn-tf32", "torch")
 
     def variants(self, backend: str | None = None) -> list[Variant]:
         return [v for suite in ("conv", "conv-backward", "conv-model") for v in registry.suite_variants(suite, backend)]

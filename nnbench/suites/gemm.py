@@ -22,7 +22,7 @@ import numpy as np
 from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.device import FFMA
+from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import raw as params_raw
 from nnbench.runtime.vendor import Cublas
@@ -211,14 +211,18 @@ class GemmSession(Session):
         return self._cublas
 
     def run_vendor(self, name: str, shape: Shape) -> dict | None:
-        """cuBLAS's record for this shape, or None where cuBLAS is not available (see `cublas.reason`)."""
-        if name != "cublas" or not self.cublas.via:
+        """cuBLAS's record for this shape (FP32, the baseline; or TF32, a labelled row for context, checked
+        against TF32's own limit), or None where cuBLAS is not available (see `cublas.reason`)."""
+        tf32 = name == "cublas-tf32"
+        if name not in ("cublas", "cublas-tf32") or not self.cublas.via or (tf32 and self.cublas.via != "cupy"):
             return None
         bufs = self.buffers(shape)
         pa, pb, pc = bufs.ptrs()
-        rec = dict(self.base_record(shape), variant="cublas", step="", precision=FFMA,
-                   params=f"sgemm via {self.cublas.via}, TF32 off")
-        return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b))
+        rec = dict(self.base_record(shape), variant=name, step="", precision=TF32 if tf32 else FFMA,
+                   params=f"sgemm via {self.cublas.via}, TF32 {'on' if tf32 else 'off'}")
+        if tf32:
+            rec["rtol"] = measure.TF32_RTOL
+        return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b, tf32))
 
     def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
         """Verify then time one case. A kernel fault comes back as an ERROR record with `fault`
@@ -351,7 +355,7 @@ class GemmWorkload(Workload):
     default_rtol = DEFAULT_RTOL
     vendor = "cublas"
     baseline = "naive"
-    vendor_rows = ("cublas",)
+    vendor_rows = ("cublas", "cublas-tf32")
 
     def parse_problems(self, path, node) -> list[Shape]:
         from nnbench import config
