@@ -11,6 +11,8 @@ import numpy as np
 
 from nnbench.errors import NnbenchError
 
+TF32_TENSOR_OP_MATH = 3  # cublasMath_t's CUBLAS_TF32_TENSOR_OP_MATH (cublas_api.h); CuPy's module lacks the name
+
 
 # -- cuBLAS ---------------------------------------------------------------------------------------
 class Cublas:
@@ -57,7 +59,7 @@ class Cublas:
                 return lambda: cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
 
             def tf32_call():
-                cb.setMathMode(h, cb.CUBLAS_TF32_TENSOR_OP_MATH)
+                cb.setMathMode(h, TF32_TENSOR_OP_MATH)
                 cb.sgemm(h, 0, 0, M, N, K, a.ctypes.data, pa, M, pb, K, b.ctypes.data, pc, M)
                 cb.setMathMode(h, cb.CUBLAS_DEFAULT_MATH)
             return tf32_call
