@@ -37,3 +37,9 @@ def device_count() -> int:
     except BackendUnavailable:
         return 0
     return count()
+
+
+def devices() -> list:
+    """A DeviceInfo per CUDA GPU (needs no context); BackendUnavailable without PyCUDA or a driver."""
+    from nnbench.runtime import cuda
+    return [cuda.device_info(cuda.drv.Device(i)) for i in range(cuda.device_count())]

@@ -1,0 +1,8 @@
+"""The command line: one thin module per command. Each parses options, asks the suites (through the
+harness) for records, and renders them; none imports CUDA. `app` holds the group and what every
+command shares."""
+
+from nnbench.cli import check, conv, devices, gemm, profile, report, sweep, train  # noqa: F401 - registers commands
+from nnbench.cli.app import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,114 @@
+"""The group, its one-line error handling, the consoles and the options every command shares.
+
+Every user error (a NnbenchError, or a click usage error) becomes one line on stderr and exit
+code 2; a failed verification or a kernel fault exits 1 after the results are written.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.console import Console
+
+from nnbench import __version__, registry
+from nnbench.errors import NnbenchError
+from nnbench.runtime import open_backend
+
+# Wide when piped (CI logs, pasted output), so the ladder table is never squeezed into 80 columns.
+out = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
+err = Console(stderr=True, highlight=False)
+
+
+ARGV: list[str] = []  # this invocation's arguments, for starting the same command as MPI ranks
+
+
+def _who() -> str:
+    """'rank R: ' inside one rank of several (so a dying rank names itself), else ''."""
+    from nnbench.runtime.exchange import started_size
+    if started_size() <= 1:
+        return ""
+    import os
+    rank = next((os.environ[v] for v in ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "SLURM_PROCID")
+                 if v in os.environ), "?")
+    return f"rank {rank}: "
+
+
+class NnbenchGroup(click.Group):
+    """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
+
+    def main(self, args=None, prog_name=None, **kw):
+        kw["standalone_mode"] = False
+        ARGV[:] = list(sys.argv[1:] if args is None else args)
+        try:
+            rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
+        except click.exceptions.Exit as e:
+            sys.exit(e.exit_code)
+        except click.exceptions.Abort:
+            click.echo("nnbench: aborted", err=True)
+            sys.exit(130)
+        except click.ClickException as e:
+            click.echo(f"nnbench: error: {_who()}{e.format_message()}", err=True)
+            sys.exit(2)
+        except NnbenchError as e:
+            click.echo(f"nnbench: error: {_who()}{e}", err=True)
+            sys.exit(2)
+        sys.exit(rc if isinstance(rc, int) else 0)
+
+
+@click.group(cls=NnbenchGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="nnbench")
+def cli() -> None:
+    """Benchmark and profile the CUDA kernels behind neural-network training.
+
+    Every kernel is checked against a float64 NumPy reference, then timed with CUDA events.
+    """
+
+
+def main() -> None:
+    cli()
+
+
+# -- shared option groups -------------------------------------------------------------------------
+def timing_options(f):
+    f = click.option("--budget", type=click.FloatRange(min=0.0, min_open=True), default=0.5, show_default=True,
+                     help="Time budget per case in seconds; sampling stops earlier once noise <= 1%.")(f)
+    f = click.option("--cold", is_flag=True, help="Flush L2 before every sample (one launch per sample).")(f)
+    return f
+
+
+def backend_option(f):
+    return click.option("--backend", type=click.Choice(["cuda", "cpu", "auto"]), default="cuda", show_default=True,
+                        help="cuda: PyCUDA on GPU 0. cpu: the NumPy path. auto: cuda if it works, else cpu.")(f)
+
+
+def param_options(*suites: str):
+    """One --name option per kernel parameter in the registry (TS -> --ts, WPT -> --wpt, ...), for
+    every parameter name of the given suites (the first declaration's help)."""
+    first: dict[str, object] = {}
+    for suite in suites:
+        for p in registry.all_param_names(suite):
+            first.setdefault(p.name, p)
+    params = list(first.values())
+
+    def deco(f):
+        for p in reversed(params):
+            f = click.option(p.option, p.name, type=int, default=None, help=f"{p.name}: {p.help}.")(f)
+        return f
+    return deco
+
+
+def open_device(backend: str, device: int = 0):
+    be, note = open_backend(backend, device)
+    if note:
+        err.print(f"[yellow]nnbench: {note}[/]")
+    return be
+
+
+def device_line(env: dict) -> str:
+    if env.get("backend") != "cuda":
+        return f"CPU backend ({env.get('device_name')}, {env.get('sms')} cores): NumPy float32"
+    return (f"{env['gpu']} · sm_{env['cc'].replace('.', '')} · {env['sms']} SMs · FP32 peak "
+            f"{env['fp32_peak_tflops']:.1f} TFLOP/s at {env['max_sm_clock_mhz']:.0f} MHz · driver {env['driver']} "
+            f"· CUDA {env['cuda']} · nvcc {env.get('nvcc')}")
+

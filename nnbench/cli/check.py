@@ -1,0 +1,94 @@
+"""`nnbench check`: the regression gate."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from nnbench import results, tables
+from nnbench.cli import app
+from nnbench.cli.app import backend_option
+from nnbench.cli.sweep import print_outcome, run_sweep
+from nnbench.errors import NnbenchError
+
+
+# -- check ----------------------------------------------------------------------------------------
+class Tolerance(click.ParamType):
+    name = "TOLERANCE"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            v = float(text[:-1]) / 100 if text.endswith("%") else float(text)
+        except ValueError:
+            self.fail(f"{value!r}: expected a fraction or a percentage, e.g. 0.05 or 5%", param, ctx)
+        if not 0 <= v < 10:
+            self.fail(f"{value!r}: expected 0% to 1000%", param, ctx)
+        return v
+
+
+@app.cli.command()
+@click.argument("files", nargs=-1, metavar="[BASELINE.csv CURRENT.csv]", type=click.Path(dir_okay=False))
+@click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
+              help="A slowdown smaller than this is SAME (e.g. 5% or 0.05).")
+@click.option("--run", "run_config", type=click.Path(dir_okay=False),
+              help="Run this sweep config now (fresh) and check it against --baseline.")
+@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
+              help="With --run: the baseline CSV (default: results/baselines/<gpu>.csv).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False), help="With --run: where the new CSV goes.")
+@click.option("--all", "show_all", is_flag=True, help="List SAME cases too.")
+@click.option("--any-gpu", is_flag=True, help="Compare even when the two files come from different GPUs.")
+@backend_option
+def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, backend) -> None:
+    """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, MISSING or NEW per case.
+
+    Exits 1 on any SLOWER case or any failed verification.
+
+    \b
+    Examples:
+      nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
+      nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
+    """
+    from nnbench import config, paths, verdict
+    if run_config:
+        if files:
+            raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
+        if baseline_path and not Path(baseline_path).is_file():
+            raise NnbenchError(f"--baseline {baseline_path}: no such file")
+        spec = config.load_sweep(run_config)
+        outcome = run_sweep(spec, backend, out_path, True, None)
+        print_outcome(spec, outcome)
+        current = outcome.path
+        if not baseline_path:
+            gpu = verdict.gpus(verdict.load(current))
+            name = results.slug(next(iter(gpu))) if gpu else "cpu"
+            baseline_path = paths.RESULTS / "baselines" / f"{name}.csv"
+            if not baseline_path.is_file():
+                raise NnbenchError(f"no baseline for this GPU at {baseline_path}; make one with: nnbench sweep "
+                                   f"{run_config} --fresh --out {baseline_path}")
+    else:
+        if len(files) != 2:
+            raise NnbenchError("check needs BASELINE.csv and CURRENT.csv, or --run CONFIG.yaml")
+        if baseline_path or out_path:
+            raise NnbenchError("--baseline and --out apply only with --run")
+        baseline_path, current = files
+    base, cur = verdict.load(Path(baseline_path)), verdict.load(Path(current))
+    gb, gc = verdict.gpus(base), verdict.gpus(cur)
+    if gb and gc and gb != gc and not any_gpu:
+        raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "
+                           f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
+    verdicts = verdict.compare(base, cur, tolerance)
+    counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
+    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% or the combined IQR, "
+             "whichever is larger")
+    app.out.print(tables.verdict_table(verdicts, title, show_same=show_all))
+    app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
+    if verdict.gated(verdicts):
+        app.out.print("[bold red]regression gate: FAILED[/] (a case is SLOWER or failed verification)")
+        sys.exit(1)
+    app.out.print("[green]regression gate: passed[/]")
+

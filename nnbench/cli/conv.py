@@ -1,0 +1,137 @@
+"""`nnbench conv`: the convolution paths on NCHW layers, or a whole model (LeNet-5)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nnbench import measure, registry, results, tables
+from nnbench.cli import app
+from nnbench.cli.app import backend_option, device_line, open_device, timing_options
+from nnbench.errors import NnbenchError
+
+
+# -- conv -----------------------------------------------------------------------------------------
+@app.cli.command()
+@click.option("--path", "-p", "paths_", multiple=True, metavar="NAME",
+              help="Forward path (repeatable; default: all for the backend). Choices: "
+                   + ", ".join(v.name for v in registry.suite_variants("conv")) + ".")
+@click.option("--set", "sets", multiple=True, metavar="NAME", help="A named layer set of configs/conv.yaml "
+              "(lenet5, resnet, odd; repeatable).")
+@click.option("--n", "n", type=int, help="Images.")
+@click.option("--c", "c", type=int, help="Input channels.")
+@click.option("--h", "h", type=int, help="Input height.")
+@click.option("--w", "w", type=int, help="Input width.")
+@click.option("--k", "k", type=int, help="Output maps (filters).")
+@click.option("--r", "r", type=int, help="Filter size (R x R).")
+@click.option("--stride", type=int, default=1, show_default=True)
+@click.option("--pad", type=int, default=0, show_default=True)
+@click.option("--tile", type=int, default=None, help="TILE of the direct, constant and tiled paths.")
+@click.option("--kb", type=int, default=None, help="KB (output maps per block) of the tiled path.")
+@timing_options
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/conv-…).")
+@click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
+@click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll "
+                                               "and direct), each checked against float64.")
+@click.option("--model", type=click.Choice(["lenet5"]), default=None,
+              help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
+                   "(--n is the batch, default 64), checked against float64, beside PyTorch.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@backend_option
+def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
+         seed, backend) -> None:
+    """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
+    layers, each verified against float64, timed, and compared with cuDNN.
+
+    \b
+    Examples:
+      nnbench conv --set resnet
+      nnbench conv --n 32 --c 64 --h 56 --w 56 --k 64 --r 3 --pad 1 -p tiled -p unroll
+    """
+    from nnbench.suites import conv as conv_suite
+    if model is not None:
+        _conv_model(model, n, budget, cold, csv_path, no_cudnn, seed, backend,
+                    [x is not None for x in (c, h, w, k, r)] + [bool(sets), bool(paths_), backward])
+        return
+    given = [x is not None for x in (n, c, h, w, k, r)]
+    if any(given) and not all(given):
+        raise NnbenchError("--n, --c, --h, --w, --k and --r go together: give all six, or use --set")
+    shapes = []
+    if all(given):
+        shape = conv_suite.ConvShape(n, c, h, w, k, r, stride, pad)
+        shape.validate()
+        shapes.append(shape)
+    known = conv_suite.load_sets() if sets or not shapes else {}
+    for name in sets:
+        if name not in known:
+            raise NnbenchError(f"--set {name}: unknown; choose from {', '.join(known)} (configs/conv.yaml)")
+        shapes += known[name]
+    overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
+    if backend != "auto":
+        conv_suite.plan(list(paths_), backend, overrides)
+    if backward and backend == "cpu":
+        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
+    be = open_device(backend)
+    if backward and be.name != "cuda":
+        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
+    chosen = conv_suite.plan(list(paths_), be.name, overrides)
+    shapes = shapes or known["resnet"][:1]
+    env = results.environment(be)
+    path = csv_path or results.default_path("conv", env["gpu"])
+    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
+    app.out.print(device_line(env))
+    settings = measure.TimingSettings(budget_s=budget, cold=cold)
+    runs = [conv_suite.run(be, chosen, shapes, settings, with_cudnn=not no_cudnn, seed=seed, env=env)]
+    if backward:
+        back = [(v, v.defaults()) for v in registry.suite_variants("conv-backward")]
+        runs.append(conv_suite.run_backward(be, back, shapes, settings, seed=seed, env=env))
+    records = []
+    try:
+        with app.err.status("") as status:
+            for rec in (r for gen in runs for r in gen):
+                sink.append(rec)
+                records.append(rec)
+                status.update(f"{rec['variant']} {rec['shape']}: {rec['status']}")
+    finally:
+        sink.close()
+    app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
+                                if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
+    for rec in records:
+        if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
+            app.out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
+    app.out.print(f"CSV: {path}")
+    if any(rec.get("status") in results.FAILED for rec in records):
+        sys.exit(1)
+
+
+def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backend, others: list[bool]) -> None:
+    from nnbench.suites import lenet
+    if any(others):
+        raise NnbenchError(f"--model {model}: takes --n (the batch) only; the layers are the model's")
+    batch = 64 if batch is None else batch
+    if batch < 1:
+        raise NnbenchError(f"--n {batch}: the batch must be >= 1")
+    if backend == "cpu":
+        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    be = open_device(backend)
+    if be.name != "cuda":
+        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    env = results.environment(be)
+    app.out.print(device_line(env))
+    path = csv_path or results.default_path("conv", env["gpu"])
+    sink = results.CsvSink(path, fields=results.CONV_FIELDS)
+    records = []
+    try:
+        for rec in lenet.run(be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold),
+                             with_torch=not no_torch, env=env):
+            sink.append(rec)
+            records.append(rec)
+    finally:
+        sink.close()
+    app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
+                                         f"(rel_err: weight changes and loss)"))
+    app.out.print(f"CSV: {path}")
+    if any(rec.get("status") in results.FAILED for rec in records):
+        sys.exit(1)
+

@@ -1,0 +1,94 @@
+"""`nnbench gemm`: the GEMM ladder, verified and timed beside cuBLAS."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from nnbench import measure, registry, results, tables
+from nnbench.cli import app
+from nnbench.cli.app import backend_option, device_line, open_device, param_options, timing_options
+from nnbench.errors import NnbenchError
+from nnbench.suites import gemm as gemm_suite
+
+
+# -- gemm -----------------------------------------------------------------------------------------
+@app.cli.command()
+@click.option("--variant", "-v", "variants", multiple=True, metavar="NAME",
+              help="Ladder step to run (repeatable; default: all steps for the backend). "
+                   f"Choices: {', '.join(v.name for v in registry.suite_variants('gemm'))}.")
+@param_options("gemm")
+@click.option("--m", "m", type=click.IntRange(min=1), help="Rows of A and C.")
+@click.option("--n", "n", type=click.IntRange(min=1), help="Columns of B and C.")
+@click.option("--k", "k", type=click.IntRange(min=1), help="Columns of A, rows of B.")
+@click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
+              help="Square size M=N=K (repeatable). Default 4096 on cuda, 1024 on cpu.")
+@timing_options
+@click.option("--rtol", type=click.FloatRange(min=0.0, min_open=True), default=gemm_suite.DEFAULT_RTOL,
+              show_default=True, help="Largest ||C-ref||/||ref|| that passes.")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True),
+              help="Write the CSV here (default: results/gemm-<gpu>-<time>.csv).")
+@click.option("--no-cublas", is_flag=True, help="Skip the cuBLAS baseline.")
+@click.option("--seed", type=int, help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
+@backend_option
+def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed, backend, **params) -> None:
+    """Run the GEMM ladder (column-major SGEMM, C = alpha*A*B + beta*C): verify, time, compare.
+
+    \b
+    Examples:
+      nnbench gemm                          # every step at 4096^3, with cuBLAS
+      nnbench gemm --ts 32 --wpt 8          # steps 2 and 3 take TS and WPT
+      nnbench gemm -v warptile --bk 8 --m 1000 --n 777 --k 1234
+    """
+    overrides = {name: v for name, v in params.items() if v is not None}
+    if any(x is not None for x in (m, n, k)):
+        if None in (m, n, k):
+            raise NnbenchError("--m, --n and --k go together: give all three, or use --size")
+        if sizes:
+            raise NnbenchError("--size and --m/--n/--k are exclusive: use one of them")
+    overrides = {p.upper(): v for p, v in overrides.items()}
+    # Validate options against the registry before opening the GPU, so a bad option is reported
+    # the same way on any machine; device limits are checked once the device is known.
+    if backend != "auto":
+        gemm_suite.plan(list(variants), overrides, None, backend)
+    shapes = [gemm_suite.Shape(m, n, k)] if m else [gemm_suite.Shape(s, s, s) for s in sizes]
+    for s in shapes:
+        gemm_suite.validate_shape(s)
+    be = open_device(backend)
+    cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)
+    shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.name == "cuda" else [1024])]
+
+    env = results.environment(be)
+    path = csv_path or results.default_path("gemm", env["gpu"])
+    sink = results.CsvSink(path)
+    settings = measure.TimingSettings(budget_s=budget, cold=cold)
+    app.out.print(device_line(env))
+    records = []
+    total = len(shapes) * (len(cases) + (0 if no_cublas or be.name != "cuda" else 1))
+    try:
+        with app.err.status("") as status:
+            for rec in gemm_suite.run(be, cases, shapes, settings, rtol, with_cublas=not no_cublas, seed=seed,
+                                      env=env):
+                sink.append(rec)
+                records.append(rec)
+                status.update(f"[{len(records)}/{total}] {rec['variant']} {rec['shape']}: {rec['status']}")
+    finally:
+        sink.close()
+
+    mode = "cold L2" if cold else "hot L2"
+    clock = "CUDA events" if be.name == "cuda" else "perf_counter"
+    app.out.print(tables.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
+                                          f"{budget:g} s/case · rtol {rtol:g}"))
+    if be.name == "cuda" and not no_cublas and not any(r["variant"] == "cublas" for r in records):
+        app.out.print(f"cuBLAS: not available ({gemm_suite.Cublas(be).reason})")
+    elif be.name != "cuda":
+        app.out.print("cuBLAS: not available (CPU backend)")
+    for r in records:
+        if r.get("status") in results.FAILED:
+            why = r.get("error") or f"rel_err {r.get('rel_err'):.2e} > rtol {rtol:g}"
+            app.out.print(f"[red]{r['status']}[/] {r['variant']} {r['params']} {r['shape']}: {why}")
+    app.out.print(f"CSV: {path}")
+    if any(r.get("status") in results.FAILED for r in records):
+        sys.exit(1)
+

@@ -1,0 +1,165 @@
+"""`nnbench sweep`: a YAML config's cases, compiled in parallel, run in a worker, resumable."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import click
+
+from nnbench import results, tables
+from nnbench.cli import app
+from nnbench.cli.app import backend_option
+from nnbench.errors import NnbenchError
+
+
+# -- sweep ----------------------------------------------------------------------------------------
+class _SweepView:
+    """Renders a sweep's events: a progress bar with ETA on stderr, one line per worker restart."""
+
+    def __init__(self) -> None:
+        self.progress = None
+        self.task = None
+        self.failed = 0
+
+    def __call__(self, kind: str, **data) -> None:
+        if kind == "compiled":
+            app.err.print(_compile_line(data["stats"]))
+        elif kind == "start":
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+            if data["resumed"]:
+                app.err.print(f"resuming {data['path']}: {data['resumed']} cases already done")
+            self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
+                                     TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                                     TextColumn("{task.description}"), console=app.err, transient=False)
+            self.progress.start()
+            self.task = self.progress.add_task("", total=data["total"])
+        elif kind == "job" and self.progress:
+            self.progress.update(self.task, description=data["label"])
+        elif kind == "record" and self.progress:
+            rec = data["rec"]
+            if rec is not None and rec["status"] in results.FAILED:
+                self.failed += 1
+                why = rec.get("error") or f"rel_err {rec['rel_err']:.2e}"
+                self.progress.console.print(f"[red]{rec['status']}[/] {rec['variant']} {rec['params']} "
+                                            f"{rec['shape']}: {why}")
+            self.progress.advance(self.task)
+        elif kind == "worker" and data["restart"] and self.progress:
+            self.progress.console.print(f"[yellow]started a fresh worker (pid {data['pid']})[/]")
+
+    def stop(self) -> None:
+        if self.progress:
+            self.progress.stop()
+
+
+def _compile_line(st) -> str:
+    if not st.kernels:
+        return "compile: nothing to compile"
+    line = (f"compile: {st.kernels} kernels for {st.arch} · {st.compiled} compiled, {st.cached} cached, "
+            f"{st.failed} failed{f', {st.skipped} beyond the device limits' if st.skipped else ''} · "
+            f"{st.wall_s:.1f} s wall on {st.jobs} jobs")
+    if st.compiled:
+        line += (f" · nvcc CPU {st.nvcc_cpu_s:.1f} s ({st.cpu_per_core_s:.1f} s per job) · "
+                 f"wall/ideal {st.wall_vs_ideal:.2f}")
+    if st.load_s is not None:
+        line += f" · loaded into the GPU context in {st.load_s:.2f} s"
+    return line
+
+
+def run_sweep(spec, backend: str, out_path, fresh: bool, jobs, load_only: bool = False):
+    from nnbench import sweep as sweep_mod
+    view = _SweepView()
+    try:
+        outcome = sweep_mod.execute(spec, backend, out_path, fresh, jobs, load_only=load_only, events=view)
+    finally:
+        view.stop()
+    return outcome
+
+
+@app.cli.command()
+@click.argument("config_path", metavar="CONFIG.yaml", type=click.Path(dir_okay=False))
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
+              help="Result CSV (default: resume the newest results/<sweep>-<gpu>-*.csv, or start a new one).")
+@click.option("--fresh", is_flag=True, help="Start a new result file instead of resuming.")
+@click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel nvcc processes (default: one per core).")
+@click.option("--watchdog", type=click.FloatRange(min=0.0, min_open=True),
+              help="Seconds without progress before a case counts as hung (overrides timing.watchdog).")
+@click.option("--dry-run", is_flag=True, help="Print the expanded plan and stop; needs no GPU.")
+@click.option("--compile-only", is_flag=True,
+              help="Compile (and, with a GPU, load) every kernel of the sweep, report the times, and stop.")
+@click.option("--arch", help="With --compile-only and no GPU: the target, e.g. sm_90.")
+@backend_option
+def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, backend) -> None:
+    """Sweep a YAML config: every point of its axes, at every shape; resumable.
+
+    \b
+    Examples:
+      nnbench sweep configs/gemm_sweep.yaml
+      nnbench sweep configs/gemm_sweep.yaml --dry-run
+      nnbench sweep configs/gemm_sweep.yaml --compile-only --arch sm_90
+    """
+    from dataclasses import replace
+
+    from nnbench import config
+    if out_path and fresh and Path(out_path).exists():
+        raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
+    spec = config.load_sweep(config_path)
+    if watchdog:
+        spec = replace(spec, watchdog_s=watchdog)
+    if arch and not compile_only:
+        raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
+    if arch and not re.fullmatch(r"sm_\d{2,3}", arch):
+        raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
+    n_shapes = len(spec.shapes)
+    app.out.print(f"sweep {spec.name} ({spec.path}) · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
+    app.out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and the "
+                                                       "variants' rules exclude"))
+    if dry_run:
+        return
+    if compile_only:
+        if arch:
+            from nnbench import sweep as sweep_mod
+            app.out.print(_compile_line(sweep_mod.compile_only(spec, arch, jobs)))
+        else:
+            outcome = run_sweep(spec, backend, None, True, jobs, load_only=True)
+            app.out.print(_compile_line(outcome.compile))
+        return
+    outcome = run_sweep(spec, backend, out_path, fresh, jobs)
+    print_outcome(spec, outcome)
+    if outcome.failed:
+        sys.exit(1)
+
+
+def _case_label(case) -> str:
+    return f"{case.variant.name} {case.param_label}".strip() if case else "none"
+
+
+def print_outcome(spec, outcome) -> None:
+    clock = "CUDA events" if outcome.backend == "cuda" else "perf_counter"
+    title = (f"sweep {spec.name} · best parameters per shape · median of ≥{spec.settings.min_samples} samples "
+             f"({clock}), {'cold' if spec.settings.cold else 'hot'} cache")
+    app.out.print(tables.sweep_table(outcome.summary.rows(), spec.baseline.variant.name if spec.baseline else None,
+                                 title))
+    line = f"ran {outcome.jobs} cases in {outcome.run_s:.1f} s ({outcome.wall_s:.1f} s with start-up and compilation)"
+    if outcome.resumed:
+        line += f" ({outcome.resumed} resumed from the file)"
+    if outcome.skipped:
+        line += f" · {outcome.skipped} skipped for this device"
+    if outcome.failed:
+        line += f" · {outcome.failed} failed"
+    if outcome.restarts:
+        line += f" · {outcome.restarts} worker restarts"
+    if outcome.overhead is not None:
+        line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
+                 f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
+    app.out.print(line)
+    app.out.print(f"CSV: {outcome.path}")
+

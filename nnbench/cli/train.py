@@ -1,0 +1,283 @@
+"""`nnbench train`: the seed's MLP per sample or in mini-batches, data-parallel over ranks."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+
+import click
+from rich.console import Console
+
+from nnbench import registry, results, tables
+from nnbench.cli import app
+from nnbench.cli.app import backend_option, device_line, open_device
+from nnbench.errors import NnbenchError
+
+
+# -- train ----------------------------------------------------------------------------------------
+def _layers_option(text: str) -> tuple[int, ...]:
+    try:
+        layers = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise NnbenchError(f"--layers {text}: expected comma-separated widths, input first, e.g. 120,300,7") from None
+    if len(layers) < 2 or min(layers) < 1:
+        raise NnbenchError(f"--layers {text}: needs at least an input and an output layer, every width >= 1")
+    return layers
+
+
+@app.cli.command()
+@click.option("--net", help="One of the seed's Nets 1-8 (configs/nets.yaml).")
+@click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
+@click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
+              help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
+                   "where a net does not fit on chip; batched with --batch), or "
+                   "sequential (batched-numpy) without a GPU. Choices: "
+                   + ", ".join(v.name for v in registry.suite_variants("mlp")))
+@click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Samples per step. 1 trains per sample, as the seed; B > 1 runs the mini-batch versions "
+                   "(batched, batched-cublas, batched-numpy) for a fixed number of --epochs.")
+@click.option("--epochs", type=click.IntRange(min=1), default=None,
+              help="With --batch: epochs over the noisy training set (default 10).")
+@click.option("--train-samples", type=click.IntRange(min=1), default=None,
+              help="With --batch: noisy training letters (default 65,536).")
+@click.option("--gpus", "--ranks", "ranks", type=click.IntRange(min=1), default=None,
+              help="With --batch: data-parallel over N MPI ranks, one per GPU (on the CPU backend, N processes). "
+                   "nnbench starts mpirun itself, or runs as the ranks of an mpirun/srun it was started under.")
+@click.option("--allreduce", "allreduce", type=click.Choice(["nccl", "mpi"]), default=None,
+              help="Gradient exchange with --gpus: nccl (device-side, the default) or mpi (the seed's: through "
+                   "the host). The CPU backend always uses mpi.")
+@click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
+                                          "net's input width (default: that width).")
+@click.option("--rate", type=float, default=None,
+              help="Learning rate (default: the net's setting, else 0.3; with --batch, the net's batch_rate, else 1, "
+                   "on the batch's mean error).")
+@click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
+@click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
+                                                           "most this (default 1e-5, as in the seed).")
+@click.option("--max-iterations", type=int, default=None,
+              help="Stop after this many samples (default: the net's setting, else 200,000).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
+@click.option("--init", "init_kind", default=None, metavar="KIND",
+              help="Initial weights: glorot (uniform in ±scale*sqrt(6/(fan_in+fan_out))) or centered (std "
+                   "scale/sqrt(fan_in), biases that centre each pre-activation; trains the deep Nets 7 and 8). "
+                   "Default: the net's setting in configs/nets.yaml, else glorot.")
+@click.option("--init-scale", type=float, default=None,
+              help="The scale of --init (default: the net's setting, else 4, Glorot's advice for sigmoid units).")
+@click.option("--blocks", type=click.IntRange(min=1), default=None,
+              help="Grid of fused and fused-barrier (default: one block per SM, at most the widest layer's rows).")
+@click.option("--test-per-letter", type=click.IntRange(min=1), default=10, show_default=True,
+              help="Held-out noisy copies of each letter in the test set.")
+@click.option("--compare", "compare", type=click.Choice(["torch"]), help="Add PyTorch eager and CUDA-graph rows.")
+@click.option("--torch-iterations", type=click.IntRange(min=10), default=2000, show_default=True,
+              help="Iterations of each per-sample PyTorch row (its time per iteration is what is compared).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="CSV path (default results/train-<gpu>-<time>.csv).")
+@click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
+@backend_option
+def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, encoding, rate, momentum,
+          tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
+          csv_path, letters, backend) -> None:
+    """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
+    and compare.
+
+    \b
+    Examples:
+      nnbench train --net 8                    # the fastest GPU version, to convergence
+      nnbench train --net 1 -V all --compare torch
+      nnbench train --layers 120,300,7 -V mass --max-iterations 5000
+      nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch
+      nnbench train --net 8 --batch 16384 --gpus 4 --allreduce nccl
+    """
+    from nnbench import nets as nets_mod
+    from nnbench.suites import batched as batched_mod
+    from nnbench.suites import mlp
+    if net and layers_text:
+        raise NnbenchError("--net and --layers are exclusive: use one of them")
+    if layers_text:
+        layers, label, tuned = _layers_option(layers_text), "custom", {}
+    else:
+        known = nets_mod.load()
+        name = str(net or 8)
+        if name not in known:
+            raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
+        layers, label = known[name].layers, f"Net {name}"
+        tuned = dict(known[name].settings)  # the net's own settings, where the user gave none
+    if encoding is not None and encoding not in (60, 120):
+        raise NnbenchError(f"--encoding {encoding}: choose from 60, 120")
+    if layers[0] not in (60, 120):
+        raise NnbenchError(f"{label} takes {layers[0]} inputs; the glyph encodings are 60 or 120 bits")
+    if encoding is not None and encoding != layers[0]:
+        raise NnbenchError(f"--encoding {encoding} does not match {label}'s input width {layers[0]}")
+    if layers[-1] != 7:
+        raise NnbenchError(f"{label} has {layers[-1]} outputs; the targets are 7-bit ASCII codes, so it needs 7")
+    names = list(version_names)
+    batched_names = [v.name for v in batched_mod.versions()]
+    mini = batch > 1 or any(n in batched_names for n in names)
+    pool = batched_mod.versions() if mini else mlp.versions()
+    if names == ["all"]:
+        names = [v.name for v in pool]
+    for n in names:
+        if n not in [v.name for v in registry.suite_variants("mlp")]:
+            raise NnbenchError(f"--version {n}: unknown; choose from all, "
+                               + ", ".join(v.name for v in registry.suite_variants("mlp")))
+        if n not in [v.name for v in pool]:
+            raise NnbenchError(f"--version {n}: trains one sample at a time; with --batch {batch} choose from "
+                               + ", ".join(batched_names) if mini else
+                               f"--version {n}: a mini-batch version; give --batch B > 1 with it")
+    if mini:
+        for opt, given in (("--tolerance", tolerance), ("--max-iterations", max_iterations), ("--blocks", blocks)):
+            if given is not None:
+                raise NnbenchError(f"{opt}: applies to per-sample training; with --batch, training runs --epochs")
+        rate = tuned.get("batch_rate", batched_mod.DEFAULT_RATE) if rate is None else rate  # not the per-sample rate
+        epochs, train_samples = epochs or batched_mod.DEFAULT_EPOCHS, train_samples or batched_mod.DEFAULT_TRAIN_SAMPLES
+        if train_samples < batch:
+            raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
+    else:
+        for opt, given in (("--epochs", epochs), ("--train-samples", train_samples)):
+            if given is not None:
+                raise NnbenchError(f"{opt}: applies to mini-batch training; give --batch B > 1 with it")
+    hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
+                                    max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
+    hyper.check()
+    world = _data_parallel(ranks, allreduce, mini, batch, backend)
+    be = open_device(backend, world.local_rank if world else 0)
+    if world is not None:
+        _rank_consoles(world.rank)
+    if not names:
+        names = [batched_mod.default_version(be) if mini else mlp.default_version(be, layers)]
+        if be.name != "cuda":
+            app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
+    chosen = mlp.plan(names, be.name, pool)
+    env = results.environment(be)
+    app.out.print(device_line(env))
+    head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
+            f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
+            f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
+    torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
+    path = csv_path or results.default_path("train", env["gpu"])
+    if mini:
+        app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
+        if world is not None:
+            app.out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
+                      f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
+        sink = (results.CsvSink(path, fields=results.BATCH_FIELDS) if world is None or world.rank == 0
+                else results.NullSink())
+        total = epochs * (train_samples // batch)
+        records = _stream(sink, total, "step", lambda progress: batched_mod.run(
+            be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
+            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl"), label)
+        clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
+                 if be.name == "cuda" else "host clock")
+        app.out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
+        check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
+    else:
+        app.out.print(f"{head} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} iterations")
+        sink = results.CsvSink(path, fields=results.TRAIN_FIELDS)
+        records = _stream(sink, hyper.max_iterations, "it", lambda progress: mlp.run(
+            be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
+            progress=progress, env=env, blocks=blocks), label)
+        clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
+        app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
+        check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
+    if compare == "torch" and be.name != "cuda":
+        app.out.print("PyTorch comparison: needs the GPU backend")
+    shown = next((r for r in records if r.get("_outcome") is not None and r["_outcome"].test_outputs is not None), None)
+    if letters and shown is not None:
+        app.out.print(_letters_view(shown, layers, mlp))
+    for r in records:
+        if r.get("status") in results.FAILED:
+            why = r.get("error") or f"{check_what} differ from the float64 reference by " \
+                                    f"{r.get('weights_rel_err'):.2e} > {mlp.CHECK_RTOL:g}"
+            app.out.print(f"[red]{r['status']}[/] {r['version']}: {why}")
+    app.out.print(f"CSV: {path}")
+    if any(r.get("status") in results.FAILED for r in records):
+        sys.exit(1)
+
+
+def _rank_consoles(rank: int) -> None:
+    """Inside MPI ranks: rank 0 reports for all, the others stay silent; mpirun hands the ranks a
+    pseudo-terminal, so rich would otherwise colour and squeeze the table into 80 columns."""
+    app.out = Console(highlight=False, width=180, color_system=None, quiet=rank != 0)
+    app.err = Console(stderr=True, highlight=False, color_system=None, quiet=rank != 0)
+
+
+def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: int, backend: str):
+    """The MPI world this process is a rank of; or, when --gpus N > 1 asks for ranks that do not
+    exist yet, start them (mpirun running this same command) and exit with their status."""
+    from nnbench.runtime import exchange
+    started = exchange.started_size()
+    if (ranks or 1) == 1 and started == 1:
+        if allreduce is not None:
+            raise NnbenchError(f"--allreduce {allreduce}: applies with --gpus N > 1")
+        return None
+    if not mini:
+        raise NnbenchError("--gpus: data-parallel training runs mini-batches; give --batch B > 1")
+    if started > 1:
+        if ranks is not None and ranks != started:
+            raise NnbenchError(f"--gpus {ranks}: this run was started as {started} MPI ranks; give --gpus {started} "
+                               "or leave it out")
+        return exchange.world()
+    if batch % ranks:
+        raise NnbenchError(f"--batch {batch} does not split evenly over --gpus {ranks}: give a multiple of {ranks} "
+                           "(uneven splits are refused, so every rank's step takes the same time)")
+    if backend != "cpu":
+        from nnbench.runtime import device_count
+        have = device_count()
+        if have < ranks and backend == "cuda":
+            raise NnbenchError(f"--gpus {ranks}: this machine has {have} GPU(s); give at most {have}, or "
+                               "--backend cpu for CPU ranks")
+    sys.exit(exchange.launch(ranks, app.ARGV))
+
+
+PLAIN_PROGRESS_S = 60.0  # without a terminal (a CI log, a file), a progress line this often per version
+
+
+def _stream(sink, total: int, unit: str, records, label: str) -> list[dict]:
+    """Run `records(progress)`, a generator of result rows, with a rich progress bar per version
+    (current error in it); each row goes to the CSV the moment it exists. Where stderr is no
+    terminal the bar cannot redraw, so a line a minute says how far each version is."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
+                        TextColumn("{task.completed:,.0f} " + unit), TextColumn("error {task.fields[error]}"),
+                        TimeElapsedColumn(), console=app.err)
+    tasks, rows, said, start = {}, [], {}, time.monotonic()
+
+    def on_progress(name, done, e):
+        if name not in tasks:
+            tasks[name] = progress.add_task(name, total=total, error="—")
+        progress.update(tasks[name], completed=done, error=f"{e:.2e}")
+        now = time.monotonic()
+        if not app.err.is_terminal and now - said.get(name, -math.inf) >= PLAIN_PROGRESS_S:
+            said[name] = now
+            app.err.print(f"{name}: {done:,} of {total:,} {unit}, error {e:.2e}, {now - start:,.0f} s")
+
+    try:
+        with progress:
+            for rec in records(on_progress):
+                rec.update(net=label)
+                sink.append(rec)
+                rows.append(rec)
+    finally:
+        sink.close()
+    return rows
+
+
+def _letters_view(rec: dict, layers, mlp) -> str:
+    """Expected against received bits for each clean letter, through the trained version."""
+    from nnbench import glyphs
+    outs = rec["_outcome"].test_outputs
+    lines, row = [f"{rec['version']}: expected -> received on held-out noisy letters (first copy of each):"], []
+    for i, c in enumerate(glyphs.LETTERS):
+        got = outs[i * (rec["test_samples"] // 52)]
+        bits = "".join("1" if v >= 0.5 else "0" for v in got)
+        want = "".join(str(int(b)) for b in glyphs.target(c))
+        mark = "[green]✓[/]" if bits == want else "[red]✗[/]"
+        row.append(f"{c} {want}->{bits} {mark}")
+        if len(row) == 6:
+            lines.append("   ".join(row))
+            row = []
+    if row:
+        lines.append("   ".join(row))
+    return "\n".join(lines)
+
