@@ -135,10 +135,19 @@ class CsvSink:
             self._fail(e)
 
     def _write(self, text: str) -> None:
-        """One row, one write(2) (O_APPEND puts it at the end), forced to disk before returning."""
+        """One row, one write(2) (O_APPEND puts it at the end), forced to disk before returning. A
+        write that fails part-way (a full disk) is cut back, so the file never ends in a fragment."""
         data = memoryview(text.encode("utf-8"))
-        while data:
-            data = data[os.write(self._fd, data):]
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)  # we hold the lock: nobody else appended meanwhile
+            except OSError:
+                pass
+            raise
         try:
             os.fsync(self._fd)
         except OSError as e:

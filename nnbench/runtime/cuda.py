@@ -95,6 +95,10 @@ class CudaBackend:
             "fp32_peak_tflops": d.fp32_peak_flops / 1e12, "dram_peak_gbs": d.dram_peak_bytes / 1e9,
         }
 
+    def free_memory(self) -> int:
+        """Device bytes free now (nnbench.memory checks a problem against it before allocating)."""
+        return drv.mem_get_info()[0]
+
     # -- kernels ------------------------------------------------------------------------------
     def load(self, compiled: Compiled, name: str) -> Kernel:
         module = drv.module_from_buffer(compiled.cubin.read_bytes())
