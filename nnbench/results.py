@@ -114,13 +114,15 @@ class CsvSink:
     def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS, mode: str | None = None) -> None:
         self.fields = fields
         self.path, self._fd = safeio.open_locked(Path(path), mode or (safeio.APPEND if append else safeio.NEW))
+        self.rows = 0  # written by this sink
+        self._lead = ""  # what the first row must start with
         try:
             end = os.fstat(self._fd).st_size
             if end > 0:
                 with open(self.path, "rb") as f:
                     f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":  # a row cut short by a kill: end it, so ours starts clean
-                        self._write("\n")
+                    if f.read(1) != b"\n":  # a row cut short by a kill: end it (with our first row, so a
+                        self._lead = "\n"  # file refused for its schema is left exactly as it was)
             else:
                 self._write(_csv_line(dict(zip(fields, fields)), fields))
         except OSError as e:
@@ -130,9 +132,11 @@ class CsvSink:
         if self._fd is None:
             raise NnbenchError(f"{self.path}: the result file is closed (an earlier write failed)")
         try:
-            self._write(_csv_line({k: _csv_value(record.get(k)) for k in self.fields}, self.fields))
+            self._write(self._lead + _csv_line({k: _csv_value(record.get(k)) for k in self.fields}, self.fields))
         except OSError as e:
             self._fail(e)
+        self._lead = ""
+        self.rows += 1
 
     def _write(self, text: str) -> None:
         """One row, one write(2) (O_APPEND puts it at the end), forced to disk before returning. A
@@ -157,7 +161,8 @@ class CsvSink:
     def _fail(self, e: OSError):
         """A write failed (a full disk): release the file and say so in one line."""
         self.close()
-        raise safeio.os_problem(self.path, e) from None
+        kept = f"; the {self.rows} rows written before are kept" if getattr(self, "rows", 0) else ""
+        raise NnbenchError(f"{safeio.os_problem(self.path, e)}{kept}") from None
 
     def close(self) -> None:
         if self._fd is not None:

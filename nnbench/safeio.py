@@ -15,9 +15,9 @@
 
 from __future__ import annotations
 
-import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 
 from nnbench.errors import NnbenchError
@@ -28,10 +28,7 @@ MAX_SUFFIX = 1000  # results/<name>-1.csv ... -999.csv: past that, something is 
 
 def os_problem(path, e: OSError, doing: str = "cannot write") -> NnbenchError:
     """One line for an OS error on `path`: what failed, where, and the system's reason."""
-    why = e.strerror or str(e)
-    if e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
-        why += "; the rows written before this one are kept"
-    return NnbenchError(f"{path}: {doing}: {why}")
+    return NnbenchError(f"{path}: {doing}: {e.strerror or e}")
 
 
 def open_locked(path: Path, mode: str = NEW, flag: str = "--force") -> tuple[Path, int]:
@@ -69,10 +66,11 @@ def open_locked(path: Path, mode: str = NEW, flag: str = "--force") -> tuple[Pat
     except OSError as e:
         raise os_problem(path, e, "cannot open for writing") from None
     _lock(path, fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # /dev/full, a FIFO: never a result file
+        os.close(fd)
+        raise NnbenchError(f"{path}: not a regular file; name a file")
     if mode == FORCE:
         try:
-            if not os.path.isfile(path):
-                raise NnbenchError(f"{path}: not a regular file; name a file")
             os.ftruncate(fd, 0)
         except OSError as e:
             os.close(fd)

@@ -38,7 +38,11 @@ def compose(path: Path) -> yaml.Node:
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        if isinstance(e, yaml.reader.ReaderError):  # a character YAML forbids (NUL, a control byte)
+            why = f"character {e.character!r} at offset {e.position} is not allowed"
+        else:
+            why = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, whatever PyYAML wrote
+        raise ConfigError(f"{path}{line}: not valid YAML: {why}") from None
     if node is None:
         raise ConfigError(f"{path}: the file is empty")
     return node
@@ -76,6 +80,8 @@ def scalar(path: Path, node: yaml.Node, what: str) -> str:
 
 def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) -> int:
     if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":int")):
+        raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
+    if ":" in node.value:  # YAML 1.1's base 60 (1:30 is 90): never what a config means
         raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
     try:
         v = int(node.value, 0)

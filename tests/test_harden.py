@@ -274,6 +274,21 @@ def test_expression_bounds_directly():
     assert expr.evaluate("cdiv(M, TS)", {"M": 100, "TS": 32}) == 4  # geometry still works
 
 
+def test_a_resume_refused_for_its_content_leaves_the_file_as_it_was(tmp_path):
+    cfg = sweep_config(tmp_path, [(5, 4, 3)])
+    for content in (b"a,b\n1,2", b"\xff\xfe" * 50):  # another schema, binary; neither ends in a newline
+        out = tmp_path / "o.csv"
+        out.write_bytes(content)
+        res = run("sweep", cfg, "--backend", "cpu", "--out", out)
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "--fresh" in res.stderr, res.output
+        assert out.read_bytes() == content
+
+
+def test_base_60_integers_are_refused(tmp_path):
+    p = sweep_yaml(tmp_path, raw="name: t\nsuite: gemm\nshapes: [[1:30, 8, 7]]\nvariants: {numpy: }\n")
+    one_line(run("sweep", p, "--dry-run"), "s.yaml:3", "expected an integer")
+
+
 def test_non_utf8_yaml_is_one_line(tmp_path):
     one_line(run("sweep", sweep_yaml(tmp_path, raw=b"name: t\xff\xfe\n"), "--dry-run"), "not UTF-8", "0xff")
 
@@ -445,7 +460,7 @@ def test_sink_turns_a_full_disk_into_one_error(tmp_path):
         pytest.skip("no /dev/full")
     fd = os.open("/dev/full", os.O_WRONLY)
     sink = results.CsvSink.__new__(results.CsvSink)
-    sink.fields, sink.path, sink._fd = results.FIELDS, Path("/dev/full"), fd
+    sink.fields, sink.path, sink._fd, sink.rows, sink._lead = results.FIELDS, Path("/dev/full"), fd, 0, ""
     with pytest.raises(NnbenchError, match="/dev/full: cannot write: No space left on device"):
         sink.append({"variant": "naive"})
     with pytest.raises(NnbenchError, match="closed"):
