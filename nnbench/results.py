@@ -66,13 +66,16 @@ STATUSES = {"PASS", "FAIL", "ERROR", "SKIP"}
 
 @lru_cache(maxsize=1)
 def git_sha() -> str:
+    # GIT_OPTIONAL_LOCKS=0: reading the SHA must never write the user's index (a killed or
+    # size-limited run would leave a stale index.lock behind).
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=paths.ROOT, capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, env=env)
         sha = out.stdout.strip()
         if sha:
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=paths.ROOT,
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+                                   capture_output=True, text=True, timeout=5, env=env).stdout.strip()
             return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
