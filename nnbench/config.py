@@ -19,7 +19,7 @@ from nnbench.suites import workload as find_workload
 from nnbench.suites.base import Case
 from nnbench.suites.gemm import Shape
 from nnbench.yamlnodes import (
-    ConfigError,  # noqa: F401 - re-exported: callers catch config.ConfigError
+    ConfigError,
     boolean,
     compose,
     fail,
@@ -237,14 +237,17 @@ def _variant_cases(path: Path, v: registry.Variant, body) -> tuple[list[Case], V
             text = scalar(path, item, f"{what}.restrict")
             try:
                 expr.parse(text)
+                expr.check_condition(text)
                 space.check_names(space.Restriction(text), list(axes))
             except NnbenchError as e:
                 raise fail(path, item, f"{what}.restrict: {e}") from None
             restrictions.append(space.Restriction(text, where(path, item)))
     try:
         exp = space.expand(axes, restrictions)
+    except space.RestrictionError as e:  # blamed on the restriction's own line, not the variant's
+        raise ConfigError(f"{e.restriction.where}: {what}.restrict: {e.message}") from None
     except NnbenchError as e:
-        raise fail(path, body, f"{what}.restrict: {e}") from None
+        raise fail(path, spec["axes"][1] if "axes" in spec else body, f"{what}.axes: {e}") from None
     count.product, count.restricted = exp.total, exp.restricted
     cases = []
     for point in exp.points:

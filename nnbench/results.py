@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import csv
 import datetime as dt
+import errno
+import io
 import math
 import os
 import re
@@ -17,7 +19,8 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from nnbench import __version__, paths
+from nnbench import __version__, paths, safeio
+from nnbench.errors import NnbenchError
 
 # One schema for every workload: any row of any suite can be read, compared and plotted alone.
 # `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
@@ -58,13 +61,16 @@ def git_sha() -> str:
     given = os.environ.get("NNBENCH_GIT_SHA", "").strip()
     if given:
         return given
+    # GIT_OPTIONAL_LOCKS=0: reading the SHA must never write the user's index (a killed or
+    # size-limited run would leave a stale index.lock behind).
+    env = dict(os.environ, GIT_OPTIONAL_LOCKS="0")
     try:
         out = subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], cwd=paths.ROOT, capture_output=True,
-                             text=True, timeout=5)
+                             text=True, timeout=5, env=env)
         sha = out.stdout.strip()
         if sha:
             dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=paths.ROOT,
-                                   capture_output=True, text=True, timeout=5).stdout.strip()
+                                   capture_output=True, text=True, timeout=5, env=env).stdout.strip()
             return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.SubprocessError):
         pass
@@ -83,44 +89,84 @@ def slug(text: str) -> str:
 
 
 def default_path(suite: str, gpu: str) -> Path:
-    """results/<suite>-<gpu>-<timestamp>.csv, never an existing file."""
+    """results/<suite>-<gpu>-<timestamp>.csv: a name, not a reservation. A sink opened in UNIQUE
+    mode takes it, or the next free `-N` after it, atomically (two runs in the same second)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    base = paths.RESULTS / f"{suite}-{slug(gpu)}-{stamp}"
-    path, i = base.with_suffix(".csv"), 1
-    while path.exists():
-        path, i = Path(f"{base}-{i}.csv"), i + 1
-    return path
+    return paths.RESULTS / f"{suite}-{slug(gpu)}-{stamp}.csv"
+
+
+def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False) -> CsvSink:
+    """The sink of a command's `--csv` option: a new file (or, with --force, a replaced one), or a
+    new default name under results/ when the option is not given."""
+    if csv_path:
+        return CsvSink(csv_path, mode=safeio.FORCE if force else safeio.NEW, fields=fields)
+    return CsvSink(default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
 
 
 class CsvSink:
-    """Appends one row per finished case and forces it to disk before returning. With `append`,
-    adds to an existing file of the same schema (a resumed sweep); otherwise the file must be new."""
+    """Appends one row per finished case and forces it to disk before returning. The file is opened
+    through `safeio` (exclusive creation, O_APPEND, an advisory lock held until `close`); with
+    `append` (a resumed sweep) it adds to an existing file of the same schema. `path` is the file
+    actually written (UNIQUE mode may add a suffix)."""
 
-    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS) -> None:  # noqa: B006
-        self.path = Path(path)
+    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS,  # noqa: B006
+                 mode: str | None = None) -> None:
         self.fields = fields
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._f = open(self.path, "a" if append else "w", newline="")
-        if append and self._f.tell() > 0:
-            with open(self.path, "rb") as f:
-                f.seek(-1, os.SEEK_END)
-                if f.read(1) != b"\n":  # a row cut short by a kill: end it, so ours starts clean
-                    self._f.write("\n")
-        self._w = csv.DictWriter(self._f, fieldnames=fields, extrasaction="ignore")
-        if not append or self._f.tell() == 0:
-            self._w.writeheader()
-        self._sync()
+        self.path, self._fd = safeio.open_locked(Path(path), mode or (safeio.APPEND if append else safeio.NEW))
+        self.rows = 0  # written by this sink
+        self._lead = ""  # what the first row must start with
+        try:
+            end = os.fstat(self._fd).st_size
+            if end > 0:
+                with open(self.path, "rb") as f:
+                    f.seek(-1, os.SEEK_END)
+                    if f.read(1) != b"\n":  # a row cut short by a kill: end it (with our first row, so a
+                        self._lead = "\n"  # file refused for its schema is left exactly as it was)
+            else:
+                self._write(_csv_line(dict(zip(fields, fields)), fields))
+        except OSError as e:
+            self._fail(e)
 
     def append(self, record: dict) -> None:
-        self._w.writerow({k: _csv_value(record.get(k)) for k in self.fields})
-        self._sync()
+        if self._fd is None:
+            raise NnbenchError(f"{self.path}: the result file is closed (an earlier write failed)")
+        try:
+            self._write(self._lead + _csv_line({k: _csv_value(record.get(k)) for k in self.fields}, self.fields))
+        except OSError as e:
+            self._fail(e)
+        self._lead = ""
+        self.rows += 1
 
-    def _sync(self) -> None:
-        self._f.flush()
-        os.fsync(self._f.fileno())
+    def _write(self, text: str) -> None:
+        """One row, one write(2) (O_APPEND puts it at the end), forced to disk before returning. A
+        write that fails part-way (a full disk) is cut back, so the file never ends in a fragment."""
+        data = memoryview(text.encode("utf-8"))
+        start = os.fstat(self._fd).st_size
+        try:
+            while data:
+                data = data[os.write(self._fd, data):]
+        except OSError:
+            try:
+                os.ftruncate(self._fd, start)  # we hold the lock: nobody else appended meanwhile
+            except OSError:
+                pass
+            raise
+        try:
+            os.fsync(self._fd)
+        except OSError as e:
+            if e.errno != errno.EINVAL:  # a file that cannot sync (a pipe): the write was the write
+                raise
+
+    def _fail(self, e: OSError):
+        """A write failed (a full disk): release the file and say so in one line."""
+        self.close()
+        kept = f"; the {self.rows} rows written before are kept" if getattr(self, "rows", 0) else ""
+        raise NnbenchError(f"{safeio.os_problem(self.path, e)}{kept}") from None
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            os.close(fd)  # releases the lock
 
 
 class NullSink:
@@ -167,6 +213,12 @@ def parse_row(row: dict) -> dict:
         else:
             out[k] = v
     return out
+
+
+def _csv_line(row: dict, fields: list[str]) -> str:
+    line = io.StringIO()
+    csv.DictWriter(line, fieldnames=fields, extrasaction="ignore").writerow(row)
+    return line.getvalue()
 
 
 def _csv_value(v):

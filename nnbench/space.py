@@ -10,23 +10,40 @@ so a config may write `ts` for the kernel's `TS`.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
+
+MAX_AXIS = 4096  # values on one axis: more than any kernel parameter takes
+MAX_POINTS = 1_000_000  # points in one variant's product: about a minute of filtering
 
 
 class SpaceError(NnbenchError):
     pass
 
 
-def int_range(start: int, stop: int, step: int = 1) -> tuple[int, ...]:
-    """start, start+step, ... up to and including stop (a tuning range names both ends)."""
+class RestrictionError(SpaceError):
+    """A restriction failed on a point; `where` is the restriction's own file:line."""
+
+    def __init__(self, restriction: Restriction, message: str) -> None:
+        super().__init__(f"{restriction.where}: {message}" if restriction.where else message)
+        self.restriction, self.message = restriction, message
+
+
+def int_range(start: int, stop: int, step: int = 1) -> range:
+    """start, start+step, ... up to and including stop (a tuning range names both ends). Lazy, and
+    refused past MAX_AXIS values, so `{start: 1, stop: 1000000000000}` costs nothing."""
     if step <= 0:
         raise SpaceError(f"range step must be >= 1, got {step}")
     if stop < start:
         raise SpaceError(f"range stop {stop} is below start {start}")
-    return tuple(range(start, stop + 1, step))
+    values = range(start, stop + 1, step)
+    if len(values) > MAX_AXIS:
+        raise SpaceError(f"range {start}..{stop} step {step} has {len(values):,} values; at most {MAX_AXIS:,} "
+                         "per axis")
+    return values
 
 
 def powers_of_two(lo: int, hi: int) -> tuple[int, ...]:
@@ -77,17 +94,32 @@ class Expansion:
 
 
 def expand(axes: dict[str, tuple[int, ...]], restrictions: list[Restriction] = ()) -> Expansion:
-    """Every point of the product that satisfies all restrictions, in axis order."""
+    """Every point of the product that satisfies all restrictions, in axis order. A restriction
+    that fails on a point (log2(0), a division by zero) raises RestrictionError at its own line."""
     for r in restrictions:
-        expr.parse(r.text)
+        try:
+            expr.parse(r.text)
+            expr.check_condition(r.text)
+        except expr.ExprError as e:
+            raise RestrictionError(r, str(e)) from None
         check_names(r, list(axes))
+    size = math.prod(len(v) for v in axes.values())
+    if size > MAX_POINTS:
+        raise SpaceError(f"the axes' product has {size:,} points; at most {MAX_POINTS:,} (narrow an axis)")
     names = list(axes)
     kept, total = [], 0
     for values in itertools.product(*axes.values()):
         total += 1
         point = dict(zip(names, values))
         env = expression_env(point)
-        if all(expr.evaluate(r.text, env) for r in restrictions):
+        if all(_holds(r, env) for r in restrictions):
             kept.append(point)
     return Expansion(kept, total, total - len(kept))
+
+
+def _holds(r: Restriction, env: dict) -> bool:
+    try:
+        return bool(expr.evaluate(r.text, env))
+    except expr.ExprError as e:
+        raise RestrictionError(r, f"restriction {e}") from None
 

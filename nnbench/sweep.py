@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nnbench import paths, results
+from nnbench import paths, results, safeio
 from nnbench.config import SweepSpec
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
@@ -101,15 +101,29 @@ def result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tup
     return results.default_path(spec.name, gpu), False
 
 
+def open_result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tuple[results.CsvSink, bool]:
+    """The sweep's sink, locked before anything reads which cases are done: a second sweep on the
+    same file is refused rather than running the same cases again. A default name is taken
+    exclusively (two sweeps started in the same second get two files)."""
+    path, resume = result_file(spec, gpu, out, fresh)
+    mode = safeio.APPEND if resume else safeio.NEW if out is not None else safeio.UNIQUE
+    return results.CsvSink(path, fields=results.FIELDS, mode=mode), resume
+
+
 def _done_rows(path: Path):
-    with open(path, newline="") as f:
-        reader = csv.DictReader(f)
-        if reader.fieldnames != results.FIELDS:
-            raise NnbenchError(f"{path}: written with another result schema; start anew with --fresh")
-        for row in reader:
-            # A row cut short by a kill has no valid status; its case simply runs again.
-            if row.get("status") in results.STATUSES:
-                yield results.parse_row(row)
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if reader.fieldnames != results.FIELDS:
+                raise NnbenchError(f"{path}: written with another result schema; start anew with --fresh")
+            for row in reader:
+                # A row cut short by a kill has no valid status; its case simply runs again.
+                if row.get("status") in results.STATUSES:
+                    yield results.parse_row(row)
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise NnbenchError(f"{path}: not a result CSV ({e}); start anew with --fresh") from None
+    except OSError as e:
+        raise safeio.os_problem(path, e, "cannot read") from None
 
 
 # -- the summary, kept flat: the best record per (shape, variant), never every record ------------
@@ -226,33 +240,44 @@ def _compile(work, cases, arch: str, jobs: int | None):
 
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
             jobs: int | None = None, load_only: bool = False, events: Events | None = None,
-            append: bool = False) -> Outcome:
-    """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc."""
+            append: bool = False, retry_errors: bool = False) -> Outcome:
+    """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
+    With `append`, a later part of a config of several parts adds to the file the first part made.
+    On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
+    `Outcome.failed` counts every case of the file (of this part's suite) whose last row failed, not
+    only this run's."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
     settings = spec.settings
     worker = Worker(backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name})
     emit("worker", pid=worker.pid, restart=False)
+    sink = None
     try:
         info = worker.info
         env, device, arch = info["env"], info["device"], info["arch"]
         on_gpu = env["backend"] == "cuda"
-        if append:  # a later part of a config of several parts: the file the first part made
-            path, resume = Path(out), True
-        else:
+        if load_only:
             path, resume = result_file(spec, env["gpu"], out, fresh)
+        elif append:
+            sink, resume = results.CsvSink(Path(out), fields=results.FIELDS, mode=safeio.APPEND), True
+            path = sink.path
+        else:
+            sink, resume = open_result_file(spec, env["gpu"], out, fresh)
+            path = sink.path
         outcome = Outcome(path, backend=env["backend"])
         summary = outcome.summary = Summary([s.label for s in spec.shapes])
         work = spec.workload
         comparisons = Comparisons(work, spec.baseline)
 
-        done: set[str] = set()
+        last_status: dict[str, str] = {}  # every case of this suite in the file: the status of its last row
         if resume and path.exists():
             for row in _done_rows(path):
-                done.add(results.case_key_of(row))
-                if row.get("suite") == spec.suite:
-                    comparisons.remember(row)
-                    summary.add(row)
+                if row.get("suite") != spec.suite:
+                    continue
+                last_status[results.case_key_of(row)] = row["status"]
+                comparisons.remember(row)
+                summary.add(row)
+        done = {k for k, st in last_status.items() if not (retry_errors and st == "ERROR")}
         all_jobs = plan_jobs(spec, spec.vendor and on_gpu, env["backend"])
         todo = [j for j in all_jobs if job_key(spec, j) not in done]
         link_shapes(todo)
@@ -290,7 +315,6 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             outcome.compile.load_s = reply["load_s"]
             return outcome
 
-        sink = results.CsvSink(path, append=resume)
         t_run = time.perf_counter()
         try:
             emit("start", total=len(todo), resumed=outcome.resumed, path=path)
@@ -322,17 +346,24 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                     rec = comparisons.derive(dict(base, **rec))
                     outcome.jobs += 1
                     outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
-                if rec["status"] in results.FAILED:
-                    outcome.failed += 1
+                last_status[results.case_key_of(rec)] = rec["status"]
                 sink.append(rec)
                 summary.add(rec)
                 emit("record", rec=rec)
         finally:
             sink.close()
+        outcome.failed = sum(st in results.FAILED for st in last_status.values())
         outcome.run_s = time.perf_counter() - t_run
         outcome.wall_s = time.perf_counter() - t_start
         return outcome
+    except KeyboardInterrupt:
+        if worker is not None:  # it ignores Ctrl-C, so it prints nothing; a case in flight is not waited for
+            worker.kill()
+            worker = None
+        raise
     finally:
+        if sink is not None:
+            sink.close()
         if worker is not None:
             worker.close()
 

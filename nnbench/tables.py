@@ -11,8 +11,8 @@ from rich.table import Table
 from rich.text import Text
 
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow", "SLOWER": "bold red",
-                "FAILED": "bold red", "FASTER": "green", "SAME": "", "MISSING": "yellow", "NEW": "cyan",
-                "SKIPPED": "yellow"}
+                "FAILED": "bold red", "INVALID": "bold red", "FASTER": "green", "SAME": "", "MISSING": "bold yellow",
+                "NEW": "cyan", "SKIPPED": "yellow"}
 
 
 def _num(v, fmt: str, missing: str = "—") -> str:

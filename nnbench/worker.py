@@ -38,6 +38,9 @@ class Job:
 
 def main(argv: list[str]) -> None:
     """`python -m nnbench.worker IN_FD OUT_FD`: started by Worker, never by hand."""
+    # Ctrl-C reaches the whole process group; the parent answers it (and kills this process), so
+    # the worker ignores it rather than print its own traceback.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     inbox = Connection(int(argv[0]), writable=False)
     conn = _Duplex(inbox, Connection(int(argv[1]), readable=False))
     try:

@@ -7,10 +7,12 @@ reject a wrong type, an unknown key or an out-of-range value with the allowed va
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
 
+from nnbench import safeio
 from nnbench.errors import NnbenchError
 
 
@@ -28,13 +30,19 @@ def fail(path: Path, node: yaml.Node, message: str) -> ConfigError:
 
 def compose(path: Path) -> yaml.Node:
     try:
-        node = yaml.compose(Path(path).read_text())
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: no such config file") from None
+        node = yaml.compose(safeio.read_text(path, "config file"))
+    except NnbenchError as e:
+        raise ConfigError(str(e)) from None
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a config") from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         line = f":{mark.line + 1}" if mark else ""
-        raise ConfigError(f"{path}{line}: not valid YAML: {getattr(e, 'problem', e)}") from None
+        if isinstance(e, yaml.reader.ReaderError):  # a character YAML forbids (NUL, a control byte)
+            why = f"character {e.character!r} at offset {e.position} is not allowed"
+        else:
+            why = " ".join(str(getattr(e, "problem", None) or e).split())  # one line, whatever PyYAML wrote
+        raise ConfigError(f"{path}{line}: not valid YAML: {why}") from None
     if node is None:
         raise ConfigError(f"{path}: the file is empty")
     return node
@@ -73,7 +81,17 @@ def scalar(path: Path, node: yaml.Node, what: str) -> str:
 def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) -> int:
     if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":int")):
         raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
-    v = int(node.value, 0)
+    if ":" in node.value:  # YAML 1.1's base 60 (1:30 is 90): never what a config means
+        raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
+    try:
+        v = int(node.value, 0)
+    except ValueError:  # YAML 1.1 spellings Python does not read (017 octal, 1:30 base 60), or 5,000 digits
+        try:
+            v = yaml.safe_load(node.value)
+        except (yaml.YAMLError, ValueError):
+            v = None
+        if not isinstance(v, int):
+            raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}") from None
     if minimum is not None and v < minimum:
         raise fail(path, node, f"{what}: {v} is below the minimum {minimum}")
     return v
@@ -87,6 +105,8 @@ def number(path: Path, node: yaml.Node, what: str, positive: bool = False) -> fl
         v = float(node.value)
     except ValueError:
         raise fail(path, node, f"{what}: expected a number, got {_shown(node)}") from None
+    if not math.isfinite(v):
+        raise fail(path, node, f"{what}: {node.value} is not a finite number")
     if positive and not v > 0:
         raise fail(path, node, f"{what}: {node.value} must be > 0")
     return v

@@ -21,9 +21,9 @@ from nnbench.yamlnodes import ConfigError
 
 
 def test_range_includes_both_ends_and_steps():
-    assert space.int_range(8, 32, 8) == (8, 16, 24, 32)
-    assert space.int_range(1, 3) == (1, 2, 3)
-    assert space.int_range(5, 5) == (5,)
+    assert tuple(space.int_range(8, 32, 8)) == (8, 16, 24, 32)
+    assert tuple(space.int_range(1, 3)) == (1, 2, 3)
+    assert tuple(space.int_range(5, 5)) == (5,)
     with pytest.raises(space.SpaceError):
         space.int_range(4, 1)
     with pytest.raises(space.SpaceError):

@@ -10,8 +10,9 @@ import sys
 
 import click
 from rich.console import Console
+from rich.markup import escape
 
-from nnbench import __version__, registry
+from nnbench import __version__, options, registry
 from nnbench.errors import NnbenchError
 from nnbench.runtime import open_backend
 
@@ -37,6 +38,13 @@ def _who() -> str:
 class NnbenchGroup(click.Group):
     """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
 
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # before click's handler, which adds a blank line
+            click.echo("nnbench: interrupted (Ctrl-C); every row already written is kept", err=True)
+            raise click.exceptions.Exit(130) from None
+
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
         ARGV[:] = list(sys.argv[1:] if args is None else args)
@@ -52,6 +60,13 @@ class NnbenchGroup(click.Group):
             sys.exit(2)
         except NnbenchError as e:
             click.echo(f"nnbench: error: {_who()}{e}", err=True)
+            sys.exit(2)
+        except OSError as e:  # the last net under safeio: an OS error is still one line naming the path
+            where = f"{e.filename}: " if e.filename else ""
+            click.echo(f"nnbench: error: {_who()}{where}{e.strerror or e}", err=True)
+            sys.exit(2)
+        except MemoryError:
+            click.echo(f"nnbench: error: {_who()}out of host memory; give a smaller problem", err=True)
             sys.exit(2)
         sys.exit(rc if isinstance(rc, int) else 0)
 
@@ -71,10 +86,14 @@ def main() -> None:
 
 # -- shared option groups -------------------------------------------------------------------------
 def timing_options(f):
-    f = click.option("--budget", type=click.FloatRange(min=0.0, min_open=True), default=0.5, show_default=True,
+    f = click.option("--budget", type=options.POSITIVE, default=0.5, show_default=True,
                      help="Time budget per case in seconds; sampling stops earlier once noise <= 1%.")(f)
     f = click.option("--cold", is_flag=True, help="Flush L2 before every sample (one launch per sample).")(f)
     return f
+
+
+def force_option(f):
+    return click.option("--force", is_flag=True, help="Let --csv replace an existing file (never the default).")(f)
 
 
 def backend_option(f):
@@ -101,8 +120,13 @@ def param_options(*suites: str):
 def open_device(backend: str, device: int = 0):
     be, note = open_backend(backend, device)
     if note:
-        err.print(f"[yellow]nnbench: {note}[/]")
+        # escaped, or rich takes the hint's `[gpu]` for markup and prints `pip install -e '.'`
+        err.print(f"[yellow]nnbench: {escape(note)}[/]", soft_wrap=True)
     return be
+
+
+def print_csv(path) -> None:
+    out.print(f"CSV: {escape(str(path))}")
 
 
 def device_line(env: dict) -> str:

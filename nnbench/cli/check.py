@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from nnbench import results, tables
 from nnbench.cli import app
@@ -36,17 +37,23 @@ class Tolerance(click.ParamType):
 @click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
               help="A slowdown smaller than this is SAME (e.g. 5% or 0.05).")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
-              help="Run this sweep config now (fresh) and check it against --baseline.")
+              help="Run this sweep config now and check it against --baseline (fresh; where --out names an existing "
+                   "file, that file is resumed, its ERROR cases run again).")
 @click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
               help="With --run: the baseline CSV (default: results/baselines/<gpu>.csv).")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="With --run: where the new CSV goes.")
 @click.option("--all", "show_all", is_flag=True, help="List SAME cases too.")
 @click.option("--any-gpu", is_flag=True, help="Compare even when the two files come from different GPUs.")
+@click.option("--allow-missing", is_flag=True, help="Let baseline cases that the current file lacks pass the gate.")
+@click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
+              help="With --run resuming --out: run again the cases whose last row is ERROR.")
 @backend_option
-def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, backend) -> None:
-    """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, MISSING or NEW per case.
+def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, retry_errors,
+          backend) -> None:
+    """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, INVALID, MISSING or NEW per case.
 
-    Exits 1 on any SLOWER case or any failed verification.
+    Exits 1 on any SLOWER, FAILED (FAIL or ERROR row), INVALID (a median that is not a positive
+    finite number) or MISSING case (unless --allow-missing).
 
     \b
     Examples:
@@ -60,7 +67,8 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         if baseline_path and not Path(baseline_path).is_file():
             raise NnbenchError(f"--baseline {baseline_path}: no such file")
         specs = config.load_config(run_config)
-        current = run_sweep(specs, backend, out_path, True, None)[0].path
+        resume = out_path is not None and Path(out_path).exists()
+        current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors)[0].path
         if not baseline_path:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"
@@ -79,14 +87,17 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
     if gb and gc and gb != gc and not any_gpu:
         raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "
                            f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
+    for note in base.attrs.get("notes", []) + cur.attrs.get("notes", []):
+        app.out.print(f"note: {escape(note)}")
     verdicts = verdict.compare(base, cur, tolerance)
     counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
     title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% or the combined IQR, "
              "whichever is larger")
     app.out.print(tables.verdict_table(verdicts, title, show_same=show_all))
     app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
-    if verdict.gated(verdicts):
-        app.out.print("[bold red]regression gate: FAILED[/] (a case is SLOWER or failed verification)")
+    if verdict.gated(verdicts, allow_missing):
+        why = "SLOWER, FAILED, INVALID" + ("" if allow_missing else " or MISSING")
+        app.out.print(f"[bold red]regression gate: FAILED[/] (a case is {why})")
         sys.exit(1)
     app.out.print("[green]regression gate: passed[/]")
 

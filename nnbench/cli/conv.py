@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from nnbench import harness, measure, registry, results, tables
+from nnbench import harness, measure, memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, open_device, timing_options
+from nnbench.cli.app import backend_option, device_line, force_option, open_device, timing_options
 from nnbench.errors import NnbenchError
 from nnbench.suites.base import Case
 
@@ -31,17 +31,19 @@ from nnbench.suites.base import Case
 @click.option("--tile", type=int, default=None, help="TILE of the direct, constant and tiled paths.")
 @click.option("--kb", type=int, default=None, help="KB (output maps per block) of the tiled path.")
 @timing_options
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False), help="CSV path (default results/conv-…).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="CSV path, a new file (default results/conv-<gpu>-<time>.csv).")
 @click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
 @click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll "
                                                "and direct), each checked against float64.")
 @click.option("--model", type=click.Choice(["lenet5"]), default=None,
               help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
                    "(--n is the batch, default 64), checked against float64, beside PyTorch.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the random inputs.")
+@click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
+@force_option
 @backend_option
 def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
-         seed, backend) -> None:
+         seed, force, backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
 
@@ -52,7 +54,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     """
     from nnbench.suites import conv as conv_suite
     if model is not None:
-        _conv_model(model, n, budget, cold, csv_path, no_cudnn, seed, backend,
+        _conv_model(model, n, budget, cold, csv_path, force, no_cudnn, seed, backend,
                     [x is not None for x in (c, h, w, k, r)] + [bool(sets), bool(paths_), backward])
         return
     given = [x is not None for x in (n, c, h, w, k, r)]
@@ -78,26 +80,30 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
         raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
+    for shape in shapes:
+        memory.require(be, *shape.footprint(), f"layer {shape.label}", "a smaller layer")
     env = results.environment(be)
-    path = csv_path or results.default_path("conv", env["gpu"])
+    sink = results.open_sink(csv_path, "conv", env["gpu"], results.FIELDS, force)
+    path = sink.path
     app.out.print(device_line(env))
     settings = measure.TimingSettings(budget_s=budget, cold=cold)
     cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
         cases += [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
-    records = app.stream(results.CsvSink(path), harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
+    records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
                                                              conv_suite.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
     app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
                                 if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
     for rec in records:
         if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
             app.out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
-    app.out.print(f"CSV: {path}")
+    app.print_csv(path)
     if any(rec.get("status") in results.FAILED for rec in records):
         sys.exit(1)
 
 
-def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backend, others: list[bool]) -> None:
+def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed, backend,
+                others: list[bool]) -> None:
     from nnbench.suites import lenet
     if any(others):
         raise NnbenchError(f"--model {model}: takes --n (the batch) only; the layers are the model's")
@@ -111,13 +117,14 @@ def _conv_model(model: str, batch, budget, cold, csv_path, no_torch, seed, backe
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     env = results.environment(be)
     app.out.print(device_line(env))
-    path = csv_path or results.default_path("conv", env["gpu"])
-    records = app.stream(results.CsvSink(path), lenet.run(
+    sink = results.open_sink(csv_path, "conv", env["gpu"], results.FIELDS, force)
+    path = sink.path
+    records = app.stream(sink, lenet.run(
         be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold), with_torch=not no_torch,
         env=env))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))
-    app.out.print(f"CSV: {path}")
+    app.print_csv(path)
     if any(rec.get("status") in results.FAILED for rec in records):
         sys.exit(1)
 

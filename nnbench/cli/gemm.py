@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from nnbench import harness, measure, registry, results, tables
+from nnbench import harness, measure, memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, open_device, param_options, timing_options
+from nnbench.cli.app import backend_option, device_line, force_option, open_device, param_options, timing_options
 from nnbench.errors import NnbenchError
 from nnbench.runtime.vendor import Cublas
 from nnbench.suites import gemm as gemm_suite
@@ -26,14 +26,16 @@ from nnbench.suites import gemm as gemm_suite
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Square size M=N=K (repeatable). Default 4096 on cuda, 1024 on cpu.")
 @timing_options
-@click.option("--rtol", type=click.FloatRange(min=0.0, min_open=True), default=gemm_suite.DEFAULT_RTOL,
+@click.option("--rtol", type=options.POSITIVE, default=gemm_suite.DEFAULT_RTOL,
               show_default=True, help="Largest ||C-ref||/||ref|| that passes.")
-@click.option("--csv", "csv_path", type=click.Path(dir_okay=False, writable=True),
-              help="Write the CSV here (default: results/gemm-<gpu>-<time>.csv).")
+@click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
+              help="Write the CSV here, a new file (default: results/gemm-<gpu>-<time>.csv).")
+@force_option
 @click.option("--no-cublas", is_flag=True, help="Skip the cuBLAS baseline.")
-@click.option("--seed", type=int, help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
+@click.option("--seed", type=options.SEED,
+              help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
 @backend_option
-def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed, backend, **params) -> None:
+def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, seed, backend, **params) -> None:
     """Run the GEMM ladder (column-major SGEMM, C = alpha*A*B + beta*C): verify, time, compare.
 
     \b
@@ -60,12 +62,15 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed
     cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)
     shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.name == "cuda" else [1024])]
 
+    for s in shapes:
+        memory.require(be, *gemm_suite.footprint(s), f"shape {s.label}")
     env = results.environment(be)
-    path = csv_path or results.default_path("gemm", env["gpu"])
+    sink = results.open_sink(csv_path, "gemm", env["gpu"], results.FIELDS, force)
+    path = sink.path
     settings = measure.TimingSettings(budget_s=budget, cold=cold)
     app.out.print(device_line(env))
     total = len(shapes) * (len(cases) + (0 if no_cublas or be.name != "cuda" else 1))
-    records = app.stream(results.CsvSink(path), harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
+    records = app.stream(sink, harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
                                                              seed=seed, env=env, vendor=not no_cublas), total)
 
     mode = "cold L2" if cold else "hot L2"
@@ -80,7 +85,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, no_cublas, seed
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"rel_err {r.get('rel_err'):.2e} > rtol {rtol:g}"
             app.out.print(f"[red]{r['status']}[/] {r['variant']} {r['params']} {r['shape']}: {why}")
-    app.out.print(f"CSV: {path}")
+    app.print_csv(path)
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
 

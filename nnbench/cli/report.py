@@ -5,17 +5,22 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
+from nnbench import safeio
 from nnbench.cli import app
+from nnbench.cli.app import force_option
 from nnbench.errors import NnbenchError
 
 
 @app.cli.command()
 @click.argument("csv_paths", metavar="RESULTS.csv...", nargs=-1, required=True, type=click.Path(dir_okay=False))
 @click.option("--plot", "kind", required=True, metavar="KIND", help="roofline, speedup or heatmap.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False), help="PNG to write.")
+@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+              help="PNG to write, a new file (`name` writes name.png).")
 @click.option("--title", default="", help="Title over the plot.")
-def report(csv_paths, kind, out_path, title) -> None:
+@force_option
+def report(csv_paths, kind, out_path, title, force) -> None:
     """Plot result CSVs as PNG: a roofline of every case, speedup bars per version, or a TS x WPT heatmap.
 
     \b
@@ -26,12 +31,26 @@ def report(csv_paths, kind, out_path, title) -> None:
     import pandas as pd
 
     from nnbench.profiling import plots
-    for p in csv_paths:
-        if not Path(p).exists():
-            raise NnbenchError(f"{p}: no such file")
     if kind not in plots.KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(plots.KINDS)}")
-    df = pd.concat([pd.read_csv(p) for p in csv_paths], ignore_index=True)
-    plots.plot(df, kind, Path(out_path), title)
-    app.out.print(f"{kind} plot of {len(df)} rows: {out_path}")
+    plots.png_path(Path(out_path))  # a wrong --out is refused before any file is read
+    df = pd.concat([_read(p) for p in csv_paths], ignore_index=True)
+    written = plots.plot(df, kind, Path(out_path), title, force)
+    app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")
 
+
+def _read(path: str):
+    import pandas as pd
+    try:
+        df = pd.read_csv(path, encoding="utf-8")
+    except FileNotFoundError:
+        raise NnbenchError(f"{path}: no such file") from None
+    except pd.errors.EmptyDataError:
+        raise NnbenchError(f"{path}: empty; not a result CSV") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
+    except OSError as e:
+        raise safeio.os_problem(path, e, "cannot read") from None
+    if df.empty:
+        raise NnbenchError(f"{path}: has a header but no rows; nothing to plot")
+    return df

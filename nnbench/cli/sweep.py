@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nnbench import results, tables
+from nnbench import options, results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.errors import NnbenchError
@@ -74,7 +74,8 @@ def _compile_line(st) -> str:
     return line
 
 
-def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True):
+def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True,
+              retry_errors: bool = False):
     """Run each part of a config in turn into one result file; return the outcomes, in order."""
     from nnbench import sweep as sweep_mod
     outcomes = []
@@ -85,7 +86,8 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
                 app.out.print(f"part {spec.part} of {len(specs)}: suite {spec.suite}, {len(spec.shapes)} shapes")
             later = i > 0 and not load_only
             outcome = sweep_mod.execute(spec, backend, outcomes[0].path if later else out_path, fresh and not later,
-                                        jobs, load_only=load_only, events=view, append=later)
+                                        jobs, load_only=load_only, events=view, append=later,
+                                        retry_errors=retry_errors)
         finally:
             view.stop()
         outcomes.append(outcome)
@@ -100,14 +102,16 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
               help="Result CSV (default: resume the newest results/<sweep>-<gpu>-*.csv, or start a new one).")
 @click.option("--fresh", is_flag=True, help="Start a new result file instead of resuming.")
 @click.option("--jobs", "-j", type=click.IntRange(min=1), help="Parallel nvcc processes (default: one per core).")
-@click.option("--watchdog", type=click.FloatRange(min=0.0, min_open=True),
+@click.option("--watchdog", type=options.POSITIVE,
               help="Seconds without progress before a case counts as hung (overrides timing.watchdog).")
 @click.option("--dry-run", is_flag=True, help="Print the expanded plan and stop; needs no GPU.")
 @click.option("--compile-only", is_flag=True,
               help="Compile (and, with a GPU, load) every kernel of the sweep, report the times, and stop.")
 @click.option("--arch", help="With --compile-only and no GPU: the target, e.g. sm_90.")
+@click.option("--retry-errors", is_flag=True,
+              help="On a resume, run again the cases whose last row is ERROR (a crash, a hang, a failed compile).")
 @backend_option
-def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, backend) -> None:
+def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, backend) -> None:
     """Sweep a YAML config: every point of its axes, at every shape; resumable.
 
     \b
@@ -119,6 +123,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     from dataclasses import replace
 
     from nnbench import config
+    if dry_run and compile_only:
+        raise NnbenchError("--dry-run and --compile-only are exclusive: give one of them")
     if out_path and fresh and Path(out_path).exists():
         raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
     specs = config.load_config(config_path)
@@ -145,7 +151,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
             for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
                 app.out.print(_compile_line(outcome.compile))
         return
-    outcomes = run_sweep(specs, backend, out_path, fresh, jobs)
+    outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors)
     if any(o.failed for o in outcomes):
         sys.exit(1)
 
@@ -173,5 +179,5 @@ def print_outcome(spec, outcome) -> None:
         line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
                  f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
     app.out.print(line)
-    app.out.print(f"CSV: {outcome.path}")
+    app.print_csv(outcome.path)
 

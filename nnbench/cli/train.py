@@ -9,9 +9,9 @@ import time
 import click
 from rich.console import Console
 
-from nnbench import registry, results, tables
+from nnbench import memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, open_device
+from nnbench.cli.app import backend_option, device_line, force_option, open_device
 from nnbench.errors import NnbenchError
 
 
@@ -27,7 +27,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
 
 
 @app.cli.command()
-@click.option("--net", help="One of the seed's Nets 1-8 (configs/nets.yaml).")
+@click.option("--net", type=options.NAME, help="One of the seed's Nets 1-8 (configs/nets.yaml).")
 @click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
 @click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
               help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
@@ -49,20 +49,21 @@ def _layers_option(text: str) -> tuple[int, ...]:
                    "the host). The CPU backend always uses mpi.")
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
-@click.option("--rate", type=float, default=None,
+@click.option("--rate", type=options.POSITIVE, default=None,
               help="Learning rate (default: the net's setting, else 0.3; with --batch, the net's batch_rate, else 1, "
                    "on the batch's mean error).")
-@click.option("--momentum", type=float, default=None, help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
-@click.option("--tolerance", type=float, default=None, help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at "
-                                                           "most this (default 1e-5, as in the seed).")
-@click.option("--max-iterations", type=int, default=None,
+@click.option("--momentum", type=options.Finite(0.0, 1.0, open_high=True), default=None,
+              help="Momentum in [0, 1) (default: the net's setting, else 0.8).")
+@click.option("--tolerance", type=options.POSITIVE, default=None,
+              help="Stop when an epoch's mean error 1/2 sum (t-o)^2 is at most this (default 1e-5, as in the seed).")
+@click.option("--max-iterations", type=click.IntRange(min=1), default=None,
               help="Stop after this many samples (default: the net's setting, else 200,000).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Initial weights and noisy test letters.")
+@click.option("--seed", type=options.SEED, default=0, show_default=True, help="Initial weights and noisy test letters.")
 @click.option("--init", "init_kind", default=None, metavar="KIND",
               help="Initial weights: glorot (uniform in ±scale*sqrt(6/(fan_in+fan_out))) or centered (std "
                    "scale/sqrt(fan_in), biases that centre each pre-activation; trains the deep Nets 7 and 8). "
                    "Default: the net's setting in configs/nets.yaml, else glorot.")
-@click.option("--init-scale", type=float, default=None,
+@click.option("--init-scale", type=options.POSITIVE, default=None,
               help="The scale of --init (default: the net's setting, else 4, Glorot's advice for sigmoid units).")
 @click.option("--blocks", type=click.IntRange(min=1), default=None,
               help="Grid of fused and fused-barrier (default: one block per SM, at most the widest layer's rows).")
@@ -72,12 +73,13 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--torch-iterations", type=click.IntRange(min=10), default=2000, show_default=True,
               help="Iterations of each per-sample PyTorch row (its time per iteration is what is compared).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
-              help="CSV path (default results/train-<gpu>-<time>.csv).")
+              help="CSV path, a new file (default results/train-<gpu>-<time>.csv).")
+@force_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
 def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, encoding, rate, momentum,
           tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
-          csv_path, letters, backend) -> None:
+          csv_path, force, letters, backend) -> None:
     """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
     and compare.
 
@@ -93,13 +95,13 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     from nnbench.suites import batched as batched_mod
     from nnbench.suites import mlp
     from nnbench.suites import train as train_suite
-    if net and layers_text:
+    if net is not None and layers_text is not None:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
-    if layers_text:
+    if layers_text is not None:
         layers, label, tuned = _layers_option(layers_text), "custom", {}
     else:
         known = nets_mod.load()
-        name = str(net or 8)
+        name = "8" if net is None else net
         if name not in known:
             raise NnbenchError(f"--net {net}: unknown; choose from {', '.join(known)} (configs/nets.yaml)")
         layers, label = known[name].layers, f"Net {name}"
@@ -143,44 +145,51 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     hyper.check()
     world = _data_parallel(ranks, allreduce, mini, batch, backend)
     be = open_device(backend, world.local_rank if world else 0)
+    memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0),
+                   f"{label} (layers {','.join(map(str, layers))})", "narrower layers or a smaller batch")
     if world is not None:
         _rank_consoles(world.rank)
-    if not names:
+    defaulted = not names
+    if defaulted:
         names = [batched_mod.default_version(be) if mini else mlp.default_version(be, layers)]
-        if be.name != "cuda":
-            app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
     chosen = mlp.plan(names, be.name, pool)
     env = results.environment(be)
+    # Opened once every option is known good, and before anything is printed: a refused --csv is
+    # the command's only line, and a refused option leaves no file behind.
+    sink = (results.open_sink(csv_path, "train", env["gpu"], results.FIELDS,
+                              force) if world is None or world.rank == 0 else results.NullSink())
+    if defaulted and be.name != "cuda":
+        app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
     app.out.print(device_line(env))
     head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
             f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
             f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
     torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
-    path = csv_path or results.default_path("train", env["gpu"])
     problem = train_suite.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
                                        epochs or 0, train_samples or 0, test_per_letter, blocks)
+    partial = dict(env, layers="-".join(map(str, layers)), encoding=layers[0], seed=hyper.seed, rate=hyper.rate,
+                   momentum=hyper.momentum, init=hyper.init, init_scale=hyper.init_scale)
     if mini:
         app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
         if world is not None:
             app.out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
                       f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
-        sink = results.CsvSink(path) if world is None or world.rank == 0 else results.NullSink()
         total = epochs * (train_samples // batch)
         records = _stream(sink, total, "step", lambda progress: (train_suite.finish(r, problem) for r in
                                                                  batched_mod.run(
             be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
-            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl")))
+            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl")), problem,
+            dict(partial, batch=batch))
         clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
                  if be.name == "cuda" else "host clock")
         app.out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
         check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
     else:
         app.out.print(f"{head} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} iterations")
-        sink = results.CsvSink(path)
         records = _stream(sink, hyper.max_iterations, "it", lambda progress: (train_suite.finish(r, problem) for r in
                                                                               mlp.run(
             be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
-            progress=progress, env=env, blocks=blocks)))
+            progress=progress, env=env, blocks=blocks)), problem, partial)
         clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
@@ -194,7 +203,8 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
             why = r.get("error") or f"{check_what} differ from the float64 reference by " \
                                     f"{r.get('weights_rel_err'):.2e} > {r.get('weights_rtol'):.2e}"
             app.out.print(f"[red]{r['status']}[/] {r['variant']}: {why}")
-    app.out.print(f"CSV: {path}")
+    if getattr(sink, "path", None):
+        app.print_csv(sink.path)
     if any(r.get("status") in results.FAILED for r in records):
         sys.exit(1)
 
@@ -237,17 +247,20 @@ def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: 
 PLAIN_PROGRESS_S = 60.0  # without a terminal (a CI log, a file), a progress line this often per version
 
 
-def _stream(sink, total: int, unit: str, records) -> list[dict]:
+def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> list[dict]:
     """Run `records(progress)`, a generator of result rows, with a rich progress bar per version
     (current error in it); each row goes to the CSV the moment it exists. Where stderr is no
-    terminal the bar cannot redraw, so a line a minute says how far each version is."""
+    terminal the bar cannot redraw, so a line a minute says how far each version is. On Ctrl-C,
+    the version in training gets a row too (`partial` plus how far it got, status ERROR), so an
+    interrupted run keeps what it did."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                         TextColumn("{task.completed:,.0f} " + unit), TextColumn("error {task.fields[error]}"),
                         TimeElapsedColumn(), console=app.err)
-    tasks, rows, said, start = {}, [], {}, time.monotonic()
+    tasks, rows, said, start, last = {}, [], {}, time.monotonic(), {}
 
     def on_progress(name, done, e):
+        last[name] = (done, e)
         if name not in tasks:
             tasks[name] = progress.add_task(name, total=total, error="—")
         progress.update(tasks[name], completed=done, error=f"{e:.2e}")
@@ -261,6 +274,14 @@ def _stream(sink, total: int, unit: str, records) -> list[dict]:
             for rec in records(on_progress):
                 sink.append(rec)
                 rows.append(rec)
+                last.pop(rec.get("version"), None)
+    except KeyboardInterrupt:
+        for name, (done, e) in last.items():
+            count = "steps" if unit == "step" else "iterations"
+            from nnbench.suites.train import unify
+            sink.append(unify(dict(partial, version=name, status="ERROR", final_error=e, **{count: done},
+                                   error=f"interrupted (Ctrl-C) after {done:,} {count}, error {e:.2e}"), problem))
+        raise
     finally:
         sink.close()
     return rows

@@ -7,7 +7,9 @@ matplotlib, which is an optional extra (`pip install -e '.[plot]'`):
 
 from __future__ import annotations
 
+import io
 import math
+import os
 from pathlib import Path
 
 import pandas as pd
@@ -29,18 +31,53 @@ def _plt():
     return plt
 
 
-def plot(df: pd.DataFrame, kind: str, out: Path, title: str = "") -> Path:
+NUMERIC = ("flops", "bytes", "median_ms", "gflops", "speedup", "speedup_vs_sequential", "fp32_peak_tflops",
+           "dram_peak_gbs")
+
+
+def png_path(out: Path) -> Path:
+    """The file `--out` names: itself if it ends in .png, `out.png` if it has no suffix. Anything
+    else, or a suffix-less name that already exists (a device such as /dev/full, a folder), is
+    refused rather than guessed at."""
+    out = Path(out)
+    if out.suffix.lower() == ".png":
+        return out
+    if out.suffix:
+        raise NnbenchError(f"--out {out}: the plot is a PNG; name a .png file")
+    if out.exists() or out.is_symlink():
+        raise NnbenchError(f"--out {out}: exists and is not a .png file; name a .png file")
+    return out.with_name(out.name + ".png")
+
+
+def plot(df: pd.DataFrame, kind: str, out: Path, title: str = "", force: bool = False) -> Path:
+    """Draw `kind` from `df` and write it, as a new file (or, with force, a replaced one), to
+    png_path(out); return the path written."""
+    from nnbench import safeio
     if kind not in KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(KINDS)}")
+    target = png_path(out)
+    df = df.copy()
+    for col in NUMERIC:
+        if col in df:
+            df[col] = pd.to_numeric(df[col], errors="coerce")
     plt = _plt()
     fig, ax = plt.subplots(figsize=SIZE_INCHES, dpi=DPI)
-    {"roofline": _roofline, "speedup": _speedup, "heatmap": _heatmap}[kind](ax, df)
-    if title:
-        ax.set_title(title)
-    fig.tight_layout()
-    fig.savefig(out, dpi=DPI)
-    plt.close(fig)
-    return out
+    try:
+        {"roofline": _roofline, "speedup": _speedup, "heatmap": _heatmap}[kind](ax, df)
+        if title:
+            ax.set_title(title)
+        fig.tight_layout()
+        image = io.BytesIO()
+        fig.savefig(image, format="png", dpi=DPI)
+    finally:
+        plt.close(fig)
+    target, fd = safeio.open_locked(target, safeio.FORCE if force else safeio.NEW)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(image.getvalue())
+    except OSError as e:
+        raise safeio.os_problem(target, e) from None
+    return target
 
 
 def _ok(df: pd.DataFrame) -> pd.DataFrame:
@@ -84,7 +121,11 @@ def _speedup(ax, df: pd.DataFrame) -> None:
         labels, values = d["variant"] + " " + d.get("shape", ""), d[col]
     else:
         raise NnbenchError("--plot speedup: the CSV has no speedup column (a gemm or train result)")
-    values = values.astype(float)
+    values = pd.to_numeric(values, errors="coerce")
+    keep = values.notna() & values.abs().lt(math.inf) & values.gt(0)
+    labels, values = labels[keep], values[keep]
+    if values.empty:
+        raise NnbenchError(f"--plot speedup: no verified row has a positive finite {col}; nothing to plot")
     ax.bar(range(len(values)), values, color="tab:blue")
     ax.set_xticks(range(len(values)), labels, rotation=30, ha="right", fontsize=8)
     ax.set_ylabel(f"speedup over {base}")

@@ -165,8 +165,11 @@ def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
     cubin = cache / f"{key}.cubin"
     meta = cache / f"{key}.json"
     if cubin.exists() and meta.exists():
-        info = json.loads(meta.read_text())
-        return Compiled(req, cubin, key, 0.0, True, {k: PtxasReport(**v) for k, v in info["ptxas"].items()})
+        try:
+            info = json.loads(meta.read_text())
+            return Compiled(req, cubin, key, 0.0, True, {k: PtxasReport(**v) for k, v in info["ptxas"].items()})
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # a damaged cache entry is a miss: compiled again below, and replaced atomically
 
     cache.mkdir(parents=True, exist_ok=True)
     defines = [f"-D{k}={v}" for k, v in req.params + planted()]
@@ -193,6 +196,17 @@ def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
     return Compiled(req, cubin, key, seconds, False, reports)
 
 
+def usable_cache(cache: Path) -> None:
+    """Refuse, in one line, a cache folder that cannot be made or written (NNBENCH_CACHE naming a
+    file or a read-only folder), before any nvcc starts."""
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=cache):
+            pass
+    except OSError as e:
+        raise NnbenchError(f"{cache}: the cubin cache (NNBENCH_CACHE) cannot be used: {e.strerror or e}") from None
+
+
 def compile_many(reqs: list[CompileRequest], jobs: int | None = None, cache: Path | None = None,
                  return_errors: bool = False) -> list[Compiled | CompileError]:
     """Compile distinct requests in parallel, one nvcc process per core; order is preserved.
@@ -201,6 +215,8 @@ def compile_many(reqs: list[CompileRequest], jobs: int | None = None, cache: Pat
     parameter set does not stop the others."""
     unique = list(dict.fromkeys(reqs))
     jobs = max(1, min(jobs or os.cpu_count() or 1, len(unique) or 1))
+    if unique:
+        usable_cache(cache or paths.cache_dir())
 
     def one(req: CompileRequest) -> Compiled | CompileError:
         try:

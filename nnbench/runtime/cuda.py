@@ -98,6 +98,10 @@ class CudaBackend:
             "tf32_peak_tflops": d.tf32_peak_flops / 1e12 if d.tf32_peak_flops else None,
         }
 
+    def free_memory(self) -> int:
+        """Device bytes free now (nnbench.memory checks a problem against it before allocating)."""
+        return drv.mem_get_info()[0]
+
     # -- kernels ------------------------------------------------------------------------------
     def load(self, compiled: Compiled, name: str) -> Kernel:
         module = drv.module_from_buffer(compiled.cubin.read_bytes())

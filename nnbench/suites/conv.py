@@ -66,6 +66,15 @@ class ConvShape:
         return {"N": self.N, "C": self.C, "H": self.H, "W": self.W, "K": self.K, "R": self.R, "stride": self.stride,
                 "pad": self.pad}
 
+    def footprint(self) -> tuple[float, float]:
+        """(host bytes, device bytes) one layer needs: fp32 tensors and their fp64 reference (with a
+        temporary the size of the output) on the host; two copies of each tensor and the unrolled
+        input on the device."""
+        tensors = self.N * self.C * self.H * self.W + self.K * self.C * self.R * self.R + \
+            self.N * self.K * self.Ho * self.Wo
+        out = self.N * self.K * self.Ho * self.Wo
+        return float(12 * tensors + 16 * out + self.unroll_bytes), float(8 * tensors + self.unroll_bytes)
+
     @property
     def unroll_bytes(self) -> int:
         """The unroll path's workspace: the C*R*R x N*Ho*Wo matrix (the K^2 blow-up), plus the GEMM's

@@ -113,6 +113,17 @@ def fit_device(v: Variant, params: dict[str, int], device) -> None:
         raise NnbenchError(f"{v.name} {opts}: {problems[0]}")
 
 
+def footprint(shape: Shape) -> tuple[float, float]:
+    """(host bytes, device bytes) one shape needs at its peak, estimated before anything is made.
+    Host: A, B, C0 (fp32) and A @ B (fp64) kept, A and B in fp64 while the product is made, and the
+    fp64 temporaries of a reference and of an error check. Device: A, B, C, C0 (fp32) and the two
+    references (fp64)."""
+    ab, mn = shape.M * shape.K + shape.K * shape.N, shape.M * shape.N
+    host = 4 * (ab + mn) + 8 * mn + 8 * ab + 3 * 8 * mn
+    device = 4 * (ab + 2 * mn) + 2 * 8 * mn
+    return float(host), float(device)
+
+
 # -- data -----------------------------------------------------------------------------------------
 def random_nonzero(rng: np.random.Generator, shape: tuple[int, int]) -> np.ndarray:
     """Column-major float32 in ±[0.1, 1): never zero, so an unread operand changes the answer.

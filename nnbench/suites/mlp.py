@@ -52,6 +52,12 @@ class Hyper:
         return cls(**{**known, **{k: v for k, v in given.items() if v is not None}})
 
     def check(self) -> None:
+        for opt, v in (("--rate", self.rate), ("--momentum", self.momentum), ("--tolerance", self.tolerance),
+                       ("--init-scale", self.init_scale)):
+            if not math.isfinite(v):
+                raise NnbenchError(f"{opt} {v}: must be a finite number")
+        if not 0 <= self.seed < 2**32:
+            raise NnbenchError(f"--seed {self.seed}: must be in [0, 2**32)")
         if not self.rate > 0:
             raise NnbenchError(f"--rate {self.rate}: the learning rate must be > 0")
         if not 0 <= self.momentum < 1:
@@ -64,6 +70,17 @@ class Hyper:
             raise NnbenchError(f"--init {self.init}: choose from {', '.join(INITS)}")
         if self.max_iterations < 1:
             raise NnbenchError(f"--max-iterations {self.max_iterations}: must be >= 1")
+
+
+def footprint(layers: tuple[int, ...], batch: int = 1, samples: int = 0) -> tuple[float, float]:
+    """(host bytes, device bytes) a training run needs, estimated before any weight exists. Host:
+    the fp64 initial weights, fp64 reference copies with their velocities and gradients for the
+    check, and the fp32 working set; device: weights, velocities and gradients in fp32. A batch adds
+    its activations and deltas per layer; a training set its inputs and targets."""
+    weights = sum((n_in + 1) * n_out for n_in, n_out in zip(layers, layers[1:]))
+    acts = batch * sum(layers) * 4 * 3
+    data = samples * (layers[0] + layers[-1]) * 4
+    return float(weights * (8 + 3 * 8 + 3 * 4) + acts + data), float(weights * 3 * 4 + acts + data)
 
 
 # -- the network, in float64 ----------------------------------------------------------------------

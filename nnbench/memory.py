@@ -1,0 +1,53 @@
+"""Memory estimated before it is allocated: a problem that cannot fit is refused with one line and
+exit 2, instead of running for a minute and dying in an allocation traceback (or swapping the host).
+
+Each suite says what one problem needs (`footprint`: host bytes, device bytes); this module knows
+how much there is: MemAvailable for the host, the driver's free memory for the device. On the CPU
+backend the "device" buffers are host arrays, so both figures count against host memory.
+"""
+
+from __future__ import annotations
+
+import os
+
+from nnbench.errors import NnbenchError
+
+HEADROOM = 0.9  # leave a tenth for the interpreter, the libraries and everything else running
+
+
+def host_available() -> int | None:
+    """Bytes the kernel says can be allocated without swapping, or None where it does not say."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def device_free(backend) -> int | None:
+    free = getattr(backend, "free_memory", None)
+    return free() if callable(free) else None
+
+
+def require(backend, host_bytes: float, device_bytes: float, what: str, smaller: str = "a smaller size") -> None:
+    """Refuse `what` if its estimated host or device memory does not fit what is free now."""
+    on_host = host_bytes + (device_bytes if backend.name != "cuda" else 0)
+    have = host_available()
+    if have is not None and on_host > HEADROOM * have:
+        raise NnbenchError(f"{what} needs about {_gib(on_host)} of host memory and {_gib(have)} is available; "
+                           f"give {smaller}")
+    if backend.name == "cuda":
+        free = device_free(backend)
+        if free is not None and device_bytes > HEADROOM * free:
+            raise NnbenchError(f"{what} needs about {_gib(device_bytes)} of GPU memory and {_gib(free)} is free; "
+                               f"give {smaller}")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:,.1f} GiB"

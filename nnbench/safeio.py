@@ -1,0 +1,107 @@
+"""Result files that survive two writers, a full disk and a kill: how every nnbench writer opens a file.
+
+- A new file is created exclusively (O_CREAT | O_EXCL), so two processes can never both believe
+  they made it; a default name that is taken is not reused: the next free `-N` suffix is.
+- A resumed file is opened with O_APPEND, so each row lands at the end whatever else moved it.
+- Every writer holds an advisory lock (flock) on its file for as long as it writes. A second
+  writer does not wait behind the first (a sweep can run for hours): it refuses at once, with a
+  line that names the file. The lock is taken before a resume reads which cases are done, so two
+  resumes can never both run the same case.
+- Overwriting needs `force`, and even then a file that another nnbench is writing is refused
+  before anything is truncated.
+- Any OS error (no space, read-only folder, a path that is a device) is one NnbenchError naming
+  the path, never a traceback.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import stat
+from pathlib import Path
+
+from nnbench.errors import NnbenchError
+
+NEW, APPEND, FORCE, UNIQUE = "new", "append", "force", "unique"
+MAX_SUFFIX = 1000  # results/<name>-1.csv ... -999.csv: past that, something is wrong with the folder
+
+
+def os_problem(path, e: OSError, doing: str = "cannot write") -> NnbenchError:
+    """One line for an OS error on `path`: what failed, where, and the system's reason."""
+    return NnbenchError(f"{path}: {doing}: {e.strerror or e}")
+
+
+def open_locked(path: Path, mode: str = NEW, flag: str = "--force") -> tuple[Path, int]:
+    """Open `path` for writing under an exclusive advisory lock; return (path actually opened, fd).
+
+    NEW: the file must not exist. UNIQUE: `path` or, if taken, `path-1`, `path-2`, ... (default
+    names). APPEND: add to the end of an existing (or new) file. FORCE: replace an existing file,
+    truncated only once the lock is held."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise os_problem(path.parent, e, "cannot create the folder") from None
+    if mode == UNIQUE:
+        for i in range(MAX_SUFFIX):
+            candidate = path if i == 0 else path.with_name(f"{path.stem}-{i}{path.suffix}")
+            try:
+                fd = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                continue
+            except OSError as e:
+                raise os_problem(candidate, e) from None
+            _lock(candidate, fd)
+            return candidate, fd
+        raise NnbenchError(f"{path}: {MAX_SUFFIX} files of this name already exist; clean up {path.parent}")
+    flags = {NEW: os.O_WRONLY | os.O_CREAT | os.O_EXCL, APPEND: os.O_WRONLY | os.O_CREAT | os.O_APPEND,
+             FORCE: os.O_WRONLY | os.O_CREAT}[mode]
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        raise NnbenchError(f"{path}: the file exists and nnbench never overwrites a result file; name a new file, "
+                           f"or pass {flag} to replace it") from None
+    except IsADirectoryError:
+        raise NnbenchError(f"{path}: is a folder; name a file") from None
+    except OSError as e:
+        raise os_problem(path, e, "cannot open for writing") from None
+    _lock(path, fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # /dev/full, a FIFO: never a result file
+        os.close(fd)
+        raise NnbenchError(f"{path}: not a regular file; name a file")
+    if mode == FORCE:
+        try:
+            os.ftruncate(fd, 0)
+        except OSError as e:
+            os.close(fd)
+            raise os_problem(path, e, "cannot replace") from None
+        except NnbenchError:
+            os.close(fd)
+            raise
+    return path, fd
+
+
+def _lock(path: Path, fd: int) -> None:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise NnbenchError(f"{path}: another nnbench process is writing this file; wait for it to finish, or "
+                           "write to another file") from None
+    except OSError as e:
+        os.close(fd)
+        raise os_problem(path, e, "cannot lock") from None
+
+
+def read_text(path, what: str = "file") -> str:
+    """A UTF-8 text file, or one line saying why it cannot be read."""
+    try:
+        return Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise NnbenchError(f"{path}: no such {what}") from None
+    except IsADirectoryError:
+        raise NnbenchError(f"{path}: is a folder, not a {what}") from None
+    except UnicodeDecodeError as e:
+        raise NnbenchError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
+    except OSError as e:
+        raise os_problem(path, e, "cannot read") from None

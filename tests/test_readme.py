@@ -1,0 +1,27 @@
+"""The README's ladder table is the registry's: every GEMM step with a kernel file has a row naming
+its step and file, and every row names a step and file the registry has."""
+
+import re
+from pathlib import Path
+
+from nnbench import paths, registry
+
+README = paths.ROOT / "README.md"
+
+
+def ladder_rows(text: str) -> set[tuple[int, str]]:
+    """(step, file) of each row of the table under '## The GEMM ladder'."""
+    section = text.split("## The GEMM ladder", 1)[1].split("\n## ", 1)[0]
+    return {(int(m.group(1)), m.group(2)) for m in re.finditer(r"^\| (\d+) \| `([\w.]+)` \|", section, re.M)}
+
+
+def test_the_ladder_table_matches_the_registry():
+    rows = ladder_rows(README.read_text())
+    want = {(v.step, Path(v.source).name) for v in registry.suite_variants("gemm") if v.source}
+    assert rows == want, f"README has {sorted(rows - want)} that the registry lacks; lacks {sorted(want - rows)}"
+
+
+def test_the_check_sees_a_missing_step():
+    text = README.read_text()
+    planted = re.sub(r"^\| 8 \| `08_tf32x3.cu` \|.*\n", "", text, flags=re.M)
+    assert (8, "08_tf32x3.cu") not in ladder_rows(planted)
