@@ -227,3 +227,23 @@ def _csv_value(v):
     if isinstance(v, float) and math.isinf(v):
         return "inf"
     return v
+
+
+def read_csv(path, **options):
+    """A result CSV as a DataFrame; every way it can be unreadable is one NnbenchError naming it."""
+    import pandas as pd
+
+    from nnbench import safeio
+    from nnbench.errors import NnbenchError
+    try:
+        return pd.read_csv(path, encoding="utf-8", **options)
+    except FileNotFoundError:
+        raise NnbenchError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise NnbenchError(f"{path}: is a folder, not a result file") from None
+    except pd.errors.EmptyDataError:
+        raise NnbenchError(f"{path}: empty; not a result CSV") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
+    except OSError as e:
+        raise safeio.os_problem(path, e, "cannot read") from None

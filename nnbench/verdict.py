@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from nnbench import results, safeio
+from nnbench import results
 from nnbench.errors import NnbenchError
 
 VERDICTS = ("SLOWER", "FAILED", "INVALID", "MISSING", "NEW", "SKIPPED", "FASTER", "SAME")
@@ -57,18 +57,7 @@ class Verdict:
 def load(path: Path) -> pd.DataFrame:
     """A result CSV, one row per case (the last one wins), indexed by case key. `df.attrs["notes"]`
     lists what was set aside: rows without a valid status (cut short), cases with several rows."""
-    try:
-        df = pd.read_csv(path, dtype=str, keep_default_na=False, na_values=[""], encoding="utf-8")
-    except FileNotFoundError:
-        raise NnbenchError(f"{path}: no such result file") from None
-    except IsADirectoryError:
-        raise NnbenchError(f"{path}: is a folder, not a result file") from None
-    except pd.errors.EmptyDataError:
-        raise NnbenchError(f"{path}: empty; not a result CSV") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
-    except OSError as e:
-        raise safeio.os_problem(path, e, "cannot read") from None
+    df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
         raise NnbenchError(f"{path}: not an nnbench result CSV; missing columns: {', '.join(missing)}")

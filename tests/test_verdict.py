@@ -89,7 +89,7 @@ def test_cli_check_exit_codes(tmp_path):
     (["check", "{b}", "{other}"], ["from GPU-A", "GPU-B", "--any-gpu"]),
     (["check", "{b}", "{b}", "--tolerance", "lots"], ["--tolerance", "5%"]),
     (["check", "{b}", "{junk}"], ["missing columns"]),
-    (["check", "{b}", "nope.csv"], ["nope.csv: no such result file"]),
+    (["check", "{b}", "nope.csv"], ["nope.csv: no such file"]),
     (["check", "--run", "configs/ci.yaml", "--baseline", "nope.csv"], ["--baseline nope.csv: no such file"]),
     (["check", "{b}", "{b}", "--baseline", "{b}"], ["apply only with --run"]),
 ])

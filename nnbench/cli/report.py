@@ -7,7 +7,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from nnbench import safeio
+from nnbench import results
 from nnbench.cli import app
 from nnbench.cli.app import force_option
 from nnbench.errors import NnbenchError
@@ -40,17 +40,7 @@ def report(csv_paths, kind, out_path, title, force) -> None:
 
 
 def _read(path: str):
-    import pandas as pd
-    try:
-        df = pd.read_csv(path, encoding="utf-8")
-    except FileNotFoundError:
-        raise NnbenchError(f"{path}: no such file") from None
-    except pd.errors.EmptyDataError:
-        raise NnbenchError(f"{path}: empty; not a result CSV") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
-        raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
-    except OSError as e:
-        raise safeio.os_problem(path, e, "cannot read") from None
+    df = results.read_csv(path)
     if df.empty:
         raise NnbenchError(f"{path}: has a header but no rows; nothing to plot")
     return df
