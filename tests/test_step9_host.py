@@ -53,9 +53,18 @@ def test_tensor_map_rules_pick_the_fallback():
 
 
 def test_copy_path_names_the_fallback():
-    assert gemm.copy_path(["A", "B"], []) == "TMA"
-    assert gemm.copy_path(["A"], ["B"]) == "TMA A, cp.async B (leading dim % 4 != 0)"
-    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B (leading dim % 4 != 0)"
+    assert gemm.copy_path([], []) == "TMA"
+    assert gemm.copy_path(["B"], []) == "TMA, B via a padded copy (leading dim % 4 != 0)"
+    assert gemm.copy_path(["A"], ["B"]) == "TMA, A via a padded copy (leading dim % 4 != 0), cp.async B"
+    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B"
+
+
+def test_split_k_only_where_tiles_leave_sms_idle():
+    assert gemm.split_k(1024, 128, 132) == 1  # 4096^3: the tiles fill the GPU
+    assert gemm.split_k(4, 128, 132) == 32  # Net 8's 121 x 500 x 4096 weight gradient: 4 tiles
+    assert gemm.split_k(16, 128, 132) == 8
+    assert gemm.split_k(56, 39, 132) == 2  # 1000 x 777 x 1234
+    assert gemm.split_k(32, 4, 132) == 1  # too little K to share
 
 
 def _device(cc):

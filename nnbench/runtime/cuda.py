@@ -52,6 +52,10 @@ class Kernel:
         self.cubin, self.name = cubin, name
         self._offsets: list[int] | None = None
 
+    def sibling(self, name: str) -> Kernel:
+        """Another kernel of the same module (a helper pass that ships in the same .cu file)."""
+        return Kernel(self.module, self.module.get_function(name), self.info, self.cubin, name)
+
     def param_offsets(self) -> list[int]:
         """Where each parameter starts in the kernel's parameter buffer, as the driver reads the
         cubin (cuFuncGetParamInfo): the truth that a raw by-value parameter's padding must match."""
@@ -166,6 +170,10 @@ class CudaBackend:
         buf = drv.mem_alloc(max(host.nbytes, 4))
         drv.memcpy_htod(buf, np.ascontiguousarray(host) if host.flags.c_contiguous else np.asfortranarray(host))
         return buf
+
+    def alloc(self, nbytes: int):
+        """An uninitialised device buffer."""
+        return drv.mem_alloc(max(nbytes, 4))
 
     def write(self, buf, host: np.ndarray) -> None:
         drv.memcpy_htod(buf, host)
