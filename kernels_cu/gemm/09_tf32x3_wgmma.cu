@@ -28,10 +28,15 @@
 //         PRECISION=3 (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
 //         bytes of dynamic shared memory, plus 1 KiB of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
-//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise the producer warpgroup
-//         copies it with 4-byte cp.async into the same layout (the host passes `paths`, and the
+//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise the host first copies it,
+//         inside the timed launch, to a buffer whose leading dimension is rounded up to a multiple of
+//         4 (pad_leading_dim below) and maps that. The producer's 4-byte cp.async path into the same
+//         layout remains for an operand that cannot be mapped even so (`paths` says which; the
 //         table names the path).
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN)); sm_90a only.
+// Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
+//         fewer tiles), the host launches gridDim.z slices of K; scale_c (below) first sets
+//         C = beta C and each slice adds alpha times its share with atomics.
+// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
 #include "common/gemm_common.cuh"
 #include "common/hopper.cuh"
 #include "common/tf32x3.cuh"
