@@ -78,6 +78,9 @@ class Variant:
     dynamic_smem: str = "0"  # dynamic shared memory in bytes, asked for at launch
     tensor_maps: tuple[TensorMap, ...] = ()  # operands that arrive by bulk tensor copy
     rtol: float | None = None  # a lower-precision variant's own tolerance, replacing the run's
+    # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file's scale_c
+    # sets C = beta C first; each split adds alpha times its share)
+    split_k: bool = False
 
     def target(self, device_arch: str) -> str:
         """The architecture to build for on a device of `device_arch`."""
@@ -252,6 +255,7 @@ _WGMMA = dict(
     dynamic_smem="STAGES * (BK * (BM + 8) + B_COPIES * BN * BK) * 4 + 24 * STAGES + 1024",
     arch="sm_90a",
     tensor_maps=(TensorMap("A", ("BM + 8", "BK")), TensorMap("B", ("BK", "BN"), swizzle=128)),
+    split_k=True,
 )
 
 GEMM: tuple[Variant, ...] = (

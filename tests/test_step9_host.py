@@ -16,14 +16,18 @@ from nnbench.suites import gemm
 STEP9 = registry.get("gemm", "tf32x3_wgmma")
 
 
-def test_raw_params_start_at_their_alignment():
-    """gemm(M, N, K, alpha, A, B, beta, C, CUtensorMap a, CUtensorMap b, int paths): the maps are
-    64-byte aligned, so after the 48 bytes of the ladder's arguments come 16 pad bytes."""
-    fmt = param_format(SIGNATURE + raw(128, 64) * 2 + "i")
+def test_raw_params_go_where_the_kernel_reads_them():
+    """gemm(M, N, K, alpha, A, B, beta, C, CUtensorMap a, CUtensorMap b, int paths) on sm_90a, with the
+    offsets its cubin declares (cuobjdump -elf: KPARAM_INFO): the 64-byte-aligned maps start at 0x70
+    and 0xf0, since sm_90's parameter bank begins at 0x210, and `paths` at 0x170."""
+    offsets = [0, 4, 8, 12, 16, 24, 32, 40, 0x70, 0xF0, 0x170]
+    fmt = param_format(SIGNATURE + raw(128, 64) * 2 + "i", offsets)
     args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 128, b"b" * 128, 3)
     buf = struct.pack(fmt, *args)
-    assert buf.index(b"a" * 128) == 64 and buf.index(b"b" * 128) == 192 and len(buf) == 324
-    assert param_format("Pi{8@8}") == "Pi4x8s"
+    assert buf.index(b"a" * 128) == 0x70 and buf.index(b"b" * 128) == 0xF0 and len(buf) == 0x174
+    assert struct.unpack_from("i", buf, 0x170)[0] == 3
+    assert param_format("Pi{8@8}", [0, 8, 16]) == "Pi4x8s"
+    assert param_format("iiifPPfP") == "iiifPPfP"
 
 
 def test_bad_signature_is_one_clear_error():
@@ -31,6 +35,12 @@ def test_bad_signature_is_one_clear_error():
         param_format("ii{128}")
     with pytest.raises(NnbenchError, match="power of two"):
         param_format("i{128@48}")
+    with pytest.raises(NnbenchError, match="need the kernel's parameter offsets"):
+        param_format("i{128@64}")
+    with pytest.raises(NnbenchError, match="cannot start at byte 2"):
+        param_format("i{128@64}", [0, 2])
+    with pytest.raises(NnbenchError, match="has 2 parameters; the kernel has 3"):
+        param_format("i{128@64}", [0, 64, 192])
 
 
 def test_tensor_map_rules_pick_the_fallback():
@@ -43,9 +53,18 @@ def test_tensor_map_rules_pick_the_fallback():
 
 
 def test_copy_path_names_the_fallback():
-    assert gemm.copy_path(["A", "B"], []) == "TMA"
-    assert gemm.copy_path(["A"], ["B"]) == "TMA A, cp.async B (leading dim % 4 != 0)"
-    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B (leading dim % 4 != 0)"
+    assert gemm.copy_path([], []) == "TMA"
+    assert gemm.copy_path(["B"], []) == "TMA, B via a padded copy (leading dim % 4 != 0)"
+    assert gemm.copy_path(["A"], ["B"]) == "TMA, A via a padded copy (leading dim % 4 != 0), cp.async B"
+    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B"
+
+
+def test_split_k_only_where_tiles_leave_sms_idle():
+    assert gemm.split_k(1024, 128, 132) == 1  # 4096^3: the tiles fill the GPU
+    assert gemm.split_k(4, 128, 132) == 32  # Net 8's 121 x 500 x 4096 weight gradient: 4 tiles
+    assert gemm.split_k(16, 128, 132) == 8
+    assert gemm.split_k(56, 39, 132) == 2  # 1000 x 777 x 1234
+    assert gemm.split_k(32, 4, 132) == 1  # too little K to share
 
 
 def _device(cc):

@@ -28,10 +28,15 @@
 //         PRECISION=3 (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
 //         bytes of dynamic shared memory, plus 1 KiB of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
-//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise the producer warpgroup
-//         copies it with 4-byte cp.async into the same layout (the host passes `paths`, and the
+//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise the host first copies it,
+//         inside the timed launch, to a buffer whose leading dimension is rounded up to a multiple of
+//         4 (pad_leading_dim below) and maps that. The producer's 4-byte cp.async path into the same
+//         layout remains for an operand that cannot be mapped even so (`paths` says which; the
 //         table names the path).
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN)); sm_90a only.
+// Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
+//         fewer tiles), the host launches gridDim.z slices of K; scale_c (below) first sets
+//         C = beta C and each slice adds alpha times its share with atomics.
+// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
 #include "common/gemm_common.cuh"
 #include "common/hopper.cuh"
 #include "common/tf32x3.cuh"
@@ -85,11 +90,12 @@ struct Ring {
     __device__ unsigned long long* empty(int s) const { return bars() + 2 * STAGES + s; }
 };
 
-// Issue k-block kb's copies into its slot; each of the 128 producer threads arrives on `full` once.
-__device__ __forceinline__ void load_k_block(const Ring& ring, int kb, int pt, int paths, const CUtensorMap* a_map,
+// Issue the copies of this block's i-th k-block (k-block kb of the operands) into its slot; each of
+// the 128 producer threads arrives on `full` once.
+__device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, int pt, int paths, const CUtensorMap* a_map,
                                              const CUtensorMap* b_map, const float* __restrict__ A,
                                              const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
-    const int s = kb % STAGES, k0 = kb * BK;
+    const int s = i % STAGES, k0 = kb * BK;
     float* as = ring.a(s);
     float* bs = ring.b_big(s);
     if (pt == 0 && paths) {
@@ -147,6 +153,70 @@ __device__ __forceinline__ void wgmma_k8(float (&d)[N_ACC], const unsigned (&a)[
     else wgmma_m64n64k8(d, a, desc, scale_d);
 }
 
+// A consumer thread's A fragments for one k-block: BK/8 k8 steps of 4 TF32 values, big (and small).
+struct AFrag {
+    unsigned big[BK / 8][4];
+#if PRECISION == 3
+    unsigned sml[BK / 8][4];
+#endif
+};
+
+// The k-blocks this block accumulates: all of them, or with split-K (gridDim.z > 1) its share.
+struct KRange {
+    int first, count;
+    __device__ explicit KRange(int K) {
+        const int k_blocks = (K + BK - 1) / BK, per = (k_blocks + gridDim.z - 1) / gridDim.z;
+        first = blockIdx.z * per;
+        count = max(0, min(k_blocks, first + per) - first);
+    }
+};
+
+__device__ __forceinline__ void wait_stage(const Ring& ring, int i) {
+    const int s = i % STAGES;
+    const unsigned parity = (i / STAGES) & 1;
+    mbar_wait(ring.full(s), parity);  // orders the A tile's arrival for these threads' own loads
+    mbar_wait(ring.ready(s), parity);
+}
+
+__device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+        const float2 lo = *reinterpret_cast<const float2*>(as + (8 * ks + t) * A_PITCH + row);
+        const float2 hi = *reinterpret_cast<const float2*>(as + (8 * ks + t + 4) * A_PITCH + row);
+#if PRECISION == 3
+        split(lo.x, f.big[ks][0], f.sml[ks][0]);
+        split(lo.y, f.big[ks][1], f.sml[ks][1]);
+        split(hi.x, f.big[ks][2], f.sml[ks][2]);
+        split(hi.y, f.big[ks][3], f.sml[ks][3]);
+#else
+        f.big[ks][0] = to_tf32(lo.x);
+        f.big[ks][1] = to_tf32(lo.y);
+        f.big[ks][2] = to_tf32(hi.x);
+        f.big[ks][3] = to_tf32(hi.y);
+#endif
+    }
+}
+
+// One k-block's wgmmas into d, committed as one group; `accumulate` false starts d afresh.
+__device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, const Ring& ring, int s,
+                                              bool accumulate) {
+    const unsigned long long big = wgmma_desc_sw128(ring.b_big(s));
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+        const unsigned long long step = (ks * 32) >> 4;  // 32 bytes further along k, in 16-byte units
+#if PRECISION == 3
+        const unsigned long long small = wgmma_desc_sw128(ring.b_small(s));
+        wgmma_k8(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
+        wgmma_k8(d, f.big[ks], small + step, 1);
+        wgmma_k8(d, f.big[ks], big + step, 1);
+#else
+        wgmma_k8(d, f.big[ks], big + step, 1);
+#endif
+    }
+    wgmma_commit();
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B, float beta,
      float* __restrict__ C, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
@@ -175,26 +245,28 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
         // it to the consumers, and refill the slot the consumers finished last. The split stays one
         // k-block ahead of the consumers; the copies STAGES - 1 ahead.
         regs_dealloc<PRODUCER_REGS>();
-        const int k_blocks = (K + BK - 1) / BK;
-        const int first = k_blocks < STAGES ? k_blocks : STAGES;
-        for (int kb = 0; kb < first; ++kb) load_k_block(ring, kb, wt, paths, &a_map, &b_map, A, B, M, N, K, m0, n0);
-        for (int kb = 0; kb < k_blocks; ++kb) {
-            const int s = kb % STAGES;
-            mbar_wait(ring.full(s), (kb / STAGES) & 1);
+        const KRange kr(K);
+        const int first = kr.count < STAGES ? kr.count : STAGES;
+        for (int i = 0; i < first; ++i)
+            load_k_block(ring, i, kr.first + i, wt, paths, &a_map, &b_map, A, B, M, N, K, m0, n0);
+        for (int i = 0; i < kr.count; ++i) {
+            const int s = i % STAGES;
+            mbar_wait(ring.full(s), (i / STAGES) & 1);
             split_b_tile(ring, s, wt);
             fence_proxy_async();
             mbar_arrive(ring.ready(s));
-            const int done = kb - 1;
-            if (done >= 0 && done + STAGES < k_blocks) {
+            const int done = i - 1;
+            if (done >= 0 && done + STAGES < kr.count) {
                 mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
-                load_k_block(ring, done + STAGES, wt, paths, &a_map, &b_map, A, B, M, N, K, m0, n0);
+                load_k_block(ring, done + STAGES, kr.first + done + STAGES, wt, paths, &a_map, &b_map, A, B, M, N, K,
+                             m0, n0);
             }
         }
         return;
     }
 
     regs_alloc<CONSUMER_REGS>();
-    const int k_blocks = (K + BK - 1) / BK;  // per role: computed before the split, it was spilled
+    const KRange kr(K);  // per role: computed before the split, it was spilled
     const int lane = wt % 32, warp = wt / 32, g = lane / 4, t = lane % 4;
     const int row = (wg - 1) * 64 + warp * 16 + 2 * g;  // tile row of fragment row g; fragment row g + 8 is row + 1
     float acc[NACC];
@@ -204,47 +276,16 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     float part[NACC];
 #endif
 
-    for (int kb = 0; kb < k_blocks; ++kb) {
-        const int s = kb % STAGES;
-        const unsigned parity = (kb / STAGES) & 1;
-        mbar_wait(ring.full(s), parity);  // orders the A tile's arrival for these threads' own loads
-        mbar_wait(ring.ready(s), parity);
-        const float* as = ring.a(s);
-        unsigned abig[BK / 8][4];
+    for (int i = 0; i < kr.count; ++i) {
+        const int s = i % STAGES;
+        wait_stage(ring, i);
+        AFrag f;
+        load_a(ring.a(s), row, t, f);
 #if PRECISION == 3
-        unsigned asml[BK / 8][4];
-#endif
-#pragma unroll
-        for (int ks = 0; ks < BK / 8; ++ks) {
-            const float2 lo = *reinterpret_cast<const float2*>(as + (8 * ks + t) * A_PITCH + row);
-            const float2 hi = *reinterpret_cast<const float2*>(as + (8 * ks + t + 4) * A_PITCH + row);
-#if PRECISION == 3
-            split(lo.x, abig[ks][0], asml[ks][0]);
-            split(lo.y, abig[ks][1], asml[ks][1]);
-            split(hi.x, abig[ks][2], asml[ks][2]);
-            split(hi.y, abig[ks][3], asml[ks][3]);
+        issue_k_block(part, f, ring, s, false);
 #else
-            abig[ks][0] = to_tf32(lo.x);
-            abig[ks][1] = to_tf32(lo.y);
-            abig[ks][2] = to_tf32(hi.x);
-            abig[ks][3] = to_tf32(hi.y);
+        issue_k_block(acc, f, ring, s, true);
 #endif
-        }
-        const unsigned long long big = wgmma_desc_sw128(ring.b_big(s));
-        wgmma_fence();
-#pragma unroll
-        for (int ks = 0; ks < BK / 8; ++ks) {
-            const unsigned long long step = (ks * 32) >> 4;  // 32 bytes further along k, in 16-byte units
-#if PRECISION == 3
-            const unsigned long long small = wgmma_desc_sw128(ring.b_small(s));
-            wgmma_k8(part, asml[ks], big + step, ks > 0);  // small terms first
-            wgmma_k8(part, abig[ks], small + step, 1);
-            wgmma_k8(part, abig[ks], big + step, 1);
-#else
-            wgmma_k8(acc, abig[ks], big + step, 1);
-#endif
-        }
-        wgmma_commit();
         wgmma_wait<0>();
         __syncwarp();
         if (lane == 0) mbar_arrive(ring.empty(s));
@@ -257,6 +298,20 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     // Epilogue: d[4j + h] is (row, 8j + 2t + h), d[4j + 2 + h] is (row + 1, 8j + 2t + h): the two
     // rows are adjacent in column-major C, one 8-byte store where M is even.
     const int gm = m0 + row;
+    if (gridDim.z > 1) {  // split-K: the host set C = beta C; each split adds alpha times its share
+        if (kr.count == 0) return;
+#pragma unroll
+        for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int gn = n0 + 8 * j + 2 * t + h;
+                if (gn >= N || gm >= M) continue;
+                float* c = C + (size_t)gn * M + gm;
+                atomicAdd(c, alpha * acc[4 * j + h]);
+                if (gm + 1 < M) atomicAdd(c + 1, alpha * acc[4 * j + 2 + h]);
+            }
+        return;
+    }
     const bool pair = (M & 1) == 0 && gm + 1 < M;
 #pragma unroll
     for (int j = 0; j < BN / 8; ++j)
@@ -279,4 +334,22 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
                 if (gm + 1 < M) c[1] = gemm_epilogue(v1, alpha, beta, c + 1);
             }
         }
+}
+
+// The fallback for a leading dimension that breaks the tensor maps' 16-byte stride rule: the host
+// has the operand copied, inside the timed launch, to one whose leading dimension `ld` is rounded up
+// to a multiple of 4, and maps that. The pad rows are never read (the map's size excludes them).
+extern "C" __global__ void pad_leading_dim(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols,
+                                           int ld) {
+    const long long total = (long long)rows * cols;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+        const long long c = i / rows;
+        dst[c * ld + (i - c * rows)] = src[i];
+    }
+}
+
+// Split-K's first pass: C = beta C (exactly 0 where beta = 0, whatever C held), before the splits add.
+extern "C" __global__ void scale_c(float* __restrict__ C, long long count, float beta) {
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x)
+        C[i] = beta == 0.0f ? 0.0f : beta * C[i];
 }

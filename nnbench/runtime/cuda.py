@@ -25,7 +25,7 @@ from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import DeviceInfo, occupancy
-from nnbench.runtime.params import param_format
+from nnbench.runtime.params import has_raw, param_format
 
 try:
     import pycuda.driver as drv
@@ -47,8 +47,43 @@ class KernelInfo:
 
 
 class Kernel:
-    def __init__(self, module, func, info: KernelInfo) -> None:
+    def __init__(self, module, func, info: KernelInfo, cubin: bytes = b"", name: str = "") -> None:
         self.module, self.func, self.info = module, func, info
+        self.cubin, self.name = cubin, name
+        self._offsets: list[int] | None = None
+
+    def sibling(self, name: str) -> Kernel:
+        """Another kernel of the same module (a helper pass that ships in the same .cu file)."""
+        return Kernel(self.module, self.module.get_function(name), self.info, self.cubin, name)
+
+    def param_offsets(self) -> list[int]:
+        """Where each parameter starts in the kernel's parameter buffer, as the driver reads the
+        cubin (cuFuncGetParamInfo): the truth that a raw by-value parameter's padding must match."""
+        if self._offsets is None:
+            self._offsets = _param_offsets(self.cubin, self.name)
+        return self._offsets
+
+
+def _param_offsets(cubin: bytes, name: str) -> list[int]:
+    """cuFuncGetParamInfo through ctypes on a second handle to the same cubin (PyCUDA exposes no
+    CUfunction), in the current context."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    if not hasattr(lib, "cuFuncGetParamInfo"):
+        raise BackendUnavailable("cuFuncGetParamInfo is missing from libcuda: kernels with by-value structs "
+                                 "need a CUDA 12.4 driver or newer")
+    module, func = ctypes.c_void_p(), ctypes.c_void_p()
+    image = ctypes.create_string_buffer(cubin, len(cubin))
+    if lib.cuModuleLoadData(ctypes.byref(module), image) or \
+            lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()):
+        raise KernelFault(f"cannot load kernel {name} through the driver API to read its parameter offsets")
+    offsets = []
+    try:
+        off, size = ctypes.c_size_t(), ctypes.c_size_t()
+        while lib.cuFuncGetParamInfo(func, ctypes.c_size_t(len(offsets)), ctypes.byref(off), ctypes.byref(size)) == 0:
+            offsets.append(off.value)
+    finally:
+        lib.cuModuleUnload(module)
+    return offsets
 
 
 class CudaBackend:
@@ -104,7 +139,8 @@ class CudaBackend:
 
     # -- kernels ------------------------------------------------------------------------------
     def load(self, compiled: Compiled, name: str) -> Kernel:
-        module = drv.module_from_buffer(compiled.cubin.read_bytes())
+        cubin = compiled.cubin.read_bytes()
+        module = drv.module_from_buffer(cubin)
         func = module.get_function(name)
         fa = drv.function_attribute
         info = KernelInfo(
@@ -113,7 +149,7 @@ class CudaBackend:
             local_bytes=func.get_attribute(fa.LOCAL_SIZE_BYTES),
             max_threads=func.get_attribute(fa.MAX_THREADS_PER_BLOCK),
         )
-        return Kernel(module, func, info)
+        return Kernel(module, func, info, cubin, name)
 
     def occupancy(self, kernel: Kernel, threads: int, dynamic_smem: int = 0):
         return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes + dynamic_smem)
@@ -123,7 +159,7 @@ class CudaBackend:
         Python cost is one call (about 5 us on the H100 host here). `signature` may hold raw
         by-value parameters (`params.raw`), whose arguments are bytes; `smem` is the dynamic shared
         memory, raised past the 48 KiB default where the kernel asks for more."""
-        kernel.func.prepare(param_format(signature))
+        kernel.func.prepare(param_format(signature, kernel.param_offsets() if has_raw(signature) else None))
         grid2 = (int(grid[0]), int(grid[1]), int(grid[2]) if len(grid) > 2 else 1)
         block3 = tuple(int(b) for b in block)
         fn = kernel.func.prepared_call
@@ -138,6 +174,10 @@ class CudaBackend:
         buf = drv.mem_alloc(max(host.nbytes, 4))
         drv.memcpy_htod(buf, np.ascontiguousarray(host) if host.flags.c_contiguous else np.asfortranarray(host))
         return buf
+
+    def alloc(self, nbytes: int):
+        """An uninitialised device buffer."""
+        return drv.mem_alloc(max(nbytes, 4))
 
     def write(self, buf, host: np.ndarray) -> None:
         drv.memcpy_htod(buf, host)

@@ -282,38 +282,86 @@ class GemmSession(Session):
 
 def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
     """(launch_for(alpha, beta), path) for one GEMM kernel on device buffers. A variant with tensor
-    maps gets one per operand after C, and a bit mask of the operands that arrive by bulk tensor copy
-    (the others take the kernel's fallback copy); `path` says which, for the table ("" otherwise)."""
-    sig, extra, path = SIGNATURE, (), ""
+    maps gets one per operand after C, and a bit mask of the operands that arrive by bulk tensor copy.
+    An operand whose leading dimension breaks the maps' 16-byte stride rule is first copied, inside
+    the timed launch, to a scratch buffer with the leading dimension rounded up to a multiple of 4
+    (the kernel file's `pad_leading_dim`); one that still cannot be mapped takes the kernel's cp.async
+    fallback. `path` says which, for the table ("" without maps)."""
+    sig, extra, path, pads = SIGNATURE, (), "", []
     if v.tensor_maps:
         from nnbench.runtime import tensormap
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
-        bits, fallback = 0, []
+        bits, padded, fallback = 0, [], []
         for i, tm in enumerate(v.tensor_maps):
             ptr, rows, cols = operands[tm.operand]
-            dims, strides, box = (rows, cols), (4 * rows,), v.map_box(tm, params)
-            if tensormap.tiled_problem(ptr, dims, strides, box, tm.swizzle) is None:
-                extra += (tensormap.encode_tiled(ptr, dims, strides, box, tm.swizzle),)
+            box = v.map_box(tm, params)
+            ld = rows
+            if tensormap.tiled_problem(ptr, (rows, cols), (4 * rows,), box, tm.swizzle) is not None:
+                ld = -(-rows // 4) * 4
+                scratch = backend.alloc(4 * ld * cols)
+                pads.append((_pad_launch(backend, kernel, ptr, scratch, rows, cols, ld), scratch))
+                ptr = backend.ptr(scratch)
+            if tensormap.tiled_problem(ptr, (rows, cols), (4 * ld,), box, tm.swizzle) is None:
+                extra += (tensormap.encode_tiled(ptr, (rows, cols), (4 * ld,), box, tm.swizzle),)
                 bits |= 1 << i
+                if ld != rows:
+                    padded.append(tm.operand)
             else:
                 extra += (bytes(tensormap.MAP_BYTES),)
                 fallback.append(tm.operand)
+                pads = pads[:-1] if ld != rows else pads
         sig += params_raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "i"
         extra += (np.int32(bits),)
-        path = copy_path([t.operand for t in v.tensor_maps if t.operand not in fallback], fallback)
+        path = copy_path(padded, fallback)
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
+    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
+        if v.split_k else 1
+    if splits > 1:
+        grid = (grid[0], grid[1], splits)
+        path += f", split-K {splits}"
     smem = v.dynamic_smem_bytes(params)
     M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
-    return (lambda a, b: backend.launcher(kernel, grid, block, (M, N, K, np.float32(a), pa, pb, np.float32(b), pc)
-                                          + extra, sig, smem=smem)), path
+
+    def launch_for(alpha: float, beta: float):
+        main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
+                                + extra, sig, smem=smem)
+        passes = [p for p, _ in pads]  # the scratch buffers live as long as `pads`
+        if splits > 1:
+            count = shape.M * shape.N
+            passes.append(backend.launcher(kernel.sibling("scale_c"), (backend.device.stride_blocks(count), 1, 1),
+                                           (256, 1, 1), (pc, np.int64(count), np.float32(beta)), "Pqf"))
+        if not passes:
+            return main
+        passes.append(main)
+        return lambda: [p() for p in passes]
+
+    return launch_for, path
 
 
-def copy_path(by_tma: list[str], by_copy: list[str]) -> str:
-    """How the operands reached shared memory, for the table: "TMA", or which fell back and why."""
-    if not by_copy:
-        return "TMA"
-    copied = f"cp.async {'+'.join(by_copy)} (leading dim % 4 != 0)"
-    return f"TMA {'+'.join(by_tma)}, {copied}" if by_tma else copied
+def split_k(tiles: int, k_blocks: int, sms: int) -> int:
+    """How many slices of K a split-K kernel takes: where its tiles fill less than half the SMs, as many
+    as fill them, each of at least 4 k-blocks (a slice pays the pipeline's fill and an atomic epilogue)."""
+    if 2 * tiles > sms or k_blocks < 8:
+        return 1
+    return max(1, min(sms // tiles, k_blocks // 4))
+
+
+def _pad_launch(backend, kernel, src: int, dst, rows: int, cols: int, ld: int):
+    """The launch that copies a rows x cols column-major operand to leading dimension `ld`."""
+    pad = kernel.sibling("pad_leading_dim")
+    return backend.launcher(pad, (backend.device.stride_blocks(rows * cols), 1, 1), (256, 1, 1),
+                            (src, backend.ptr(dst), np.int32(rows), np.int32(cols), np.int32(ld)), "PPiii")
+
+
+def copy_path(padded: list[str], by_copy: list[str]) -> str:
+    """How the operands reached shared memory, for the table: "TMA", with the operands that went
+    through a padded copy first, or that fell back to the kernel's cp.async path."""
+    out = "TMA" if len(by_copy) < 2 else ""
+    if padded:
+        out += f", {'+'.join(padded)} via a padded copy (leading dim % 4 != 0)"
+    if by_copy:
+        out = (out + ", " if out else "") + f"cp.async {'+'.join(by_copy)}"
+    return out
 
 
 class _Buffers:
