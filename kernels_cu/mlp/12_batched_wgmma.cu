@@ -16,7 +16,8 @@
 //                            (Wn_l's first n_(l-1) columns: the bias feeds no neuron below)
 //           weight gradient  G_l      = H_(l-1) DT_l                       M = n_(l-1)+1, N = n_l, K = B
 //         G_l comes out in step 10's layout (input-major, split-K slices), so momentum_update_transposed
-//         below sums the slices and applies them to the neuron-major Wn_l through a shared-memory tile.
+//         below sums the slices and applies them to the neuron-major Wn_l through a shared-memory tile,
+//         for every layer in one launch at the end of the step (one launch instead of one per layer).
 // Source: the step 9 mainloop; CUTLASS's epilogue visitor; "parallel split-K".
 // Params: BM, BN, BK, STAGES as in gemm/09_tf32x3_wgmma.cu (PRECISION = 3, fixed). Defaults BM=128
 //         BN=128 STAGES=4 (nnbench/registry.py).
@@ -114,28 +115,48 @@ weight_gradient(int M, int N, int K, const float* Hin, const float* DT, MAPS, fl
     });
 }
 
-// Classic momentum, as batched_common.cuh's momentum_update, on neuron-major weights Wn (velocities V
-// alike, ld = ldn) from input-major gradient slices G (ld = ldg): v = momentum v + rate sum_s G_s;
-// W += v. A 32 x 32 tile goes through shared memory so both sides stay coalesced. Block (32, 8).
-extern "C" __global__ void momentum_update_transposed(float* __restrict__ Wn, float* __restrict__ V, int ldn,
-                                                      const float* __restrict__ G, int ldg, int inputs, int neurons,
-                                                      int slices, long long slice_stride, float rate, float momentum) {
+// Classic momentum for every layer of the net in one launch, at the end of the step (every gradient
+// was taken with the old weights, as the reference does), as batched_common.cuh's momentum_update
+// per layer: v = momentum v + rate sum_s G_s; W += v. Weights Wn and velocities V are neuron-major
+// (ld = ldn), the gradient slices G input-major (ld = ldg). A 32 x 32 tile goes through shared memory
+// so both sides stay coalesced; one element per thread (block (32, 32)), the slices' loads unrolled
+// so that several are in flight at once. Blocks [first_block, next layer's) belong to one layer.
+#define MAX_LAYERS 32
+struct UpdateLayer {  // 56 bytes; nnbench/suites/batched.py packs it as "PPPqiiiiii"
+    float* Wn;
+    float* V;
+    const float* G;
+    long long slice_stride;
+    int ldn, ldg, inputs, neurons, slices, first_block;
+};
+struct UpdateTable {
+    UpdateLayer layer[MAX_LAYERS];
+    int count;
+};
+
+extern "C" __global__ void __launch_bounds__(1024)
+momentum_update_transposed(const __grid_constant__ UpdateTable table, float rate, float momentum) {
     __shared__ float tile[32][33];  // [neuron][input], padded: the transposed read is conflict-free
-    const int i0 = blockIdx.x * 32, o0 = blockIdx.y * 32;
-    for (int r = threadIdx.y; r < 32; r += 8) {  // read along inputs: G's columns are neurons
-        const int i = i0 + threadIdx.x, o = o0 + r;
+    int l = 0;
+    while (l + 1 < table.count && (int)blockIdx.x >= table.layer[l + 1].first_block) ++l;
+    const UpdateLayer& u = table.layer[l];
+    const int local = blockIdx.x - u.first_block, tiles_i = (u.inputs + 31) / 32;
+    const int i0 = local % tiles_i * 32, o0 = local / tiles_i * 32;
+    {  // read along inputs: G's columns are neurons
+        const int i = i0 + threadIdx.x, o = o0 + threadIdx.y;
         float g = 0.0f;
-        if (i < inputs && o < neurons)
-            for (int s = 0; s < slices; ++s) g += G[s * slice_stride + (size_t)o * ldg + i];
-        tile[r][threadIdx.x] = g;
+        if (i < u.inputs && o < u.neurons) {
+            const float* src = u.G + (size_t)o * u.ldg + i;
+#pragma unroll 8
+            for (int s = 0; s < u.slices; ++s) g += src[s * u.slice_stride];
+        }
+        tile[threadIdx.y][threadIdx.x] = g;
     }
     __syncthreads();
-    for (int r = threadIdx.y; r < 32; r += 8) {  // write along neurons: Wn's columns are inputs
-        const int o = o0 + threadIdx.x, i = i0 + r;
-        if (i >= inputs || o >= neurons) continue;
-        const size_t at = (size_t)i * ldn + o;
-        const float v = momentum * V[at] + rate * tile[threadIdx.x][r];
-        V[at] = v;
-        Wn[at] += v;
-    }
+    const int o = o0 + threadIdx.x, i = i0 + threadIdx.y;  // write along neurons: Wn's columns are inputs
+    if (i >= u.inputs || o >= u.neurons) return;
+    const size_t at = (size_t)i * u.ldn + o;
+    const float v = momentum * u.V[at] + rate * tile[threadIdx.x][threadIdx.y];
+    u.V[at] = v;
+    u.Wn[at] += v;
 }

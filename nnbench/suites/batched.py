@@ -303,7 +303,7 @@ class BatchedNet:
         x = self._input(j)
         seq = self.forward_launches(x, B)
         seq.append(self._output_delta(j))
-        updates = []
+        updates = []  # (layer, gradient, slices, slice stride) not yet applied
         for l in range(L, 0, -1):  # weight layer l (1-based) maps H_(l-1) to H_l
             n_in, n_out = ly[l - 1], ly[l]
             hin, ldin = (x, self.ld_h[0]) if l == 1 else (self._p(self.H[l - 1]), self.ld_h[l - 1])
@@ -320,14 +320,20 @@ class BatchedNet:
                                                            np.int32(n_out), np.int32(slices), np.int64(stride), flat),
                         "PiiiiqP")))
                 grad, slices = flat, 1
-            updates.append(self._update(l, grad, slices, stride))
-            if self.exchange is None:  # the update follows its gradient at once
-                seq.append(updates.pop())
+            updates.append((l, grad, slices, stride))
+            if self.exchange is None and not self.UPDATES_AT_END:  # the update follows its gradient at once
+                seq += self._updates(updates)
+                updates = []
         if self.exchange is not None:  # every layer's gradient in one allreduce, then the updates
             seq.append(StepLaunch("allreduce", self.exchange.launcher(self.flat, int(self.flat_off[-1]))))
-            seq += updates
+        seq += self._updates(updates)
         self._steps[j] = seq
         return seq
+
+    UPDATES_AT_END = False  # True: every layer's update after the whole backward pass
+
+    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
+        return [self._update(*p) for p in pending]
 
     def _slices(self, l: int) -> tuple[int, int]:
         """(split-K slices, k per slice) of weight layer l's gradient."""
@@ -508,13 +514,32 @@ class WgmmaNet(BatchedNet):
             (self._p(self.G[l - 1]), np.int32(ldw), np.int32(kps // self.gemms["weight-gradient"].BK),
              np.int64(n_out * ldw)), "Piiq", slices))
 
-    def _update(self, l: int, grad: np.intp, slices: int, stride: int) -> StepLaunch:
-        n_in, n_out = self.layers[l - 1], self.layers[l]
+    UPDATES_AT_END = True
+    MAX_LAYERS, LAYER_FORMAT = 32, "PPPqiiiiii"  # 12_batched_wgmma.cu's UpdateTable, UpdateLayer
+
+    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
+        """One launch of momentum_update_transposed for every pending layer: a table of the layers
+        (by value, a kernel parameter), a block per 32 x 32 tile of each."""
+        import struct
+
+        from nnbench.runtime.params import raw
+        if not pending:
+            return []
+        if len(pending) > self.MAX_LAYERS:
+            raise NnbenchError(f"batched-wgmma updates at most {self.MAX_LAYERS} layers in one launch; the net has "
+                               f"{len(pending)}")
+        rows, blocks = [], 0
+        for l, grad, slices, stride in sorted(pending):
+            n_in, n_out = self.layers[l - 1], self.layers[l]
+            rows.append(struct.pack(self.LAYER_FORMAT, int(self.W[l - 1]), int(self.V[l - 1]), int(grad), stride,
+                                    round4(n_out), self.ld_h[l - 1], n_in + 1, n_out, slices, blocks))
+            blocks += _cdiv(n_in + 1, 32) * _cdiv(n_out, 32)
+        size = struct.calcsize(self.LAYER_FORMAT)
+        table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
+        table = table.ljust(-(-len(table) // 8) * 8, b"\0")
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        return StepLaunch("update", self.be.launcher(
-            self.k["momentum_update_transposed"], (_cdiv(n_in + 1, 32), _cdiv(n_out, 32), 1), (32, 8, 1),
-            (self._p(self.W[l - 1]), self._p(self.V[l - 1]), np.int32(round4(n_out)), grad, np.int32(self.ld_h[l - 1]),
-             np.int32(n_in + 1), np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPiPiiiiqff"))
+        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1),
+                                                      (32, 32, 1), (table, rate, mom), raw(len(table), 8) + "ff"))]
 
 
 # -- training -------------------------------------------------------------------------------------
