@@ -11,6 +11,9 @@ Versions (registry tag "batched"):
                   epilogues, split-K weight gradients (kernels_cu/mlp/10_batched.cu);
   batched-cublas  the same GEMMs through cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as
                   separate passes (kernels_cu/mlp/11_batched_cublas.cu);
+  batched-wgmma   the same GEMMs and epilogues on the ladder's step 9 mainloop (sm_90a), weights
+                  neuron-major and deltas sample-major, every layer's update in one launch at the
+                  end of the step (kernels_cu/mlp/12_batched_wgmma.cu, WgmmaNet);
 and, with --compare torch, PyTorch eager and CUDA-graph rows (mlp.train_torch with a batch).
 
 Every version trains the same fixed number of epochs over the same noisy training set in the same
