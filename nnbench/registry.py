@@ -407,6 +407,8 @@ MLP: tuple[Variant, ...] = (
             precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
             **_TF32X3_FUSED),
+    Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+            "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
     Variant("mlp", "batched-wgmma", 12, "mini-batch on step 9's mainloop (bulk tensor copies, warp-specialized "
             "wgmma 3xTF32, sm_90a) with step 10's fused epilogues and split-K weight gradients; weights "
             "neuron-major and deltas sample-major, so every operand is mapped", "mlp/12_batched_wgmma.cu",
@@ -414,8 +416,6 @@ MLP: tuple[Variant, ...] = (
             candidates=tuple(tuple(c.items()) for c in (dict(BN=64), dict(BM=64), dict(BM=64, BN=64))),
             **dict(_WGMMA, derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"), ("B_COPIES", "2")),
                    split_k=False)),
-    Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
-            "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
 )
 
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
