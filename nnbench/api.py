@@ -110,6 +110,9 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
         if not cases:
             raise NnbenchError(f"{spec.path}: no case matches variants={list(variants or [])} params={params}; "
                                f"its cases: {', '.join(sorted({_label(c) for c in spec.cases}))}")
+        cases = [c for c in cases if spec.workload.runs_on(c.variant, be.name)]
+        if not cases:
+            raise NnbenchError(f"{spec.path}: none of the chosen cases runs on the {be.name} backend")
         shapes = _problems(spec, problems) if problems else spec.shapes
         settings = replace(spec.settings, budget_s=budget) if budget else spec.settings
         seed = spec.seed if seed is None else seed

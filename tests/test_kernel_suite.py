@@ -314,7 +314,7 @@ def test_the_plugin_saves_and_gates_on_the_cpu_path(tmp_path):
 def test_device_option_on_every_gpu_command():
     for cmd in ("gemm", "train", "conv", "sweep", "profile", "check"):
         res = run(cmd, "--help")
-        assert "--device" in res.output, cmd
+        assert re.search(r"^\s+--device INTEGER RANGE\s", res.output, re.M), cmd
 
 
 def test_records_carry_the_device_index_and_uuid():
@@ -383,3 +383,14 @@ def test_chain(nnbench_kernel):
         assert slow.returncode == 1 and "SLOWER" in slow.stdout, slow.stdout
     finally:
         PLUGIN_TEST = saved
+
+
+def test_the_readme_walkthrough_config_loads(tmp_path):
+    """The YAML the README shows is a working config (beside the example's .cu and reference)."""
+    text = (paths.ROOT / "README.md").read_text().split("**3. The config**", 1)[1]
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for f in ("vector_add.cu", "reference.py"):
+        (tmp_path / f).write_text((EXAMPLES / "vector_add" / f).read_text())
+    (tmp_path / "walk.yaml").write_text(block)
+    spec = config.load_config(tmp_path / "walk.yaml")[0]
+    assert len(spec.cases) == 14 and len(spec.shapes) == 2

@@ -306,6 +306,8 @@ class KernelSession(Session):
             stats = measure.measure(self.backend, launch, self.settings)
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        except CompileError as e:  # the baseline variant, compiled here to make the reference
+            return dict(rec, status="ERROR", error=f"the reference (baseline) did not compile: {e}")
         t = stats.median_ms * 1e-3
         rec.update(stats.as_record(), gflops=problem.flops / t / 1e9, gbs=problem.bytes / t / 1e9, rel_err=err,
                    status="PASS" if err <= rec["rtol"] else "FAIL")
@@ -549,7 +551,7 @@ def load(path: Path, root=None):
     if reference:  # called once, on the smallest problem, so a broken reference is found before a sweep
         small = min(problems, key=lambda p: sum(int(np.prod(p.shape_of(a))) for a in args if a.kind == "array"))
         try:
-            call_reference(small, make_inputs(small), cases[0].param_dict)
+            call_reference(small, make_inputs(small))  # as a session calls it: scalars over the problem axes
         except NnbenchError as e:
             raise ConfigError(str(e)) from None
     settings, cfg_rtol, watchdog = cfg.timing_settings(path, top, None)
@@ -596,19 +598,7 @@ def _problems(path: Path, node) -> list[dict[str, int]]:
 
 
 def _formula(path: Path, top: dict, key: str, names: list[str], default: str) -> str:
-    if key not in top:
-        return default
-    node = top[key][1]
-    text = scalar(path, node, key)
-    try:
-        expr.parse(text)
-        unknown = expr.names(text) - set(names)
-    except NnbenchError as e:
-        raise fail(path, node, f"{key}: {e}") from None
-    if unknown:
-        raise fail(path, node, f"{key}: unknown name {sorted(unknown)[0]!r}; allowed: the problem axes "
-                               f"{', '.join(names)}")
-    return text
+    return _axis_expr(path, top[key][1], key, names) if key in top else default
 
 
 def _default_bytes(args: tuple[Arg, ...]) -> str:
@@ -673,6 +663,7 @@ def _bool(path: Path, keys: dict, key: str, what: str) -> bool:
 
 
 def _axis_expr(path: Path, node, what: str, names: list[str]) -> str:
+    """An expression over the problem axes (a shape, a formula), checked for its syntax and names."""
     text = scalar(path, node, what)
     try:
         expr.parse(text)
