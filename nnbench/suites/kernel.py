@@ -569,8 +569,12 @@ def _list(path: Path, node, what: str) -> list:
 
 def _existing(path: Path, node, what: str, here: Path, folder: bool = False) -> Path:
     text = scalar(path, node, what)
-    p = (here / text).resolve()
-    if not (p.is_dir() if folder else p.is_file()):
+    try:
+        p = (here / text).resolve()
+        found = p.is_dir() if folder else p.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+        found = False
+    if not found:
         raise fail(path, node, f"{what}: {text!r} is not {'a folder' if folder else 'a file'} (paths are relative "
                                f"to the config's folder, {here})")
     return p
