@@ -394,3 +394,90 @@ def test_the_readme_walkthrough_config_loads(tmp_path):
     (tmp_path / "walk.yaml").write_text(block)
     spec = config.load_config(tmp_path / "walk.yaml")[0]
     assert len(spec.cases) == 14 and len(spec.shapes) == 2
+
+
+# -- the session's GPU path on a stand-in device ------------------------------------------------------
+class _StandInGpu:
+    """The CUDA backend's seam with host arrays behind it, and a 'kernel' that does what vector_add.cu
+    does (or, planted, leaves the last element unwritten): the session's GPU logic (buffers, argument
+    packing, NaN poisoning, verification, reset) runs here as it will on the H100."""
+
+    name = "cuda"
+    device = None
+    arch = "sm_90"
+
+    def __init__(self, skip_last: bool = False) -> None:
+        self.skip_last = skip_last
+        self.buffers: dict[int, object] = {}
+        self.launches: list[tuple] = []
+
+    def upload(self, host):
+        import numpy as np
+        buf = np.array(host, copy=True)
+        self.buffers[id(buf)] = buf
+        return buf
+
+    def ptr(self, buf) -> int:
+        return id(buf)
+
+    def write(self, buf, host) -> None:
+        buf[...] = host
+
+    def copy(self, dst, src, nbytes: int) -> None:
+        dst[...] = src
+
+    def download(self, buf, like):
+        return buf.copy()
+
+    def load(self, compiled, name: str):
+        from types import SimpleNamespace
+        return SimpleNamespace(name=name, info=SimpleNamespace(registers=16, smem_bytes=0, local_bytes=0))
+
+    def occupancy(self, kernel, threads: int, smem: int):
+        from types import SimpleNamespace
+        return SimpleNamespace(occupancy=1.0, limiter="threads")
+
+    def launcher(self, kernel, grid, block, args, signature, smem=0):
+        self.launches.append((kernel.name, grid, block, signature, len(args)))
+        a, b, c = (self.buffers[p] for p in args[:3])
+        n = int(args[3])
+
+        def launch():
+            end = n - 1 if self.skip_last else n
+            c[:end] = a[:end] + b[:end]
+        return launch
+
+    def timed(self, fn, reps: int) -> float:
+        for _ in range(reps):
+            fn()
+        return 0.01
+
+    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
+        return [self.timed(fn, reps) for _ in range(count)]
+
+    def issued_by_host(self, launch) -> bool:
+        return False
+
+    def flush_l2(self) -> None:
+        pass
+
+    def sm_clock_mhz(self):
+        return None
+
+
+@pytest.mark.parametrize("skip_last, status", [(False, "PASS"), (True, "FAIL")], ids=["writes all", "planted"])
+def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):
+    from nnbench import measure
+    from nnbench.suites.kernel import WORKLOAD, KernelProblem
+    spec = config.load_config(VECTOR_ADD)[0]
+    case = next(c for c in spec.cases if c.param_dict == {"BLOCK": 128, "ITEMS": 2})
+    problem = KernelProblem((("N", 1001),), spec.shapes[0].spec)
+    gpu = _StandInGpu(skip_last)
+    session = WORKLOAD.session(gpu, measure.TimingSettings(budget_s=0.01, min_samples=3), 1e-7, 0, {})
+    rec = session.run_case(case, problem, compiled=object())
+    assert rec["status"] == status, rec
+    assert gpu.launches[0] == ("vector_add", (4, 1, 1), (128, 1, 1), "PPPi", 4)  # cdiv(1001, 128 * 2)
+    if skip_last:  # the unwritten element stayed NaN: the error is not finite
+        assert rec["rel_err"] == float("inf")
+    else:
+        assert rec["rel_err"] <= 1e-7 and rec["median_ms"] == 0.01 and rec["timing"] == "hot-batched"
