@@ -14,7 +14,11 @@ INSTALL_HINT = ("install the GPU extra with `pip install -e '.[gpu]'` on a machi
 
 
 def open_backend(name: str, device: int = 0):
-    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU."""
+    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU.
+    `name` may carry the GPU as `cuda:N` (how a sweep tells its worker process)."""
+    name, _, ordinal = name.partition(":")
+    if ordinal.isdigit():
+        device = int(ordinal)
     if name == "cpu":
         from nnbench.runtime.cpu import CpuBackend
         return CpuBackend(), None
