@@ -278,7 +278,9 @@ def pytester_run(tmp_path, *args, env=None):
            "--rootdir", str(tmp_path), *args]
     if not installed:
         cmd[3:3] = ["-p", "nnbench.pytest_plugin"]
-    e = dict(os.environ, PYTHONPATH=str(paths.ROOT), **(env or {}))
+    # The checkout first, and whatever the caller's path already holds (PyCUDA may live there).
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])),
+             **(env or {}))
     return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=e, timeout=300)
 
 
@@ -374,7 +376,8 @@ def test_chain(nnbench_kernel):
 """
     try:
         base = tmp_path / "base.csv"
-        assert pytester_run(tmp_path, f"--nnbench-save={base}").returncode == 0
+        first = pytester_run(tmp_path, f"--nnbench-save={base}")
+        assert first.returncode == 0 and base.is_file(), first.stdout + first.stderr  # it ran, not skipped
         same = pytester_run(tmp_path, f"--nnbench-save={tmp_path / 'same.csv'}", f"--nnbench-compare={base}",
                             "--nnbench-fail=median:5%")
         assert same.returncode == 0, same.stdout
