@@ -135,3 +135,28 @@ def test_report_bad_input(tmp_path):
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "x.csv"), "--plot", "heatmap", "--out",
                                    str(tmp_path / "y.png")])
     assert res.exit_code == 2 and "heatmap" in res.output
+
+
+def test_tools_are_found_where_the_nvidia_wheels_put_them(tmp_path, monkeypatch):
+    bindir = tmp_path / "site" / "nvidia" / "cu13" / "bin"
+    bindir.mkdir(parents=True)
+    tool = bindir / "cuobjdump"
+    tool.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr("sys.path", [str(tmp_path / "site")])
+    assert sass.find_tool("cuobjdump") is None  # not executable: not a tool
+    tool.chmod(0o755)
+    assert sass.find_tool("cuobjdump") == str(tool)
+    assert sass.find_tool("nvdisasm") is None
+
+
+def test_profile_prints_the_seeds_one_in_three_from_real_sass():
+    """The real SASS path: nvcc's cubin for sm_90 through cuobjdump (the toolkit's, or the `profile`
+    extra's wheel). CI installs that extra, so there it must run, not skip."""
+    import os
+    if sass.cuobjdump() is None:
+        assert not os.environ.get("CI"), f"CI installs the profile extra, yet {sass.NOT_FOUND}"
+        pytest.skip(f"{sass.NOT_FOUND}: pip install -e '.[profile]'")
+    res = CliRunner().invoke(cli, ["profile", "gemm", "-v", "tiled", "--backend", "cpu", "--arch", "sm_90"])
+    assert res.exit_code == 0, res.output
+    assert "1 in 3.1" in res.output, res.output
