@@ -164,7 +164,7 @@ def render(sources: list[str], df: pd.DataFrame, command: list[str], baseline: P
         redraw = f"nnbench report {files}{only} --plot {kind} --out {name}.png"
         data = base64.b64encode(png).decode()
         figs.append(f'<figure id="fig-{name}"><img alt="{suite} {kind} plot" src="data:image/png;base64,{data}">'
-                    f"<figcaption><b>{suite} {kind}</b>: {WHAT[kind]}. "
+                    f"<figcaption><b>{suite} · {kind}</b>: {WHAT[kind]}. "
                     f'<a href="#cmd-{name}">The command that draws it</a>.</figcaption></figure>')
         cmds.append(f'<li id="cmd-{name}"><code>{html.escape(redraw)}</code></li>')
     sections.append("<h2>Figures</h2>" + ("".join(figs) or "<p>No figure has anything to draw for these rows.</p>"))

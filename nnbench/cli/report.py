@@ -42,9 +42,10 @@ class Ceilings(click.ParamType):
 @click.option("--ceilings", type=Ceilings(), default=None,
               help="Measured ceilings for the roofline, TFLOP/s,GB/s (from `nnbench devices --measure`).")
 @click.option("--suite", default=None, help="Only the rows of this suite (gemm, train, conv, ...).")
+@click.option("--variant", "-v", "variants", multiple=True, help="Only these variants (repeatable).")
 @click.option("--title", default="", help="Title over the plot.")
 @force_option
-def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, title, force) -> None:
+def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, variants, title, force) -> None:
     """Plot result CSVs as PNG, or put them all in one HTML page.
 
     \b
@@ -74,6 +75,11 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         df = df[plots.normalize(df)["suite"] == suite]
         if df.empty:
             raise NnbenchError(f"--suite {suite}: no rows of it; the files hold {', '.join(present)}")
+    if variants:
+        present = sorted(set(plots.normalize(df)["variant"].astype(str)))
+        df = df[plots.normalize(df)["variant"].isin(variants)]
+        if df.empty:
+            raise NnbenchError(f"--variant {' '.join(variants)}: no rows of it; the files hold {', '.join(present)}")
     if kind:
         written = plots.plot(df.drop(columns="_file"), kind, Path(out_path), title, force, ceilings)
         app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")

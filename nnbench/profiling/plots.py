@@ -145,8 +145,12 @@ def _plain(ax, axis: str = "both") -> None:
     """Log-axis ticks as plain numbers (0.1, 1, 10, 100), not 10^1 or 6x10^1."""
     from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
     fmt = FuncFormatter(lambda v, _: f"{v:,.0f}" if v >= 1 else f"{v:g}")
-    for a in ([ax.xaxis, ax.yaxis] if axis == "both" else [getattr(ax, f"{axis}axis")]):
-        a.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    for name in ("x", "y") if axis == "both" else (axis,):
+        a = getattr(ax, f"{name}axis")
+        lo, hi = sorted(getattr(ax, f"get_{name}lim")())
+        # 1-2-5 ticks over several decades; finer within about one, so that an axis never has only one label
+        subs = (1.0, 2.0, 5.0) if lo > 0 and hi / lo > 30 else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+        a.set_major_locator(LogLocator(base=10, subs=subs))
         a.set_major_formatter(fmt)
         a.set_minor_formatter(NullFormatter())
 
@@ -202,8 +206,8 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
     _label_points(ax, d, series, math.log10(top * 2) - math.log10(bottom / 2), with_shape=len(shapes) > 1 and not fills)
     ax.set_xscale("log")
     ax.set_yscale("log")
-    _plain(ax)
     ax.set_xlim(lo, hi)
+    _plain(ax)
     ax.set_xlabel("arithmetic intensity (FLOP/byte; the fewest bytes the problem must move)")
     device = first.get("gpu") if isinstance(first.get("gpu"), str) else "?"
     ax.set_ylabel("TFLOP/s")
