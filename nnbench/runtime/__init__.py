@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from nnbench.errors import BackendUnavailable
 
-INSTALL_HINT = "with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs the GPU extra (PyCUDA)"
+INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs PyCUDA (the extra "
+                "`pip install -e '.[gpu]'`)")
 
 
 def open_backend(name: str, device: int = 0):
