@@ -23,8 +23,10 @@ def test_every_step_matches_reference(cuda_backend, shape):
     records = list(harness.run(gemm.WORKLOAD, cuda_backend, CFG.cases, [shape], QUICK, gemm.DEFAULT_RTOL))
     bad = [(r["variant"], r["params"], r.get("rel_err"), r.get("error")) for r in records if r["status"] != "PASS"]
     assert not bad, bad
-    # every shipped case and the cuBLAS baseline produced a row
-    assert len(records) == len(CFG.cases) + 1
+    # every shipped case and both cuBLAS rows (FP32, the baseline; TF32, for context) produced a row
+    assert len(records) == len(CFG.cases) + 2
+    assert {r["variant"]: r["precision"] for r in records if r["step"] == ""} == {"cublas": "FP32 FFMA",
+                                                                                  "cublas-tf32": "TF32"}
     for r in records:
         assert r["rel_err"] < r["rtol"] <= 2e-3  # the run's rtol, or a TF32 variant's own
 

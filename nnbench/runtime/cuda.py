@@ -151,6 +151,15 @@ class CudaBackend:
         )
         return Kernel(module, func, info, cubin, name)
 
+    def symbol(self, kernel: Kernel, name: str) -> int:
+        """The device address of a module's global (a `__constant__` bank), for `copy` to fill."""
+        address, _ = kernel.module.get_global(name)
+        return int(address)
+
+    def allow_dynamic_smem(self, kernel: Kernel, nbytes: int) -> None:
+        """Let launches of `kernel` ask for `nbytes` of dynamic shared memory (above 48 KiB needs this)."""
+        kernel.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, nbytes)
+
     def occupancy(self, kernel: Kernel, threads: int, dynamic_smem: int = 0):
         return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes + dynamic_smem)
 

@@ -275,8 +275,7 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
         args = (dims, np.intp(int(layer.X)), np.intp(int(layer.Wt)), np.intp(int(layer.Y)))
         grid = (-(-s.K // kb), tiles, s.N)
         return lambda: func(*args, block=(tile, tile, 1), grid=grid)
-    import pycuda.driver as drv
-    symbol, _ = kernel.module.get_global("filters")
+    symbol = backend.symbol(kernel, "filters")
     per_map = s.C * s.R * s.R
     chunk = CONSTANT_FLOATS // per_map  # output maps per launch
     launches = []
@@ -287,7 +286,7 @@ def _direct_launch(backend, v: Variant, params: dict, comp, layer: _Layer):
 
     def run():
         for src, nbytes, args, grid in launches:
-            drv.memcpy_dtod(symbol, src, nbytes)
+            backend.copy(symbol, src, nbytes)
             func(*args, block=(tile, tile, 1), grid=grid)
     return run
 

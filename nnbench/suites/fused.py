@@ -164,8 +164,6 @@ class FusedNet:
     def __init__(self, backend, kernel, params: dict[str, int], layers: tuple[int, ...], init: list[np.ndarray],
                  data: glyphs.Dataset, rate: float, momentum: float, blocks: int | None = None,
                  exchange: str = "barrier") -> None:
-        import pycuda.driver as drv
-
         self.be, self.layers, self.threads, self.exchange = backend, layers, params["THREADS"], exchange
         self.tagged = exchange != "barrier"
         self.flag_barrier = params.get("BARRIER") == 1
@@ -178,7 +176,7 @@ class FusedNet:
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
                                      self.flag_barrier, exchange, self.out_local)
         self.func = kernel.func
-        self.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, self.dyn)
+        backend.allow_dynamic_smem(kernel, self.dyn)
         self.func.prepare(SIGNATURE)
         self.w_sizes = [W.size for W in init]
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
