@@ -1,7 +1,7 @@
 """`nnbench report --html`: the page is self-contained (no address outside it), and in a real headless
 Chromium (Debian's, driven by Playwright) it renders with no console error, its tables sort and
-filter, and its figures load. Made from the H100 gate run of configs/ci.yaml (docs/data/ci_*_h100.csv,
-with the verdicts against its baseline), the training table sweep, and a fresh CPU run."""
+filter, and its figures load. Made from the H100 gate run of configs/ci.yaml (docs/data/contract/ci_again.csv,
+with the verdicts against results/baselines/), the training table sweep, and a fresh CPU run."""
 
 import re
 import shutil
@@ -13,6 +13,7 @@ from click.testing import CliRunner
 from nnbench.cli import cli
 
 DATA = Path("docs/data")
+BASELINE = Path("results/baselines/nvidia-h100-80gb-hbm3.csv")  # the gate's, for ci_again.csv's GPU
 
 
 def _report(tmp_path: Path, *args: str) -> Path:
@@ -57,17 +58,18 @@ def _column(page, table: str, name: str) -> list[str]:
 
 
 def test_the_page_is_self_contained(tmp_path):
-    text = _report(tmp_path, str(DATA / "ci_again_h100.csv"), "--baseline", str(DATA / "ci_base_h100.csv")).read_text()
+    text = _report(tmp_path, str(DATA / "contract" / "ci_again.csv"), "--baseline", str(BASELINE)).read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from elsewhere
     for needle in ("NVIDIA H100 80GB HBM3", "Gate verdicts", "the gate <b>passes</b>", "DataTable(",
-                   "nnbench report docs/data/ci_again_h100.csv --suite gemm --plot roofline --out gemm-roofline.png",
+                   "nnbench report docs/data/contract/ci_again.csv --suite gemm --plot roofline --out "
+                   "gemm-roofline.png",
                    'id="fig-gemm-roofline"', 'id="fig-conv-conv"', 'id="fig-train-train"',
                    'id="rows-gemm"', 'id="rows-train"', 'id="rows-conv"'):
         assert needle in text, needle
 
 
 def test_ci_report_renders_sorts_and_filters_in_chromium(tmp_path):
-    out = _report(tmp_path, str(DATA / "ci_again_h100.csv"), "--baseline", str(DATA / "ci_base_h100.csv"))
+    out = _report(tmp_path, str(DATA / "contract" / "ci_again.csv"), "--baseline", str(BASELINE))
     seen = {}
 
     def act(page):
@@ -85,9 +87,9 @@ def test_ci_report_renders_sorts_and_filters_in_chromium(tmp_path):
     errors = _browse(out, act)
     assert errors == []
     assert seen["loaded"] and seen["figures"] >= 3
-    assert len(seen["up"]) == 27 and seen["up"] == sorted(seen["up"]) and seen["down"] == sorted(seen["up"])[::-1]
+    assert len(seen["up"]) == 36 and seen["up"] == sorted(seen["up"]) and seen["down"] == sorted(seen["up"])[::-1]
     assert seen["filtered"] and all("tf32x3" in v for v in seen["filtered"])
-    assert seen["verdicts"] == 47
+    assert seen["verdicts"] == 56
 
 
 def test_training_sweep_report_renders_in_chromium(tmp_path):
@@ -96,7 +98,7 @@ def test_training_sweep_report_renders_in_chromium(tmp_path):
     res = CliRunner().invoke(cli, ["train", "--net", "1", "--backend", "cpu", "--max-iterations", "60",
                                    "--csv", str(fresh)])
     assert res.exit_code == 0, res.output
-    out = _report(tmp_path, str(DATA / "train_table_h100.csv"), str(fresh))
+    out = _report(tmp_path, str(DATA / "contract" / "train_table_h100.csv"), str(fresh))
     seen = {}
 
     def act(page):

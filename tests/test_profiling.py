@@ -114,7 +114,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("kind, csv_name", [("roofline", "ladder_4096.csv"), ("speedup", "train_net1_h100.csv"),
-                                            ("train", "train_table_h100.csv"), ("conv", "conv_resnet_h100.csv")])
+                                            ("train", "contract/train_table_h100.csv"),
+                                            ("conv", "contract/conv_resnet.csv")])
 def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_name):
     pytest.importorskip("matplotlib")
     out = tmp_path / f"{kind}.png"
@@ -167,9 +168,9 @@ def test_no_empty_chart(tmp_path):
     """A figure with nothing to draw is one line and exit 2, and no file."""
     pytest.importorskip("matplotlib")
     for csv_name, kind, needle in (("ladder_odd.csv", "train", "no verified training row"),
-                                   ("train_table_h100.csv", "conv", "no verified convolution row"),
+                                   ("contract/train_table_h100.csv", "conv", "no verified convolution row"),
                                    ("ladder_4096.csv", "heatmap", "no variant sweeps two parameters"),
-                                   ("ci_again_h100.csv", "speedup", "several suites (conv, gemm, train)")):
+                                   ("contract/ci_again.csv", "speedup", "several suites (conv, gemm, train)")):
         out = tmp_path / f"{kind}.png"
         res = CliRunner().invoke(cli, ["report", f"docs/data/{csv_name}", "--plot", kind, "--out", str(out)])
         assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output

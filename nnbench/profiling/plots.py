@@ -148,8 +148,9 @@ def _plain(ax, axis: str = "both") -> None:
     for name in ("x", "y") if axis == "both" else (axis,):
         a = getattr(ax, f"{name}axis")
         lo, hi = sorted(getattr(ax, f"get_{name}lim")())
-        # 1-2-5 ticks over several decades; finer within about one, so that an axis never has only one label
-        subs = (1.0, 2.0, 5.0) if lo > 0 and hi / lo > 30 else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
+        # 1-3 ticks over several decades, 1-2-5 over one or two, finer within one: never one label, never crowded
+        span = hi / lo if lo > 0 else 1e9
+        subs = (1.0, 3.0) if span > 100 else (1.0, 2.0, 5.0) if span > 30 else (1.0, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0)
         a.set_major_locator(LogLocator(base=10, subs=subs))
         a.set_major_formatter(fmt)
         a.set_minor_formatter(NullFormatter())
@@ -173,11 +174,11 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
     first = d.iloc[0]
     roofs = []  # (label, Roof, line style)
     bw = first.get("dram_peak_gbs")
-    for col, name in (("fp32_peak_tflops", "FP32"), ("tf32_peak_tflops", "TF32 tensor")):
+    for col, name, ls in (("fp32_peak_tflops", "FP32", "-"), ("tf32_peak_tflops", "TF32 tensor", "-.")):
         peak = first.get(col)
         if bw and peak and not (math.isnan(bw) or math.isnan(peak)):
             roofs.append((f"{name} peak {peak:.1f} TFLOP/s, DRAM {bw / 1e3:.2f} TB/s (theoretical)",
-                          Roof(peak * 1e12, bw * 1e9, "theoretical"), "-"))
+                          Roof(peak * 1e12, bw * 1e9, "theoretical"), ls))
     if measured is not None:
         roofs.append((f"measured: FMA {measured.flops / 1e12:.1f} TFLOP/s, copy {measured.bandwidth / 1e12:.2f} TB/s",
                       measured, "--"))
@@ -208,7 +209,7 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
     ax.set_yscale("log")
     ax.set_xlim(lo, hi)
     _plain(ax)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte; the fewest bytes the problem must move)")
+    ax.set_xlabel("arithmetic intensity (FLOP/byte, of the fewest bytes moved)")
     device = first.get("gpu") if isinstance(first.get("gpu"), str) else "?"
     ax.set_ylabel("TFLOP/s")
     ax.set_title(f"roofline · {device}" + ("" if roofs else " · no roof: the CPU backend records no peak"),
