@@ -121,6 +121,9 @@ def load_config(path: Path) -> list[SweepSpec]:
     are every part's defaults (configs/ci.yaml gates three suites so)."""
     path = Path(path)
     root = compose(path)
+    from nnbench.suites import kernel
+    if kernel.is_kernel_config(root):  # a user's own .cu file (examples/vector_add)
+        return [kernel.load(path, root)]
     if not (isinstance(root, yaml.MappingNode) and any(k.value == "parts" for k, _ in root.value)):
         return [load_sweep(path)]
     top = mapping(path, root, "top level", PART_KEYS, required=("parts",))
@@ -187,6 +190,19 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
     if not shapes:
         raise fail(path, top["shapes"][1], "shapes: the list is empty")
 
+    settings, rtol, watchdog = timing_settings(path, top, work.default_rtol)
+    seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
+    if "vendor" in top and "cublas" in top:
+        raise fail(path, top["cublas"][0], "cublas: the old name of vendor; give one of them")
+    vkey = "vendor" if "vendor" in top else "cublas"  # vendor rows (cuBLAS, cuDNN, PyTorch): on by default
+    vendor = boolean(path, top[vkey][1], vkey) if vkey in top else True
+    desc = scalar(path, top["description"][1], "description") if "description" in top else ""
+    return SweepSpec(name, suite, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts, desc,
+                     part)
+
+
+def timing_settings(path: Path, top: dict, default_rtol: float | None) -> tuple[measure.TimingSettings, float, float]:
+    """A config's `timing:` block: (settings, rtol, watchdog seconds)."""
     timing = mapping(path, top["timing"][1], "timing", TIMING_KEYS) if "timing" in top else {}
     t = {k: v for k, (_, v) in timing.items()}
     settings = measure.TimingSettings(
@@ -197,16 +213,9 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
         min_sample_ms=number(path, t["min_sample_ms"], "timing.min_sample_ms", positive=True)
         if "min_sample_ms" in t else 0.05,
     )
-    rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else work.default_rtol
+    rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else default_rtol
     watchdog = number(path, t["watchdog"], "timing.watchdog", positive=True) if "watchdog" in t else 60.0
-    seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
-    if "vendor" in top and "cublas" in top:
-        raise fail(path, top["cublas"][0], "cublas: the old name of vendor; give one of them")
-    vkey = "vendor" if "vendor" in top else "cublas"  # vendor rows (cuBLAS, cuDNN, PyTorch): on by default
-    vendor = boolean(path, top[vkey][1], vkey) if vkey in top else True
-    desc = scalar(path, top["description"][1], "description") if "description" in top else ""
-    return SweepSpec(name, suite, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts, desc,
-                     part)
+    return settings, rtol, watchdog
 
 
 def _variant_cases(path: Path, v: registry.Variant, body) -> tuple[list[Case], VariantCount]:

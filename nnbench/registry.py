@@ -68,7 +68,8 @@ class Variant:
     # Parameter sets the runtime chooses among by timing them on the real shapes (batched: per GEMM).
     candidates: tuple[tuple[tuple[str, int], ...], ...] = ()
     # Which of its suite's host runners executes it (the suite dispatches on this, never on the name):
-    # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas;
+    # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas |
+    # batched-wgmma;
     # conv: direct | constant | unroll | numpy | lenet; conv-backward: unroll | direct; pool: pool.
     runner: str = "kernel"
     # The arithmetic (runtime.device.PRECISIONS): which ceiling its %peak is taken against, and the
@@ -408,6 +409,13 @@ MLP: tuple[Variant, ...] = (
             **_TF32X3_FUSED),
     Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
             "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
+    Variant("mlp", "batched-wgmma", 12, "mini-batch on step 9's mainloop (bulk tensor copies, warp-specialized "
+            "wgmma 3xTF32, sm_90a) with step 10's fused epilogues and split-K weight gradients; weights "
+            "neuron-major and deltas sample-major, so every operand is mapped", "mlp/12_batched_wgmma.cu",
+            tags=("batched", "tensor-core", "sm_90a"), runner="batched-wgmma", precision=TF32X3,
+            candidates=tuple(tuple(c.items()) for c in (dict(BN=64), dict(BM=64), dict(BM=64, BN=64))),
+            **dict(_WGMMA, derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"), ("B_COPIES", "2")),
+                   split_k=False)),
 )
 
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

@@ -44,7 +44,8 @@ TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "
             "vs_cublas_gemms", "launches_per_step", "train_seconds", "epochs", "steps", "steps_per_epoch",
             "train_samples", "tiles"]
 CONVOLUTION = ["workspace_bytes"]
-ENVIRONMENT = ["backend", "gpu", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
+ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
+               "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
                "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION + ENVIRONMENT
 

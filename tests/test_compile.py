@@ -26,7 +26,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "conv/08_lenet.cu", {}, arch))  # LeNet-5's elementwise work
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
     from nnbench import registry
-    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
+    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), v.target(arch))
              for v in registry.suite_variants("mlp", "cuda") for p in v.params for c in p.choices
              if not v.problems(dict(v.defaults(), **{p.name: c}))]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)

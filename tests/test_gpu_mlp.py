@@ -199,6 +199,8 @@ def test_batched_versions_match_the_reference(cuda_backend, batched_compiled, ne
     for v in BATCHED:
         if "cublas" in v.tags:
             pytest.importorskip("cupy")
+        if v.arch_problem(cuda_backend.device):  # the wgmma version off Hopper
+            continue
         for params, comp in batched_compiled[v.name]:
             net_ = batched.open_net(cuda_backend, v, [(params, comp)], layers, init, train, batch, hyper)
             err = batched.check(net_, init, train, hyper)
@@ -209,7 +211,8 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
     """One short run through `run`: every version verified, the same error curve to float32
     precision (same data, order and initial weights), and the report's figures present."""
     layers = nets.get(2).layers
-    chosen = mlp.plan([v.name for v in batched.versions()], "cuda", batched.versions())
+    chosen = mlp.plan([v.name for v in batched.versions() if not v.arch_problem(cuda_backend.device)], "cuda",
+                      batched.versions())
     hyper = mlp.Hyper(rate=1.0, momentum=0.5)
     recs = list(batched.run(cuda_backend, chosen, layers, hyper, batch=64, epochs=2, train_samples=640,
                             test_per_letter=2, torch_modes=("eager",)))

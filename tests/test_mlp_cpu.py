@@ -302,3 +302,31 @@ def test_a_parameter_set_is_parsed_over_the_defaults_and_checked():
                       ("THREADS", "not NAME=INTEGER"), ("THREADS=x", "not NAME=INTEGER")):
         with pytest.raises(NnbenchError, match=re.escape(says)):
             kcm.parse_params(bad)
+
+
+def test_wgmma_net_keeps_weights_neuron_major_and_reads_them_back():
+    """batched-wgmma's weights live on the GPU neuron-major (column i = input i's weights to every
+    neuron, bias column last, rows padded to a multiple of 4): the host's layout conversion both ways,
+    on a stand-in for the device memory. Planted: a download without the transpose fails."""
+    from nnbench.suites import batched
+
+    class Memory:  # upload/download as the CUDA backend does them, on host arrays
+        def upload(self, a):
+            return a.copy()
+
+        def download(self, buf, like):
+            like[...] = buf.reshape(like.shape)
+            return like
+
+    net = batched.WgmmaNet.__new__(batched.WgmmaNet)
+    net.be = Memory()
+    rng = np.random.default_rng(0)
+    W = [rng.standard_normal((7, 101)), rng.standard_normal((5, 3))]
+    bufs = [net.be.upload(net._padded(w, l)) for l, w in enumerate(W)]
+    assert bufs[0].shape == (101, 8) and bufs[0][100, 6] == np.float32(W[0][6, 100]) and not bufs[0][:, 7].any()
+    net.W = bufs
+    back = net.weights(W)
+    for w, b in zip(W, back):
+        assert b.shape == w.shape and np.allclose(b, w.astype(np.float32))
+    planted = bufs[0][:, :7].reshape(7, 101)  # planted: the neuron-major buffer read as if input-major
+    assert not np.allclose(planted, W[0].astype(np.float32))

@@ -14,16 +14,17 @@
 #include "mlp/mlp_common.cuh"
 
 // The output layer's deltas, o(1 - o)(t - o), for every sample of the batch, and the batch's
-// summed error 1/2 sum (t - o)^2 added to *err (one atomic per warp, not per element).
+// summed error 1/2 sum (t - o)^2 added to *err (one atomic per warp, not per element). Delta (j, b)
+// goes to D[b * d_sample + j * d_neuron]: (ld, 1) for the feature-major D_l, (1, ld) for 12's DT_l.
 extern "C" __global__ void output_delta_batch(const float* __restrict__ H, int ldh, const float* __restrict__ T,
-                                              float* __restrict__ D, int ldd, int n, int batch,
+                                              float* __restrict__ D, int d_sample, int d_neuron, int n, int batch,
                                               float* __restrict__ err) {
     float e2 = 0.0f;
     for (int idx = blockIdx.x * blockDim.x + threadIdx.x; idx < n * batch; idx += gridDim.x * blockDim.x) {
         const int j = idx % n, b = idx / n;
         const float o = H[(size_t)b * ldh + j];
         const float e = T[(size_t)b * n + j] - o;
-        D[(size_t)b * ldd + j] = o * (1.0f - o) * e;
+        D[(size_t)b * d_sample + (size_t)j * d_neuron] = o * (1.0f - o) * e;
         e2 += e * e;
     }
     e2 = warp_sum(e2);

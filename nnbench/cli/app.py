@@ -47,6 +47,7 @@ class NnbenchGroup(click.Group):
 
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
+        DEVICE[0] = 0
         ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
@@ -96,9 +97,23 @@ def force_option(f):
     return click.option("--force", is_flag=True, help="Let --csv replace an existing file (never the default).")(f)
 
 
+DEVICE = [0]  # this invocation's --device: the GPU every backend it opens runs on
+
+
+def _remember_device(ctx, param, value):
+    if value is not None:
+        DEVICE[0] = value
+    return value
+
+
 def backend_option(f):
+    f = click.option("--device", type=click.IntRange(min=0), default=None, expose_value=False,
+                     callback=_remember_device, help="The GPU to run on, by index (`nnbench devices` lists them; "
+                                                     "default 0).")(f)
     return click.option("--backend", type=click.Choice(["cuda", "cpu", "auto"]), default="cuda", show_default=True,
-                        help="cuda: PyCUDA on GPU 0. cpu: the NumPy path. auto: cuda if it works, else cpu.")(f)
+                        help="cuda: PyCUDA on the --device GPU. cpu: the NumPy path. auto: cuda if it works, else "
+                             "cpu.")(f)
+
 
 
 def param_options(*suites: str):
@@ -117,8 +132,8 @@ def param_options(*suites: str):
     return deco
 
 
-def open_device(backend: str, device: int = 0):
-    be, note = open_backend(backend, device)
+def open_device(backend: str, device: int | None = None):
+    be, note = open_backend(backend, DEVICE[0] if device is None else device)
     if note:
         # escaped, or rich takes the hint's `[gpu]` for markup and prints `pip install -e '.'`
         err.print(f"[yellow]nnbench: {escape(note)}[/]", soft_wrap=True)

@@ -82,20 +82,17 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         if baseline_path or out_path:
             raise NnbenchError("--baseline and --out apply only with --run")
         baseline_path, current = files
-    base, cur = verdict.load(Path(baseline_path)), verdict.load(Path(current))
-    gb, gc = verdict.gpus(base), verdict.gpus(cur)
-    if gb and gc and gb != gc and not any_gpu:
-        raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "
-                           f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
-    for note in base.attrs.get("notes", []) + cur.attrs.get("notes", []):
+    from nnbench import api
+    result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu)
+    for note in result.notes:
         app.out.print(f"note: {escape(note)}")
-    verdicts = verdict.compare(base, cur, tolerance)
+    verdicts = result.verdicts
     counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
     title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% or the combined IQR, "
              "whichever is larger")
     app.out.print(tables.verdict_table(verdicts, title, show_same=show_all))
     app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
-    if verdict.gated(verdicts, allow_missing):
+    if not result.passed:
         why = "SLOWER, FAILED, INVALID" + ("" if allow_missing else " or MISSING")
         app.out.print(f"[bold red]regression gate: FAILED[/] (a case is {why})")
         sys.exit(1)

@@ -24,14 +24,15 @@ def devices(do_measure: bool) -> None:
     if not infos:
         raise NnbenchError("no CUDA GPU found on this machine")
     t = Table(title="CUDA devices", title_justify="left", header_style="bold")
-    cols = ["#", "name", "CC", "SMs", "SM MHz", "mem MHz", "memory", "L2", "FP32 peak", "DRAM peak"]
+    from nnbench.runtime.cuda import device_uuid
+    cols = ["#", "name", "UUID", "CC", "SMs", "SM MHz", "mem MHz", "memory", "L2", "FP32 peak", "DRAM peak"]
     if do_measure:
         cols += ["FMA measured", "copy measured", "SM→SM", "grid barrier"]
     for c in cols:
         t.add_column(c, justify="left" if c in ("name",) else "right")
     from nnbench.suites.ceilings import measure_ceilings
     for i, d in enumerate(infos):
-        row = [str(i), d.name, f"{d.cc[0]}.{d.cc[1]}", str(d.sm_count), f"{d.sm_clock_mhz:.0f}",
+        row = [str(i), d.name, device_uuid(i) or "—", f"{d.cc[0]}.{d.cc[1]}", str(d.sm_count), f"{d.sm_clock_mhz:.0f}",
                f"{d.mem_clock_mhz:.0f}", f"{d.mem_bytes / 2**30:.1f} GiB", f"{d.l2_bytes / 2**20:.0f} MiB",
                f"{d.fp32_peak_flops / 1e12:.1f} TFLOP/s", f"{d.dram_peak_bytes / 1e9:,.0f} GB/s"]
         if do_measure:

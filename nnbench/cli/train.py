@@ -144,7 +144,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
                                     max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
     world = _data_parallel(ranks, allreduce, mini, batch, backend)
-    be = open_device(backend, world.local_rank if world else 0)
+    be = open_device(backend, world.local_rank if world else None)
     memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0),
                    f"{label} (layers {','.join(map(str, layers))})", "narrower layers or a smaller batch")
     if world is not None:

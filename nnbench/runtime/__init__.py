@@ -14,7 +14,11 @@ INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` i
 
 
 def open_backend(name: str, device: int = 0):
-    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU."""
+    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU.
+    `name` may carry the GPU as `cuda:N` (how a sweep tells its worker process)."""
+    name, _, ordinal = name.partition(":")
+    if ordinal.isdigit():
+        device = int(ordinal)
     if name == "cpu":
         from nnbench.runtime.cpu import CpuBackend
         return CpuBackend(), None

@@ -34,10 +34,11 @@ class CompileRequest:
     source: Path
     params: tuple[tuple[str, int], ...]  # sorted (NAME, value): the -D macros
     arch: str  # "sm_90"
+    includes: tuple[str, ...] = ()  # a user's own -I folders (a kernel config's `include:`), besides kernels_cu/
 
     @staticmethod
-    def make(source: Path, params: dict[str, int], arch: str) -> CompileRequest:
-        return CompileRequest(Path(source), tuple(sorted(params.items())), arch)
+    def make(source: Path, params: dict[str, int], arch: str, includes: tuple[str, ...] = ()) -> CompileRequest:
+        return CompileRequest(Path(source), tuple(sorted(params.items())), arch, tuple(includes))
 
     def label(self) -> str:
         ps = " ".join(f"{k}={v}" for k, v in self.params) or "(no parameters)"
@@ -83,8 +84,8 @@ def nvcc_version() -> str:
     return m.group(2) if m else out.strip().splitlines()[-1]
 
 
-def _sources_closure(source: Path) -> list[Path]:
-    """The file and every quoted #include it reaches, resolved like nvcc's -I kernels_cu."""
+def _sources_closure(source: Path, includes: tuple[str, ...] = ()) -> list[Path]:
+    """The file and every quoted #include it reaches, resolved like nvcc's -I kernels_cu and -I includes."""
     seen: list[Path] = []
     todo = [source.resolve()]
     while todo:
@@ -93,7 +94,7 @@ def _sources_closure(source: Path) -> list[Path]:
             continue
         seen.append(f)
         for inc in _INCLUDE.findall(f.read_text()):
-            for base in (f.parent, paths.KERNELS):
+            for base in (f.parent, paths.KERNELS, *map(Path, includes)):
                 cand = (base / inc).resolve()
                 if cand.exists():
                     todo.append(cand)
@@ -120,10 +121,12 @@ def planted() -> tuple[tuple[str, int], ...]:
 
 def cache_key(req: CompileRequest) -> str:
     h = hashlib.sha256()
-    for f in _sources_closure(req.source):
+    for f in _sources_closure(req.source, req.includes):
         h.update(f.name.encode())
         h.update(f.read_bytes())
     h.update(repr((req.params, req.arch, BASE_FLAGS, nvcc_version())).encode())
+    if req.includes:
+        h.update(repr(req.includes).encode())
     if planted():
         h.update(repr(planted()).encode())
     return h.hexdigest()[:32]
@@ -176,7 +179,7 @@ def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
     with tempfile.TemporaryDirectory(dir=cache) as tmp:
         out = Path(tmp) / "k.cubin"
         cmd = [nvcc_path(), "-cubin", *BASE_FLAGS, *arch_flags(req.arch), "-Xptxas", "-v",
-               f"-I{paths.KERNELS}", *defines, "-o", str(out), str(req.source)]
+               f"-I{paths.KERNELS}", *(f"-I{d}" for d in req.includes), *defines, "-o", str(out), str(req.source)]
         t0 = time.perf_counter()
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         seconds = time.perf_counter() - t0

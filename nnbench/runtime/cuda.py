@@ -125,7 +125,8 @@ class CudaBackend:
     def environment(self) -> dict:
         d = self.device
         return {
-            "backend": "cuda", "gpu": d.name, "cc": f"{d.cc[0]}.{d.cc[1]}", "sms": d.sm_count,
+            "backend": "cuda", "gpu": d.name, "device_index": self.ordinal, "gpu_uuid": self._nvml.uuid(),
+            "cc": f"{d.cc[0]}.{d.cc[1]}", "sms": d.sm_count,
             "driver": self._nvml.driver_version() or _fmt_cuda_version(drv.get_driver_version()),
             "cuda": _fmt_cuda_version(drv.get_driver_version()), "nvcc": nvcc_version(),
             "device_name": d.name, "max_sm_clock_mhz": d.sm_clock_mhz,
@@ -313,6 +314,10 @@ def device_count() -> int:
         return 0
 
 
+def device_uuid(ordinal: int) -> str | None:
+    return _Nvml(drv.Device(ordinal).pci_bus_id()).uuid()
+
+
 def device_info(dev) -> DeviceInfo:
     """DeviceInfo from the driver's attributes; needs no context."""
     attrs = {str(k): v for k, v in dev.get_attributes().items()}
@@ -384,6 +389,14 @@ class _Nvml:
     def max_clock(self, which: str) -> float | None:
         return self._clock("nvmlDeviceGetMaxClockInfo", which,
                            "clocks.max.sm" if which == "sm" else "clocks.max.mem")
+
+    def uuid(self) -> str | None:
+        """The GPU's UUID (GPU-xxxxxxxx-...): the one name of a device that survives a renumbering."""
+        if self.lib is not None:
+            buf = ctypes.create_string_buffer(96)
+            if self.lib.nvmlDeviceGetUUID(self.handle, buf, ctypes.c_uint(96)) == 0:
+                return buf.value.decode()
+        return self._smi("uuid")
 
     def driver_version(self) -> str | None:
         if self.lib is not None:

@@ -13,6 +13,7 @@ WORKLOADS = {
     "gemm": "nnbench.suites.gemm",
     "train": "nnbench.suites.train",
     "conv": "nnbench.suites.conv",
+    "kernel": "nnbench.suites.kernel",  # a user's own .cu file, declared in YAML
 }
 
 

@@ -11,6 +11,9 @@ Versions (registry tag "batched"):
                   epilogues, split-K weight gradients (kernels_cu/mlp/10_batched.cu);
   batched-cublas  the same GEMMs through cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as
                   separate passes (kernels_cu/mlp/11_batched_cublas.cu);
+  batched-wgmma   the same GEMMs and epilogues on the ladder's step 9 mainloop (sm_90a), weights
+                  neuron-major and deltas sample-major, every layer's update in one launch at the
+                  end of the step (kernels_cu/mlp/12_batched_wgmma.cu, WgmmaNet);
 and, with --compare torch, PyTorch eager and CUDA-graph rows (mlp.train_torch with a batch).
 
 Every version trains the same fixed number of epochs over the same noisy training set in the same
@@ -139,12 +142,15 @@ def round4(n: int) -> int:
 
 @dataclass(frozen=True)
 class GemmKernel:
-    """One GEMM kernel of 10_batched.cu as compiled for one tile set."""
+    """One GEMM kernel of a batched version (10_batched.cu, 12_batched_wgmma.cu) as compiled for one
+    tile set."""
 
     kernel: object  # a loaded runtime Kernel
     params: tuple[tuple[str, int], ...]
     threads: int
     resident: int  # blocks per SM, by the occupancy calculation
+    smem: int = 0  # dynamic shared memory per block (step 12's ring)
+    maps: tuple = ()  # (box, swizzle) of the A and B tensor maps (step 12)
 
     def __getattr__(self, name: str) -> int:  # BM, BN, BK, ... of the tile set
         p = dict(object.__getattribute__(self, "params"))
@@ -155,7 +161,8 @@ class GemmKernel:
     @property
     def label(self) -> str:
         p = dict(self.params)
-        return f"{p['BM']}x{p['BN']}x{p['BK']}/{p['WM']}x{p['WN']}"
+        inner = f"{p['WM']}x{p['WN']}" if "WM" in p else f"{p['STAGES']} stages"
+        return f"{p['BM']}x{p['BN']}x{p['BK']}/{inner}"
 
 
 GEMM_KERNELS = {"forward": "forward_sigmoid", "backward-data": "backward_delta", "weight-gradient": "weight_gradient"}
@@ -163,12 +170,13 @@ GEMM_KERNELS = {"forward": "forward_sigmoid", "backward-data": "backward_delta",
 
 def load_gemms(backend, variant: Variant, params: dict, compiled) -> dict[str, GemmKernel]:
     """The three GEMM kernels of one compiled tile set, by role."""
-    threads = variant.threads(params)
+    threads, smem = variant.threads(params), variant.dynamic_smem_bytes(params)
+    maps = tuple((variant.map_box(tm, params), tm.swizzle) for tm in variant.tensor_maps)
     out = {}
     for role, name in GEMM_KERNELS.items():
         k = backend.load(compiled, name)
         out[role] = GemmKernel(k, tuple(sorted(params.items())), threads,
-                               max(1, backend.occupancy(k, threads).blocks_per_sm))
+                               max(1, backend.occupancy(k, threads, smem).blocks_per_sm), smem, maps)
     return out
 
 
@@ -198,8 +206,7 @@ class BatchedNet:
         self.cols = max(self.batch, columns)
         self.H = [None] + [backend.upload(self._activations(layers[l], self.cols, math.nan))
                            for l in range(1, self.L + 1)]
-        self.D = [None] + [backend.upload(np.full((self.cols, self.ld_d[l]), np.nan, np.float32))
-                           for l in range(1, self.L + 1)]
+        self.D = [None] + [backend.upload(self._deltas(l)) for l in range(1, self.L + 1)]
         self.W, self.V, self.G, self.slices = [], [], [], []
         sizes = [layers[l + 1] * self.ld_h[l] for l in range(self.L)]
         self.flat_off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)  # the allreduced gradients
@@ -218,6 +225,10 @@ class BatchedNet:
         self.err = backend.upload(np.zeros(1, np.float32))
         self.load(train)
         self.tpb = 256
+
+    def _deltas(self, l: int) -> np.ndarray:
+        """Layer l's deltas, poisoned: (batch columns, ld_d) row-major = feature-major D_l."""
+        return np.full((self.cols, self.ld_d[l]), np.nan, np.float32)
 
     def _activations(self, n: int, cols: int, fill: float) -> np.ndarray:
         """(cols, round4(n + 1)) row-major = column-major H: `fill` above, the row of ones, zero pad."""
@@ -267,21 +278,24 @@ class BatchedNet:
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
         out = []
         for l in range(self.L):
-            n_in, n_out = self.layers[l], self.layers[l + 1]
             hin, ldin = (x, self.ld_h[0]) if l == 0 else (self._p(self.H[l]), self.ld_h[l])
-            shape = (n_out, cols, n_in + 1)
-            if self.cublas is None:
-                out.append(StepLaunch("forward", self._gemm(
-                    "forward", shape, (self._p(self.W[l]), np.int32(self.ld_h[l]), hin, np.int32(ldin),
-                                               self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1])), "iiiPiPiPi")))
-            else:  # H = Wt^T Hin, then the sigmoid as its own pass
-                out.append(StepLaunch("forward", self.cublas.sgemm(
-                    True, False, shape, 1.0, int(self.W[l]), self.ld_h[l], int(hin), ldin, 0.0,
-                    int(self.H[l + 1]), self.ld_h[l + 1])))
-                out.append(StepLaunch("sigmoid", self._pass(
-                    "sigmoid_columns", n_out * cols, (self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1]),
-                                                      np.int32(n_out), np.int32(cols)), "Piii")))
+            out += self._forward(l, hin, ldin, cols)
         return out
+
+    def _forward(self, l: int, hin: np.intp, ldin: int, cols: int) -> list[StepLaunch]:
+        """H_(l+1) = sigmoid(W_l^T Hin) over `cols` samples."""
+        n_in, n_out = self.layers[l], self.layers[l + 1]
+        shape = (n_out, cols, n_in + 1)
+        if self.cublas is None:
+            return [StepLaunch("forward", self._gemm(
+                "forward", shape, (self._p(self.W[l]), np.int32(self.ld_h[l]), hin, np.int32(ldin),
+                                   self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1])), "iiiPiPiPi"))]
+        # H = Wt^T Hin, then the sigmoid as its own pass
+        return [StepLaunch("forward", self.cublas.sgemm(True, False, shape, 1.0, int(self.W[l]), self.ld_h[l], int(hin),
+                                                        ldin, 0.0, int(self.H[l + 1]), self.ld_h[l + 1])),
+                StepLaunch("sigmoid", self._pass("sigmoid_columns", n_out * cols,
+                                                 (self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1]), np.int32(n_out),
+                                                  np.int32(cols)), "Piii"))]
 
     def step_launches(self, j: int) -> list[StepLaunch]:
         """Batch j's training step: forward, output deltas, then per layer from the top the
@@ -291,61 +305,92 @@ class BatchedNet:
         B, L, ly = self.batch, self.L, self.layers
         x = self._input(j)
         seq = self.forward_launches(x, B)
-        seq.append(StepLaunch("output-delta", self._pass(
-            "output_delta_batch", ly[L] * B,
-            (self._p(self.H[L]), np.int32(self.ld_h[L]), self._p(self.T, self._first(j) * ly[L]), self._p(self.D[L]),
-             np.int32(self.ld_d[L]), np.int32(ly[L]), np.int32(B), self._p(self.err)), "PiPPiiiP")))
-        rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        updates = []
+        seq.append(self._output_delta(j))
+        updates = []  # (layer, gradient, slices, slice stride) not yet applied
         for l in range(L, 0, -1):  # weight layer l (1-based) maps H_(l-1) to H_l
             n_in, n_out = ly[l - 1], ly[l]
             hin, ldin = (x, self.ld_h[0]) if l == 1 else (self._p(self.H[l - 1]), self.ld_h[l - 1])
-            w, ldw = self._p(self.W[l - 1]), self.ld_h[l - 1]
             if l > 1:
-                shape = (n_in, B, n_out)
-                if self.cublas is None:
-                    seq.append(StepLaunch("backward-data", self._gemm(
-                        "backward-data", shape, (w, np.int32(ldw), self._p(self.D[l]), np.int32(self.ld_d[l]),
-                                                  self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin,
-                                                  np.int32(ldin)), "iiiPiPiPiPi")))
-                else:
-                    seq.append(StepLaunch("backward-data", self.cublas.sgemm(
-                        False, False, shape, 1.0, int(w), ldw, int(self.D[l]), self.ld_d[l], 0.0,
-                        int(self.D[l - 1]), self.ld_d[l - 1])))
-                    seq.append(StepLaunch("slope", self._pass(
-                        "scale_by_slope", n_in * B, (self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin,
-                                                     np.int32(ldin), np.int32(n_in), np.int32(B)), "PiPiii")))
-            shape = (n_in + 1, n_out, B)
-            slices, kps = self.slices[l - 1] if self.cublas is None else (1, B)
-            stride = n_out * ldw
-            if self.cublas is None:
-                seq.append(StepLaunch("weight-gradient", self._gemm(
-                    "weight-gradient", shape, (hin, np.int32(ldin), self._p(self.D[l]), np.int32(self.ld_d[l]),
-                                               self._p(self.G[l - 1]), np.int32(ldw), np.int32(kps),
-                                               np.int64(stride)), "iiiPiPiPiiq", slices)))
-            else:  # G = Hin D^T (cuBLAS picks its own split)
-                seq.append(StepLaunch("weight-gradient", self.cublas.sgemm(
-                    False, True, shape, 1.0, int(hin), ldin, int(self.D[l]), self.ld_d[l], 0.0,
-                    int(self.G[l - 1]), ldw)))
-            grad = self._p(self.G[l - 1])
+                seq += self._backward_data(l, hin, ldin)
+            seq.append(self._weight_gradient(l, hin, ldin))
+            grad, (slices, _) = self._p(self.G[l - 1]), self._slices(l)
+            stride = n_out * self.ld_h[l - 1]
             if self.exchange is not None:
                 flat = self._p(self.flat, self.flat_off[l - 1])
                 if slices > 1:
                     seq.append(StepLaunch("gradient-sum", self._pass(
-                        "sum_slices", (n_in + 1) * n_out, (grad, np.int32(ldw), np.int32(n_in + 1), np.int32(n_out),
-                                                           np.int32(slices), np.int64(stride), flat), "PiiiiqP")))
+                        "sum_slices", (n_in + 1) * n_out, (grad, np.int32(self.ld_h[l - 1]), np.int32(n_in + 1),
+                                                           np.int32(n_out), np.int32(slices), np.int64(stride), flat),
+                        "PiiiiqP")))
                 grad, slices = flat, 1
-            updates.append(StepLaunch("update", self._pass(
-                "momentum_update", (n_in + 1) * n_out,
-                (w, self._p(self.V[l - 1]), grad, np.int32(ldw), np.int32(n_in + 1),
-                 np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff")))
-            if self.exchange is None:  # the update follows its gradient at once
-                seq.append(updates.pop())
+            updates.append((l, grad, slices, stride))
+            if self.exchange is None and not self.UPDATES_AT_END:  # the update follows its gradient at once
+                seq += self._updates(updates)
+                updates = []
         if self.exchange is not None:  # every layer's gradient in one allreduce, then the updates
             seq.append(StepLaunch("allreduce", self.exchange.launcher(self.flat, int(self.flat_off[-1]))))
-            seq += updates
+        seq += self._updates(updates)
         self._steps[j] = seq
         return seq
+
+    UPDATES_AT_END = False  # True: every layer's update after the whole backward pass
+
+    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
+        return [self._update(*p) for p in pending]
+
+    def _slices(self, l: int) -> tuple[int, int]:
+        """(split-K slices, k per slice) of weight layer l's gradient."""
+        return self.slices[l - 1] if self.cublas is None else (1, self.batch)
+
+    def _output_delta(self, j: int) -> StepLaunch:
+        L, n, B = self.L, self.layers[self.L], self.batch
+        return StepLaunch("output-delta", self._pass(
+            "output_delta_batch", n * B,
+            (self._p(self.H[L]), np.int32(self.ld_h[L]), self._p(self.T, self._first(j) * n), self._p(self.D[L]),
+             *map(np.int32, self._delta_strides()), np.int32(n), np.int32(B), self._p(self.err)), "PiPPiiiiP"))
+
+    def _delta_strides(self) -> tuple[int, int]:
+        """(per sample, per neuron) strides of the output layer's deltas."""
+        return self.ld_d[self.L], 1
+
+    def _backward_data(self, l: int, hin: np.intp, ldin: int) -> list[StepLaunch]:
+        """D_(l-1) = (W_l D_l) * h(1 - h), h = Hin."""
+        n_in, n_out, B = self.layers[l - 1], self.layers[l], self.batch
+        w, ldw = self._p(self.W[l - 1]), self.ld_h[l - 1]
+        shape = (n_in, B, n_out)
+        if self.cublas is None:
+            return [StepLaunch("backward-data", self._gemm(
+                "backward-data", shape, (w, np.int32(ldw), self._p(self.D[l]), np.int32(self.ld_d[l]),
+                                         self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin, np.int32(ldin)),
+                "iiiPiPiPiPi"))]
+        return [StepLaunch("backward-data", self.cublas.sgemm(False, False, shape, 1.0, int(w), ldw, int(self.D[l]),
+                                                              self.ld_d[l], 0.0, int(self.D[l - 1]), self.ld_d[l - 1])),
+                StepLaunch("slope", self._pass(
+                    "scale_by_slope", n_in * B, (self._p(self.D[l - 1]), np.int32(self.ld_d[l - 1]), hin,
+                                                 np.int32(ldin), np.int32(n_in), np.int32(B)), "PiPiii"))]
+
+    def _weight_gradient(self, l: int, hin: np.intp, ldin: int) -> StepLaunch:
+        """G_l = Hin D_l^T, as split-K slices on our kernels (cuBLAS picks its own split)."""
+        n_in, n_out, B = self.layers[l - 1], self.layers[l], self.batch
+        ldw = self.ld_h[l - 1]
+        shape = (n_in + 1, n_out, B)
+        if self.cublas is None:
+            slices, kps = self.slices[l - 1]
+            return StepLaunch("weight-gradient", self._gemm(
+                "weight-gradient", shape, (hin, np.int32(ldin), self._p(self.D[l]), np.int32(self.ld_d[l]),
+                                           self._p(self.G[l - 1]), np.int32(ldw), np.int32(kps),
+                                           np.int64(n_out * ldw)), "iiiPiPiPiiq", slices))
+        return StepLaunch("weight-gradient", self.cublas.sgemm(False, True, shape, 1.0, int(hin), ldin, int(self.D[l]),
+                                                               self.ld_d[l], 0.0, int(self.G[l - 1]), ldw))
+
+    def _update(self, l: int, grad: np.intp, slices: int, stride: int) -> StepLaunch:
+        """v = momentum v + rate sum of the gradient's slices; W += v, for weight layer l."""
+        n_in, n_out = self.layers[l - 1], self.layers[l]
+        rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
+        return StepLaunch("update", self._pass(
+            "momentum_update", (n_in + 1) * n_out,
+            (self._p(self.W[l - 1]), self._p(self.V[l - 1]), grad, np.int32(self.ld_h[l - 1]), np.int32(n_in + 1),
+             np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff"))
 
     @staticmethod
     def callable(launches: list[StepLaunch]):
@@ -397,6 +442,107 @@ class BatchedNet:
         ms = self.be.timed(self.callable(self.forward_launches(self._p(x), len(data))), 1)
         h = self.be.download(self.H[self.L], np.zeros((self.cols, self.ld_h[self.L]), np.float32))
         return h[:len(data), :self.layers[self.L]].astype(np.float64), ms
+
+
+class WgmmaNet(BatchedNet):
+    """BatchedNet on step 12's kernels (kernels_cu/mlp/12_batched_wgmma.cu, the step 9 mainloop): the
+    weights neuron-major (Wn_l, ld = round4(n_l)) and the deltas sample-major (DT_l, ld = round4(B)),
+    so that every GEMM reads A M-major and B K-major by tensor map; the activations, the gradient
+    slices and the data-parallel buffer keep BatchedNet's layout."""
+
+    def _padded(self, W: np.ndarray, l: int) -> np.ndarray:
+        """Layer l's (n_out, n_in + 1) weights as column-major Wn: row i of the array is input i."""
+        wn = np.zeros((W.shape[1], round4(W.shape[0])), np.float32)
+        wn[:, :W.shape[0]] = W.T
+        return wn
+
+    def _download(self, bufs, like: list[np.ndarray]) -> list[np.ndarray]:
+        out = []
+        for l, W0 in enumerate(like):
+            wn = self.be.download(bufs[l], np.zeros((W0.shape[1], round4(W0.shape[0])), np.float32))
+            out.append(wn[:, :W0.shape[0]].T.astype(np.float64))
+        return out
+
+    @property
+    def ld_t(self) -> int:
+        return round4(self.batch)
+
+    def _deltas(self, l: int) -> np.ndarray:
+        return np.full((self.layers[l], self.ld_t), np.nan, np.float32)
+
+    def _delta_strides(self) -> tuple[int, int]:
+        return 1, self.ld_t
+
+    def _mapped(self, role: str, shape: tuple[int, int, int], a: tuple, b: tuple, args: tuple, sig: str,
+                slices: int = 1):
+        """A launch of `role`'s kernel with tensor maps over operands a and b, each (pointer, rows,
+        columns, leading dimension) in floats, column-major."""
+        from nnbench.runtime import tensormap
+        from nnbench.runtime.params import raw
+        g = self.gemms[role]
+        maps = []
+        for (ptr, rows, cols, ld), (box, swizzle) in zip((a, b), g.maps):
+            dims, strides = (rows, cols), (4 * ld,)
+            if why := tensormap.tiled_problem(int(ptr), dims, strides, box, swizzle):
+                raise NnbenchError(f"{role} GEMM operand {dims} at ld {ld}: {why}")
+            maps.append(tensormap.encode_tiled(int(ptr), dims, strides, box, swizzle))
+        m, n, _ = shape
+        grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
+        full = "iiiPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * 2 + sig
+        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), a[0], b[0], *maps, *args),
+                                full, smem=g.smem)
+
+    def _forward(self, l: int, hin: np.intp, ldin: int, cols: int) -> list[StepLaunch]:
+        n_in, n_out = self.layers[l], self.layers[l + 1]
+        wn = (self._p(self.W[l]), n_out, n_in + 1, round4(n_out))
+        return [StepLaunch("forward", self._mapped(
+            "forward", (n_out, cols, n_in + 1), wn, (hin, n_in + 1, cols, ldin),
+            (self._p(self.H[l + 1]), np.int32(self.ld_h[l + 1])), "Pi"))]
+
+    def _backward_data(self, l: int, hin: np.intp, ldin: int) -> list[StepLaunch]:
+        n_in, n_out, B = self.layers[l - 1], self.layers[l], self.batch
+        dt = (self._p(self.D[l]), B, n_out, self.ld_t)
+        wn = (self._p(self.W[l - 1]), n_out, n_in, round4(n_out))  # its first n_in columns: no bias
+        return [StepLaunch("backward-data", self._mapped(
+            "backward-data", (B, n_in, n_out), dt, wn,
+            (self._p(self.D[l - 1]), np.int32(self.ld_t), hin, np.int32(ldin)), "PiPi"))]
+
+    def _weight_gradient(self, l: int, hin: np.intp, ldin: int) -> StepLaunch:
+        n_in, n_out, B = self.layers[l - 1], self.layers[l], self.batch
+        slices, kps = self.slices[l - 1]
+        ldw = self.ld_h[l - 1]
+        return StepLaunch("weight-gradient", self._mapped(
+            "weight-gradient", (n_in + 1, n_out, B), (hin, n_in + 1, B, ldin),
+            (self._p(self.D[l]), B, n_out, self.ld_t),
+            (self._p(self.G[l - 1]), np.int32(ldw), np.int32(kps // self.gemms["weight-gradient"].BK),
+             np.int64(n_out * ldw)), "Piiq", slices))
+
+    UPDATES_AT_END = True
+    MAX_LAYERS, LAYER_FORMAT = 32, "PPPqiiiiii"  # 12_batched_wgmma.cu's UpdateTable, UpdateLayer
+
+    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
+        """One launch of momentum_update_transposed for every pending layer: a table of the layers
+        (by value, a kernel parameter), a block per 32 x 32 tile of each."""
+        import struct
+
+        from nnbench.runtime.params import raw
+        if not pending:
+            return []
+        if len(pending) > self.MAX_LAYERS:
+            raise NnbenchError(f"batched-wgmma updates at most {self.MAX_LAYERS} layers in one launch; the net has "
+                               f"{len(pending)}")
+        rows, blocks = [], 0
+        for l, grad, slices, stride in sorted(pending):
+            n_in, n_out = self.layers[l - 1], self.layers[l]
+            rows.append(struct.pack(self.LAYER_FORMAT, int(self.W[l - 1]), int(self.V[l - 1]), int(grad), stride,
+                                    round4(n_out), self.ld_h[l - 1], n_in + 1, n_out, slices, blocks))
+            blocks += _cdiv(n_in + 1, 32) * _cdiv(n_out, 32)
+        size = struct.calcsize(self.LAYER_FORMAT)
+        table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
+        table = table.ljust(-(-len(table) // 8) * 8, b"\0")
+        rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
+        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1),
+                                                      (32, 32, 1), (table, rate, mom), raw(len(table), 8) + "ff"))]
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -559,10 +705,11 @@ def tile_sets(variant: Variant) -> list[dict]:
 def compile_version(arch: str, variant: Variant) -> list[tuple[dict, object]]:
     """(params, compiled module or the exception) for each of the version's tile sets."""
     sets = tile_sets(variant)
-    return list(zip(sets, compile_sources(arch, [(variant.source, p) for p in sets])))
+    return list(zip(sets, compile_sources(variant.target(arch), [(variant.source, p) for p in sets])))
 
 
-ELEMENTWISE = ("output_delta_batch", "momentum_update", "sum_slices", "sigmoid_columns", "scale_by_slope")
+ELEMENTWISE = ("output_delta_batch", "momentum_update", "sum_slices", "sigmoid_columns", "scale_by_slope",
+               "momentum_update_transposed")
 
 
 def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hyper, columns: int = 0,
@@ -580,9 +727,10 @@ def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hy
     if "cublas" in variant.tags:
         return BatchedNet(backend, kernels, layers, init, train, batch, hyper, cublas=cublas or CublasGemm(backend),
                           columns=columns, exchange=exchange, rank=rank, ranks=ranks)
-    return BatchedNet(backend, kernels, layers, init, train, batch, hyper,
-                      gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns, exchange=exchange,
-                      rank=rank, ranks=ranks)
+    net = WgmmaNet if variant.runner == "batched-wgmma" else BatchedNet
+    return net(backend, kernels, layers, init, train, batch, hyper,
+               gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns, exchange=exchange,
+               rank=rank, ranks=ranks)
 
 
 TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05)
@@ -623,7 +771,8 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
     test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
     init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
     steps_per_epoch = len(train) // batch
-    compiled = {v.name: compile_version(backend.arch, v) for v, _ in chosen if v.backend != "cpu"}
+    compiled = {v.name: compile_version(backend.arch, v) for v, _ in chosen
+                if v.backend != "cpu" and not (backend.device is not None and v.arch_problem(backend.device))}
     flops = flops_per_step(layers, batch)
     base = dict(suite="mlp-batched", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
                 epochs=epochs, train_samples=len(train), steps_per_epoch=steps_per_epoch, init=hyper.init,
@@ -645,6 +794,9 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks)
             rec["status"] = "PASS"
         else:
+            if backend.device is not None and (why := v.arch_problem(backend.device)):
+                yield dict(rec, status="SKIP", error=why)
+                continue
             comp = compiled[v.name]
             broken = next((c for _, c in comp if isinstance(c, Exception)), None)
             if broken is not None:

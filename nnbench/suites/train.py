@@ -25,7 +25,7 @@ from nnbench.suites.base import Case, Session, Workload, problem_text
 from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
 
 PER_SAMPLE = ("sequential", "launches", "fused")
-MINI_BATCH = ("batched-numpy", "batched", "batched-cublas")
+MINI_BATCH = ("batched-numpy", "batched", "batched-cublas", "batched-wgmma")
 
 
 @dataclass(frozen=True)
@@ -187,12 +187,14 @@ class TrainWorkload(Workload):
         """The trainers compile their versions themselves (a batched version is several tile sets);
         here every module goes into the cache at once, in parallel, so the runs only load."""
         from nnbench.runtime.compile import compile_sources
-        sets: dict[tuple, None] = {}
+        sets: dict[str, dict[tuple, None]] = {}  # by build target (sm_90a for the wgmma version)
         for c in cases:
             if c.variant.source:
-                for p in batched.tile_sets(c.variant) if c.variant.runner == "batched" else [c.param_dict]:
-                    sets[(c.variant.source, tuple(sorted(p.items())))] = None
-        compile_sources(arch, [(src, dict(p)) for src, p in sets], jobs)
+                tuned = c.variant.runner in ("batched", "batched-wgmma")
+                for p in batched.tile_sets(c.variant) if tuned else [c.param_dict]:
+                    sets.setdefault(c.variant.target(arch), {})[(c.variant.source, tuple(sorted(p.items())))] = None
+        for target, these in sets.items():
+            compile_sources(target, [(src, dict(p)) for src, p in these], jobs)
         return {}
 
     def session(self, backend, settings, rtol, seed, env) -> TrainSession:

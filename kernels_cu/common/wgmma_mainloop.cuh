@@ -1,0 +1,259 @@
+// Step 9's mainloop (kernels_cu/gemm/09_tf32x3_wgmma.cu says what it adds and why), shared by every
+// kernel that runs it under an epilogue of its own: the ladder's GEMM and the mini-batch trainer's
+// GEMMs (kernels_cu/mlp/12_batched_wgmma.cu). The includer defines BM, BN, BK, STAGES and PRECISION
+// first. A is M-major (A(m, k) = A[m + k * lda]) and B K-major (B(k, n) = B[k + n * ldb]), each by a
+// tensor map or, where none could be made, by 4-byte cp.async (`paths`).
+//
+// A kernel: ring_init; then the producer warpgroup (wg == 0) calls produce and returns, and each
+// consumer thread calls consume, which leaves its fragment of the C tile in acc, and walks it with
+// for_each_pair. The roles must stay the two branches of one if/else (setmaxnreg's rule).
+#pragma once
+#include "common/gemm_common.cuh"
+#include "common/hopper.cuh"
+#include "common/tf32x3.cuh"
+
+#define CONSUMERS (BM / 64)
+#define THREADS (128 * (CONSUMERS + 1))
+#define A_PITCH (BM + 8)                 // floats per k-row of the A tile: rows 32 bytes apart mod 128
+#define B_COPIES (PRECISION == 3 ? 2 : 1)  // big (and small) B tiles per stage
+#define A_TILE_BYTES (BK * A_PITCH * 4)
+#define B_TILE_BYTES (BN * BK * 4)
+#define NACC (BN / 2)                    // accumulator registers per consumer thread
+#define PATH_TMA_A 1                     // bits of `paths`: this operand comes by the copy engine
+#define PATH_TMA_B 2
+// setmaxnreg: the producer needs few registers; the consumers get the rest of the SM's 64K.
+#define PRODUCER_REGS 40
+#define CONSUMER_REGS (CONSUMERS == 2 ? 232 : 240)
+
+static_assert(BK == 32, "a B row is one 128-byte swizzle row of 32 TF32 values");
+static_assert(BM == 64 * CONSUMERS && (BN == 64 || BN == 128), "one m64nBNk8 wgmma per consumer and k8 step");
+static_assert(PRECISION == 3 || PRECISION == 1, "PRECISION is 3 (3xTF32) or 1 (TF32)");
+
+struct Ring {
+    unsigned char* base;  // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes
+    __device__ float* b_big(int s) const { return reinterpret_cast<float*>(base + s * B_TILE_BYTES); }
+    __device__ float* b_small(int s) const { return reinterpret_cast<float*>(base + (STAGES + s) * B_TILE_BYTES); }
+    __device__ float* a(int s) const {
+        return reinterpret_cast<float*>(base + STAGES * B_COPIES * B_TILE_BYTES + s * A_TILE_BYTES);
+    }
+    // full: the tile landed; ready: B is split and fenced; empty: the consumers are done with it.
+    __device__ unsigned long long* bars() const {
+        return reinterpret_cast<unsigned long long*>(base + STAGES * (B_COPIES * B_TILE_BYTES + A_TILE_BYTES));
+    }
+    __device__ unsigned long long* full(int s) const { return bars() + s; }
+    __device__ unsigned long long* ready(int s) const { return bars() + STAGES + s; }
+    __device__ unsigned long long* empty(int s) const { return bars() + 2 * STAGES + s; }
+};
+
+// Issue the copies of this block's i-th k-block (k-block kb of the operands) into its slot; each of
+// the 128 producer threads arrives on `full` once.
+__device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, int pt, int paths, const CUtensorMap* a_map,
+                                             const CUtensorMap* b_map, const float* __restrict__ A,
+                                             const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
+    const int s = i % STAGES, k0 = kb * BK;
+    float* as = ring.a(s);
+    float* bs = ring.b_big(s);
+    if (pt == 0 && paths) {
+        mbar_expect_tx(ring.full(s), ((paths & PATH_TMA_A) ? A_TILE_BYTES : 0) + ((paths & PATH_TMA_B) ? B_TILE_BYTES : 0));
+        if (paths & PATH_TMA_A) tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
+        if (paths & PATH_TMA_B) tma_load_2d(bs, b_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
+    }
+    if (!(paths & PATH_TMA_A)) {
+        for (int e = pt; e < BK * BM; e += 128) {  // consecutive threads, consecutive m: coalesced
+            const int k = e / BM, m = e % BM;
+            const bool ok = m0 + m < M && k0 + k < K;
+            cp_async_4(as + k * A_PITCH + m, ok ? A + (size_t)(k0 + k) * M + m0 + m : A, ok);
+        }
+    }
+    if (!(paths & PATH_TMA_B)) {
+        for (int e = pt; e < BN * BK; e += 128) {  // consecutive threads, consecutive k
+            const int n = e / BK, k = e % BK;
+            const bool ok = n0 + n < N && k0 + k < K;
+            // Where the copy engine's 128-byte swizzle puts (n, k): 16-byte chunk k/4 of row n moves to k/4 ^ n%8.
+            float* dst = bs + n * BK + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);
+            cp_async_4(dst, ok ? B + (size_t)(n0 + n) * K + k0 + k : B, ok);
+        }
+    }
+    if ((paths & (PATH_TMA_A | PATH_TMA_B)) == (PATH_TMA_A | PATH_TMA_B))
+        mbar_arrive(ring.full(s));
+    else
+        mbar_arrive_cp_async(ring.full(s));
+}
+
+// B tile -> big (rounded to TF32 in place) and small = tf32(x - big), elementwise, so the swizzled
+// layout is kept as it is.
+__device__ __forceinline__ void split_b_tile(const Ring& ring, int s, int pt) {
+    float4* big = reinterpret_cast<float4*>(ring.b_big(s));
+#if PRECISION == 3
+    float4* small = reinterpret_cast<float4*>(ring.b_small(s));
+#endif
+#pragma unroll
+    for (int i = pt; i < B_TILE_BYTES / 16; i += 128) {
+        const float4 x = big[i];
+        unsigned h[4], l[4];
+        split(x.x, h[0], l[0]);
+        split(x.y, h[1], l[1]);
+        split(x.z, h[2], l[2]);
+        split(x.w, h[3], l[3]);
+        big[i] = make_float4(__uint_as_float(h[0]), __uint_as_float(h[1]), __uint_as_float(h[2]), __uint_as_float(h[3]));
+#if PRECISION == 3
+        small[i] = make_float4(__uint_as_float(l[0]), __uint_as_float(l[1]), __uint_as_float(l[2]), __uint_as_float(l[3]));
+#endif
+    }
+}
+
+template <int N_ACC>
+__device__ __forceinline__ void wgmma_k8(float (&d)[N_ACC], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
+    if constexpr (N_ACC == 64) wgmma_m64n128k8(d, a, desc, scale_d);
+    else wgmma_m64n64k8(d, a, desc, scale_d);
+}
+
+// A consumer thread's A fragments for one k-block: BK/8 k8 steps of 4 TF32 values, big (and small).
+struct AFrag {
+    unsigned big[BK / 8][4];
+#if PRECISION == 3
+    unsigned sml[BK / 8][4];
+#endif
+};
+
+// The k-blocks this block accumulates: all of them, or with split-K (gridDim.z > 1) its share.
+struct KRange {
+    int first, count;
+    __device__ explicit KRange(int K) {
+        const int k_blocks = (K + BK - 1) / BK, per = (k_blocks + gridDim.z - 1) / gridDim.z;
+        first = blockIdx.z * per;
+        count = max(0, min(k_blocks, first + per) - first);
+    }
+    // Slice blockIdx.z of `per` k-blocks each (the host sized the grid so that no slice is empty).
+    __device__ KRange(int K, int per) {
+        const int k_blocks = (K + BK - 1) / BK;
+        first = blockIdx.z * per;
+        count = max(0, min(k_blocks, first + per) - first);
+    }
+};
+
+__device__ __forceinline__ void wait_stage(const Ring& ring, int i) {
+    const int s = i % STAGES;
+    const unsigned parity = (i / STAGES) & 1;
+    mbar_wait(ring.full(s), parity);  // orders the A tile's arrival for these threads' own loads
+    mbar_wait(ring.ready(s), parity);
+}
+
+__device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f) {
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+        const float2 lo = *reinterpret_cast<const float2*>(as + (8 * ks + t) * A_PITCH + row);
+        const float2 hi = *reinterpret_cast<const float2*>(as + (8 * ks + t + 4) * A_PITCH + row);
+#if PRECISION == 3
+        split(lo.x, f.big[ks][0], f.sml[ks][0]);
+        split(lo.y, f.big[ks][1], f.sml[ks][1]);
+        split(hi.x, f.big[ks][2], f.sml[ks][2]);
+        split(hi.y, f.big[ks][3], f.sml[ks][3]);
+#else
+        f.big[ks][0] = to_tf32(lo.x);
+        f.big[ks][1] = to_tf32(lo.y);
+        f.big[ks][2] = to_tf32(hi.x);
+        f.big[ks][3] = to_tf32(hi.y);
+#endif
+    }
+}
+
+// One k-block's wgmmas into d, committed as one group; `accumulate` false starts d afresh.
+__device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, const Ring& ring, int s,
+                                              bool accumulate) {
+    const unsigned long long big = wgmma_desc_sw128(ring.b_big(s));
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < BK / 8; ++ks) {
+        const unsigned long long step = (ks * 32) >> 4;  // 32 bytes further along k, in 16-byte units
+#if PRECISION == 3
+        const unsigned long long small = wgmma_desc_sw128(ring.b_small(s));
+        wgmma_k8(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
+        wgmma_k8(d, f.big[ks], small + step, 1);
+        wgmma_k8(d, f.big[ks], big + step, 1);
+#else
+        wgmma_k8(d, f.big[ks], big + step, 1);
+#endif
+    }
+    wgmma_commit();
+}
+
+// Barriers of the ring, by thread 0, before the block's __syncthreads.
+__device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUtensorMap* a_map,
+                                          const CUtensorMap* b_map) {
+    for (int s = 0; s < STAGES; ++s) {
+        mbar_init(ring.full(s), 128);
+        mbar_init(ring.ready(s), 128);
+        mbar_init(ring.empty(s), CONSUMERS * 4);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+    if (paths & PATH_TMA_A) tma_prefetch_map(a_map);
+    if (paths & PATH_TMA_B) tma_prefetch_map(b_map);
+}
+
+// Producer: fill the ring STAGES deep, then per k-block: wait for its tile, split B, release it to
+// the consumers, and refill the slot the consumers finished last. The split stays one k-block ahead
+// of the consumers; the copies STAGES - 1 ahead.
+__device__ __forceinline__ void produce(const Ring& ring, const KRange& kr, int wt, int paths, const CUtensorMap* a_map,
+                                        const CUtensorMap* b_map, const float* __restrict__ A,
+                                        const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
+    const int first = kr.count < STAGES ? kr.count : STAGES;
+    for (int i = 0; i < first; ++i) load_k_block(ring, i, kr.first + i, wt, paths, a_map, b_map, A, B, M, N, K, m0, n0);
+    for (int i = 0; i < kr.count; ++i) {
+        const int s = i % STAGES;
+        mbar_wait(ring.full(s), (i / STAGES) & 1);
+        split_b_tile(ring, s, wt);
+        fence_proxy_async();
+        mbar_arrive(ring.ready(s));
+        const int done = i - 1;
+        if (done >= 0 && done + STAGES < kr.count) {
+            mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
+            load_k_block(ring, done + STAGES, kr.first + done + STAGES, wt, paths, a_map, b_map, A, B, M, N, K, m0,
+                         n0);
+        }
+    }
+}
+
+// The tile row of a consumer thread's fragment row g; fragment row g + 8 is row + 1.
+__device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 64 + (wt / 32) * 16 + 2 * (wt % 32 / 4); }
+
+// Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc.
+__device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt) {
+    const int lane = wt % 32, t = lane % 4;
+    const int row = consumer_row(wg, wt);
+#pragma unroll
+    for (int r = 0; r < NACC; ++r) acc[r] = 0.0f;
+#if PRECISION == 3
+    float part[NACC];
+#endif
+    for (int i = 0; i < kr.count; ++i) {
+        const int s = i % STAGES;
+        wait_stage(ring, i);
+        AFrag f;
+        load_a(ring.a(s), row, t, f);
+#if PRECISION == 3
+        issue_k_block(part, f, ring, s, false);
+#else
+        issue_k_block(acc, f, ring, s, true);
+#endif
+        wgmma_wait<0>();
+        __syncwarp();
+        if (lane == 0) mbar_arrive(ring.empty(s));
+#if PRECISION == 3
+#pragma unroll
+        for (int r = 0; r < NACC; ++r) acc[r] += part[r];  // round-to-nearest, outside the tensor core
+#endif
+    }
+}
+
+// Walks a consumer thread's C fragment: fn(n, v0, v1) per tile column n (relative to the block's n0),
+// v0 at tile row `consumer_row` and v1 at the row after it. acc[4j + h] is (row, 8j + 2t + h),
+// acc[4j + 2 + h] is (row + 1, 8j + 2t + h).
+template <class Fn>
+__device__ __forceinline__ void for_each_pair(const float (&acc)[NACC], int wt, Fn&& fn) {
+    const int t = wt % 4;
+#pragma unroll
+    for (int j = 0; j < BN / 8; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) fn(8 * j + 2 * t + h, acc[4 * j + h], acc[4 * j + 2 + h]);
+}

@@ -1,0 +1,845 @@
+"""The `kernel` workload: a user's own .cu file, declared in YAML, on the suite contract.
+
+A kernel config (examples/vector_add/vector_add.yaml) says which source and kernel to run, its
+arguments in order (arrays with a dtype and a shape written in the problem axes, generated or read
+from .npy; scalars; which arrays are checked outputs), the launch geometry as expressions over the
+parameters and problem axes, the parameter axes and restrictions (as a sweep's), the problem axes,
+FLOP and byte formulas, the reference (a float64 Python callable `module:function`, or another
+variant of the same config named as the baseline) and the tolerance.
+
+Everything a mistake can be found in is checked when the file is loaded, so it is one
+`file:line: key: problem; allowed: ...` line and exit 2: the kernel name against the entries nvcc
+emits for the file, the argument count and kinds against the entry's PTX parameter list, the
+launch geometry of every case and problem against CUDA's limits, and the reference, called once
+on the smallest problem, against the declared output shapes.
+
+The rest is the contract's: the sweep runs the cases in a worker (a fault or a hang is an ERROR row
+and the sweep goes on), verifies each with its outputs poisoned (NaN) first, times it through
+`measure`, resumes, and the gate and reports read its records like any other suite's. The config
+travels with each job: a case's variant is a `KernelVariant` (the registry's Variant plus include
+folders) and a problem carries its `KernelSpec`, so the worker needs nothing but the job.
+
+On the CPU backend no kernel runs: the reference is timed and verified against itself, and every
+row says so (there is nothing else to check a user's CUDA against without a GPU).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import itertools
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from nnbench import expr, measure, paths
+from nnbench.errors import CompileError, KernelFault, NnbenchError
+from nnbench.registry import Param, Variant
+from nnbench.runtime.device import FFMA, PRECISIONS
+from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.yamlnodes import ConfigError, fail, integer, mapping, number, scalar, sequence, string, where
+
+SUITE = "kernel"
+# dtype -> (PyCUDA's struct code for a scalar of it, the PTX parameter types that may hold it)
+SCALARS = {"int32": ("i", {"u32", "s32", "b32"}), "uint32": ("I", {"u32", "s32", "b32"}),
+           "int64": ("q", {"u64", "s64", "b64"}), "uint64": ("Q", {"u64", "s64", "b64"}),
+           "float32": ("f", {"f32", "b32"}), "float64": ("d", {"f64", "b64"})}
+ARRAYS = ["float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64"]
+POINTER = {"u64", "b64", "s64"}
+INITS = ["normal", "uniform", "npy", "zeros", "ones"]
+TOP_KEYS = ["name", "suite", "description", "source", "include", "args", "variants", "problems", "flops", "bytes",
+            "reference", "baseline", "rtol", "precision", "seed", "timing", "arch"]
+VARIANT_KEYS = ["kernel", "source", "grid", "block", "shared", "axes", "restrict", "summary"]
+ARG_KEYS = ["name", "array", "scalar", "shape", "value", "init", "seed", "output"]
+DEFAULT_RTOL = "1e-5"  # float32 sums of a few hundred terms; a config states its own (see the examples)
+CHECK_ARCH = "sm_90"  # the PTX the signature is read from, unless the config names `arch`
+# CUDA's launch limits, the same on every architecture nnbench runs on (compute capability >= 7.0)
+MAX_BLOCK = (1024, 1024, 64)
+MAX_THREADS = 1024
+MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+# -- the declaration --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Arg:
+    name: str
+    kind: str  # "array" or "scalar"
+    dtype: str
+    shape: tuple[str, ...] = ()  # arrays: expressions over the problem axes
+    value: str = ""  # scalars: an expression over the parameters and problem axes
+    init: tuple = ("normal", 0.0, 1.0)  # ("normal", mean, std) | ("uniform", lo, hi) | ("npy", path) | ("zeros",)
+    seed: int = 0
+    output: bool = False  # checked against the reference
+    written_only: bool = False  # an output with no init: poisoned with NaN before each check
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class KernelSpec:
+    """What a problem needs to build its inputs and reference, and to count its work."""
+
+    name: str
+    path: str
+    args: tuple[Arg, ...]
+    flops: str
+    bytes: str
+    rtol: str
+    seed: int
+    reference: str = ""  # "module:function", imported from ref_dir
+    ref_dir: str = ""
+    baseline: str = ""  # or a variant of this config whose outputs are the reference
+    where_reference: str = ""
+    baseline_case: Case | None = None  # that variant at its defaults
+
+    @property
+    def outputs(self) -> list[Arg]:
+        return [a for a in self.args if a.output]
+
+
+@dataclass(frozen=True)
+class KernelVariant(Variant):
+    includes: tuple[str, ...] = ()  # the config's `include:` folders, for nvcc's -I
+
+
+@dataclass(frozen=True)
+class KernelProblem:
+    axes: tuple[tuple[str, int], ...]
+    spec: KernelSpec = field(compare=False, hash=False, repr=False)
+
+    def as_dict(self) -> dict[str, int]:
+        return dict(self.axes)
+
+    @property
+    def label(self) -> str:
+        return "×".join(str(v) for _, v in self.axes) if len(self.axes) > 1 else problem_text(self)
+
+    @property
+    def flops(self) -> float:
+        return float(expr.evaluate(self.spec.flops, self.as_dict()))
+
+    @property
+    def bytes(self) -> float:
+        return float(expr.evaluate(self.spec.bytes, self.as_dict()))
+
+    def shape_of(self, arg: Arg) -> tuple[int, ...]:
+        return tuple(int(expr.evaluate(s, self.as_dict())) for s in arg.shape)
+
+    def rtol(self) -> float:
+        return float(expr.evaluate(self.spec.rtol, self.as_dict()))
+
+
+# -- inputs and the reference ------------------------------------------------------------------------
+def make_inputs(problem: KernelProblem) -> dict[str, np.ndarray]:
+    """Every array argument's initial contents (written-only outputs: zeros, poisoned before use).
+    Each comes from a generator seeded by (config seed, argument seed, position, problem axes), so a
+    fresh worker rebuilds exactly the same problem."""
+    out = {}
+    spec = problem.spec
+    for i, a in enumerate(spec.args):
+        if a.kind != "array":
+            continue
+        shape = problem.shape_of(a)
+        rng = np.random.default_rng([spec.seed, a.seed, i, *(v for _, v in problem.axes)])
+        kind = a.init[0]
+        if kind == "normal":
+            x = rng.normal(a.init[1], a.init[2], shape)
+        elif kind == "uniform":
+            x = rng.uniform(a.init[1], a.init[2], shape)
+        elif kind == "npy":
+            x = np.load(a.init[1], allow_pickle=False)
+            if x.shape != shape:
+                raise NnbenchError(f"{a.where}: args.{a.name}.init: {a.init[1]} holds shape {x.shape}; the problem "
+                                   f"{problem_text(problem)} needs {shape}")
+        elif kind == "ones":
+            x = np.ones(shape)
+        else:
+            x = np.zeros(shape)
+        out[a.name] = np.ascontiguousarray(x, dtype=a.dtype)
+    return out
+
+
+def scalar_values(spec: KernelSpec, env: dict) -> dict[str, float]:
+    return {a.name: np.dtype(a.dtype).type(expr.evaluate(a.value, env)) for a in spec.args if a.kind == "scalar"}
+
+
+def call_reference(problem: KernelProblem, inputs: dict[str, np.ndarray], params: dict | None = None
+                   ) -> dict[str, np.ndarray]:
+    """The reference's outputs in float64, checked against the declared output shapes. It takes every
+    argument in order (arrays as float64 copies, scalars as Python numbers) and returns the outputs in
+    order (one array, a tuple, or a dict by name). Raises NnbenchError naming the `reference` key."""
+    spec = problem.spec
+    fn = reference_function(spec)
+    env = dict(problem.as_dict(), **(params or {}))
+    scalars = scalar_values(spec, env)
+    args = [inputs[a.name].astype(np.float64) if a.kind == "array" else scalars[a.name].item() for a in spec.args]
+    try:
+        got = fn(*args)
+    except Exception as e:  # noqa: BLE001 - the user's code: any exception is their error, in one line
+        raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} raised {type(e).__name__}: {e}"
+                           ) from None
+    outs = spec.outputs
+    if isinstance(got, dict):
+        missing = [a.name for a in outs if a.name not in got]
+        if missing:
+            raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} returned no {missing[0]!r}; "
+                               f"it must return {', '.join(a.name for a in outs)}")
+        got = [got[a.name] for a in outs]
+    elif not isinstance(got, (tuple, list)):
+        got = [got]
+    if len(got) != len(outs):
+        raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} returned {len(got)} arrays; the "
+                           f"config checks {len(outs)} outputs ({', '.join(a.name for a in outs)})")
+    result = {}
+    for a, g in zip(outs, got):
+        g = np.asarray(g)
+        want = problem.shape_of(a)
+        if g.shape != want and g.size != int(np.prod(want)):
+            raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} returned shape {g.shape} for "
+                               f"{a.name!r}; {problem_text(problem)} declares {want}")
+        if not np.issubdtype(g.dtype, np.number):
+            raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} returned {g.dtype} for "
+                               f"{a.name!r}; expected numbers")
+        result[a.name] = g.astype(np.float64).reshape(want)
+    return result
+
+
+def reference_function(spec: KernelSpec):
+    """The `module:function`: a module file beside the config (loaded under a name of its own, so two
+    configs' `reference.py` never meet in sys.modules), else an importable module."""
+    module, _, name = spec.reference.partition(":")
+    if module == CALLABLE_MODULE:
+        if name not in CALLABLES:
+            raise NnbenchError(f"{spec.where_reference}: reference: a Python callable given to nnbench.benchmark() "
+                               "lives in that process only; a sweep (a worker process) needs module:function")
+        return CALLABLES[name]
+    local = Path(spec.ref_dir) / (module.replace(".", "/") + ".py")
+    try:
+        if local.is_file():
+            # named by its path and content: an edited file is loaded anew, two configs' modules never meet
+            key = f"_nnbench_reference_{hashlib.sha256(str(local).encode() + local.read_bytes()).hexdigest()[:16]}"
+            mod = sys.modules.get(key)
+            if mod is None:
+                loader = importlib.util.spec_from_file_location(key, local)
+                mod = importlib.util.module_from_spec(loader)
+                loader.loader.exec_module(mod)
+                sys.modules[key] = mod
+        else:
+            mod = importlib.import_module(module)
+    except Exception as e:  # noqa: BLE001 - an import of the user's module: any failure is one line
+        raise NnbenchError(f"{spec.where_reference}: reference: cannot import {module!r} (looked for {local}, then "
+                           f"the Python path): {type(e).__name__}: {e}") from None
+    fn = getattr(mod, name, None)
+    if not callable(fn):
+        have = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
+        raise NnbenchError(f"{spec.where_reference}: reference: {module} has no function {name!r}; it has "
+                           f"{', '.join(have) or '(none)'}")
+    return fn
+
+
+CALLABLE_MODULE = "_callable"  # a reference given to the Python API as a callable (nnbench/api.py)
+CALLABLES: dict[str, object] = {}
+
+
+# -- the session ----------------------------------------------------------------------------------
+class KernelSession(Session):
+    """A problem's inputs and float64 reference on the host, its arrays on the device."""
+
+    def __init__(self, backend, settings: measure.TimingSettings, rtol: float, seed: int, env: dict) -> None:
+        self.backend, self.settings, self.env = backend, settings, env or {}
+        self.device = getattr(backend, "device", None)
+        self._problem: KernelProblem | None = None
+        self.inputs: dict[str, np.ndarray] = {}
+        self.refs: dict[str, np.ndarray] | None = None
+        self.bufs: dict[str, object] = {}
+        self.pristine: dict[str, object] = {}
+        self.ref_error = ""
+        self.cpu_checked: KernelProblem | None = None
+
+    def base_record(self, problem: KernelProblem) -> dict:
+        return dict(suite=SUITE, shape=problem.label, problem=problem_text(problem), flops=problem.flops,
+                    bytes=problem.bytes, rtol=problem.rtol(), cold=self.settings.cold, seed=problem.spec.seed,
+                    unit="launch", **self.env)
+
+    def prepare(self, problem: KernelProblem, following=None) -> None:
+        if problem == self._problem and problem.spec == getattr(self._problem, "spec", None):
+            return
+        self.bufs, self.pristine, self.refs, self.ref_error = {}, {}, None, ""
+        self.inputs = make_inputs(problem)
+        self._problem = problem
+        if problem.spec.reference:
+            try:
+                self.refs = call_reference(problem, self.inputs)
+            except NnbenchError as e:
+                self.ref_error = str(e)
+        if self.backend.name == "cuda":
+            for name, host in self.inputs.items():
+                self.bufs[name] = self.backend.upload(host)
+                self.pristine[name] = self.backend.upload(host)
+
+    def run_case(self, case: Case, problem: KernelProblem, compiled=None) -> dict:
+        v = case.variant
+        self.prepare(problem)
+        rec = dict(self.base_record(problem), variant=v.name, step=v.step, params=case.param_label,
+                   precision=v.precision)
+        if self.ref_error:
+            return dict(rec, status="ERROR", error=self.ref_error)
+        if self.backend.name != "cuda":
+            return self._reference_against_itself(rec, problem)
+        if isinstance(compiled, CompileError):
+            return dict(rec, status="ERROR", error=str(compiled))
+        try:
+            launch, info = self._launcher(case, problem, compiled)
+            rec.update(info)
+            if self.refs is None:  # the baseline variant's outputs are the reference: run it first
+                self.refs = self._baseline_outputs(problem)
+            t0 = time.perf_counter()
+            err, verify_ms = self._verify(launch)
+            stats = measure.measure(self.backend, launch, self.settings)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        except CompileError as e:  # the baseline variant, compiled here to make the reference
+            return dict(rec, status="ERROR", error=f"the reference (baseline) did not compile: {e}")
+        t = stats.median_ms * 1e-3
+        rec.update(stats.as_record(), gflops=problem.flops / t / 1e9, gbs=problem.bytes / t / 1e9, rel_err=err,
+                   status="PASS" if err <= rec["rtol"] else "FAIL")
+        rec["gpu_ms"] += verify_ms
+        rec["wall_ms"] = 1e3 * (time.perf_counter() - t0)
+        peak = self.device.peak_flops(v.precision) if self.device is not None else None
+        if peak and problem.flops:
+            rec["pct_peak"] = 100 * problem.flops / t / peak
+        if problem.spec.baseline == v.name and not problem.spec.reference:
+            rec["error"] = "the reference: its own outputs were checked against themselves"
+        return rec
+
+    def _launcher(self, case: Case, problem: KernelProblem, compiled):
+        v, params = case.variant, case.param_dict
+        kernel = self.backend.load(compiled, v.kernel)
+        env = dict(problem.as_dict(), **params)
+        scalars = scalar_values(problem.spec, env)
+        args, sig = [], ""
+        for a in problem.spec.args:
+            if a.kind == "array":
+                args.append(self.backend.ptr(self.bufs[a.name]))
+                sig += "P"
+            else:
+                args.append(scalars[a.name])
+                sig += SCALARS[a.dtype][0]
+        grid, block = v.launch_grid(params, problem.as_dict()), v.launch_block(params)
+        smem = v.dynamic_smem_bytes(params)
+        occ = self.backend.occupancy(kernel, v.threads(params), smem)
+        info = dict(threads=v.threads(params), registers=kernel.info.registers,
+                    smem_bytes=kernel.info.smem_bytes + smem, local_bytes=kernel.info.local_bytes,
+                    occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
+        return self.backend.launcher(kernel, grid, block, tuple(args), sig, smem=smem), info
+
+    def _reset_outputs(self, spec: KernelSpec) -> None:
+        """Written-only outputs become NaN (an element the kernel never writes fails the check);
+        read-write ones get their initial contents back; so do inputs a faulty kernel may have written."""
+        for a in spec.args:
+            if a.kind != "array":
+                continue
+            n = self.inputs[a.name].nbytes
+            if a.written_only and a.dtype in ("float32", "float16", "float64"):
+                self.backend.write(self.bufs[a.name], np.full_like(self.inputs[a.name], np.nan))
+            else:
+                self.backend.copy(self.bufs[a.name], self.pristine[a.name], n)
+
+    def _outputs(self, spec: KernelSpec) -> dict[str, np.ndarray]:
+        return {a.name: self.backend.download(self.bufs[a.name], self.inputs[a.name]) for a in spec.outputs}
+
+    def _verify(self, launch) -> tuple[float, float]:
+        spec = self._problem.spec
+        self._reset_outputs(spec)
+        ms = self.backend.timed(launch, 1)
+        got = self._outputs(spec)
+        err = max(measure.rel_err(got[a.name].astype(np.float64), self.refs[a.name]) for a in spec.outputs)
+        self._reset_outputs(spec)
+        return (err if np.isfinite(err) else float("inf")), ms
+
+    def _baseline_outputs(self, problem: KernelProblem) -> dict[str, np.ndarray]:
+        """The baseline variant's outputs at its defaults, in float64: the reference of the other variants."""
+        from nnbench.runtime.compile import CompileRequest, compile_cubin
+        base = problem.spec.baseline_case
+        v = base.variant
+        comp = compile_cubin(CompileRequest.make(Path(v.source), base.param_dict, v.target(self.backend.arch),
+                                                 v.includes))
+        launch, _ = self._launcher(base, problem, comp)
+        self._reset_outputs(problem.spec)
+        self.backend.timed(launch, 1)
+        out = {k: x.astype(np.float64) for k, x in self._outputs(problem.spec).items()}
+        self._reset_outputs(problem.spec)
+        return out
+
+    def _reference_against_itself(self, rec: dict, problem: KernelProblem) -> dict:
+        """The CPU path: no kernel runs. The reference is timed, its float32 (the outputs' dtype) result
+        verified against its float64 one, and the row says so."""
+        if self.refs is None:
+            return dict(rec, status="SKIP", error="CPU backend: the reference is a CUDA kernel (the baseline), "
+                                                 "which needs a GPU")
+        if self.cpu_checked == problem:  # every case would time the same reference again
+            return dict(rec, status="SKIP", error="CPU backend: no kernel runs; the reference was verified "
+                                                 "against itself once for this problem (the first case's row)")
+        self.cpu_checked = problem
+        spec = problem.spec
+        # A float64 reference of a large problem takes seconds on a CPU: three samples are enough to show it.
+        settings = replace(self.settings, min_samples=min(3, self.settings.min_samples))
+        stats = measure.measure(self.backend, lambda: call_reference(problem, self.inputs), settings)
+        err = max(measure.rel_err(self.refs[a.name].astype(a.dtype).astype(np.float64), self.refs[a.name])
+                  for a in spec.outputs)
+        t = stats.median_ms * 1e-3
+        return dict(rec, **stats.as_record(), precision="FP64 host", rel_err=err,
+                    gflops=problem.flops / t / 1e9, gbs=problem.bytes / t / 1e9,
+                    status="PASS" if err <= rec["rtol"] else "FAIL",
+                    error="CPU backend: no kernel ran; the reference was verified against itself")
+
+
+class KernelWorkload(Workload):
+    name = registry_suite = SUITE
+    default_rtol = None  # each problem's own limit, from the config's rtol expression
+
+    def variants(self, backend: str | None = None) -> list[Variant]:
+        return []  # a config declares its own
+
+    def runs_on(self, v: Variant, backend: str) -> bool:
+        return backend in ("cuda", "cpu")  # the CPU path verifies the reference against itself
+
+    def parse_problems(self, path: Path, node) -> list:
+        raise fail(path, node, "shapes: a kernel config names its sizes under `problems:`")
+
+    def compile(self, arch: str, cases: list[Case], jobs: int | None = None) -> dict[Case, object]:
+        from nnbench.runtime.compile import CompileRequest, compile_many
+        todo = [c for c in cases if c.variant.source]
+        reqs = [CompileRequest.make(Path(c.variant.source), c.param_dict, c.variant.target(arch),
+                                    getattr(c.variant, "includes", ())) for c in todo]
+        return dict(zip(todo, compile_many(reqs, jobs=jobs, return_errors=True)))
+
+    def session(self, backend, settings, rtol, seed, env) -> KernelSession:
+        return KernelSession(backend, settings, rtol, seed, env)
+
+
+WORKLOAD = KernelWorkload()
+
+
+# -- PTX: the entries a source defines, and their parameters ------------------------------------------
+_ENTRY = re.compile(r"\.entry\s+([\w$]+)\s*\(([^)]*)\)", re.S)
+_PARAM = re.compile(r"\.param\s+(?:\.align\s+\d+\s+)?\.(\w+)(?:\s+\.ptr)?")
+_MANGLED = re.compile(r"_Z(\d+)")
+
+
+def plain_name(entry: str) -> str:
+    """A C++ entry's source name (`_Z10vector_addPKfS0_Pfi` -> vector_add); an extern "C" one as is."""
+    m = _MANGLED.match(entry)
+    return entry[m.end():m.end() + int(m.group(1))] if m else entry
+
+
+def ptx_entries(source: Path, includes: tuple[str, ...], params: dict[str, int], arch: str) -> dict[str, list[str]]:
+    """{entry name: [PTX parameter type, ...]} for every kernel nvcc emits for the source, cached by
+    the source's content (with its headers), the include folders, the parameters and nvcc."""
+    from nnbench.runtime.compile import CompileRequest, _sources_closure, nvcc_path, nvcc_version
+    req = CompileRequest.make(source, params, arch, includes)
+    h = hashlib.sha256()
+    for f in _sources_closure(source, includes):
+        h.update(f.read_bytes())
+    h.update(repr((req.params, arch, includes, nvcc_version())).encode())
+    cache = paths.cache_dir()
+    hit = cache / f"ptx-{h.hexdigest()[:32]}.json"
+    try:
+        return json.loads(hit.read_text())
+    except (OSError, ValueError):
+        pass
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "k.ptx"
+        cmd = [nvcc_path(), "-ptx", "-std=c++17", f"-arch={arch.rstrip('a')}", f"-I{paths.KERNELS}",
+               *(f"-I{d}" for d in includes), *(f"-D{k}={v}" for k, v in req.params), "-o", str(out), str(source)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            first = next((ln for ln in proc.stderr.splitlines() if "error" in ln), proc.stderr.strip()[:300])
+            raise CompileError(f"nvcc failed on {req.label()}: {first.strip()}")
+        text = out.read_text()
+    entries = {m.group(1): _PARAM.findall(m.group(2)) for m in _ENTRY.finditer(text)}
+    try:
+        cache.mkdir(parents=True, exist_ok=True)
+        tmp_hit = hit.with_suffix(f".{id(entries)}.tmp")
+        tmp_hit.write_text(json.dumps(entries))
+        tmp_hit.replace(hit)
+    except OSError:
+        pass  # an unwritable cache costs one more nvcc next time, nothing else
+    return entries
+
+
+# -- loading a config ---------------------------------------------------------------------------------
+def is_kernel_config(root) -> bool:
+    return isinstance(root, yaml.MappingNode) and any(
+        k.value == "suite" and getattr(v, "value", None) == SUITE for k, v in root.value)
+
+
+def load(path: Path, root=None):
+    """A kernel config as a SweepSpec of suite `kernel` (see the module's docstring)."""
+    from nnbench import config as cfg
+    from nnbench.yamlnodes import compose
+    path = Path(path).resolve()
+    top = mapping(path, root if root is not None else compose(path), "top level", TOP_KEYS,
+                  required=("suite", "source", "args", "variants", "problems"))
+    here = path.parent
+    name = string(path, top["name"][1], "name") if "name" in top else path.stem
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise fail(path, top["name"][1], f"name: {name!r} may use only letters, digits, '_', '-' and '.'")
+    includes = tuple(str(_existing(path, n, "include", here, folder=True))
+                     for n in _list(path, top["include"][1], "include")) if "include" in top else ()
+    source = _existing(path, top["source"][1], "source", here)
+    problems_axes = _problems(path, top["problems"][1])
+    axis_names = list(problems_axes[0])
+    seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
+    args = _args(path, top["args"][1], here, axis_names)
+    if not any(a.output for a in args):
+        raise fail(path, top["args"][1], "args: no argument is marked `output: true`; say which arrays to check")
+    flops = _formula(path, top, "flops", axis_names, "0")
+    nbytes = _formula(path, top, "bytes", axis_names, str(_default_bytes(args)))
+    rtol = _formula(path, top, "rtol", axis_names, DEFAULT_RTOL)
+    precision = string(path, top["precision"][1], "precision", list(PRECISIONS)) if "precision" in top else FFMA
+    arch = string(path, top["arch"][1], "arch") if "arch" in top else CHECK_ARCH
+    if not re.fullmatch(r"sm_\d{2,3}a?", arch):
+        raise fail(path, top["arch"][1], f"arch: {arch!r} is not sm_XY (for example sm_90)")
+
+    variants, cases, counts = [], [], []
+    vmap = mapping(path, top["variants"][1], "variants")
+    if not vmap:
+        raise fail(path, top["variants"][1], "variants: give at least one, e.g. `main: {kernel: NAME}`")
+    for step, (vname, (_, body)) in enumerate(vmap.items(), 1):
+        v, body_axes = _variant(path, str(vname), step, body, source, includes, precision, arch, args, here,
+                                axis_names)
+        got, count = cfg._variant_cases(path, v, body_axes)
+        variants.append((v, body))
+        cases += got
+        counts.append(count)
+    if not cases:
+        raise fail(path, top["variants"][1], "variants: every point was excluded; nothing to run")
+
+    reference = baseline = ""
+    ref_where = where(path, top["reference"][1]) if "reference" in top else ""
+    if "reference" in top:
+        reference = scalar(path, top["reference"][1], "reference")
+        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", reference):
+            raise fail(path, top["reference"][1], f"reference: {reference!r} is not module:function "
+                                                  "(a Python module beside the config, e.g. reference:vector_add)")
+    base_case = None
+    if "baseline" in top:
+        names = [v.name for v, _ in variants]
+        baseline = string(path, top["baseline"][1], "baseline", names)
+        bv = next(v for v, _ in variants if v.name == baseline)
+        base_case = Case.defaults(bv)
+        if base_case in cases:
+            cases.remove(base_case)
+        cases.insert(0, base_case)
+    if not reference and not baseline:
+        raise fail(path, top["suite"][1], "reference: missing; give `reference: module:function` (float64 NumPy) "
+                                          "or `baseline: VARIANT` (another variant whose outputs are the reference)")
+    spec = KernelSpec(name, str(path), args, flops, nbytes, rtol, seed, reference, str(here), baseline,
+                      ref_where or where(path, top["baseline"][1]), base_case)
+    problems = [KernelProblem(tuple(p.items()), spec) for p in problems_axes]
+    for p in problems:
+        _check_problem(path, top, p, cases, variants)
+    if reference:  # called once, on the smallest problem, so a broken reference is found before a sweep
+        small = min(problems, key=lambda p: sum(int(np.prod(p.shape_of(a))) for a in args if a.kind == "array"))
+        try:
+            call_reference(small, make_inputs(small))  # as a session calls it: scalars over the problem axes
+        except NnbenchError as e:
+            raise ConfigError(str(e)) from None
+    settings, cfg_rtol, watchdog = cfg.timing_settings(path, top, None)
+    if cfg_rtol is not None:
+        raise fail(path, top["timing"][1], "timing.rtol: a kernel config gives `rtol:` at the top level (an "
+                                           "expression over the problem axes)")
+    desc = scalar(path, top["description"][1], "description") if "description" in top else ""
+    return cfg.SweepSpec(name, SUITE, path, cases, problems, base_case, False, settings,
+                         float(expr.evaluate(rtol, problems[0].as_dict())), watchdog, seed, counts, desc)
+
+
+def _list(path: Path, node, what: str) -> list:
+    return [node] if isinstance(node, yaml.ScalarNode) else sequence(path, node, what)
+
+
+def _existing(path: Path, node, what: str, here: Path, folder: bool = False) -> Path:
+    text = scalar(path, node, what)
+    try:
+        p = (here / text).resolve()
+        found = p.is_dir() if folder else p.is_file()
+    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+        found = False
+    if not found:
+        raise fail(path, node, f"{what}: {text!r} is not {'a folder' if folder else 'a file'} (paths are relative "
+                               f"to the config's folder, {here})")
+    return p
+
+
+def _problems(path: Path, node) -> list[dict[str, int]]:
+    """`problems:` a list of {AXIS: value or list}; lists within one item are crossed."""
+    items = [node] if isinstance(node, yaml.MappingNode) else sequence(path, node, "problems")
+    if not items:
+        raise fail(path, node, "problems: the list is empty")
+    out: list[dict[str, int]] = []
+    names = None
+    for item in items:
+        axes = mapping(path, item, "problems")
+        if names is not None and list(axes) != names:
+            raise fail(path, item, f"problems: every item names the same axes, in order: {', '.join(names)}")
+        names = list(axes)
+        for k in names:
+            if not re.fullmatch(r"[A-Za-z_]\w*", k) or k in expr.FUNCTIONS:
+                raise fail(path, axes[k][0], f"problems: {k!r} is not a usable axis name (letters, digits, '_')")
+        values = [[integer(path, n, f"problems.{k}", minimum=1) for n in _list(path, vn, f"problems.{k}")]
+                  for k, (_, vn) in axes.items()]
+        out += [dict(zip(names, combo)) for combo in itertools.product(*values)]
+    return list({tuple(p.items()): p for p in out}.values())
+
+
+def _formula(path: Path, top: dict, key: str, names: list[str], default: str) -> str:
+    return _axis_expr(path, top[key][1], key, names) if key in top else default
+
+
+def _default_bytes(args: tuple[Arg, ...]) -> str:
+    """Every array read or written once: the fewest bytes one launch can move."""
+    terms = [" * ".join([str(np.dtype(a.dtype).itemsize), *(f"({s})" for s in a.shape)]) for a in args
+             if a.kind == "array"]
+    return " + ".join(terms) or "0"
+
+
+def _args(path: Path, node, here: Path, axis_names: list[str]) -> tuple[Arg, ...]:
+    out = []
+    for item in sequence(path, node, "args"):
+        keys = mapping(path, item, "args", ARG_KEYS, required=("name",))
+        name = string(path, keys["name"][1], "args.name")
+        what = f"args.{name}"
+        if ("array" in keys) == ("scalar" in keys):
+            raise fail(path, item, f"{what}: give exactly one of `array: DTYPE` or `scalar: DTYPE`")
+        if "array" in keys:
+            dtype = string(path, keys["array"][1], f"{what}.array", ARRAYS)
+            if "shape" not in keys:
+                raise fail(path, item, f"{what}: an array needs `shape:`, a list of expressions over "
+                                       f"{', '.join(axis_names)}")
+            shape = tuple(_axis_expr(path, n, f"{what}.shape", axis_names)
+                          for n in _list(path, keys["shape"][1], f"{what}.shape"))
+            output = _bool(path, keys, "output", what)
+            init, written_only = ("zeros",), False
+            if "init" in keys:
+                init = _init(path, keys["init"][1], what, here)
+            elif output:
+                written_only = True
+            else:
+                init = ("normal", 0.0, 1.0)
+            seed = integer(path, keys["seed"][1], f"{what}.seed", minimum=0) if "seed" in keys else 0
+            for k in ("value",):
+                if k in keys:
+                    raise fail(path, keys[k][0], f"{what}: `value` is for scalars; an array takes init")
+            out.append(Arg(name, "array", dtype, shape, "", init, seed, output, written_only, where(path, item)))
+        else:
+            dtype = string(path, keys["scalar"][1], f"{what}.scalar", list(SCALARS))
+            for k in ("shape", "init", "output", "seed"):
+                if k in keys:
+                    raise fail(path, keys[k][0], f"{what}: {k!r} is for arrays; a scalar takes `value:`")
+            if "value" not in keys:
+                raise fail(path, item, f"{what}: a scalar needs `value:` (a number or an expression over the "
+                                       "parameters and problem axes)")
+            text = scalar(path, keys["value"][1], f"{what}.value")
+            try:
+                expr.parse(text)
+            except NnbenchError as e:
+                raise fail(path, keys["value"][1], f"{what}.value: {e}") from None
+            out.append(Arg(name, "scalar", dtype, (), text, where=where(path, item)))
+    names = [a.name for a in out]
+    if len(set(names)) != len(names):
+        dup = next(n for n in names if names.count(n) > 1)
+        raise fail(path, node, f"args: {dup!r} is named twice")
+    return tuple(out)
+
+
+def _bool(path: Path, keys: dict, key: str, what: str) -> bool:
+    from nnbench.yamlnodes import boolean
+    return boolean(path, keys[key][1], f"{what}.{key}") if key in keys else False
+
+
+def _axis_expr(path: Path, node, what: str, names: list[str]) -> str:
+    """An expression over the problem axes (a shape, a formula), checked for its syntax and names."""
+    text = scalar(path, node, what)
+    try:
+        expr.parse(text)
+        unknown = expr.names(text) - set(names)
+    except NnbenchError as e:
+        raise fail(path, node, f"{what}: {e}") from None
+    if unknown:
+        raise fail(path, node, f"{what}: unknown name {sorted(unknown)[0]!r}; allowed: the problem axes "
+                               f"{', '.join(names)}")
+    return text
+
+
+def _init(path: Path, node, what: str, here: Path) -> tuple:
+    """normal | uniform | zeros | ones | {normal: [mean, std]} | {uniform: [lo, hi]} | {npy: FILE}."""
+    if isinstance(node, yaml.ScalarNode):
+        kind = string(path, node, f"{what}.init", ["normal", "uniform", "zeros", "ones"])
+        return {"normal": ("normal", 0.0, 1.0), "uniform": ("uniform", -1.0, 1.0)}.get(kind, (kind,))
+    keys = mapping(path, node, f"{what}.init", INITS)
+    if len(keys) != 1:
+        raise fail(path, node, f"{what}.init: give one of {', '.join(INITS)}")
+    kind, (_, body) = next(iter(keys.items()))
+    if kind == "npy":
+        return ("npy", str(_existing(path, body, f"{what}.init.npy", here)))
+    if kind in ("zeros", "ones"):
+        return (kind,)
+    pair = sequence(path, body, f"{what}.init.{kind}")
+    if len(pair) != 2:
+        raise fail(path, body, f"{what}.init.{kind}: expected [{'mean, std' if kind == 'normal' else 'lo, hi'}]")
+    a, b = (number(path, n, f"{what}.init.{kind}") for n in pair)
+    if kind == "uniform" and not a < b:
+        raise fail(path, body, f"{what}.init.uniform: needs lo < hi; got [{a:g}, {b:g}]")
+    if kind == "normal" and not b > 0:
+        raise fail(path, body, f"{what}.init.normal: the std must be > 0; got {b:g}")
+    return (kind, a, b)
+
+
+def _variant(path: Path, vname: str, step: int, body, source: Path, includes: tuple[str, ...], precision: str,
+             arch: str, args: tuple[Arg, ...], here: Path, problem_axes: list[str]):
+    """One variant: a Variant whose parameters are its axes (the first value the default), the
+    mapping node of its axes and restrictions for config._variant_cases, after the kernel name and
+    signature were checked against the PTX."""
+    from nnbench import config as cfg
+    what = f"variants.{vname}"
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", vname):
+        raise fail(path, body, f"{what}: a variant's name may use only letters, digits, '_', '-' and '.'")
+    keys = mapping(path, body, what, VARIANT_KEYS, required=("kernel",))
+    src = _existing(path, keys["source"][1], f"{what}.source", here) if "source" in keys else source
+    params = []
+    if "axes" in keys:
+        for aname, (anode, vals) in mapping(path, keys["axes"][1], f"{what}.axes").items():
+            if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(aname)):
+                raise fail(path, anode, f"{what}.axes: {aname!r} is not a macro name (upper case letters, digits, "
+                                        "'_'); each axis is passed to nvcc as -DNAME=VALUE")
+            values = [v for v, _ in cfg._axis_values(path, vals, f"{what}.axes.{aname}")]
+            params.append(Param(str(aname), values[0], tuple(dict.fromkeys(values)), "a kernel config axis"))
+    env_names = {p.name for p in params}
+    geometry = {}
+    for key, default in (("grid", "(1, 1, 1)"), ("block", "(1, 1, 1)"), ("shared", "0")):
+        if key not in keys:
+            if key == "shared":
+                geometry[key] = default
+                continue
+            raise fail(path, body, f"{what}: missing key {key!r}: an expression over the axes and problem axes")
+        text = scalar(path, keys[key][1], f"{what}.{key}")
+        allowed = env_names | (set(problem_axes) if key == "grid" else set())
+        try:
+            expr.parse(text)
+            unknown = expr.names(text) - allowed
+        except NnbenchError as e:
+            raise fail(path, keys[key][1], f"{what}.{key}: {e}") from None
+        if unknown:
+            over = "the axes and problem axes" if key == "grid" else "the axes (the problem cannot change it)"
+            raise fail(path, keys[key][1], f"{what}.{key}: unknown name {sorted(unknown)[0]!r}; {key} is written "
+                                           f"over {over}: {', '.join(sorted(allowed)) or '(none)'}")
+        geometry[key] = text
+    kname = string(path, keys["kernel"][1], f"{what}.kernel")
+    defaults = {p.name: p.default for p in params}
+    try:
+        entries = ptx_entries(src, includes, defaults, arch)
+    except CompileError as e:
+        raise fail(path, keys["kernel"][1], f"{what}: {e}") from None
+    entry = _entry(path, keys["kernel"][1], what, kname, entries, src)
+    _check_signature(path, keys["kernel"][1], what, kname, entries[entry], args)
+    summary = scalar(path, keys["summary"][1], f"{what}.summary") if "summary" in keys else f"{kname} from {src.name}"
+    v = KernelVariant(SUITE, vname, step, summary, str(src), tuple(params), block=geometry["block"],
+                      grid=geometry["grid"], kernel=entry, precision=precision, dynamic_smem=geometry["shared"],
+                      includes=includes)
+    pairs = [(k, n) for k, n in body.value if k.value in ("axes", "restrict")]
+    return v, yaml.MappingNode("tag:yaml.org,2002:map", pairs, body.start_mark, body.end_mark)
+
+
+def _entry(path: Path, node, what: str, kname: str, entries: dict, src: Path) -> str:
+    if kname in entries:
+        return kname
+    by_plain = [e for e in entries if plain_name(e) == kname]
+    if len(by_plain) == 1:
+        return by_plain[0]
+    names = sorted({plain_name(e) for e in entries})
+    if by_plain:
+        raise fail(path, node, f"{what}.kernel: {kname!r} is overloaded in {src.name} ({', '.join(by_plain)}); "
+                               "name one of these entries, or declare the kernel extern \"C\"")
+    raise fail(path, node, f"{what}.kernel: {src.name} has no kernel {kname!r}; nvcc reports: "
+                           f"{', '.join(names) or '(no __global__ functions)'}")
+
+
+def _check_signature(path: Path, node, what: str, kname: str, ptx_params: list[str], args: tuple[Arg, ...]) -> None:
+    if len(ptx_params) != len(args):
+        raise fail(path, node, f"{what}.kernel: {kname} takes {len(ptx_params)} arguments; args declares "
+                               f"{len(args)} ({', '.join(a.name for a in args)})")
+    for i, (a, t) in enumerate(zip(args, ptx_params)):
+        allowed = POINTER if a.kind == "array" else SCALARS[a.dtype][1]
+        if t not in allowed:
+            what_it_is = "a pointer" if t in POINTER and a.kind != "array" else f"a .{t}"
+            declared = f"an array ({a.dtype} *)" if a.kind == "array" else f"scalar {a.dtype}"
+            raise fail(path, node, f"{what}.kernel: argument {i} ({a.name}) is declared {declared} but {kname}'s "
+                                   f"PTX takes {what_it_is} there; allowed for it: "
+                                   f"{', '.join(sorted('.' + x for x in allowed))}")
+
+
+def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], variants) -> None:
+    """Every expression evaluates for the problem, and every case's launch fits CUDA's limits."""
+    env = p.as_dict()
+    for key, text in (("flops", p.spec.flops), ("bytes", p.spec.bytes), ("rtol", p.spec.rtol)):
+        try:
+            val = expr.evaluate(text, env)
+        except NnbenchError as e:
+            raise fail(path, top[key][1] if key in top else top["problems"][1], f"{key}: {e}") from None
+        if key == "rtol" and not val > 0:
+            raise fail(path, top[key][1], f"rtol: {text} is {val:g} at {problem_text(p)}; it must be > 0")
+    for a in p.spec.args:
+        if a.kind == "array":
+            try:
+                dims = p.shape_of(a)
+            except NnbenchError as e:
+                raise ConfigError(f"{a.where}: args.{a.name}.shape: {e}") from None
+            if any(d < 1 for d in dims):
+                raise ConfigError(f"{a.where}: args.{a.name}.shape: {dims} at {problem_text(p)}; every size must "
+                                  "be >= 1")
+    nodes = {v.name: body for v, body in variants}
+    checked = set()
+    for c in cases:
+        v, params = c.variant, c.param_dict
+        body = mapping(path, nodes[v.name], f"variants.{v.name}")
+        point = f"{c.param_label + ' ' if c.param_label else ''}at {problem_text(p)}"
+        for a in p.spec.args:
+            if a.kind == "scalar" and (a.name, c) not in checked:
+                checked.add((a.name, c))
+                try:
+                    expr.evaluate(a.value, dict(env, **params))
+                except NnbenchError as e:
+                    raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
+        geo = {}
+        for key, text, limit in (("block", v.block, MAX_BLOCK), ("grid", v.grid, MAX_GRID)):
+            try:
+                dims = v.launch_grid(params, env) if key == "grid" else v.launch_block(params)
+            except (NnbenchError, TypeError, ValueError) as e:
+                raise fail(path, body[key][1], f"variants.{v.name}.{key}: {e}") from None
+            bad = [i for i in range(3) if not 1 <= dims[i] <= limit[i]]
+            if bad:
+                raise fail(path, body[key][1], f"variants.{v.name}.{key}: {text} is {dims} {point}; CUDA allows "
+                                               f"1..{limit[bad[0]]:,} in {'xyz'[bad[0]]}; restrict the axes")
+            geo[key] = dims
+        threads = geo["block"][0] * geo["block"][1] * geo["block"][2]
+        if threads > MAX_THREADS:
+            raise fail(path, body["block"][1], f"variants.{v.name}.block: {v.block} is {threads} threads {point}; "
+                                               f"CUDA allows at most {MAX_THREADS} per block; restrict the axes")
+        try:
+            smem = v.dynamic_smem_bytes(params)
+        except NnbenchError as e:
+            raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {e}") from None
+        from nnbench.runtime.device import for_arch
+        most = max(for_arch(a).smem_per_block_optin for a in ("sm_80", "sm_90"))
+        if not 0 <= smem <= most:
+            raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {v.dynamic_smem} is {smem:,} bytes "
+                                                f"{point}; a block may have 0..{most:,} (H100)")

@@ -1,0 +1,486 @@
+"""The kernel suite: a user's .cu file declared in YAML (nnbench/suites/kernel.py), its examples, its
+bad-input lines, the Python API and the pytest plugin, on this machine (nvcc, no GPU); the GPU's
+share is marked `gpu`."""
+
+from __future__ import annotations
+
+import csv
+import os
+import re
+import subprocess
+import sys
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+import nnbench
+from nnbench import config, paths
+from nnbench.cli import app
+from nnbench.errors import NnbenchError
+
+EXAMPLES = paths.ROOT / "examples"
+VECTOR_ADD = EXAMPLES / "vector_add" / "vector_add.yaml"
+TILED_GEMM = EXAMPLES / "tiled_gemm" / "tiled_gemm.yaml"
+USER = Path(__file__).parent / "kernels" / "user"
+
+
+def run(*args):
+    """The CLI as a user meets it: its one-line errors and exit codes (NnbenchGroup.main)."""
+    return CliRunner().invoke(app.cli, list(args))
+
+
+def one_line_error(res, *needles: str) -> str:
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1, res.output
+    assert "Traceback" not in res.output
+    for n in needles:
+        assert n in lines[0], lines[0]
+    return lines[0]
+
+
+# -- the examples ---------------------------------------------------------------------------------
+def test_examples_load_into_cases_and_problems():
+    va = config.load_config(VECTOR_ADD)[0]
+    assert va.suite == "kernel" and len(va.cases) == 14  # 5 x 3 less BLOCK * ITEMS > 2048
+    assert [p.as_dict() for p in va.shapes] == [{"N": 1000003}, {"N": 16777216}]
+    assert va.shapes[0].flops == 1000003 and va.shapes[0].bytes == 12 * 1000003
+    gemm = config.load_config(TILED_GEMM)[0]
+    assert gemm.baseline is not None and gemm.baseline.variant.name == "naive"
+    assert gemm.cases[0] == gemm.baseline  # the baseline runs first, so every later row has its speedup
+    assert sorted(c.param_dict.get("TS") for c in gemm.cases[1:]) == [8, 16, 32]
+    big = gemm.shapes[1]
+    assert big.rtol() == pytest.approx(5e-7 * 64) and big.flops == 2 * 4096**3
+
+
+@pytest.mark.parametrize("cfg", [VECTOR_ADD, TILED_GEMM], ids=["vector_add", "tiled_gemm"])
+def test_examples_compile_with_nvcc(cfg, tmp_path, monkeypatch):
+    """CI compiles every case of both examples for the H100 (one nvcc per distinct parameter set)."""
+    from nnbench import sweep
+    monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cache"))
+    spec = config.load_config(cfg)[0]
+    stats = sweep.compile_only(spec, "sm_90", jobs=2)
+    assert stats.failed == 0 and stats.compiled == stats.kernels == len({c.params + (c.variant.kernel,)
+                                                                           for c in spec.cases})
+
+
+def test_a_broken_example_fails_to_compile(tmp_path, monkeypatch):
+    """The compile check's planted defect: the same config over a .cu with a syntax error."""
+    from nnbench import sweep
+    monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cache"))
+    folder = tmp_path / "va"
+    folder.mkdir()
+    for f in (EXAMPLES / "vector_add").iterdir():
+        if f.is_file():
+            (folder / f.name).write_text(f.read_text())
+    spec = config.load_config(folder / "vector_add.yaml")[0]
+    (folder / "vector_add.cu").write_text((folder / "vector_add.cu").read_text().replace("c[j] = a[j] + b[j];",
+                                                                                      "c[j] = a[j] + b[j]"))
+    assert sweep.compile_only(spec, "sm_90", jobs=2).failed > 0
+
+
+def test_vector_add_on_the_cpu_backend_checks_the_reference_and_says_so(tmp_path):
+    out = tmp_path / "va.csv"
+    res = run("sweep", str(VECTOR_ADD), "--backend", "cpu", "--out", str(out))
+    assert res.exit_code == 0, res.output
+    assert "no kernel ran" in res.output and "verified against itself" in res.output
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 28
+    ran = [r for r in rows if r["status"] == "PASS"]
+    assert len(ran) == 2 and all("verified against itself" in r["error"] for r in ran)
+    assert all(float(r["rel_err"]) <= float(r["rtol"]) for r in ran)
+    assert {r["status"] for r in rows} == {"PASS", "SKIP"}
+    again = run("sweep", str(VECTOR_ADD), "--backend", "cpu", "--out", str(out))
+    assert "ran 0 cases" in again.output and "28 resumed" in again.output
+
+
+# -- bad input: one line naming file, line and key, with what is allowed; exit 2 ---------------------
+BASE = """\
+name: bad
+suite: kernel
+source: {src}
+args:
+  - {{name: a, array: float32, shape: [N], init: normal}}
+  - {{name: b, array: float32, shape: [N], init: uniform}}
+  - {{name: c, array: float32, shape: [N], output: true}}
+  - {{name: n, scalar: int32, value: N}}
+variants:
+  main:
+    kernel: vector_add
+    block: (BLOCK, 1, 1)
+    grid: (cdiv(N, BLOCK), 1, 1)
+    axes: {{BLOCK: [256, 128]}}
+problems:
+  - {{N: 1001}}
+reference: {ref}
+rtol: 1e-7
+"""
+
+
+def write(tmp_path, text: str | None = None, ref: str = "good:add", module: str | None = None, **replace) -> Path:
+    text = text or BASE.format(src=EXAMPLES / "vector_add" / "vector_add.cu", ref=ref)
+    for old, new in replace.items():
+        old = old.replace("__", " ")
+        assert old in text, old
+        text = text.replace(old, new)
+    (tmp_path / "good.py").write_text(module or "def add(a, b, c, n):\n    return a + b\n")
+    path = tmp_path / "k.yaml"
+    path.write_text(text)
+    return path
+
+
+def bad(tmp_path, **kw) -> str:
+    return one_line_error(run("sweep", str(write(tmp_path, **kw)), "--dry-run"))
+
+
+def test_the_base_config_is_good(tmp_path):
+    res = run("sweep", str(write(tmp_path)), "--dry-run")
+    assert res.exit_code == 0, res.output
+
+
+def test_unknown_kernel_lists_what_nvcc_reports(tmp_path):
+    line = bad(tmp_path, **{"kernel: vector_add": "kernel: vectoradd"})
+    assert re.search(r"k\.yaml:11: variants\.main\.kernel: vector_add\.cu has no kernel 'vectoradd'; nvcc reports: "
+                     r"vector_add$", line), line
+
+
+def test_argument_count_mismatch(tmp_path):
+    line = bad(tmp_path, **{"  - {name: n, scalar: int32, value: N}\n": ""})
+    assert "k.yaml:10: variants.main.kernel: vector_add takes 4 arguments; args declares 3 (a, b, c)" in line
+
+
+def test_argument_type_mismatch_against_the_ptx(tmp_path):
+    line = bad(tmp_path, **{"scalar: int32": "scalar: float32"})
+    assert "k.yaml:11:" in line and "argument 3 (n) is declared scalar float32" in line and ".u32" in line \
+        and "allowed for it: .b32, .f32" in line
+    line = bad(tmp_path, **{"{name: a, array: float32, shape: [N], init: normal}":
+                            "{name: a, scalar: float32, value: 1}"})
+    assert "argument 0 (a) is declared scalar float32 but vector_add's PTX takes a pointer" in line
+
+
+def test_geometry_beyond_the_device_limits(tmp_path):
+    line = bad(tmp_path, **{"[256, 128]": "[256, 2048]"})
+    assert "k.yaml:12: variants.main.block: (BLOCK, 1, 1) is (2048, 1, 1) BLOCK=2048 at N=1001; CUDA allows " \
+           "1..1,024 in x; restrict the axes" in line
+    line = bad(tmp_path, **{"    axes:": "    shared: 300000\n    axes:"})
+    assert "variants.main.shared: 300000 is 300,000 bytes" in line and "0..232,448" in line
+
+
+def test_a_reference_that_raises_or_returns_the_wrong_shape(tmp_path):
+    line = bad(tmp_path, module="def add(a, b, c, n):\n    raise ValueError('boom')\n")
+    assert "k.yaml:17: reference: good:add raised ValueError: boom" in line
+    line = bad(tmp_path, module="def add(a, b, c, n):\n    return (a + b)[:-1]\n")
+    assert "k.yaml:17: reference: good:add returned shape (1000,) for 'c'; N=1001 declares (1001,)" in line
+    line = bad(tmp_path, module="def add(a, b, c, n):\n    return a, b\n")
+    assert "returned 2 arrays; the config checks 1 outputs (c)" in line
+    line = bad(tmp_path, ref="good:missing")
+    assert "k.yaml:17: reference: good has no function 'missing'; it has add" in line
+    line = bad(tmp_path, ref="nosuchmodule:f")
+    assert "k.yaml:17: reference: cannot import 'nosuchmodule'" in line
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("rtol: 1e-7", "rtol: 1e-7\ncolour: red", "k.yaml:19: top level: unknown key 'colour'; allowed: name, suite"),
+    ("array: float32, shape: [N], init: normal", "array: float33, shape: [N], init: normal",
+     "k.yaml:5: args.a.array: 'float33' is not one of float16, float32"),
+    ("init: uniform", "init: gaussian", "k.yaml:6: args.b.init: 'gaussian' is not one of normal, uniform, zeros"),
+    ("shape: [N], output: true", "shape: [M], output: true",
+     "k.yaml:7: args.c.shape: unknown name 'M'; allowed: the problem axes N"),
+    ("output: true", "output: false", "k.yaml:5: args: no argument is marked `output: true`"),
+    ("grid: (cdiv(N, BLOCK), 1, 1)", "grid: (cdiv(N, BLK), 1, 1)",
+     "k.yaml:13: variants.main.grid: unknown name 'BLK'; grid is written over the axes and problem axes: BLOCK, N"),
+    ("block: (BLOCK, 1, 1)", "block: (N, 1, 1)", "variants.main.block: unknown name 'N'"),
+    ("{N: 1001}", "{N: 0}", "k.yaml:16: problems.N: 0 is below the minimum 1"),
+    ("    axes: {BLOCK: [256, 128]}", "    axes: {BLOCK: [256, 100]}\n    restrict: BLOCK % 1000 == 0",
+     "k.yaml:10: variants: every point was excluded; nothing to run"),
+    ("rtol: 1e-7", "rtol: K * 1e-7", "k.yaml:18: rtol: unknown name 'K'; allowed: the problem axes N"),
+    ("reference: good:add", "reference: good.add", "k.yaml:17: reference: 'good.add' is not module:function"),
+    ("source: ", "source: nowhere/", "source: 'nowhere/"),
+    ("axes: {BLOCK: [256, 128]}", "axes: {block: [256]}", "variants.main.axes: 'block' is not a macro name"),
+])
+def test_config_mistakes(tmp_path, old, new, needle):
+    text = BASE.format(src=EXAMPLES / "vector_add" / "vector_add.cu", ref="good:add").replace(old, new, 1)
+    line = one_line_error(run("sweep", str(write(tmp_path, text=text)), "--dry-run"))
+    assert needle in line, line
+
+
+def test_the_loader_raises_nnbench_error_for_the_api(tmp_path):
+    with pytest.raises(NnbenchError, match="has no kernel 'nope'"):
+        nnbench.load(write(tmp_path, **{"kernel: vector_add": "kernel: nope"}))
+
+
+# -- the Python API ---------------------------------------------------------------------------------
+def test_benchmark_on_the_cpu_path_with_params_and_problems():
+    df = nnbench.benchmark(VECTOR_ADD, backend="cpu", params={"BLOCK": 128, "ITEMS": 2}, problems=[{"N": 4097}],
+                           budget=0.05)
+    assert list(df["status"]) == ["PASS"] and df["params"][0] == "BLOCK=128 ITEMS=2" and df["shape"][0] == "N=4097"
+    assert df["rel_err"][0] <= 1e-7 and df["median_ms"][0] > 0 and df["gflops"][0] > 0
+
+
+def test_benchmark_from_keywords_with_a_callable_reference():
+    rows = nnbench.benchmark(
+        source=str(EXAMPLES / "vector_add" / "vector_add.cu"), kernel="vector_add", backend="cpu", frame=False,
+        args=[{"name": "a", "array": "float32", "shape": ["N"]}, {"name": "b", "array": "float32", "shape": ["N"]},
+              {"name": "c", "array": "float32", "shape": ["N"], "output": True},
+              {"name": "n", "scalar": "int32", "value": "N"}],
+        grid="(cdiv(N, BLOCK),)", block="(BLOCK,)", params={"BLOCK": 128}, problems=[{"N": 999}],
+        reference=lambda a, b, c, n: a + b, rtol="1e-7", timing={"budget": 0.05})
+    assert [r["status"] for r in rows] == ["PASS"] and rows[0]["params"] == "BLOCK=128"
+    with pytest.raises(NnbenchError, match="nvcc reports: vector_add"):
+        nnbench.benchmark(source=str(EXAMPLES / "vector_add" / "vector_add.cu"), kernel="vadd", backend="cpu",
+                          args=[{"name": "c", "array": "float32", "shape": ["N"], "output": True}],
+                          grid="(1,)", block="(1,)", problems=[{"N": 9}], reference=lambda c: c)
+
+
+def _doctored(src: Path, dst: Path, factor: float) -> Path:
+    """A copy of a result CSV with every median (and its quartiles) scaled: a planted slowdown."""
+    rows = list(csv.DictReader(src.open()))
+    for r in rows:
+        for k in ("median_ms", "q1_ms", "q3_ms"):
+            if r[k]:
+                r[k] = str(float(r[k]) * factor)
+        if r["iqr_ms"]:
+            r["iqr_ms"] = str(float(r["iqr_ms"]) * 0.01)  # a quiet run: the change is not noise
+    with dst.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return dst
+
+
+def test_check_passes_the_same_file_and_fails_a_planted_slowdown(tmp_path):
+    out = tmp_path / "base.csv"
+    nnbench.run_sweep(VECTOR_ADD, backend="cpu", out=out)
+    assert nnbench.check(out, out).passed
+    quiet = _doctored(out, tmp_path / "quiet.csv", 1.0)
+    slow = _doctored(out, tmp_path / "slow.csv", 1.10)
+    gate = nnbench.check(quiet, slow, tolerance=0.05)
+    assert not gate.passed and {v.verdict for v in gate.failures} == {"SLOWER"}
+    assert nnbench.check(quiet, slow, tolerance=0.20).passed
+
+
+# -- the pytest plugin ----------------------------------------------------------------------------
+PLUGIN_TEST = f"""
+def test_vector_add(nnbench_kernel):
+    rec = nnbench_kernel({str(VECTOR_ADD)!r}, params={{"BLOCK": 256, "ITEMS": 1}}, problems=[{{"N": 100003}}],
+                         budget=0.05)
+    assert rec["status"] == "PASS"
+"""
+
+
+def pytester_run(tmp_path, *args, env=None):
+    test = tmp_path / "test_user_kernel.py"
+    test.write_text(PLUGIN_TEST)
+    installed = any(ep.value == "nnbench.pytest_plugin" for ep in entry_points(group="pytest11"))
+    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(test),
+           "--rootdir", str(tmp_path), *args]
+    if not installed:
+        cmd[3:3] = ["-p", "nnbench.pytest_plugin"]
+    # The checkout first, and whatever the caller's path already holds (PyCUDA may live there).
+    e = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])),
+             **(env or {}))
+    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, env=e, timeout=300)
+
+
+def test_the_plugin_is_registered_in_pyproject():
+    text = (paths.ROOT / "pyproject.toml").read_text()
+    assert '[project.entry-points.pytest11]\nnnbench = "nnbench.pytest_plugin"' in text
+
+
+def test_the_plugin_skips_without_a_gpu_with_the_reason(tmp_path):
+    from tests.conftest import gpu_available
+    if gpu_available():
+        pytest.skip("this machine has a GPU: the plugin test runs instead of skipping")
+    p = pytester_run(tmp_path, "-rs")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "1 skipped" in p.stdout and "nnbench: no GPU backend" in p.stdout
+
+
+def test_the_plugin_saves_and_gates_on_the_cpu_path(tmp_path):
+    base = tmp_path / "base.csv"
+    p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={base}")
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
+    assert "1 records saved to" in p.stdout and base.exists()
+    quiet = _doctored(base, tmp_path / "quiet.csv", 0.5)  # the baseline was twice as fast: a regression
+    p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={tmp_path / 'cur.csv'}",
+                     f"--nnbench-compare={quiet}", "--nnbench-fail=median:5%")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "SLOWER" in p.stdout and "nnbench gate against" in p.stdout and "FAILED" in p.stdout
+    p = pytester_run(tmp_path, "--nnbench-backend", "cpu", "--nnbench-fail=mean:5")
+    assert p.returncode == 4 and "--nnbench-fail mean:5: expected median:N%" in p.stderr
+
+
+# -- devices --------------------------------------------------------------------------------------
+def test_device_option_on_every_gpu_command():
+    for cmd in ("gemm", "train", "conv", "sweep", "profile", "check"):
+        res = run(cmd, "--help")
+        assert re.search(r"^\s+--device INTEGER RANGE\s", res.output, re.M), cmd
+
+
+def test_records_carry_the_device_index_and_uuid():
+    from nnbench import results
+    assert {"device_index", "gpu_uuid"} <= set(results.ENVIRONMENT)
+
+
+def test_a_device_that_does_not_exist_is_one_line(monkeypatch):
+    from nnbench.errors import BackendUnavailable
+    from nnbench.runtime import open_backend
+    with pytest.raises(BackendUnavailable):
+        open_backend("cuda:7")
+
+
+# -- on the GPU (the lead runs these) ---------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.parametrize("cfg", [VECTOR_ADD, TILED_GEMM], ids=["vector_add", "tiled_gemm"])
+def test_examples_verify_on_the_gpu(cfg, tmp_path):
+    out = tmp_path / "r.csv"
+    res = run("sweep", str(cfg), "--out", str(out))
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(out.open()))
+    assert rows and all(r["status"] == "PASS" for r in rows), [(r["variant"], r["error"]) for r in rows]
+    assert all(r["device_index"] == "0" and r["gpu_uuid"].startswith("GPU-") for r in rows)
+    assert all(r["timing"] != "host" and float(r["rel_err"]) <= float(r["rtol"]) for r in rows)
+
+
+@pytest.mark.gpu
+def test_a_kernel_that_faults_or_hangs_is_an_error_row_and_the_sweep_goes_on(tmp_path):
+    out = tmp_path / "r.csv"
+    res = run("sweep", str(USER / "faults.yaml"), "--out", str(out))
+    assert res.exit_code == 1, res.output
+    rows = {r["variant"]: r for r in csv.DictReader(out.open())}
+    assert rows["wild"]["status"] == "ERROR" and "fault" in rows["wild"]["error"]
+    assert rows["spin"]["status"] == "ERROR" and "watchdog" in rows["spin"]["error"]
+    assert rows["chain"]["status"] == "PASS"
+
+
+@pytest.mark.gpu
+def test_the_baseline_kernel_as_the_reference(tmp_path):
+    text = TILED_GEMM.read_text().replace("reference: reference:gemm\n", "")
+    cfg = tmp_path / "g.yaml"
+    cfg.write_text(text.replace("source: tiled_gemm.cu", f"source: {EXAMPLES / 'tiled_gemm' / 'tiled_gemm.cu'}"))
+    df = nnbench.benchmark(cfg, backend="cuda", problems=[{"M": 257, "N": 129, "K": 300}], budget=0.05)
+    assert set(df["status"]) == {"PASS"} and len(df) == 4
+
+
+@pytest.mark.gpu
+def test_the_plugin_catches_a_planted_slowdown(tmp_path):
+    """Baseline unchanged, then the same kernel with 10% more FMAs (NNBENCH_PLANT) must fail the gate;
+    an unchanged kernel must pass it. The lead repeats this 10 times on the H100."""
+    global PLUGIN_TEST
+    saved = PLUGIN_TEST
+    PLUGIN_TEST = f"""
+def test_chain(nnbench_kernel):
+    nnbench_kernel({str(USER / 'fma_chain.yaml')!r})
+"""
+    try:
+        base = tmp_path / "base.csv"
+        first = pytester_run(tmp_path, f"--nnbench-save={base}")
+        assert first.returncode == 0 and base.is_file(), first.stdout + first.stderr  # it ran, not skipped
+        same = pytester_run(tmp_path, f"--nnbench-save={tmp_path / 'same.csv'}", f"--nnbench-compare={base}",
+                            "--nnbench-fail=median:5%")
+        assert same.returncode == 0, same.stdout
+        slow = pytester_run(tmp_path, f"--nnbench-save={tmp_path / 'slow.csv'}", f"--nnbench-compare={base}",
+                            "--nnbench-fail=median:5%", env={"NNBENCH_PLANT": "PLANT_SLOWDOWN=1"})
+        assert slow.returncode == 1 and "SLOWER" in slow.stdout, slow.stdout
+    finally:
+        PLUGIN_TEST = saved
+
+
+def test_the_readme_walkthrough_config_loads(tmp_path):
+    """The YAML the README shows is a working config (beside the example's .cu and reference)."""
+    text = (paths.ROOT / "README.md").read_text().split("**3. The config**", 1)[1]
+    block = text.split("```yaml\n", 1)[1].split("```", 1)[0]
+    for f in ("vector_add.cu", "reference.py"):
+        (tmp_path / f).write_text((EXAMPLES / "vector_add" / f).read_text())
+    (tmp_path / "walk.yaml").write_text(block)
+    spec = config.load_config(tmp_path / "walk.yaml")[0]
+    assert len(spec.cases) == 14 and len(spec.shapes) == 2
+
+
+# -- the session's GPU path on a stand-in device ------------------------------------------------------
+class _StandInGpu:
+    """The CUDA backend's seam with host arrays behind it, and a 'kernel' that does what vector_add.cu
+    does (or, planted, leaves the last element unwritten): the session's GPU logic (buffers, argument
+    packing, NaN poisoning, verification, reset) runs here as it will on the H100."""
+
+    name = "cuda"
+    device = None
+    arch = "sm_90"
+
+    def __init__(self, skip_last: bool = False) -> None:
+        self.skip_last = skip_last
+        self.buffers: dict[int, object] = {}
+        self.launches: list[tuple] = []
+
+    def upload(self, host):
+        import numpy as np
+        buf = np.array(host, copy=True)
+        self.buffers[id(buf)] = buf
+        return buf
+
+    def ptr(self, buf) -> int:
+        return id(buf)
+
+    def write(self, buf, host) -> None:
+        buf[...] = host
+
+    def copy(self, dst, src, nbytes: int) -> None:
+        dst[...] = src
+
+    def download(self, buf, like):
+        return buf.copy()
+
+    def load(self, compiled, name: str):
+        from types import SimpleNamespace
+        return SimpleNamespace(name=name, info=SimpleNamespace(registers=16, smem_bytes=0, local_bytes=0))
+
+    def occupancy(self, kernel, threads: int, smem: int):
+        from types import SimpleNamespace
+        return SimpleNamespace(occupancy=1.0, limiter="threads")
+
+    def launcher(self, kernel, grid, block, args, signature, smem=0):
+        self.launches.append((kernel.name, grid, block, signature, len(args)))
+        a, b, c = (self.buffers[p] for p in args[:3])
+        n = int(args[3])
+
+        def launch():
+            end = n - 1 if self.skip_last else n
+            c[:end] = a[:end] + b[:end]
+        return launch
+
+    def timed(self, fn, reps: int) -> float:
+        for _ in range(reps):
+            fn()
+        return 0.01
+
+    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
+        return [self.timed(fn, reps) for _ in range(count)]
+
+    def issued_by_host(self, launch) -> bool:
+        return False
+
+    def flush_l2(self) -> None:
+        pass
+
+    def sm_clock_mhz(self):
+        return None
+
+
+@pytest.mark.parametrize("skip_last, status", [(False, "PASS"), (True, "FAIL")], ids=["writes all", "planted"])
+def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):
+    from nnbench import measure
+    from nnbench.suites.kernel import WORKLOAD, KernelProblem
+    spec = config.load_config(VECTOR_ADD)[0]
+    case = next(c for c in spec.cases if c.param_dict == {"BLOCK": 128, "ITEMS": 2})
+    problem = KernelProblem((("N", 1001),), spec.shapes[0].spec)
+    gpu = _StandInGpu(skip_last)
+    session = WORKLOAD.session(gpu, measure.TimingSettings(budget_s=0.01, min_samples=3), 1e-7, 0, {})
+    rec = session.run_case(case, problem, compiled=object())
+    assert rec["status"] == status, rec
+    assert gpu.launches[0] == ("vector_add", (4, 1, 1), (128, 1, 1), "PPPi", 4)  # cdiv(1001, 128 * 2)
+    if skip_last:  # the unwritten element stayed NaN: the error is not finite
+        assert rec["rel_err"] == float("inf")
+    else:
+        assert rec["rel_err"] <= 1e-7 and rec["median_ms"] == 0.01 and rec["timing"] == "hot-batched"
