@@ -85,7 +85,19 @@ def test_device_limits_are_refused():
 
 @pytest.mark.skipif(gpu_available(), reason="this machine has a GPU")
 def test_no_gpu_says_how_to_install():
-    one_line_error(run("gemm", "--size", "64"), "pip install", "--backend cpu")
+    one_line_error(run("gemm", "--size", "64"), "bash scripts/setup", "--backend cpu")
+
+
+def test_auto_says_in_one_line_what_it_runs_and_why(tmp_path):
+    pytest.importorskip("nnbench.runtime.cpu")
+    from nnbench.runtime import device_count
+    if device_count():
+        pytest.skip("a GPU is present: auto takes it")
+    res = CliRunner().invoke(cli, ["gemm", "--backend", "auto", "--size", "64", "--budget", "0.01", "--csv",
+                                   str(tmp_path / "x.csv")])
+    lines = res.output.splitlines()
+    assert lines[0].startswith("nnbench: running the NumPy CPU path, because ") and "bash scripts/setup" in lines[0]
+    assert lines[1].startswith("CPU backend: NumPy float32 on ") and "None" not in lines[1], lines[1]
 
 
 def test_cpu_path_table_and_csv(tmp_path):

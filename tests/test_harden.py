@@ -418,6 +418,7 @@ def test_auto_fallback_hint_keeps_the_extra_name(tmp_path):
         pytest.skip("this machine has a GPU")
     res = run("gemm", "--backend", "auto", "--size", "8", "--budget", "0.01", "--csv", tmp_path / "a.csv")
     assert "pip install -e '.[gpu]'" in res.output.replace("\n", " ")
+    assert "bash scripts/setup" in res.output.replace("\n", " ")
 
 
 def _interrupt_when(cmd, ready, timeout=60):

@@ -114,7 +114,8 @@ def _png_size(path: Path) -> tuple[int, int]:
 
 
 @pytest.mark.parametrize("kind, csv_name", [("roofline", "ladder_4096.csv"), ("speedup", "train_net1_h100.csv"),
-                                            ("heatmap", "gemm_sweep_h100.csv")])
+                                            ("train", "contract/train_table_h100.csv"),
+                                            ("conv", "contract/conv_resnet.csv")])
 def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_name):
     pytest.importorskip("matplotlib")
     out = tmp_path / f"{kind}.png"
@@ -124,14 +125,96 @@ def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_name):
     assert _png_size(out) == (int(plots.SIZE_INCHES[0] * plots.DPI), int(plots.SIZE_INCHES[1] * plots.DPI))
 
 
+def _legend_entries(ax) -> list[tuple]:
+    out = []
+    for h in ax.get_legend().legend_handles:
+        if hasattr(h, "get_marker"):
+            out.append((h.get_color(), h.get_marker(), h.get_fillstyle(), h.get_linestyle()))
+        else:
+            out.append((tuple(h.get_facecolor()), h.get_hatch()))
+    return out
+
+
+def test_roofline_reads_well(tmp_path):
+    """Plain tick labels, a label per point, the ridge and the peak named, no two legend entries alike."""
+    pytest.importorskip("matplotlib")
+    df = pd.concat([pd.read_csv(DATA.parent.parent / "docs/data" / n) for n in ("ladder_4096.csv", "ladder_odd.csv")])
+    fig = plots.figure(df, "roofline")
+    ax = fig.axes[0]
+    fig.canvas.draw()
+    ticks = [t.get_text() for t in ax.get_xticklabels() + ax.get_yticklabels() if t.get_text()]
+    assert ticks and not any("$" in t or "×" in t for t in ticks), ticks
+    entries = _legend_entries(ax)
+    assert len(entries) == len(set(entries)) == 9 + 2 + 1  # variants, shapes, the roof
+    texts = [t.get_text() for t in ax.texts]
+    assert sum(t in set(df["variant"]) for t in texts) == len(df)  # every point labelled
+    assert any(t.startswith("ridge 20 FLOP/B") for t in texts)
+    assert any("66.9 TFLOP/s" in t for t in ax.get_legend_handles_labels()[1])
+    # a CPU file records no peak: no roof is listed, and the title says why
+    cpu = df.assign(fp32_peak_tflops=float("nan"), dram_peak_gbs=float("nan"))
+    ax = plots.figure(cpu, "roofline").axes[0]
+    assert not any("peak" in label for label in ax.get_legend_handles_labels()[1]) and "no roof" in ax.get_title()
+
+
+def test_a_heatmap_per_shape_never_one_picked(tmp_path):
+    pytest.importorskip("matplotlib")
+    fig = plots.figure(pd.read_csv("docs/data/gemm_sweep_h100.csv"), "heatmap")
+    titles = {a.get_title() for a in fig.axes if a.get_title()}
+    assert {"coarsened · 2048×2048×2048", "coarsened · 4096×4096×4096"} <= titles
+    assert len(titles) == 12  # six swept variants at two shapes
+
+
+def test_no_empty_chart(tmp_path):
+    """A figure with nothing to draw is one line and exit 2, and no file."""
+    pytest.importorskip("matplotlib")
+    for csv_name, kind, needle in (("ladder_odd.csv", "train", "no verified training row"),
+                                   ("contract/train_table_h100.csv", "conv", "no verified convolution row"),
+                                   ("ladder_4096.csv", "heatmap", "no variant sweeps two parameters"),
+                                   ("contract/ci_again.csv", "speedup", "several suites (conv, gemm, train)")):
+        out = tmp_path / f"{kind}.png"
+        res = CliRunner().invoke(cli, ["report", f"docs/data/{csv_name}", "--plot", kind, "--out", str(out)])
+        assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
+        assert not out.exists()
+    no_speedup = pd.read_csv("docs/data/ladder_4096.csv").assign(speedup=float("nan"), pct_cublas=float("nan"))
+    no_speedup.to_csv(tmp_path / "x.csv", index=False)
+    res = CliRunner().invoke(cli, ["report", str(tmp_path / "x.csv"), "--plot", "speedup", "--out",
+                                   str(tmp_path / "s.png")])
+    assert res.exit_code == 2 and "no verified row has a speedup" in res.output and not (tmp_path / "s.png").exists()
+
+
 def test_report_bad_input(tmp_path):
     res = CliRunner().invoke(cli, ["report", "nope.csv", "--plot", "roofline", "--out", str(tmp_path / "x.png")])
     assert res.exit_code == 2 and "no such file" in res.output
     res = CliRunner().invoke(cli, ["report", "docs/data/ladder_4096.csv", "--plot", "pie", "--out", "x.png"])
-    assert res.exit_code == 2 and "roofline, speedup, heatmap" in res.output
+    assert res.exit_code == 2 and "roofline, speedup, heatmap, train, conv" in res.output
     pytest.importorskip("matplotlib")
     df = pd.DataFrame({"a": [1]})
     df.to_csv(tmp_path / "x.csv")
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "x.csv"), "--plot", "heatmap", "--out",
                                    str(tmp_path / "y.png")])
     assert res.exit_code == 2 and "heatmap" in res.output
+
+
+def test_tools_are_found_where_the_nvidia_wheels_put_them(tmp_path, monkeypatch):
+    bindir = tmp_path / "site" / "nvidia" / "cu13" / "bin"
+    bindir.mkdir(parents=True)
+    tool = bindir / "cuobjdump"
+    tool.write_text("#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr("sys.path", [str(tmp_path / "site")])
+    assert sass.find_tool("cuobjdump") is None  # not executable: not a tool
+    tool.chmod(0o755)
+    assert sass.find_tool("cuobjdump") == str(tool)
+    assert sass.find_tool("nvdisasm") is None
+
+
+def test_profile_prints_the_seeds_one_in_three_from_real_sass():
+    """The real SASS path: nvcc's cubin for sm_90 through cuobjdump (the toolkit's, or the `profile`
+    extra's wheel). CI installs that extra, so there it must run, not skip."""
+    import os
+    if sass.cuobjdump() is None:
+        assert not os.environ.get("CI"), f"CI installs the profile extra, yet {sass.NOT_FOUND}"
+        pytest.skip(f"{sass.NOT_FOUND}: pip install -e '.[profile]'")
+    res = CliRunner().invoke(cli, ["profile", "gemm", "-v", "tiled", "--backend", "cpu", "--arch", "sm_90"])
+    assert res.exit_code == 0, res.output
+    assert "1 in 3.1" in res.output, res.output

@@ -146,7 +146,8 @@ def print_csv(path) -> None:
 
 def device_line(env: dict) -> str:
     if env.get("backend") != "cuda":
-        return f"CPU backend ({env.get('device_name')}, {env.get('sms')} cores): NumPy float32"
+        from nnbench.runtime.cpu import cpu_model  # result rows keep no device_name: read it here
+        return f"CPU backend: NumPy float32 on {env.get('device_name') or cpu_model()}, {env.get('sms')} cores"
     return (f"{env['gpu']} · sm_{env['cc'].replace('.', '')} · {env['sms']} SMs · FP32 peak "
             f"{env['fp32_peak_tflops']:.1f} TFLOP/s at {env['max_sm_clock_mhz']:.0f} MHz · driver {env['driver']} "
             f"· CUDA {env['cuda']} · nvcc {env.get('nvcc')}")

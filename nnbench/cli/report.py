@@ -1,7 +1,8 @@
-"""`nnbench report`: plots of result files."""
+"""`nnbench report`: plots of result files, and the self-contained HTML page."""
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -10,33 +11,95 @@ from rich.markup import escape
 from nnbench import results
 from nnbench.cli import app
 from nnbench.cli.app import force_option
+from nnbench.cli.check import Tolerance
 from nnbench.errors import NnbenchError
+
+
+class Ceilings(click.ParamType):
+    """TFLOPS,GBS: the FMA ceiling and copy bandwidth that `nnbench devices --measure` printed."""
+    name = "TFLOPS,GBS"
+
+    def convert(self, value, param, ctx):
+        from nnbench.profiling.roofline import Roof
+        try:
+            tflops, gbs = (float(x) for x in str(value).split(","))
+            if not (0 < tflops < 1e4 and 0 < gbs < 1e6):
+                raise ValueError
+        except ValueError:
+            self.fail(f"{value}: give TFLOP/s,GB/s as two positive numbers, e.g. 51.2,3010", param, ctx)
+        return Roof(tflops * 1e12, gbs * 1e9, "measured")
 
 
 @app.cli.command()
 @click.argument("csv_paths", metavar="RESULTS.csv...", nargs=-1, required=True, type=click.Path(dir_okay=False))
-@click.option("--plot", "kind", required=True, metavar="KIND", help="roofline, speedup or heatmap.")
-@click.option("--out", "out_path", required=True, type=click.Path(dir_okay=False),
+@click.option("--plot", "kind", metavar="KIND", help="roofline, speedup, heatmap, train or conv (with --out).")
+@click.option("--out", "out_path", type=click.Path(dir_okay=False),
               help="PNG to write, a new file (`name` writes name.png).")
+@click.option("--html", "html_path", type=click.Path(dir_okay=False),
+              help="Write one self-contained HTML page: environment, sortable tables, every figure, verdicts.")
+@click.option("--baseline", type=click.Path(dir_okay=False), help="With --html: add the gate's verdicts against it.")
+@click.option("--tolerance", type=Tolerance(), default="5%", show_default=True, help="The gate's tolerance.")
+@click.option("--ceilings", type=Ceilings(), default=None,
+              help="Measured ceilings for the roofline, TFLOP/s,GB/s (from `nnbench devices --measure`).")
+@click.option("--suite", default=None, help="Only the rows of this suite (gemm, train, conv, ...).")
+@click.option("--variant", "-v", "variants", multiple=True, help="Only these variants (repeatable).")
 @click.option("--title", default="", help="Title over the plot.")
 @force_option
-def report(csv_paths, kind, out_path, title, force) -> None:
-    """Plot result CSVs as PNG: a roofline of every case, speedup bars per version, or a TS x WPT heatmap.
+def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, variants, title, force) -> None:
+    """Plot result CSVs as PNG, or put them all in one HTML page.
 
     \b
     Examples:
       nnbench report docs/data/ladder_4096.csv docs/data/ladder_odd.csv --plot roofline --out roofline.png
-      nnbench report docs/data/train_net1_h100.csv --plot speedup --out speedup.png
+      nnbench report docs/data/train_table.csv --plot train --out train.png
+      nnbench report results/ci.csv --baseline results/baselines/h100.csv --html report.html
     """
     import pandas as pd
 
     from nnbench.profiling import plots
-    if kind not in plots.KINDS:
+    if (kind is None) != (out_path is None):
+        raise NnbenchError("--plot and --out go together: --plot KIND --out FILE.png")
+    if kind is None and html_path is None:
+        raise NnbenchError("say what to write: --plot KIND --out FILE.png, or --html FILE.html")
+    if kind is not None and kind not in plots.KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(plots.KINDS)}")
-    plots.png_path(Path(out_path))  # a wrong --out is refused before any file is read
-    df = pd.concat([_read(p) for p in csv_paths], ignore_index=True)
-    written = plots.plot(df, kind, Path(out_path), title, force)
-    app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")
+    if baseline and not html_path:
+        raise NnbenchError("--baseline: goes with --html (the gate itself is `nnbench check`)")
+    if out_path:
+        plots.png_path(Path(out_path))  # a wrong --out is refused before any file is read
+    if html_path and Path(html_path).suffix.lower() not in (".html", ".htm"):
+        raise NnbenchError(f"--html {html_path}: name a .html file")
+    df = pd.concat([_read(p).assign(_file=p) for p in csv_paths], ignore_index=True)
+    if suite is not None:
+        present = sorted(set(plots.normalize(df)["suite"]))
+        df = df[plots.normalize(df)["suite"] == suite]
+        if df.empty:
+            raise NnbenchError(f"--suite {suite}: no rows of it; the files hold {', '.join(present)}")
+    if variants:
+        present = sorted(set(plots.normalize(df)["variant"].astype(str)))
+        df = df[plots.normalize(df)["variant"].isin(variants)]
+        if df.empty:
+            raise NnbenchError(f"--variant {' '.join(variants)}: no rows of it; the files hold {', '.join(present)}")
+    if kind:
+        written = plots.plot(df.drop(columns="_file"), kind, Path(out_path), title, force, ceilings)
+        app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")
+    if html_path:
+        _write_html(list(csv_paths), df, Path(html_path), baseline, tolerance, ceilings, force)
+
+
+def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force) -> None:
+    import os
+
+    from nnbench import htmlreport, safeio
+    page = htmlreport.render(sources, df, ["nnbench", *sys.argv[1:]], Path(baseline) if baseline else None,
+                             tolerance, ceilings)
+    target, fd = safeio.open_locked(target, safeio.FORCE if force else safeio.NEW)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(page)
+    except OSError as e:
+        raise safeio.os_problem(target, e) from None
+    app.out.print(f"HTML report of {len(df)} rows: {escape(str(target))}")
 
 
 def _read(path: str):

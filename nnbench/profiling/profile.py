@@ -102,7 +102,7 @@ def resources(v: Variant, params: dict, comp, device) -> list[KernelProfile]:
 def add_mix(kernels: list[KernelProfile], comp) -> None:
     if sass.cuobjdump() is None:
         for k in kernels:
-            k.mix_note = "cuobjdump not on PATH"
+            k.mix_note = sass.NOT_FOUND
         return
     funcs = sass.parse(sass.dump(comp.cubin))
     for k in kernels:

@@ -11,9 +11,11 @@ are read: an address (`BRA 0x1a0`) and a label (`BRA \\`(.L_x_3)` with `.L_x_3:`
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -150,15 +152,38 @@ def useful_fraction(m: dict[str, int]) -> float:
     return sum(m[c] for c in MATH) / m["total"] if m["total"] else 0.0
 
 
+# Where NVIDIA's PyPI wheels put the tools (`pip install -e '.[profile]'`): nvidia/cu13/bin/ for CUDA 13,
+# nvidia/cuda_cuobjdump/bin/ and nvidia/cuda_nvdisasm/bin/ for CUDA 12. Outside PATH, so looked up here.
+WHEEL_DIRS = ("nvidia/cu*/bin", "nvidia/cuda_*/bin")
+NOT_FOUND = "cuobjdump not found (on PATH or from `pip install -e '.[profile]'`)"
+
+
+def find_tool(name: str) -> str | None:
+    """`name` on PATH (the CUDA toolkit's), else the copy a pip wheel installed into site-packages."""
+    found = shutil.which(name)
+    if found:
+        return found
+    for base in dict.fromkeys(Path(p) for p in sys.path if p):
+        for pattern in WHEEL_DIRS:
+            for d in sorted(base.glob(pattern)):
+                tool = d / name
+                if tool.is_file() and os.access(tool, os.X_OK):
+                    return str(tool)
+    return None
+
+
 def cuobjdump() -> str | None:
-    return shutil.which("cuobjdump")
+    return find_tool("cuobjdump")
 
 
 def dump(cubin: Path) -> str:
     tool = cuobjdump()
     if tool is None:
-        raise NnbenchError("cuobjdump is not on PATH (it comes with the CUDA toolkit): the instruction mix needs it")
-    out = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True)
+        raise NnbenchError(f"{NOT_FOUND}: the instruction mix needs it")
+    # cuobjdump runs nvdisasm for --dump-sass: put the wheel's (or the toolkit's) beside it on PATH.
+    dirs = [str(Path(t).parent) for t in (tool, find_tool("nvdisasm")) if t]
+    env = dict(os.environ, PATH=os.pathsep.join([*dirs, os.environ.get("PATH", "")]))
+    out = subprocess.run([tool, "--dump-sass", str(cubin)], capture_output=True, text=True, env=env)
     if out.returncode != 0:
         raise NnbenchError(f"cuobjdump failed on {cubin.name}: {out.stderr.strip()[:200]}")
     return out.stdout

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from nnbench.errors import BackendUnavailable
 
-INSTALL_HINT = ("install the GPU extra with `pip install -e '.[gpu]'` on a machine with an NVIDIA GPU and the CUDA "
-                "toolkit, or run the NumPy path with --backend cpu")
+INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs PyCUDA (the extra "
+                "`pip install -e '.[gpu]'`)")
 
 
 def open_backend(name: str, device: int = 0):
@@ -28,9 +28,9 @@ def open_backend(name: str, device: int = 0):
             return CudaBackend(device), None
         except BackendUnavailable as e:
             if name == "cuda":
-                raise
+                raise BackendUnavailable(f"{e}; or run the NumPy path with --backend cpu") from None
             from nnbench.runtime.cpu import CpuBackend
-            return CpuBackend(), f"no GPU backend ({e}); running the NumPy CPU path"
+            return CpuBackend(), f"running the NumPy CPU path, because {e}"
     raise BackendUnavailable(f"--backend {name}: choose from cuda, cpu, auto")
 
 

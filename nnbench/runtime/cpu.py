@@ -60,6 +60,18 @@ class CpuBackend:
 
     def environment(self) -> dict:
         return {"backend": "cpu", "gpu": "cpu", "cc": "", "sms": os.cpu_count(), "driver": "",
-                "cuda": "", "device_name": platform.machine(),
+                "cuda": "", "device_name": cpu_model(),
                 "max_sm_clock_mhz": None, "fp32_peak_tflops": None, "tf32_peak_tflops": None,
                 "dram_peak_gbs": None}
+
+
+def cpu_model() -> str:
+    """The processor's marketing name from /proc/cpuinfo (Linux), else the architecture (x86_64)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return " ".join(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return platform.machine() or platform.processor() or "unknown CPU"
