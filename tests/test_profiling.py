@@ -9,6 +9,7 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
+from nnbench import paths
 from nnbench.cli import cli
 from nnbench.profiling import ncu, plots, sass
 from nnbench.profiling.roofline import Roof, position
@@ -218,3 +219,19 @@ def test_profile_prints_the_seeds_one_in_three_from_real_sass():
     res = CliRunner().invoke(cli, ["profile", "gemm", "-v", "tiled", "--backend", "cpu", "--arch", "sm_90"])
     assert res.exit_code == 0, res.output
     assert "1 in 3.1" in res.output, res.output
+
+
+def test_profile_a_users_kernel_from_its_config():
+    """`profile kernel` takes the variant and problem from the config (a user's kernel is in no registry);
+    without --config it is one line; any suite's config serves the same way."""
+    cfg = str(paths.ROOT / "examples" / "tiled_gemm" / "tiled_gemm.yaml")
+    res = CliRunner().invoke(cli, ["profile", "kernel", "-v", "tiled", "--ts", "16", "--config", cfg, "--problem", "1",
+                                   "--backend", "cpu", "--arch", "sm_90"])
+    assert res.exit_code == 0, res.output
+    assert "gemm_tiled" in res.output and "TS=16" in res.output and "registers" in res.output
+    for args, needle in ((["kernel", "-v", "tiled"], "give --config"),
+                         (["kernel", "-v", "tiled", "--ts", "64", "--config", cfg], "no case of it"),
+                         (["kernel", "-v", "tiled", "--config", cfg, "--problem", "9"], "--problem 9"),
+                         (["gemm", "-v", "tiled", "--config", cfg], "runs suite kernel")):
+        r = CliRunner().invoke(cli, ["profile", *args, "--backend", "cpu"])
+        assert r.exit_code == 2 and needle in r.output, (args, r.output)

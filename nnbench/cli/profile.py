@@ -28,6 +28,11 @@ from nnbench.errors import NnbenchError
 @click.option("--layer", default=None, metavar="N,C,H,W,K,R[,S,P]",
               help="Conv: the layer (default: configs/conv.yaml's first resnet layer).")
 @click.option("--model", type=click.Choice(["lenet5"]), default=None, help="Conv: a whole model's step instead.")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
+              help="A sweep config to take the variant (and, with the parameter options, the case) and the problem "
+                   "from: any suite's, and the only way for a user's kernel (suite kernel).")
+@click.option("--problem", "problem_index", type=click.IntRange(min=0), default=0, show_default=True,
+              help="With --config: which of its problems, in the config's order.")
 @click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
 @click.option("--kernel", default=None, metavar="NAME",
               help="The kernel --ncu profiles (default: the variant's main one, e.g. gemm, forward, fused_train).")
@@ -35,7 +40,8 @@ from nnbench.errors import NnbenchError
               help="Without a GPU: the architecture to compile for and take limits from (default sm_90).")
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
-def profile(suite, variant, m, n, k, net, batch, layer, model, with_ncu, kernel, arch, launch_only, backend,
+def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, kernel, arch,
+            launch_only, backend,
             **params) -> None:
     """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
     (GEMM, on a GPU) its achieved FLOP/s and bytes/s on the roofline; --ncu adds Nsight Compute.
@@ -49,21 +55,30 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, with_ncu, kernel,
       nnbench profile mlp -v batched --backend cpu --arch sm_90
       nnbench profile conv -v tiled --layer 32,64,56,56,64,3,1,1
       nnbench profile conv -v lenet5 --model lenet5
+      nnbench profile kernel -v tiled --ts 16 --config examples/tiled_gemm/tiled_gemm.yaml --problem 1
     """
     from nnbench.profiling import profile as profiler
     overrides = {name.upper(): v for name, v in params.items() if v is not None}
-    profiler.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
-    problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
+    case = None
+    if config_path is not None:
+        found, case, problem = profiler.from_config(config_path, variant, overrides, problem_index)
+        if profiler.ALIASES.get(suite, suite) != found:
+            raise NnbenchError(f"profile {suite}: {config_path} runs suite {found}; give `profile {found}`")
+    elif profiler.ALIASES.get(suite, suite) == "kernel":
+        raise NnbenchError("profile kernel: a user's kernel is profiled from its config: give --config FILE.yaml")
+    else:
+        profiler.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
+        problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
     be = open_device(backend)
     if launch_only:
-        profiler.launch_only(be, suite, variant, overrides, problem)
+        profiler.launch_only(be, suite, variant, overrides, problem, case)
         return
     if with_ncu and be.name != "cuda":
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
-    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel)
+    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case)
     app.out.print(device_line(results.environment(be)))
     for t in tables.profile_tables(prof):
         app.out.print(t)

@@ -126,13 +126,16 @@ QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0)
 
 def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, arch: str | None,
             with_ncu: bool = False, child_argv: list[str] | None = None,
-            settings: measure.TimingSettings = measure.TimingSettings(), kernel: str | None = None) -> Profile:
+            settings: measure.TimingSettings = measure.TimingSettings(), kernel: str | None = None,
+            case: Case | None = None) -> Profile:
+    """`case`: a case of a sweep config (`--config`), for a variant the registry does not hold (a user's
+    kernel) or a point of a config's axes; else the registry's variant `name` with `overrides`."""
     suite = ALIASES.get(suite, suite)
     work = workload(suite)
-    v, params = variant_params(suite, name, overrides)
+    v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
     device = getattr(backend, "device", None)
     arch = backend.arch if device is not None else (arch or "sm_90")
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(arch)))
+    comp = compiled_for(work, Case(v, tuple(params.items())), arch)
     dev = device or for_arch(arch)
     prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)
     if kernel is not None and kernel not in comp.ptxas:
@@ -162,6 +165,34 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     return prof
 
 
+def compiled_for(work, case: Case, arch: str):
+    """The case's module as its workload compiles it (includes, architecture-specific targets), or as a
+    plain nvcc build where the workload compiles inside its session (the trainers)."""
+    comp = work.compile(arch, [case]).get(case)
+    if comp is None:
+        comp = compile_cubin(CompileRequest.make(_kernel_path(case.variant), case.param_dict,
+                                                 case.variant.target(arch)))
+    if isinstance(comp, Exception):
+        raise NnbenchError(str(comp))
+    return comp
+
+
+def from_config(path, name: str, overrides: dict[str, int], problem_index: int):
+    """(suite, case, problem) of a sweep config: the first case of variant `name` whose parameters
+    include `overrides`, on the config's problem number `problem_index` (0: the first)."""
+    from nnbench import config
+    for spec in config.load_config(path):
+        cases = [c for c in spec.cases if c.variant.name == name
+                 and all(c.param_dict.get(k) == x for k, x in overrides.items())]
+        if cases:
+            if not 0 <= problem_index < len(spec.shapes):
+                raise NnbenchError(f"--problem {problem_index}: {path} has problems 0 to {len(spec.shapes) - 1}")
+            return spec.suite, cases[0], spec.shapes[problem_index]
+    names = sorted({c.variant.name for spec in config.load_config(path) for c in spec.cases})
+    raise NnbenchError(f"--variant {name}: {path} has no case of it with {overrides or 'its defaults'}; "
+                       f"its variants: {', '.join(names)}")
+
+
 def run_case(backend, work, case: Case, problem, comp, settings) -> dict:
     """The case through its workload's own session: verified first, then timed."""
     session = work.session(backend, settings, work.default_rtol, 0, {})
@@ -175,13 +206,13 @@ def _kernel_path(v: Variant):
     return paths.KERNELS / v.source
 
 
-def launch_only(backend, suite: str, name: str, overrides: dict[str, int], problem) -> None:
+def launch_only(backend, suite: str, name: str, overrides: dict[str, int], problem, case: Case | None = None) -> None:
     """What ncu profiles: a GEMM kernel launched ncu.WARMUP_LAUNCHES + 1 times on fresh inputs and
     nothing else (no blocking kernel, no verification, no ceilings); or, for any other workload, its
     case run once with the shortest timing, of whose launches ncu takes one of the chosen kernel."""
     suite = ALIASES.get(suite, suite)
-    v, params = variant_params(suite, name, overrides)
-    comp = compile_cubin(CompileRequest.make(_kernel_path(v), params, v.target(backend.arch)))
+    v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
+    comp = compiled_for(workload(suite), Case(v, tuple(params.items())), backend.arch)
     if suite != "gemm":
         run_case(backend, workload(suite), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
