@@ -18,13 +18,12 @@ from pathlib import Path
 
 import yaml
 
-from nnbench import measure, nets, registry
+from nnbench import measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.suites import batched, mlp
 from nnbench.suites.base import Case, Session, Workload, problem_text
 from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
 
-PER_SAMPLE = ("sequential", "launches", "fused")
 MINI_BATCH = ("batched-numpy", "batched", "batched-cublas", "batched-wgmma")
 
 
@@ -237,10 +236,6 @@ class TrainSession(Session):
         mode = name.removeprefix("torch-")
         rows = list(self._rows(problem, [], torch_modes=(mode,)))
         return self._finish(dict(rows[0], precision="FP32"), problem) if rows else None
-
-
-def per_sample_versions() -> list:
-    return [v for v in registry.suite_variants("mlp") if v.runner in PER_SAMPLE]
 
 
 WORKLOAD = TrainWorkload()
