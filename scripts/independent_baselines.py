@@ -6,12 +6,15 @@ median of 50 samples, each sample CUDA events around 20 back-to-back calls issue
 nnbench rows come from `nnbench gemm`, `nnbench conv` and `nnbench train` run as commands.
 
 PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them), so it moves
-with the host's state: by 10% between runs of the same code minutes apart. Its two timings are therefore
-taken in interleaved rounds (nnbench's command, then the independent step, ROUNDS times), so that both
-see the same host, and compared as the median over rounds; each round's pair is written too.
+with the host's state: by 10% between runs of the same code minutes apart, and with the process it runs
+in (a long-lived process full of objects pays more for Python's garbage collection). Its two timings are
+therefore taken in interleaved rounds, each in a fresh process (nnbench's command, then the independent
+step as `--step eager|graph`), ROUNDS times, so that both see the same host, and compared as the median
+over rounds; each round's pair is written too.
 
 Why a script, not the CLI: it is the check of the CLI's baselines, so it must not use the CLI's code.
 Usage: python3 scripts/independent_baselines.py OUTDIR [ROUNDS]   (GPU, PyTorch and CuPy; ROUNDS 5)
+       python3 scripts/independent_baselines.py --step eager|graph   (one PyTorch Net 8 B=4096 step, ms)
 """
 
 from __future__ import annotations
@@ -122,7 +125,8 @@ def torch_rounds(out: Path, rounds: int) -> dict[str, tuple[float, float]]:
                 for r in nnbench_rows(out, TORCH_ARGS, f"train_round{i}") if r["variant"].startswith("torch")}
         for graph in (False, True):
             key = f"torch-{'graph' if graph else 'eager'} Net 8 B=4096 step (ms)"
-            theirs = torch_step(NET8, 4096, graph)
+            theirs = float(subprocess.run([sys.executable, __file__, "--step", "graph" if graph else "eager"],
+                                          check=True, capture_output=True, text=True).stdout.split()[-1])
             pairs.setdefault(key, []).append((ours.get(key, float("nan")), theirs))
             print(f"round {i}: {key:40} nnbench {ours.get(key, float('nan')):.4f} independent {theirs:.4f}",
                   flush=True)
@@ -166,4 +170,7 @@ def main(out: Path, rounds: int = 5) -> int:
 
 
 if __name__ == "__main__":
+    if sys.argv[1] == "--step":
+        print(f"{torch_step(NET8, 4096, sys.argv[2] == 'graph'):.6f}")
+        sys.exit(0)
     sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 5))

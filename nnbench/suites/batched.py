@@ -859,9 +859,15 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
     return sum(role_times(backend, [la for la in launches if la.role in GEMM_ROLES]).values())
 
 
+EAGER_SAMPLE_MS = 10.0  # an eager sample spans several steps back to back, as a training loop runs them
+
+
 def _time_step(backend, launch, host_issued: bool) -> measure.Stats:
-    """A PyTorch row's steady-state step, timed as ours are (STEP_TIMING); eager issued by the host."""
-    return measure.measure(backend, launch, replace(STEP_TIMING, host_issued=host_issued))
+    """A PyTorch row's steady-state step, timed as ours are (STEP_TIMING). Eager is issued by the host,
+    several steps a sample, so that the host's issue of one step overlaps the GPU's tail of the last
+    as in a training loop (one step a sample would time each step's tail: latency, not throughput)."""
+    settings = replace(STEP_TIMING, host_issued=True, min_sample_ms=EAGER_SAMPLE_MS) if host_issued else STEP_TIMING
+    return measure.measure(backend, launch, settings)
 
 
 def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
