@@ -127,3 +127,21 @@ def test_host_issued_samples_are_never_queued_behind_the_blocking_kernel():
     assert s.timing == measure.HOST_ISSUED
     queued = FakeBackend([4.0] * 100)
     assert measure.measure(queued, lambda: None, measure.TimingSettings(budget_s=10)).timing == measure.HOT_BATCHED
+
+
+def test_host_issued_samples_do_not_scan_the_harness_heap():
+    """An eager step's time includes Python's collections; with the harness's objects frozen out of the
+    collector, it pays for its own garbage only (and they are thawed afterwards)."""
+    import gc
+
+    frozen = []
+
+    class Watching(FakeBackend):
+        def timed(self, fn, reps):
+            frozen.append(gc.get_freeze_count())
+            return super().timed(fn, reps)
+
+    keep = [object() for _ in range(1000)]  # the harness's heap
+    measure.measure(Watching([4.0] * 100), lambda: None, measure.TimingSettings(budget_s=10, host_issued=True))
+    assert frozen[:2] == [0, 0] and min(frozen[2:]) >= len(keep)  # warm-up and estimate, then the samples
+    assert gc.get_freeze_count() == 0
