@@ -55,6 +55,11 @@ HOST = "host"  # the CPU backend: wall-clock time of the call
 TIMING = (HOT_BATCHED, HOT_SINGLE, HOST_ISSUED, COLD, HOST)
 
 
+# The command line's --keep-throttled, for every measure call of the process, also those whose settings a
+# suite fixes (the trainers' step timing).
+KEEP_THROTTLED = [False]
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     budget_s: float = 0.5
@@ -138,6 +143,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     during = (lambda: probes.append(tel.probe())) if tel is not None else None
     kept: list[float] = []
     dropped: list[float] = []
+    slow: set[int] = set()  # the probes of dropped batches
     t_end = time.perf_counter() + settings.budget_s
     converged = False
     if tel is not None:
@@ -147,8 +153,10 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
             backend.flush_l2()
         count = min(batch, settings.max_samples - len(kept) - len(dropped))
         got = backend.timed_samples(launch, reps, count, during) if tel else backend.timed_samples(launch, reps, count)
-        if tel is not None and not settings.keep_throttled and probes and tel.throttled(probes[-1]):
+        keep = settings.keep_throttled or KEEP_THROTTLED[0]
+        if tel is not None and not keep and probes and tel.throttled(probes[-1]):
             dropped += got
+            slow.add(len(probes) - 1)
         else:
             kept += got
         if len(kept) >= settings.min_samples:
@@ -170,14 +178,15 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     if tel is None:
         stats.sm_clock_mhz = backend.sm_clock_mhz()
     else:
-        _clocks(stats, tel, probes)
+        _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     return stats
 
 
-def _clocks(stats: Stats, tel, probes: list) -> None:
-    """The NVML columns of `stats`, from the probes taken during its batches and the window's energy."""
-    sm = [p.sm_mhz for p in probes if p.sm_mhz]
-    mem = [p.mem_mhz for p in probes if p.mem_mhz]
+def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
+    """The NVML columns of `stats`: clocks from the probes of the kept batches, the throttle reasons
+    seen over all of them, and the window's energy."""
+    sm = [p.sm_mhz for p in kept if p.sm_mhz]
+    mem = [p.mem_mhz for p in kept if p.mem_mhz]
     bits = [p.reasons for p in probes if p.reasons is not None]
     stats.sm_clock_mhz = float(np.median(sm)) if sm else None
     stats.sm_clock_min_mhz = float(min(sm)) if sm else None

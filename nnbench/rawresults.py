@@ -6,7 +6,8 @@ The file is JSON Lines (docs/JSON.md; the JSON Schema is nnbench/schema/results.
   and a sweep resumes into the same file): every column of the CSV schema (results.FIELDS, with
   the device, the environment and the commit on every record) as typed JSON values, plus
   "raw": {"ms": [...], "reps": R, "unit": "launch"|"iteration"|"step", "batch": B, "dropped": D},
-  each entry of "ms" one sample's milliseconds per unit, the mean over its R back-to-back launches.
+  each entry of "ms" one sample's milliseconds per unit, the mean over its R back-to-back launches
+  (7 significant digits: CUDA events resolve about 0.5 us).
   Non-finite numbers (a failed case's rel_err) are the strings "inf", "-inf" and "nan".
 
 `load(path)` reads such a file, or a result CSV (whose `samples_ms` column holds the same samples;
@@ -68,8 +69,9 @@ def to_json(record: dict) -> dict:
     ms = record.get("samples_ms")
     batch = record.get("batch")
     out["raw"] = None if not ms else {
-        "ms": [float(x) for x in ms], "reps": int(record.get("reps") or 1), "unit": record.get("unit") or "launch",
-        "batch": int(batch) if batch not in (None, "") else None, "dropped": int(record.get("dropped") or 0)}
+        "ms": [float(f"{x:.7g}") for x in ms], "reps": int(record.get("reps") or 1),
+        "unit": record.get("unit") or "launch", "batch": int(batch) if batch not in (None, "") else None,
+        "dropped": int(record.get("dropped") or 0)}
     return out
 
 

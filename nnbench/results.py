@@ -117,6 +117,8 @@ def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = F
         return Sinks(sink, JsonSink(json_path, mode=mode))
     except BaseException:
         sink.close()
+        if not force:  # the CSV was made a moment ago, for this run alone: a refused --json leaves no file behind
+            Path(sink.path).unlink(missing_ok=True)
         raise
 
 

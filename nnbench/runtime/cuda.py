@@ -331,7 +331,11 @@ def device_count() -> int:
 
 
 def device_uuid(ordinal: int) -> str | None:
-    return Nvml(drv.Device(ordinal).pci_bus_id()).uuid()
+    return device_nvml(ordinal).uuid()
+
+
+def device_nvml(ordinal: int) -> Nvml:
+    return Nvml(drv.Device(ordinal).pci_bus_id())
 
 
 def device_info(dev) -> DeviceInfo:
