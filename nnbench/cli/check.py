@@ -73,9 +73,21 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
       nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
       nnbench check base.csv new.csv --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
+    if fmt == "table":
+        return _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing,
+                      allow_unstable, fmt, retry_errors, backend)
+    out = app.out
+    app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
+    try:
+        _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
+               fmt, retry_errors, backend)
+    finally:
+        app.out = out
+
+
+def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
+           fmt, retry_errors, backend) -> None:
     from nnbench import config, paths, verdict
-    if fmt != "table":
-        app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
