@@ -32,7 +32,7 @@ MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "sa
 # NVML over the timed window (nnbench/measure.py, nnbench/runtime/nvml.py); empty on the CPU backend.
 # energy_j is per unit (launch, iteration, step); dropped counts the samples left out as throttled.
 TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks_locked", "power_w", "energy_j",
-             "energy_window_ms"]
+             "energy_window_ms", "energy_method"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]

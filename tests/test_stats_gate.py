@@ -227,17 +227,22 @@ def test_gemm_json_on_the_cpu_has_samples_and_no_telemetry(tmp_path):
 
 # -- measure with NVML's readings scripted ---------------------------------------------------------
 class Telemetry:
-    max_sm_mhz = 1980.0
+    """nvml.Telemetry's surface, with scripted readings; the energy counter answers for long windows."""
 
-    def __init__(self, probes):
+    max_sm_mhz = 1980.0
+    power_method = "instant power"
+
+    def __init__(self, probes, window_s=0.01):
         self.probes = iter(probes)
         self.energy_j = self.window_s = None
+        self.window, self.expected = window_s, None
 
-    def start(self):
-        pass
+    def start(self, expect_s=0.0):
+        self.expected = expect_s
 
     def stop(self):
-        self.energy_j, self.window_s = 3.0, 0.01
+        self.window_s = self.window
+        self.energy_j = 600.0 * self.window if self.window >= 1.0 else None
 
     def probe(self):
         return next(self.probes)
@@ -249,8 +254,8 @@ class Telemetry:
 class Backend:
     name = "fake"
 
-    def __init__(self, probes):
-        self.tel = Telemetry(probes)
+    def __init__(self, probes, window_s=0.01):
+        self.tel = Telemetry(probes, window_s)
 
     def telemetry(self):
         return self.tel
@@ -270,11 +275,21 @@ class Backend:
 
 
 def test_throttled_batches_are_dropped_and_counted():
-    probes = [Probe(1900.0, 2619.0, 0x4)] * 2 + [Probe(1200.0, 2619.0, 0)] + [Probe(1980.0, 2619.0, 0x2)] * 50
-    s = measure.measure(Backend(probes), lambda: None, measure.TimingSettings(budget_s=10))
+    probes = [Probe(1900.0, 2619.0, 0x4, 700.0)] * 2 + [Probe(1200.0, 2619.0, 0, 100.0)] + \
+        [Probe(1980.0, 2619.0, 0x2, 300.0)] * 50
+    s = measure.measure(Backend(probes), lambda: None, measure.TimingSettings(budget_s=0.5))
     assert s.dropped == 30 and s.samples == 10 and s.throttle == "sw_power_cap" and s.clocks_locked
     assert s.sm_clock_mhz == 1980.0 and s.sm_clock_min_mhz == 1980.0 and s.mem_clock_mhz == 2619.0
-    assert s.power_w == pytest.approx(300.0) and s.energy_j == pytest.approx(0.3)  # 300 W x 1 ms
+    # a short window: the power is the kept batches' readings, not the energy counter's 100 ms steps
+    assert s.energy_method == "instant power" and s.power_w == pytest.approx(300.0)
+    assert s.energy_j == pytest.approx(0.3)  # 300 W x 1 ms
+
+
+def test_long_windows_take_the_energy_counter():
+    be = Backend([Probe(1980.0, 2619.0, 0, 300.0)] * 50, window_s=2.0)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=2.0))
+    assert be.tel.expected == 2.0 and s.energy_method == "counter"
+    assert s.power_w == pytest.approx(600.0) and s.energy_j == pytest.approx(0.6)
 
 
 def test_keep_throttled_keeps_them():
