@@ -62,6 +62,14 @@ def test_a_change_the_rank_test_cannot_confirm_is_unstable():
     assert s.verdict == "UNSTABLE" and s.p_value >= verdict.ALPHA and "cannot tell" in s.why
 
 
+def test_a_known_between_run_spread_raises_the_tolerance():
+    rng = np.random.default_rng(8)
+    base, cur = noisy(rng, 1.0, 0.002, 20), noisy(rng, 1.03, 0.002, 20)
+    assert verdict.compare_samples(base, cur, 0.02).verdict == "SLOWER"
+    assert verdict.compare_samples(base, cur, 0.02, run_spread=0.008).verdict == "SAME"  # 5 x 0.8% = 4%
+    assert verdict.compare_samples(base, cur, 0.02, run_spread=0.002).verdict == "SLOWER"
+
+
 def test_too_few_samples_is_ambiguous():
     s = verdict.compare_samples([1.0, 1.0, 1.0, 1.0], [2.0] * 20, 0.05)
     assert s.verdict == "AMBIGUOUS" and "too few" in s.why
@@ -101,10 +109,12 @@ def write_json(path, recs):
 @pytest.fixture
 def files(tmp_path):
     rng = np.random.default_rng(5)
+    wide = rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 31))  # median 1.0, spread ±30%
     base = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.0, 0.005, 30))),
-            rec("shaky", list(noisy(rng, 1.0, 0.005, 30))), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+            rec("shaky", list(noisy(rng, 1.0, 0.005, 30))),
+            rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
     cur = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.4, 0.005, 30))),
-           rec("shaky", list(rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 31)))), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+           rec("shaky", list(wide)), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
     return write_csv(tmp_path / "b.csv", base), write_json(tmp_path / "c.jsonl", cur)
 
 
