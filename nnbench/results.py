@@ -53,6 +53,8 @@ ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
                "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 # Every kept sample (ms per unit, each over `reps` launches), space-separated; last, since it is long.
 RAW = ["samples_ms"]
+# A cell of up to max_samples (100,000) samples runs to about 1 MB, past the csv module's 128 KiB default.
+csv.field_size_limit(2**31 - 1)
 FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
 

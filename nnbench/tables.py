@@ -12,7 +12,7 @@ from rich.text import Text
 
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow", "SLOWER": "bold red",
                 "FAILED": "bold red", "INVALID": "bold red", "FASTER": "green", "SAME": "", "MISSING": "bold yellow",
-                "NEW": "cyan", "SKIPPED": "yellow"}
+                "NEW": "cyan", "SKIPPED": "yellow", "UNSTABLE": "bold magenta", "AMBIGUOUS": "bold magenta"}
 
 
 def _num(v, fmt: str, missing: str = "—") -> str:
