@@ -262,6 +262,15 @@ def geomean_change(verdicts: list[Verdict]) -> dict[str, tuple[float, int]]:
     return {suite: (math.exp(sum(x) / len(x)) - 1, len(x)) for suite, x in logs.items()}
 
 
+def test_label(v: Verdict) -> str:
+    """How a verdict was decided, for tables: the rank test (samples per side, p) or the IQR rule."""
+    if v.method == "rank":
+        return f"rank {v.base_n}/{v.cur_n}" + (f" p={v.p_value:.1g}" if v.p_value is not None else "")
+    if v.method == "iqr":
+        return f"IQR ±{v.noise_ms:.4f}" if v.noise_ms is not None else "IQR"
+    return ""
+
+
 def methods_note(verdicts: list[Verdict]) -> str | None:
     """A line saying how many cases fell back to the IQR rule (a side without raw samples), or None."""
     n = sum(v.method == "iqr" for v in verdicts)
