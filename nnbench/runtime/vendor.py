@@ -100,6 +100,11 @@ class CublasGemm:
         cb, h, ta, tb = self.cb, self.h, int(trans_a), int(trans_b)
         return lambda: cb.sgemm(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb, be.ctypes.data, c, ldc)
 
+    def point(self, stream: int | None) -> None:
+        """Send this handle's calls to `stream` (a CUstream handle; None: back to the default stream),
+        so that a graph capture records them (CudaBackend.capture)."""
+        self.cb.setStream(self.h, stream or 0)
+
 
 # -- cuDNN ----------------------------------------------------------------------------------------
 def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: int, pad: int, out: int,
