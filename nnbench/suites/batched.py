@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from nnbench import glyphs, measure, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import Net
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
@@ -827,11 +827,18 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             except NnbenchError as e:
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
+            except KernelFault as e:  # a launch or a graph capture failed: this version's row says so
+                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
+                continue
             rtol = rtol or check_tolerance(init, train, batch, hyper)  # the same for every version
             rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL",
                        tiles="sgemm via cupy, TF32 off" if gemms is None else
                        " ".join(f"{role}={g.label}" for role, g in gemms.items()))
-            out = train_gpu(net, v.name, train, test, epochs, say)
+            try:
+                out = train_gpu(net, v.name, train, test, epochs, say)
+            except KernelFault as e:
+                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
+                continue
             if net.graph:
                 rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
         yield _record(rec, out, cublas_gemm_us)

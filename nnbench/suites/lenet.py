@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnbench import glyphs, measure, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
 from nnbench.suites import conv
 
@@ -360,16 +360,21 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
                median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=measure.HOST_ISSUED)
     if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
         gnet = GpuLeNet(backend, params, x, labels, rate)
-        graph = backend.capture(gnet.callable(gnet.step_launches))
-        gerr = first_step_error(gnet, graph, params, ref_loss, ref_params)
-        gstep = measure.measure(backend, graph, settings)
-        grec = dict(rec, variant="lenet5-step-graph", params=rec["params"] + f", one CUDA graph of {graph.nodes} "
-                    "kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms, samples=gstep.samples, rel_err=gerr,
-                    status="PASS" if gerr <= STEP_RTOL else "FAIL", timing=gstep.timing)
-        yield grec
-        yield dict(grec, variant="lenet5-step-graph-issued", params=grec["params"] + ", host-issued",
-                   median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS,
-                   timing=measure.HOST_ISSUED)
+        try:
+            graph = backend.capture(gnet.callable(gnet.step_launches))
+            gerr = first_step_error(gnet, graph, params, ref_loss, ref_params)
+            gstep = measure.measure(backend, graph, settings)
+        except KernelFault as e:
+            yield dict(base, variant="lenet5-step-graph", step=4, status="ERROR", error=f"kernel fault: {e}")
+        else:
+            grec = dict(rec, variant="lenet5-step-graph", params=rec["params"] + f", one CUDA graph of "
+                        f"{graph.nodes} kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms,
+                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= STEP_RTOL else "FAIL",
+                        timing=gstep.timing)
+            yield grec
+            yield dict(grec, variant="lenet5-step-graph-issued", params=grec["params"] + ", host-issued",
+                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS,
+                       timing=measure.HOST_ISSUED)
     if not with_torch:
         return
     try:
