@@ -54,6 +54,10 @@ class TimingSettings:
     cold: bool = False
     max_samples: int = 100_000
     min_sample_ms: float = 0.05  # hot mode batches launches so one sample spans at least this
+    # Each sample issued by the host as it goes, never queued behind the blocking kernel: for a launch
+    # whose cost is the host's own work (a PyTorch eager step, ~400 kernels issued from Python), which
+    # a queued sample would hide. Same warm-up, rate estimate and stopping rule.
+    host_issued: bool = False
 
 
 @dataclass
@@ -103,14 +107,17 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
-    batch = 1 if settings.cold else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
+    batch = 1 if settings.cold or settings.host_issued else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
     samples: list[float] = []
     t_end = time.perf_counter() + settings.budget_s
     converged = False
     while len(samples) < settings.max_samples:
         if settings.cold:
             backend.flush_l2()
-        samples += backend.timed_samples(launch, reps, min(batch, settings.max_samples - len(samples)))
+        if settings.host_issued:
+            samples.append(backend.timed(launch, reps))
+        else:
+            samples += backend.timed_samples(launch, reps, min(batch, settings.max_samples - len(samples)))
         if len(samples) >= settings.min_samples:
             if summarize(samples).noise <= settings.max_noise:
                 converged = True
@@ -121,16 +128,16 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     stats.reps, stats.converged = reps, converged
     stats.gpu_ms = gpu_ms + reps * float(np.sum(samples))
     stats.sm_clock_mhz = backend.sm_clock_mhz()
-    stats.timing = timing_method(backend, launch, settings.cold, batch)
+    stats.timing = timing_method(backend, launch, settings.cold, batch, settings.host_issued)
     return stats
 
 
-def timing_method(backend, launch, cold: bool, batch: int) -> str:
+def timing_method(backend, launch, cold: bool, batch: int, host_issued: bool = False) -> str:
     """How `measure` timed `launch`: asked of the backend after the samples, since the fallback to
     host-issued launches happens inside it, on the first batch whose blocking kernel times out."""
     if backend.name == "cpu":
         return HOST
-    if backend.issued_by_host(launch):
+    if host_issued or backend.issued_by_host(launch):
         return HOST_ISSUED
     if cold:
         return COLD

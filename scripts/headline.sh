@@ -7,9 +7,9 @@
 set -uo pipefail
 out=${1:?OUTDIR}
 python3 -m nnbench gemm --size 4096 --csv "$out/gemm_4096.csv" > "$out/gemm_4096.log" 2>&1; echo "gemm: exit $?"
-python3 -m nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch --no-letters \
+python3 -m nnbench train --net 8 --batch 4096 -V batched-wgmma -V batched -V batched-cublas --compare torch --no-letters \
   --csv "$out/batched_net8_b4096.csv" > "$out/batched_net8_b4096.log" 2>&1; echo "batched B=4096: exit $?"
-python3 -m nnbench train --net 8 --batch 256 -V batched -V batched-cublas --compare torch --no-letters \
+python3 -m nnbench train --net 8 --batch 256 -V batched-wgmma -V batched -V batched-cublas --compare torch --no-letters \
   --csv "$out/batched_net8_b256.csv" > "$out/batched_net8_b256.log" 2>&1; echo "batched B=256: exit $?"
 python3 -m nnbench conv --set resnet --backward --csv "$out/conv_resnet.csv" > "$out/conv_resnet.log" 2>&1
 echo "conv: exit $?"

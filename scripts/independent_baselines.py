@@ -5,8 +5,13 @@ Independent means: plain CuPy and PyTorch, their own buffers, their own warm-up 
 median of 50 samples, each sample CUDA events around 20 back-to-back calls issued from Python. The
 nnbench rows come from `nnbench gemm`, `nnbench conv` and `nnbench train` run as commands.
 
+PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them), so it moves
+with the host's state: by 10% between runs of the same code minutes apart. Its two timings are therefore
+taken in interleaved rounds (nnbench's command, then the independent step, ROUNDS times), so that both
+see the same host, and compared as the median over rounds; each round's pair is written too.
+
 Why a script, not the CLI: it is the check of the CLI's baselines, so it must not use the CLI's code.
-Usage: python3 scripts/independent_baselines.py OUTDIR   (GPU, PyTorch and CuPy)
+Usage: python3 scripts/independent_baselines.py OUTDIR [ROUNDS]   (GPU, PyTorch and CuPy; ROUNDS 5)
 """
 
 from __future__ import annotations
@@ -103,9 +108,34 @@ def nnbench_rows(out: Path, args: list[str], name: str) -> list[dict]:
         return list(csv.DictReader(f))
 
 
-def main(out: Path) -> int:
+NET8 = (120, *[500] * 13, 100, 7)
+TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "6",
+              "--no-letters"]
+
+
+def torch_rounds(out: Path, rounds: int) -> dict[str, tuple[float, float]]:
+    """(nnbench, independent) medians over interleaved rounds for the two PyTorch rows; every round's
+    pair goes to torch_rounds.csv."""
+    pairs: dict[str, list[tuple[float, float]]] = {}
+    for i in range(rounds):
+        ours = {f"{r['variant']} Net 8 B=4096 step (ms)": float(r["median_ms"])
+                for r in nnbench_rows(out, TORCH_ARGS, f"train_round{i}") if r["variant"].startswith("torch")}
+        for graph in (False, True):
+            key = f"torch-{'graph' if graph else 'eager'} Net 8 B=4096 step (ms)"
+            theirs = torch_step(NET8, 4096, graph)
+            pairs.setdefault(key, []).append((ours.get(key, float("nan")), theirs))
+            print(f"round {i}: {key:40} nnbench {ours.get(key, float('nan')):.4f} independent {theirs:.4f}",
+                  flush=True)
+    with open(out / "torch_rounds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["baseline", "round", "nnbench", "independent"])
+        for key, got in pairs.items():
+            w.writerows([key, i, a, b] for i, (a, b) in enumerate(got))
+    return {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in pairs.items()}
+
+
+def main(out: Path, rounds: int = 5) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    net8 = (120, *[500] * 13, 100, 7)
     ours = {}
     for r in nnbench_rows(out, ["gemm", "--size", "4096", "-v", "naive"], "gemm"):
         if r["variant"] == "cublas":
@@ -114,17 +144,13 @@ def main(out: Path) -> int:
                                 "--pad", "1", "-p", "direct"], "conv"):
         if r["variant"] in ("cudnn", "cudnn-tf32"):
             ours[f"{r['variant']} N32 C64 56^2 K64 3x3 (ms)"] = float(r["median_ms"])
-    for r in nnbench_rows(out, ["train", "--net", "8", "--batch", "4096", "-V", "batched", "--compare", "torch",
-                                "--epochs", "6", "--no-letters"], "train"):
-        if r["variant"].startswith("torch"):
-            ours[f"{r['variant']} Net 8 B=4096 step (ms)"] = float(r["median_ms"])
     theirs = {
         "cuBLAS SGEMM 4096^3 (ms)": cublas_sgemm(4096),
         "cudnn N32 C64 56^2 K64 3x3 (ms)": cudnn_conv(False),
         "cudnn-tf32 N32 C64 56^2 K64 3x3 (ms)": cudnn_conv(True),
-        "torch-eager Net 8 B=4096 step (ms)": torch_step(net8, 4096, False),
-        "torch-graph Net 8 B=4096 step (ms)": torch_step(net8, 4096, True),
     }
+    for key, (mine, indep) in torch_rounds(out, rounds).items():
+        ours[key], theirs[key] = mine, indep
     rows = []
     print(f"{'baseline':40} {'nnbench':>10} {'independent':>12} {'difference':>11}")
     for k, v in theirs.items():
@@ -140,4 +166,4 @@ def main(out: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(Path(sys.argv[1])))
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 5))

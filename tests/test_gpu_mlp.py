@@ -4,7 +4,7 @@ reference (outputs and deltas poisoned first), on Net 1 and Net 8; and short tra
 import numpy as np
 import pytest
 
-from nnbench import glyphs, nets, registry
+from nnbench import glyphs, measure, nets, registry
 from nnbench.runtime.compile import compile_sources
 from nnbench.suites import batched, mlp
 
@@ -215,8 +215,15 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
                       batched.versions())
     hyper = mlp.Hyper(rate=1.0, momentum=0.5)
     recs = list(batched.run(cuda_backend, chosen, layers, hyper, batch=64, epochs=2, train_samples=640,
-                            test_per_letter=2, torch_modes=("eager",)))
+                            test_per_letter=2, torch_modes=("eager", "graph")))
     assert [r["status"] for r in recs] == ["PASS"] * len(recs)
+    # PyTorch's steps are timed by `measure` as ours are: eager issued by the host (its cost is the host's).
+    torch_rows = {r["version"]: r for r in recs if r["version"].startswith("torch")}
+    assert torch_rows["torch-eager"]["timing"] == measure.HOST_ISSUED
+    assert torch_rows["torch-graph"]["timing"] in (measure.HOT_BATCHED, measure.HOT_SINGLE)
+    for r in torch_rows.values():
+        assert r["_outcome"].stats.samples >= batched.STEP_TIMING.min_samples
+        assert r["us_per_step"] == pytest.approx(1e3 * r["_outcome"].stats.median_ms)
     curves = {r["version"]: [e for _, e in r["_outcome"].error_curve] for r in recs}
     for name, c in curves.items():
         assert len(c) == 2 and c == pytest.approx(curves["batched-numpy"], rel=1e-3), name

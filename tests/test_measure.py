@@ -115,3 +115,15 @@ def test_rel_err():
     assert measure.rel_err(np.array([3.0, 4.5]), ref) == pytest.approx(0.1)
     assert math.isinf(measure.rel_err(np.array([np.nan, 4.0]), ref))
     assert math.isinf(measure.rel_err(np.array([np.inf, 4.0]), ref))
+
+
+def test_host_issued_samples_are_never_queued_behind_the_blocking_kernel():
+    """A PyTorch eager step's cost is the host's own work: queued behind the blocking kernel, the GPU
+    would run its ~400 kernels back to back and the figure would hide it. host_issued times each sample
+    as the host issues it, with the same warm-up and stopping rule, and the row says so."""
+    be = FakeBackend([4.0] * 100)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10, min_samples=12, host_issued=True))
+    assert be.batches == [] and s.samples == 12 and s.converged
+    assert s.timing == measure.HOST_ISSUED
+    queued = FakeBackend([4.0] * 100)
+    assert measure.measure(queued, lambda: None, measure.TimingSettings(budget_s=10)).timing == measure.HOT_BATCHED

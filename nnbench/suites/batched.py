@@ -28,7 +28,8 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 
 import numpy as np
 
@@ -843,7 +844,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
         yield _record(rec, out, cublas_gemm_us)
     for mode in torch_modes:
-        graphed = ", whole epochs as one CUDA graph" if mode == "graph" else ""
+        graphed = ", the step as one CUDA graph" if mode == "graph" else ""
         rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
                    params="fp32 SGD(momentum), TF32 off" + graphed)
         if world is not None:
@@ -853,7 +854,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         ref = reference_weights(init, train, batch, hyper, steps)
         try:
             out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
-                                  batch=batch, check=(steps, ref))
+                                  batch=batch, check=(steps, ref), time_step=partial(_time_step, backend))
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
@@ -883,12 +884,19 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
     return sum(role_times(backend, [la for la in launches if la.role in GEMM_ROLES]).values())
 
 
+def _time_step(backend, launch, host_issued: bool) -> measure.Stats:
+    """A PyTorch row's steady-state step, timed as ours are (STEP_TIMING); eager issued by the host."""
+    return measure.measure(backend, launch, replace(STEP_TIMING, host_issued=host_issued))
+
+
 def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
     out = Outcome(t.version, steps=t.iterations, epochs=t.iterations // steps_per_epoch, final_error=t.final_error,
                   seconds_per_step=t.seconds_per_iteration, test_accuracy=t.test_accuracy,
                   train_accuracy=t.train_accuracy, test_outputs=t.test_outputs, error_curve=t.error_curve)
     out.train_seconds = t.seconds_per_iteration * t.iterations
     out.samples_s = list(t.samples_s)
+    if t.stats is not None:
+        out.stats, out.timing, out.step_iqr_pct = t.stats, t.stats.timing, t.stats.iqr_pct
     return out
 
 

@@ -344,6 +344,7 @@ class Outcome:
     # order: the samples whose median and spread the record reports (the first is the warm-up).
     samples_s: list[float] = field(default_factory=list)
     weights_rel_err: float | None = None  # a PyTorch row's check (train_torch's `check`)
+    stats: object | None = None  # measure.Stats of a steady-state step (train_torch's `time_step`)
 
 
 def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run: int = 1) -> float:
@@ -461,7 +462,7 @@ def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset
 
 
 def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1,
-                check: tuple[int, list[np.ndarray]] | None = None) -> Outcome:
+                check: tuple[int, list[np.ndarray]] | None = None, time_step=None) -> Outcome:
     """The same net, data, initial weights and optimizer in PyTorch on the GPU (TF32 off): eager, or
     whole epochs captured as one CUDA graph (the inputs are slices of the training set on the device
     and the error sum is on the device, so nothing of a step runs outside the graph). torch.optim.SGD
@@ -472,7 +473,10 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     check = (steps, float64 weights after them): before it is timed, the row runs `steps` steps from
     the initial weights in its own mode and its weight changes are compared with the reference's
     (`weights_rel_err`), as every nnbench version is. Timing: events around each epoch, in steady
-    state (the first epoch, which takes the warm-up, is not a sample), whole epochs only."""
+    state (the first epoch, which takes the warm-up, is not a sample), whole epochs only; or, with
+    time_step(launch, host_issued) -> measure.Stats (the mini-batch rows, whose own steps are timed
+    by `measure`), the same as ours: after the epochs, one step on the first batch timed by `measure`,
+    eager issued by the host as it goes (its cost is the host's), the graph row one captured step."""
     import torch
     import torch.nn.functional as F
 
@@ -565,6 +569,16 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         out.final_error = float(errors) / steps_per_epoch
         out.error_curve.append((out.iterations, out.final_error))
     out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
+    if time_step is not None:  # steady state, after the epochs (these steps go on training on batch 0)
+        launch = (lambda: step_t(*sample(0)))
+        if graph:
+            one = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(one):
+                step_t(*sample(0))
+            launch = one.replay
+        torch.cuda.synchronize()
+        out.stats = time_step(launch, not graph)
+        out.seconds_per_iteration = out.stats.median_ms * 1e-3
     with torch.no_grad():
         Xt = torch.tensor(test.x, dtype=torch.float32, device=dev)
         start.record()
