@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnbench import paths
-from nnbench.errors import BackendUnavailable, KernelFault
+from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError
 from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
@@ -201,10 +201,14 @@ class CudaBackend:
 
         def issue():
             drv.Function._launch_kernel = routed
-            for point in streams:
-                point(stream.handle)
             try:
+                for point in streams:
+                    point(stream.handle)
                 fn()
+            except (KernelFault, NnbenchError):
+                raise
+            except Exception as e:  # noqa: BLE001 - a library refusing the capture: this graph's failure alone
+                raise KernelFault(f"capturing the graph failed: {type(e).__name__}: {e}") from e
             finally:
                 drv.Function._launch_kernel = original
                 for point in streams:
