@@ -422,8 +422,8 @@ MLP: tuple[Variant, ...] = (
 def _graphed(v: Variant) -> Variant:
     """`v`'s step captured once per batch as one CUDA graph (nnbench/runtime/graph.py) and replayed with
     one launch: the same kernels, parameters and checks; only how the step reaches the GPU differs."""
-    return replace(v, name=f"{v.name}-graph", summary=f"{v.name}'s whole step as one CUDA graph, one launch per step",
-                   tags=(*v.tags, "graph"))
+    return replace(v, name=f"{v.name}-graph", tags=(*v.tags, "graph"),
+                   summary=f"{v.summary}; the whole step as one CUDA graph, one launch per step")
 
 
 MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas", "batched-wgmma"))
