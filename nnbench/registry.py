@@ -418,6 +418,16 @@ MLP: tuple[Variant, ...] = (
                    split_k=False)),
 )
 
+
+def _graphed(v: Variant) -> Variant:
+    """`v`'s step captured once per batch as one CUDA graph (nnbench/runtime/graph.py) and replayed with
+    one launch: the same kernels, parameters and checks; only how the step reaches the GPU differs."""
+    return replace(v, name=f"{v.name}-graph", tags=(*v.tags, "graph"),
+                   summary=f"{v.summary}; the whole step as one CUDA graph, one launch per step")
+
+
+MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas", "batched-wgmma"))
+
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
 # nnbench/suites/conv.py computes it (grid/block here describe the tile for the docs only).
 _CONV_TILE = _p("TILE", 16, (8, 16, 32), "outputs per block side (TILE x TILE threads)")

@@ -59,9 +59,26 @@ def test_lenet5_step_matches_the_reference(cuda_backend, batch):
     from nnbench.suites import lenet
     recs = {r["variant"]: r for r in lenet.run(cuda_backend, batch, settings=FAST)}
     assert recs["lenet5-step"]["status"] == "PASS", recs["lenet5-step"]["rel_err"]
+    assert recs["lenet5-step-graph"]["status"] == "PASS", recs["lenet5-step-graph"]["rel_err"]
     assert recs["lenet5-forward"]["median_ms"] > 0
     if "torch-step" in recs:
         assert recs["torch-step"]["status"] == "PASS", recs["torch-step"]["rel_err"]
+
+
+def test_a_lenet5_graph_missing_its_update_fails_the_check(cuda_backend):
+    """The graph row is checked through its graph: captured without the step's last launch (the one
+    SGD update of the whole model), its first step fails against float64; whole, it passes."""
+    from nnbench.suites import lenet
+    x, labels = lenet.images(2, 0)
+    params = lenet.init_params(0)
+    ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
+    for drop, ok in ((0, True), (1, False)):
+        net = lenet.GpuLeNet(cuda_backend, params, x, labels, 0.05)
+        launches = net.step_launches[:len(net.step_launches) - drop]
+        graph = cuda_backend.capture(net.callable(launches))
+        assert graph.nodes >= len(launches)
+        err = lenet.first_step_error(net, graph, params, ref_loss, ref_params)
+        assert (err <= lenet.STEP_RTOL) == ok, (drop, err)
 
 
 @pytest.mark.parametrize("shape", [conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv.ConvShape(4, 64, 14, 14, 64, 3)],

@@ -4,7 +4,7 @@ reference (outputs and deltas poisoned first), on Net 1 and Net 8; and short tra
 import numpy as np
 import pytest
 
-from nnbench import glyphs, measure, nets
+from nnbench import glyphs, measure, nets, registry
 from nnbench.runtime.compile import compile_sources
 from nnbench.suites import batched, mlp
 
@@ -267,3 +267,26 @@ def same_versions(rows1: list[dict], rows2: list[dict], versions: list[str]) -> 
     compares every version (a zip over two empty files compares nothing)."""
     assert [r["version"] for r in rows1] == versions, rows1
     assert [r["version"] for r in rows2] == versions, rows2
+
+
+
+@pytest.mark.parametrize("name", ["batched-wgmma-graph", "batched-graph"])
+def test_a_graph_missing_one_launch_fails_the_check(cuda_backend, batched_compiled, name):
+    """The graph versions are checked through their graphs: each step's graph holds every launch of
+    the step (as many kernels as launches), and a graph captured without the step's last launch (the
+    update) fails the check against float64 while the whole one passes."""
+    v = registry.get("mlp", name)
+    if v.arch_problem(cuda_backend.device):
+        pytest.skip(v.arch_problem(cuda_backend.device))
+    layers = nets.get("1").layers
+    init = mlp.init_params(layers, 0, 5.0, "centered")
+    train = batched.training_set(layers[0], 256 * batched.CHECK_STEPS, seed=0)
+    hyper = mlp.Hyper(rate=1.0, momentum=0.8)
+    rtol = batched.check_tolerance(init, train, 256, hyper)
+    net = batched.open_net(cuda_backend, v, batched_compiled[name], layers, init, train, 256, hyper)
+    assert net.step(0).nodes == len(net.step_launches(0))
+    assert batched.check(net, init, train, hyper) <= rtol
+    planted = batched.open_net(cuda_backend, v, batched_compiled[name], layers, init, train, 256, hyper)
+    for j in range(batched.CHECK_STEPS):
+        planted._graphs[j] = cuda_backend.capture(planted.callable(planted.step_launches(j)[:-1]))
+    assert batched.check(planted, init, train, hyper) > rtol

@@ -36,7 +36,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
                    + ", ".join(v.name for v in registry.suite_variants("mlp")))
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Samples per step. 1 trains per sample, as the seed; B > 1 runs the mini-batch versions "
-                   "(batched, batched-cublas, batched-numpy) for a fixed number of --epochs.")
+                   "(batched, batched-cublas, batched-wgmma, batched-numpy; each GPU one also as `-graph`, the "
+                   "step as one CUDA graph) for a fixed number of --epochs.")
 @click.option("--epochs", type=click.IntRange(min=1), default=None,
               help="With --batch: epochs over the noisy training set (default 10).")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None,

@@ -13,12 +13,13 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
 
 from nnbench import paths
-from nnbench.errors import BackendUnavailable, KernelFault
+from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError
 from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
@@ -108,10 +109,13 @@ class CudaBackend:
         self._verifier = None
         self._blocking = None
         self._syncing: dict[int, object] = {}  # launches that synchronize inside, kept alive by id
+        self._graphs = weakref.WeakSet()  # destroyed in close(), while the context is still current
         self._nvml = Nvml(self.dev.pci_bus_id())
 
     def close(self) -> None:
         gc.collect()  # free device buffers while the context is still current
+        for g in list(self._graphs):
+            g.close()
         try:
             self.ctx.pop()
         except drv.Error:
@@ -177,6 +181,43 @@ class CudaBackend:
         if smem:
             return lambda: fn(grid2, block3, *args, shared_size=int(smem))
         return lambda: fn(grid2, block3, *args)
+
+    def capture(self, fn, streams=()):
+        """`fn`'s launches as one CUDA graph (runtime/graph.py), replayed by calling the result on the
+        default stream. Every PyCUDA launch that names no stream (the launchers here, and the plain
+        `func(..., block=, grid=)` calls of the conv paths) goes to the capture stream meanwhile and is
+        counted, so the graph must hold exactly that many kernels. `streams` are callables that point
+        a library's own launches (cuBLAS) at a stream handle and back (None): with them the count is
+        unknown and the capture relaxed, since a library may allocate its workspace inside."""
+        from nnbench.runtime import graph
+        stream = drv.Stream()  # blocking: see graph.py for why
+        launches = [0]
+        original = drv.Function._launch_kernel
+
+        def routed(func, grid, block, args, shared, s):
+            launches[0] += 1
+            return original(func, grid, block, args, shared, stream if s is None else s)
+
+        def issue():
+            drv.Function._launch_kernel = routed
+            try:
+                for point in streams:
+                    point(stream.handle)
+                fn()
+            except (KernelFault, NnbenchError):
+                raise
+            except Exception as e:  # noqa: BLE001 - a library refusing the capture: this graph's failure alone
+                raise KernelFault(f"capturing the graph failed: {type(e).__name__}: {e}") from e
+            finally:
+                drv.Function._launch_kernel = original
+                for point in streams:
+                    point(None)
+            return None if streams else launches[0]
+
+        g = graph.capture(stream.handle, issue, graph.RELAXED if streams else graph.GLOBAL)
+        g.stream = stream  # kept alive with the graph
+        self._graphs.add(g)
+        return g
 
     # -- memory -------------------------------------------------------------------------------
     def upload(self, host: np.ndarray):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 
 TF32_TENSOR_OP_MATH = 3  # cublasMath_t's CUBLAS_TF32_TENSOR_OP_MATH (cublas_api.h); CuPy's module lacks the name
 
@@ -92,13 +92,54 @@ class CublasGemm:
         if c.via != "cupy":
             raise NnbenchError(f"cuBLAS with transposes needs CuPy ({c.reason or 'CuPy is not installed'})")
         self.cb, self.h = c.library, c.handle
+        self.direct = None  # libcublas itself, while a graph capture records this handle's calls
 
     def sgemm(self, trans_a: bool, trans_b: bool, shape, alpha: float, a: int, lda: int, b: int, ldb: int,
               beta: float, c: int, ldc: int):
         m, n, k = shape
         al, be = np.array([alpha], np.float32), np.array([beta], np.float32)
         cb, h, ta, tb = self.cb, self.h, int(trans_a), int(trans_b)
-        return lambda: cb.sgemm(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb, be.ctypes.data, c, ldc)
+
+        def call():
+            if self.direct is None:
+                cb.sgemm(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb, be.ctypes.data, c, ldc)
+            elif status := self.direct.cublasSgemm_v2(h, ta, tb, m, n, k, al.ctypes.data, a, lda, b, ldb,
+                                                       be.ctypes.data, c, ldc):
+                raise KernelFault(f"cublasSgemm_v2 returned status {status} while capturing")
+        return call
+
+    def point(self, stream: int | None) -> None:
+        """Send this handle's calls to `stream` (a CUstream handle) so that a graph capture records them
+        (CudaBackend.capture); None: back to CuPy and the default stream. CuPy refuses every cuBLAS call
+        while a stream captures (its setStream checks), so meanwhile the calls go to the libcublas that
+        CuPy loaded, through ctypes, on CuPy's handle: the same library, handle and math mode."""
+        if stream is None:
+            if self.direct is not None:
+                self.direct.cublasSetStream_v2(self.h, None)
+            self.direct = None
+            return
+        lib = _loaded_cublas()
+        if status := lib.cublasSetStream_v2(self.h, stream):
+            raise KernelFault(f"cublasSetStream_v2 returned status {status}")
+        self.direct = lib
+
+
+def _loaded_cublas():
+    """The libcublas already in this process (CuPy's), with the two calls a capture needs typed."""
+    import ctypes
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "libcublas.so" in line and "libcublasLt" not in line}
+    except OSError:
+        paths = set()
+    if not paths:
+        raise NnbenchError("cuBLAS in a CUDA graph: libcublas is not loaded in this process (needs CuPy's)")
+    lib = ctypes.CDLL(sorted(paths)[0])
+    p, i = ctypes.c_void_p, ctypes.c_int
+    lib.cublasSetStream_v2.argtypes, lib.cublasSetStream_v2.restype = [p, p], i
+    lib.cublasSgemm_v2.argtypes = [p, i, i, i, i, i, p, p, i, p, i, p, p, i]
+    lib.cublasSgemm_v2.restype = i
+    return lib
 
 
 # -- cuDNN ----------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from functools import partial
 import numpy as np
 
 from nnbench import glyphs, measure, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import Net
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
@@ -197,8 +197,11 @@ class BatchedNet:
 
     def __init__(self, backend, kernels: dict, layers: tuple[int, ...], init: list[np.ndarray],
                  train: glyphs.Dataset, batch: int, hyper: mlp.Hyper, gemms: dict[str, GemmKernel] | None = None,
-                 cublas=None, columns: int = 0, exchange=None, rank: int = 0, ranks: int = 1) -> None:
-        self.be, self.k, self.layers, self.hyper = backend, kernels, layers, hyper
+                 cublas=None, columns: int = 0, exchange=None, rank: int = 0, ranks: int = 1,
+                 graph: bool = False) -> None:
+        if graph and exchange is not None:
+            raise NnbenchError("a graph version trains on one GPU (its step holds no allreduce): run it with --gpus 1")
+        self.be, self.k, self.layers, self.hyper, self.graph = backend, kernels, layers, hyper, graph
         self.gemms, self.cublas, self.exchange, self.rank = gemms, cublas, exchange, rank
         self.global_batch, self.batch = batch, batch // ranks  # self.batch: the samples this rank trains
         self.L = len(layers) - 1
@@ -254,6 +257,7 @@ class BatchedNet:
                                 + np.pad(data.x.astype(np.float32), ((0, 0), (0, self.ld_h[0] - self.layers[0]))))
         self.T = self.be.upload(np.ascontiguousarray(data.t, dtype=np.float32))
         self._steps: dict[int, list[StepLaunch]] = {}
+        self._graphs: dict[int, object] = {}
 
     # -- launches ---------------------------------------------------------------------------------
     def _p(self, buf, floats: int = 0) -> np.intp:
@@ -335,6 +339,16 @@ class BatchedNet:
         return seq
 
     UPDATES_AT_END = False  # True: every layer's update after the whole backward pass
+
+    def step(self, j: int):
+        """Batch j's training step as one no-argument call: its launches one by one, or (a graph
+        version) their CUDA graph, captured on first use and replayed from then on."""
+        if not self.graph:
+            return self.callable(self.step_launches(j))
+        if j not in self._graphs:
+            streams = (self.cublas.point,) if self.cublas is not None else ()
+            self._graphs[j] = self.be.capture(self.callable(self.step_launches(j)), streams)
+        return self._graphs[j]
 
     def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
         return [self._update(*p) for p in pending]
@@ -631,7 +645,7 @@ def check_tolerance(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, st
 def check(net: BatchedNet, init, train, hyper: mlp.Hyper) -> float:
     """Weight changes after CHECK_STEPS steps against the float64 reference (mlp.weight_change_error)."""
     for j in range(CHECK_STEPS):
-        net.callable(net.step_launches(j))()
+        net.step(j)()
     net.be.synchronize()
     ref = reference_weights(init, train, net.global_batch, hyper, CHECK_STEPS)
     return mlp.weight_change_error(net.weights(init), ref, init)
@@ -639,7 +653,7 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper) -> float:
 
 def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
     steps = net.n // net.global_batch
-    epoch = [net.callable(net.step_launches(j)) for j in range(steps)]
+    epoch = [net.step(j) for j in range(steps)]
     out = Outcome(name, launches_per_step=len(net.step_launches(0)))
 
     def run_epoch():
@@ -727,13 +741,14 @@ def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hy
             continue
     if "cublas" in variant.tags:
         return BatchedNet(backend, kernels, layers, init, train, batch, hyper, cublas=cublas or CublasGemm(backend),
-                          columns=columns, exchange=exchange, rank=rank, ranks=ranks)
+                          columns=columns, exchange=exchange, rank=rank, ranks=ranks, graph="graph" in variant.tags)
     net = WgmmaNet if variant.runner == "batched-wgmma" else BatchedNet
     return net(backend, kernels, layers, init, train, batch, hyper,
                gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns, exchange=exchange,
-               rank=rank, ranks=ranks)
+               rank=rank, ranks=ranks, graph="graph" in variant.tags)
 
 
+GRAPHED = "whole step as one CUDA graph, one launch per step"  # the params of a graph version's row
 TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05)
 
 
@@ -789,7 +804,8 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             exchange_kind, world, backend, flat_size(layers))
     rtol = None
     for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
-        rec = dict(base, version=v.name, step=v.step, precision=v.precision, params="")
+        rec = dict(base, version=v.name, step=v.step, precision=v.precision,
+                   params=GRAPHED if "graph" in v.tags else "")
         say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
         if v.backend == "cpu":
             out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks)
@@ -812,11 +828,20 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             except NnbenchError as e:
                 yield dict(rec, status="SKIP", error=str(e))
                 continue
+            except KernelFault as e:  # a launch or a graph capture failed: this version's row says so
+                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
+                continue
             rtol = rtol or check_tolerance(init, train, batch, hyper)  # the same for every version
             rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL",
                        tiles="sgemm via cupy, TF32 off" if gemms is None else
                        " ".join(f"{role}={g.label}" for role, g in gemms.items()))
-            out = train_gpu(net, v.name, train, test, epochs, say)
+            try:
+                out = train_gpu(net, v.name, train, test, epochs, say)
+            except KernelFault as e:
+                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
+                continue
+            if net.graph:
+                rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
         yield _record(rec, out, cublas_gemm_us)
     for mode in torch_modes:
         graphed = ", the step as one CUDA graph" if mode == "graph" else ""

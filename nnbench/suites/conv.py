@@ -385,18 +385,21 @@ def _unroll_backward(backend, v: Variant, params: dict, comp, fwd, layer: _Layer
     return run
 
 
-def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvShape, X, Wt, dY, dX, dW):
-    """dX and dW of y = conv(X, Wt) for dY, through the unrolled input (06_unroll_backward.cu).
-    Returns (run, workspaces)."""
+def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvShape, X, Wt, dY, dX, dW, U=None):
+    """dX and dW of y = conv(X, Wt) for dY, through the unrolled input (06_unroll_backward.cu); dX None:
+    dW alone (a first layer, whose input needs no gradient); U: X already unrolled by the forward pass
+    (unroll_forward's workspace, unchanged since), so it is not unrolled again. Returns (run, workspaces)."""
     k = {name: backend.load(comp, name).func for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad",
                                                          "col2im")}
     threads = v.threads(params)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     kps = _round_up(-(-m // SPLIT_SLICES), params["BK"])
     slices = -(-m // kps)
-    work = dict(U=backend.upload(np.zeros(m * crr, np.float32)), dZ=backend.upload(np.zeros(m * s.K, np.float32)),
+    reuse = U is not None
+    work = dict(U=U if reuse else backend.upload(np.zeros(m * crr, np.float32)),
+                dZ=backend.upload(np.zeros(m * s.K, np.float32)),
                 G=backend.upload(np.zeros(slices * crr * s.K, np.float32)),
-                dU=backend.upload(np.zeros(m * crr, np.float32)))
+                dU=backend.upload(np.zeros(m * crr, np.float32) if dX is not None else np.zeros(1, np.float32)))
     U, dZ, G, dU = (work[n] for n in ("U", "dZ", "G", "dU"))
     unroll = backend.load(fwd_comp, "unroll").func
     dims = s.dims()
@@ -404,12 +407,15 @@ def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvSh
     bm, bn = params["BM"], params["BN"]
 
     def run():
-        unroll(dims, ip(X), ip(U), block=(256, 1, 1), grid=_grid(backend, m * s.C))
+        if not reuse:
+            unroll(dims, ip(X), ip(U), block=(256, 1, 1), grid=_grid(backend, m * s.C))
         k["from_nchw"](dims, ip(dY), ip(dZ), block=(256, 1, 1), grid=_grid(backend, m * s.K))
         k["filter_grad"](np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps),
                          block=(threads, 1, 1), grid=(-(-crr // bm), -(-s.K // bn), slices))
         k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW), block=(256, 1, 1),
                         grid=_grid(backend, crr * s.K))
+        if dX is None:
+            return
         k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU),
                        block=(threads, 1, 1), grid=(-(-m // bm), -(-crr // bn), 1))
         k["col2im"](dims, ip(dU), ip(dX), block=(256, 1, 1), grid=_grid(backend, s.N * s.C * s.H * s.W))

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnbench import glyphs, measure, registry
-from nnbench.errors import NnbenchError
+from nnbench.errors import KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
 from nnbench.suites import conv
 
 CLASSES = len(glyphs.LETTERS)
+ALIGN = 64  # floats: each weight and bias array starts on a 256-byte boundary of the model's one buffer
 
 
 @dataclass(frozen=True)
@@ -142,10 +143,19 @@ class GpuLeNet:
         zeros = lambda count: be.upload(np.zeros(count, np.float32))
         ip = lambda b: np.intp(int(b))
         self.X, self.labels = f32(x), be.upload(labels.astype(np.int32))
-        self.W = [f32(W) for W, _ in params]
-        self.b = [f32(b) for _, b in params]
-        self.dW = [zeros(W.size) for W, _ in params]
-        self.db = [zeros(b.size) for _, b in params]
+        # Every weight and bias in one buffer and every gradient in another, at the same offsets, so
+        # that one SGD launch updates the whole model; the zero padding between them stays zero.
+        arrays = [a for W, b in params for a in (W, b)]
+        offsets = np.concatenate([[0], np.cumsum([-(-a.size // ALIGN) * ALIGN for a in arrays])])
+        flat = np.zeros(int(offsets[-1]), np.float32)
+        for a, off in zip(arrays, offsets):
+            flat[off:off + a.size] = a.ravel()
+        self.params_flat, self.grads_flat, self.size = be.upload(flat), zeros(flat.size), flat.size
+        at = lambda buf, i: int(buf) + 4 * int(offsets[i])
+        self.W, self.b = [at(self.params_flat, 2 * i) for i in range(len(params))], \
+            [at(self.params_flat, 2 * i + 1) for i in range(len(params))]
+        self.dW, self.db = [at(self.grads_flat, 2 * i) for i in range(len(params))], \
+            [at(self.grads_flat, 2 * i + 1) for i in range(len(params))]
         self.loss = zeros(1)
         self.keep = []  # workspaces the launchers point into
         shapes = [lay.shape(n) for lay in LAYERS]
@@ -155,13 +165,12 @@ class GpuLeNet:
         dZ = [zeros(s.N * s.K * s.Ho * s.Wo) for s in shapes]
         d_out = [zeros(s.N * s.K * (s.Ho // lay.pool) ** 2) if lay.pool else dZ[i]
                  for i, (s, lay) in enumerate(zip(shapes, LAYERS))]
-        dX0 = zeros(x.size)
         self.Z, self.logits = Z, Z[-1]
         fwd_runs, bwd_runs = [], []
         for i, (s, lay) in enumerate(zip(shapes, LAYERS)):
             a_in = self.X if i == 0 else out[i - 1]
             run, U, Zw = conv.unroll_forward(be, fwd, gemm, s, a_in, self.W[i], Z[i])
-            self.keep += [U, Zw]
+            self.keep += [U, Zw]  # U, the unrolled input, serves the backward's filter gradient too
             count = s.N * s.K * s.Ho * s.Wo
             blk, grd = _block_grid(be, count)
             steps = [run, self._call(k["bias_act"], blk, grd, ip(Z[i]), ip(self.b[i]), np.int32(s.N),
@@ -182,20 +191,18 @@ class GpuLeNet:
                 back.append(self._call(k["relu_grad"], blk, grd, ip(dZ[i]), ip(Z[i]), np.int64(count)))
             back.append(self._call(k["bias_grad"], (256, 1, 1), (s.K, 1, 1), ip(dZ[i]), ip(self.db[i]),
                                    np.int32(s.N), np.int32(s.K), np.int32(s.Ho * s.Wo)))
+            # The first layer's input is the images: no gradient is taken for it.
             run_b, work = conv.unroll_backward(be, bwd_v, bwd_v.defaults(), bwd, fwd, s, a_in, self.W[i], dZ[i],
-                                               dX0 if i == 0 else d_out[i - 1], self.dW[i])
+                                               None if i == 0 else d_out[i - 1], self.dW[i], U=U)
             self.keep += list(work.values())
             back.append(run_b)
             bwd_runs.insert(0, back)
         blk, grd = _block_grid(be, n)
         xent = self._call(k["softmax_xent"], blk, grd, ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
                           np.int32(n), np.int32(CLASSES))
-        updates = []
-        for i in range(len(LAYERS)):
-            for w, g_ in ((self.W[i], self.dW[i]), (self.b[i], self.db[i])):
-                size = params[i][0].size if w is self.W[i] else params[i][1].size
-                blk, grd = _block_grid(be, size)
-                updates.append(self._call(k["sgd"], blk, grd, ip(w), ip(g_), np.int32(size), np.float32(rate)))
+        blk, grd = _block_grid(be, self.size)
+        updates = [self._call(k["sgd"], blk, grd, ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
+                              np.float32(rate))]
         self.forward_launches = fwd_runs
         self.step_launches = fwd_runs + [xent] + [r for back in bwd_runs for r in back] + updates  # last layer first
 
@@ -215,6 +222,23 @@ class GpuLeNet:
                     lay.K, lay.C, lay.R, lay.R).astype(np.float64),
                  self.be.download(b, np.zeros(lay.K, np.float32)).astype(np.float64))
                 for W, b, lay in zip(self.W, self.b, LAYERS)]
+
+
+def first_step_error(net: GpuLeNet, step, params, ref_loss: float, ref_params) -> float:
+    """One training step (`step`: the net's launches, or their graph) from the initial weights, logits
+    poisoned first: the larger of its weight changes' error against float64 (mlp.weight_change_error
+    over weights and biases) and its loss's relative error."""
+    from nnbench.suites import mlp
+    be = net.be
+    be.fill_nan(net.logits, net.batch * CLASSES)
+    be.write(net.loss, np.zeros(1, np.float32))
+    step()
+    loss = float(be.download(net.loss, np.zeros(1, np.float32))[0])
+    init = [W for W, _ in params] + [b for _, b in params]
+    got = net.params()
+    err = mlp.weight_change_error([W for W, _ in got] + [b for _, b in got],
+                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
+    return max(err, abs(loss - ref_loss) / abs(ref_loss))
 
 
 # -- PyTorch --------------------------------------------------------------------------------------
@@ -309,7 +333,6 @@ STEP_RTOL = 2e-3  # float32 against float64, on the weight changes of one SGD st
 def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
         with_torch: bool = True, env: dict | None = None):
     """Yield the records: ours (checked against float64 on one step), then PyTorch."""
-    from nnbench.suites import mlp
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
     per_letter = -(-batch // CLASSES)
@@ -319,28 +342,38 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
     base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5, stride=1,
                 pad=0, seed=seed, **(env or {}))
     check_chain()
-    net = GpuLeNet(backend, params, x, labels, rate)
-    backend.fill_nan(net.logits, batch * CLASSES)
-    backend.write(net.loss, np.zeros(1, np.float32))
-    net.callable(net.step_launches)()
-    loss = float(backend.download(net.loss, np.zeros(1, np.float32))[0])
     ref_loss, ref_params, _ = reference_step(params, x, labels, rate)
-    init = [W for W, _ in params] + [b for _, b in params]
-    got = net.params()
-    err = mlp.weight_change_error([W for W, _ in got] + [b for _, b in got],
-                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
-    err = max(err, abs(loss - ref_loss) / abs(ref_loss))
+    net = GpuLeNet(backend, params, x, labels, rate)
+    err = first_step_error(net, net.callable(net.step_launches), params, ref_loss, ref_params)
     fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
     step = measure.measure(backend, net.callable(net.step_launches), settings)
     issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
     rec = dict(base, variant="lenet5-step", step=4, params=f"unroll path, SGD rate {rate}",
                median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=STEP_RTOL,
-               status="PASS" if err <= STEP_RTOL else "FAIL")
+               status="PASS" if err <= STEP_RTOL else "FAIL", timing=step.timing,
+               launches_per_step=len(net.step_launches))
     yield dict(base, variant="lenet5-forward", step=4, params="unroll path", median_ms=fwd.median_ms,
-               iqr_ms=fwd.iqr_ms, samples=fwd.samples, status=rec["status"], rel_err=err, rtol=STEP_RTOL)
+               iqr_ms=fwd.iqr_ms, samples=fwd.samples, status=rec["status"], rel_err=err, rtol=STEP_RTOL,
+               timing=fwd.timing)
     yield rec
     yield dict(rec, variant="lenet5-step-issued", params=rec["params"] + ", host-issued (launch gaps included)",
-               median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS)
+               median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
+    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
+        gnet = GpuLeNet(backend, params, x, labels, rate)
+        try:
+            graph = backend.capture(gnet.callable(gnet.step_launches))
+            gerr = first_step_error(gnet, graph, params, ref_loss, ref_params)
+            gstep = measure.measure(backend, graph, settings)
+        except KernelFault as e:
+            yield dict(base, variant="lenet5-step-graph", step=4, status="ERROR", error=f"kernel fault: {e}")
+        else:
+            grec = dict(rec, variant="lenet5-step-graph", params=rec["params"] + f", one CUDA graph of "
+                        f"{graph.nodes} kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms,
+                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= STEP_RTOL else "FAIL",
+                        timing=gstep.timing)
+            yield grec
+            yield dict(grec, variant="lenet5-step-graph-issued", params=grec["params"] + ", host-issued",
+                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
     if not with_torch:
         return
     try:
