@@ -26,8 +26,8 @@ def _status(word: str) -> Text:
 
 
 FELL_BACK = "†"
-FELL_BACK_NOTE = (f"{FELL_BACK} timed host-issued: the blocking kernel timed out on this launch (it synchronizes "
-                  "inside), so host launch gaps are in its time")
+FELL_BACK_NOTE = (f"{FELL_BACK} timed host-issued, so host launch gaps are in its time: the blocking kernel timed out "
+                  "on this launch (it synchronizes inside), or the row is host work by design (PyTorch eager)")
 
 
 def _median(r: dict) -> str:
