@@ -79,8 +79,8 @@ class Variant:
     dynamic_smem: str = "0"  # dynamic shared memory in bytes, asked for at launch
     tensor_maps: tuple[TensorMap, ...] = ()  # operands that arrive by bulk tensor copy
     rtol: float | None = None  # a lower-precision variant's own tolerance, replacing the run's
-    # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file's scale_c
-    # sets C = beta C first; each split adds alpha times its share)
+    # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file says how the
+    # slices of a tile share C, in one launch)
     split_k: bool = False
 
     def target(self, device_arch: str) -> str:

@@ -2,7 +2,8 @@
 // kernel that runs it under an epilogue of its own: the ladder's GEMM and the mini-batch trainer's
 // GEMMs (kernels_cu/mlp/12_batched_wgmma.cu). The includer defines BM, BN, BK, STAGES and PRECISION
 // first. A is M-major (A(m, k) = A[m + k * lda]) and B K-major (B(k, n) = B[k + n * ldb]), each by a
-// tensor map or, where none could be made, by 4-byte cp.async (`paths`).
+// tensor map, by four phase maps where its leading dimension breaks the maps' 16-byte stride rule, or,
+// where none could be made, by 4-byte cp.async (`paths`).
 //
 // A kernel: ring_init; then the producer warpgroup (wg == 0) calls produce and returns, and each
 // consumer thread calls consume, which leaves its fragment of the C tile in acc, and walks it with
@@ -21,6 +22,18 @@
 #define NACC (BN / 2)                    // accumulator registers per consumer thread
 #define PATH_TMA_A 1                     // bits of `paths`: this operand comes by the copy engine
 #define PATH_TMA_B 2
+// ... by four phase maps (PATH_PHASED_*), since its leading dimension ld is not a multiple of 4: map r
+// covers the outer indices (A's k, B's n) r, r + 4, ... with a stride of 4 ld floats, a multiple of 16
+// bytes, from the 16-byte aligned address at or below its first element, which therefore sits
+// (r ld) % 4 floats into the map's inner dimension (ld % 4 is in bits 4-5 for A, 6-7 for B). Phase r's
+// box lands as the r-th quarter of the tile: a permutation of A's k rows, undone where the consumers
+// read them, and of B's n rows, undone by the epilogue (`phased_column`).
+#define PATH_PHASED_A 4
+#define PATH_PHASED_B 8
+#define PATH_LD_A(p) (((p) >> 4) & 3)
+#define PATH_LD_B(p) (((p) >> 6) & 3)
+#define PATH_COPY (PATH_TMA_A | PATH_TMA_B)
+#define PHASES 4
 // setmaxnreg: the producer needs few registers; the consumers get the rest of the SM's 64K.
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS (CONSUMERS == 2 ? 232 : 240)
@@ -28,6 +41,16 @@
 static_assert(BK == 32, "a B row is one 128-byte swizzle row of 32 TF32 values");
 static_assert(BM == 64 * CONSUMERS && (BN == 64 || BN == 128), "one m64nBNk8 wgmma per consumer and k8 step");
 static_assert(PRECISION == 3 || PRECISION == 1, "PRECISION is 3 (3xTF32) or 1 (TF32)");
+
+// An operand's maps as a kernel takes them: one, or one per phase (PATH_PHASED_*).
+struct OperandMaps {
+    CUtensorMap m[PHASES];
+};
+
+// The tile column that phased B's row `c` of the B tile holds (identity without phases).
+__device__ __forceinline__ int phased_column(int c, bool phased) {
+    return phased ? PHASES * (c % (BN / PHASES)) + c / (BN / PHASES) : c;
+}
 
 struct Ring {
     unsigned char* base;  // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes
@@ -46,17 +69,29 @@ struct Ring {
 };
 
 // Issue the copies of this block's i-th k-block (k-block kb of the operands) into its slot; each of
-// the 128 producer threads arrives on `full` once.
+// the 128 producer threads arrives on `full` once. a_map and b_map: an operand's map, or its PHASES maps.
 __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, int pt, int paths, const CUtensorMap* a_map,
                                              const CUtensorMap* b_map, const float* __restrict__ A,
                                              const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
     const int s = i % STAGES, k0 = kb * BK;
     float* as = ring.a(s);
     float* bs = ring.b_big(s);
-    if (pt == 0 && paths) {
+    if (pt == 0 && (paths & PATH_COPY)) {
         mbar_expect_tx(ring.full(s), ((paths & PATH_TMA_A) ? A_TILE_BYTES : 0) + ((paths & PATH_TMA_B) ? B_TILE_BYTES : 0));
-        if (paths & PATH_TMA_A) tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
-        if (paths & PATH_TMA_B) tma_load_2d(bs, b_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
+        if (paths & PATH_PHASED_A) {  // boxes (BM + 8) x BK/4: k rows r, r + 4, ... as rows r BK/4, ...
+            for (int r = 0; r < PHASES; ++r)
+                tma_load_2d(as + r * (BK / PHASES) * A_PITCH, a_map + r, m0 + ((r * PATH_LD_A(paths)) & 3),
+                            k0 / PHASES, ring.full(s));
+        } else if (paths & PATH_TMA_A) {
+            tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
+        }
+        if (paths & PATH_PHASED_B) {  // boxes BK x BN/4, each a whole number of 8-row swizzle atoms
+            for (int r = 0; r < PHASES; ++r)
+                tma_load_2d(bs + r * (BN / PHASES) * BK, b_map + r, k0 + ((r * PATH_LD_B(paths)) & 3), n0 / PHASES,
+                            ring.full(s));
+        } else if (paths & PATH_TMA_B) {
+            tma_load_2d(bs, b_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
+        }
     }
     if (!(paths & PATH_TMA_A)) {
         for (int e = pt; e < BK * BM; e += 128) {  // consecutive threads, consecutive m: coalesced
@@ -102,9 +137,10 @@ __device__ __forceinline__ void split_b_tile(const Ring& ring, int s, int pt) {
     }
 }
 
-template <int N_ACC>
+// NARROW: an n128 tile of which only the first 64 columns exist runs m64n64 (half the tensor-core time).
+template <bool NARROW, int N_ACC>
 __device__ __forceinline__ void wgmma_k8(float (&d)[N_ACC], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
-    if constexpr (N_ACC == 64) wgmma_m64n128k8(d, a, desc, scale_d);
+    if constexpr (N_ACC == 64 && !NARROW) wgmma_m64n128k8(d, a, desc, scale_d);
     else wgmma_m64n64k8(d, a, desc, scale_d);
 }
 
@@ -139,11 +175,21 @@ __device__ __forceinline__ void wait_stage(const Ring& ring, int i) {
     mbar_wait(ring.ready(s), parity);
 }
 
-__device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f) {
+// Where a consumer thread's k rows 8ks + t and 8ks + t + 4 of the A tile are (lo + ks * step, hi + ks *
+// step, in floats): rows k, or with phased A rows (k % 4) BK/4 + k / 4.
+struct ARows {
+    int lo, hi, step;
+    __device__ ARows(int t, bool phased)
+        : lo((phased ? t * (BK / PHASES) : t) * A_PITCH),
+          hi((phased ? t * (BK / PHASES) + 1 : t + 4) * A_PITCH),
+          step((phased ? 2 : 8) * A_PITCH) {}
+};
+
+__device__ __forceinline__ void load_a(const float* as, int row, const ARows& ar, AFrag& f) {
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks) {
-        const float2 lo = *reinterpret_cast<const float2*>(as + (8 * ks + t) * A_PITCH + row);
-        const float2 hi = *reinterpret_cast<const float2*>(as + (8 * ks + t + 4) * A_PITCH + row);
+        const float2 lo = *reinterpret_cast<const float2*>(as + ar.lo + ks * ar.step + row);
+        const float2 hi = *reinterpret_cast<const float2*>(as + ar.hi + ks * ar.step + row);
 #if PRECISION == 3
         split(lo.x, f.big[ks][0], f.sml[ks][0]);
         split(lo.y, f.big[ks][1], f.sml[ks][1]);
@@ -159,6 +205,7 @@ __device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f
 }
 
 // One k-block's wgmmas into d, committed as one group; `accumulate` false starts d afresh.
+template <bool NARROW>
 __device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, const Ring& ring, int s,
                                               bool accumulate) {
     const unsigned long long big = wgmma_desc_sw128(ring.b_big(s));
@@ -168,11 +215,11 @@ __device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, 
         const unsigned long long step = (ks * 32) >> 4;  // 32 bytes further along k, in 16-byte units
 #if PRECISION == 3
         const unsigned long long small = wgmma_desc_sw128(ring.b_small(s));
-        wgmma_k8(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
-        wgmma_k8(d, f.big[ks], small + step, 1);
-        wgmma_k8(d, f.big[ks], big + step, 1);
+        wgmma_k8<NARROW>(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
+        wgmma_k8<NARROW>(d, f.big[ks], small + step, 1);
+        wgmma_k8<NARROW>(d, f.big[ks], big + step, 1);
 #else
-        wgmma_k8(d, f.big[ks], big + step, 1);
+        wgmma_k8<NARROW>(d, f.big[ks], big + step, 1);
 #endif
     }
     wgmma_commit();
@@ -187,8 +234,10 @@ __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUt
         mbar_init(ring.empty(s), CONSUMERS * 4);  // one arrival per consumer warp
     }
     mbar_init_fence();
-    if (paths & PATH_TMA_A) tma_prefetch_map(a_map);
-    if (paths & PATH_TMA_B) tma_prefetch_map(b_map);
+    for (int r = 0; r < ((paths & PATH_PHASED_A) ? PHASES : 1); ++r)
+        if (paths & PATH_TMA_A) tma_prefetch_map(a_map + r);
+    for (int r = 0; r < ((paths & PATH_PHASED_B) ? PHASES : 1); ++r)
+        if (paths & PATH_TMA_B) tma_prefetch_map(b_map + r);
 }
 
 // Producer: fill the ring STAGES deep, then per k-block: wait for its tile, split B, release it to
@@ -217,26 +266,36 @@ __device__ __forceinline__ void produce(const Ring& ring, const KRange& kr, int 
 // The tile row of a consumer thread's fragment row g; fragment row g + 8 is row + 1.
 __device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 64 + (wt / 32) * 16 + 2 * (wt % 32 / 4); }
 
-// Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc.
-__device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt) {
-    const int lane = wt % 32, t = lane % 4;
+// Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc. Uniform per
+// warpgroup: `idle` (its 64 rows lie past M) only keeps the ring turning; `narrow` (the tile's columns
+// past 64 lie past N) runs m64n64 and leaves acc's second half 0.
+__device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt,
+                                        int paths = 0, bool idle = false, bool narrow = false) {
+    const int lane = wt % 32;
     const int row = consumer_row(wg, wt);
+    const ARows ar(lane % 4, paths & PATH_PHASED_A);
 #pragma unroll
     for (int r = 0; r < NACC; ++r) acc[r] = 0.0f;
 #if PRECISION == 3
     float part[NACC];
+#pragma unroll
+    for (int r = 0; r < NACC; ++r) part[r] = 0.0f;  // a narrow tile never writes its second half
 #endif
     for (int i = 0; i < kr.count; ++i) {
         const int s = i % STAGES;
         wait_stage(ring, i);
-        AFrag f;
-        load_a(ring.a(s), row, t, f);
+        if (!idle) {
+            AFrag f;
+            load_a(ring.a(s), row, ar, f);
 #if PRECISION == 3
-        issue_k_block(part, f, ring, s, false);
+            if (narrow) issue_k_block<true>(part, f, ring, s, false);
+            else issue_k_block<false>(part, f, ring, s, false);
 #else
-        issue_k_block(acc, f, ring, s, true);
+            if (narrow) issue_k_block<true>(acc, f, ring, s, true);
+            else issue_k_block<false>(acc, f, ring, s, true);
 #endif
-        wgmma_wait<0>();
+            wgmma_wait<0>();
+        }
         __syncwarp();
         if (lane == 0) mbar_arrive(ring.empty(s));
 #if PRECISION == 3
