@@ -55,10 +55,12 @@ def test_tensor_map_rules_pick_the_fallback():
 
 
 def test_copy_path_names_the_fallback():
-    assert gemm.copy_path([], []) == "TMA"
-    assert gemm.copy_path(["B"], []) == "TMA, B by 4 phase maps (leading dim % 4 != 0)"
-    assert gemm.copy_path(["A"], ["B"]) == "TMA, A by 4 phase maps (leading dim % 4 != 0), cp.async B"
-    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B"
+    assert gemm.copy_path([], [], []) == "TMA"
+    assert gemm.copy_path(["A"], [], []) == "TMA, A by 4 phase maps (leading dim % 4 != 0)"
+    assert gemm.copy_path(["A"], ["B"], []) == ("TMA, A by 4 phase maps (leading dim % 4 != 0), "
+                                                "B via a padded copy (leading dim % 4 != 0)")
+    assert gemm.copy_path(["A"], [], ["B"]) == "TMA, A by 4 phase maps (leading dim % 4 != 0), cp.async B"
+    assert gemm.copy_path([], [], ["A", "B"]) == "cp.async A+B"
 
 
 def _recorded_maps(monkeypatch):
@@ -71,7 +73,9 @@ def _recorded_maps(monkeypatch):
 def test_phase_maps_address_every_element_once(monkeypatch, rows, cols):
     """Phase map r's element (inner i, outer j) must be the operand's (row i - lead_r, column 4j + r), with
     lead_r = (r rows) % 4 as the kernel computes it (PATH_LD_*), every element covered once, and each map
-    valid by the driver's rules (16-byte aligned start and stride)."""
+    valid by the driver's rules (16-byte aligned start and stride). The kernel asks for boxes at inner
+    coordinate m0, a multiple of 4 (an unaligned inner coordinate faults), and reads row m at m - m0 +
+    lead_r."""
     made = _recorded_maps(monkeypatch)
     base = 0x7F0000000000
     maps, phased = gemm.operand_maps(base, rows, cols, (136, 32), 0)
@@ -95,6 +99,9 @@ def test_phase_maps_only_where_one_map_cannot_be_made(monkeypatch):
     assert gemm.operand_maps(0x10000, 4096, 4096, (32, 128), 128)[1] is False and len(made) == 1
     assert gemm.operand_maps(0x10000, 4097, 3, (136, 32), 0) is None  # fewer columns than phases: cp.async
     assert gemm.operand_maps(0x10004, 4096, 64, (136, 32), 0) is None  # an unaligned operand: cp.async
+    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False) is None  # B: padded or cp.async
+    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False, ld=504)[1] is False
+    assert made[-1][2] == (4 * 504,) and made[-1][1] == (501, 4096)  # the padded copy's map
 
 
 def test_split_k_only_where_tiles_leave_sms_idle():

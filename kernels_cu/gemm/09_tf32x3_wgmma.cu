@@ -28,11 +28,13 @@
 //         PRECISION=3 (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
 //         bytes of dynamic shared memory, plus 1 KiB of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
-//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise by four phase maps, one per
-//         residue of its outer index mod 4, each with a stride of 4 ld (wgmma_mainloop.cuh,
-//         PATH_PHASED_*): no copy, no extra launch. The producer's 4-byte cp.async path remains for an
-//         operand that cannot be mapped even so (fewer than 4 outer indices; `paths` says which; the
-//         table names the path).
+//         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
+//         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
+//         extra launch. B cannot (its inner dimension is k, which the phases would shift against A's):
+//         where it is large, the host first copies it, inside the timed launch, to a buffer whose
+//         leading dimension is rounded up to a multiple of 4 (pad_leading_dim below) and maps that;
+//         where it is small, the producer loads it by 4-byte cp.async, which an operand that cannot be
+//         mapped at all also takes (`paths` says which; the table names the path).
 //         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
 //         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
@@ -78,7 +80,7 @@ __device__ __forceinline__ int staged(int c, int r) { return c * 64 + ((r + 8 * 
 // gm0 + rows - 1: staged, then one warp a column, each lane 4 rows that start on a 16-byte boundary of C
 // (the column's first and last lanes take what is left on either side).
 __device__ __forceinline__ void write_c(float* stage, const float (&acc)[NACC], int wg, int wt, float* C, int M, int N,
-                                        int gm0, int rows, int n0, bool phased_b, float alpha, float beta, bool add) {
+                                        int gm0, int rows, int n0, float alpha, float beta, bool add) {
     const int lane = wt % 32, w = wt / 32;
     const int r0 = 16 * w + 2 * (lane / 4);
     for_each_pair(acc, wt, [&](int c, float v0, float v1) {
@@ -87,7 +89,7 @@ __device__ __forceinline__ void write_c(float* stage, const float (&acc)[NACC], 
     warpgroup_sync(wg);
     if (rows <= 0) return;
     for (int c = w; c < BN; c += 4) {
-        const int gn = n0 + phased_column(c, phased_b);
+        const int gn = n0 + c;
         if (gn >= N) continue;
         float* col = C + (size_t)gn * M + gm0;
         const int lead = static_cast<int>((16 - (reinterpret_cast<size_t>(col) & 15)) & 15) / 4;
@@ -148,9 +150,8 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
     const int gm0 = m0 + (wg - 1) * 64;
-    const bool phased_b = paths & PATH_PHASED_B;
     float acc[NACC];
-    consume(acc, ring, kr, wg, wt, paths, gm0 >= M, BN == 128 && !phased_b && N - n0 <= 64);
+    consume(acc, ring, kr, wg, wt, paths, gm0 >= M, BN == 128 && N - n0 <= 64);
 
     // Both warpgroups are done with the ring (every copy landed, every wgmma waited for): it stages C.
     consumers_sync();
@@ -167,7 +168,7 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
         add = ticket != 0;
     }
     float* stage = reinterpret_cast<float*>(ring.base) + (wg - 1) * 64 * BN;
-    write_c(stage, acc, wg, wt, C, M, N, gm0, min(64, M - gm0), n0, phased_b, alpha, beta, add);
+    write_c(stage, acc, wg, wt, C, M, N, gm0, min(64, M - gm0), n0, alpha, beta, add);
     if (gridDim.z > 1) {
         __threadfence();  // this slice's C writes before the flag (first slice) and the count
         consumers_sync();
@@ -184,3 +185,15 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
 
 static_assert(CONSUMERS * 64 * BN * 4 <= STAGES * (A_TILE_BYTES + B_COPIES * B_TILE_BYTES),
               "the epilogue stages C in the ring");
+
+// The fallback for a B whose leading dimension breaks the tensor maps' 16-byte stride rule: the host
+// has it copied, inside the timed launch, to one whose leading dimension `ld` is rounded up to a
+// multiple of 4, and maps that. The pad rows are never read (the map's size excludes them).
+extern "C" __global__ void pad_leading_dim(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols,
+                                           int ld) {
+    const long long total = (long long)rows * cols;
+    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
+        const long long c = i / rows;
+        dst[c * ld + (i - c * rows)] = src[i];
+    }
+}

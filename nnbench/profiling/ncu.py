@@ -5,9 +5,10 @@
 --cache-control none so that ncu's duration is measured under the same conditions as nnbench's own
 CUDA-event median (boost clock, warm L2): the two are printed side by side.
 
-On Hopper (sm_90) it adds the wgmma tensor pipe (the share of cycles it was active, and its
-instructions) and the `gmma` stall (warps waiting on a warpgroup's wgmma): metrics that exist only
-there, so ncu would refuse them elsewhere. `--ncu-csv FILE` keeps ncu's raw CSV.
+The tensor pipe's active cycles count HMMA (mma.sync) and, on Hopper, HGMMA (wgmma) alike; on Hopper
+(sm_90) it adds the wgmma instructions and the `gmma` stall (warps waiting on a warpgroup's wgmma),
+which exist only there. The names are ncu 2025.3's (`ncu --query-metrics --chip gh100`, read on the
+H100; docs/data/step9/). `--ncu-csv FILE` keeps ncu's raw CSV.
 """
 
 from __future__ import annotations
@@ -29,10 +30,11 @@ METRICS = {
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput %",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared-load bank conflicts",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "shared-store bank conflicts",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active % (HMMA, HGMMA)",
 }
-# sm_90 only (`ncu --query-metrics` on the H100 lists them; ncu refuses a metric a chip lacks).
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+# sm_90 only (`ncu --query-metrics` on the H100 lists them; other chips lack them).
 HOPPER_METRICS = {
-    "sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe (wgmma) active %",
     "sm__inst_executed_pipe_tensor_op_gmma.sum": "wgmma instructions",
 }
 HOPPER_STALLS = ("gmma",)
@@ -109,6 +111,6 @@ def top_stalls(metrics: dict[str, tuple[float, str]], n: int = 3) -> list[tuple[
 
 
 def tensor_pipe_pct(metrics: dict[str, tuple[float, str]]) -> float | None:
-    """The wgmma tensor pipe's active cycles in % of the SMs' active cycles (Hopper), or None."""
-    v = metrics.get(next(iter(HOPPER_METRICS)))
+    """The tensor pipe's active cycles in % of its peak over the SMs' active cycles, or None."""
+    v = metrics.get(TENSOR_PIPE)
     return None if v is None else v[0]
