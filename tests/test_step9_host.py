@@ -18,16 +18,16 @@ STEP9 = registry.get("gemm", "tf32x3_wgmma")
 
 
 def test_raw_params_go_where_the_kernel_reads_them():
-    """gemm(M, N, K, alpha, A, B, beta, C, OperandMaps a, OperandMaps b, int paths, int* split_sync) on
-    sm_90a, with the offsets its cubin declares (cuobjdump -elf: KPARAM_INFO): the 64-byte-aligned
-    structs of 4 maps start at 0x70 and 0x270, since sm_90's parameter bank begins at 0x210, `paths` at
-    0x470 and the pointer at 0x478."""
-    offsets = [0, 4, 8, 12, 16, 24, 32, 40, 0x70, 0x270, 0x470, 0x478]
-    fmt = param_format(SIGNATURE + raw(512, 64) * 2 + "iP", offsets)
-    args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 512, b"b" * 512, 3, 0xD)
+    """gemm(M, N, K, alpha, A, B, beta, C, OperandMaps a, OperandMaps b, int paths, int* split_sync,
+    float* split_work) on sm_90a, with the offsets its cubin declares (cuobjdump -elf: KPARAM_INFO): the
+    64-byte-aligned structs of 4 maps start at 0x70 and 0x270, since sm_90's parameter bank begins at
+    0x210, `paths` at 0x470 and the pointers at 0x478 and 0x480."""
+    offsets = [0, 4, 8, 12, 16, 24, 32, 40, 0x70, 0x270, 0x470, 0x478, 0x480]
+    fmt = param_format(SIGNATURE + raw(512, 64) * 2 + "iPP", offsets)
+    args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 512, b"b" * 512, 3, 0xD, 0xE)
     buf = struct.pack(fmt, *args)
-    assert buf.index(b"a" * 512) == 0x70 and buf.index(b"b" * 512) == 0x270 and len(buf) == 0x480
-    assert struct.unpack_from("iiP", buf, 0x470)[::2] == (3, 0xD)
+    assert buf.index(b"a" * 512) == 0x70 and buf.index(b"b" * 512) == 0x270 and len(buf) == 0x488
+    assert struct.unpack_from("iiPP", buf, 0x470)[::2] == (3, 0xD) and struct.unpack_from("P", buf, 0x480) == (0xE,)
     assert param_format("Pi{8@8}", [0, 8, 16]) == "Pi4x8s"
     assert param_format("iiifPPfP") == "iiifPPfP"
 
@@ -55,12 +55,10 @@ def test_tensor_map_rules_pick_the_fallback():
 
 
 def test_copy_path_names_the_fallback():
-    assert gemm.copy_path([], [], []) == "TMA"
-    assert gemm.copy_path(["A"], [], []) == "TMA, A by 4 phase maps (leading dim % 4 != 0)"
-    assert gemm.copy_path(["A"], ["B"], []) == ("TMA, A by 4 phase maps (leading dim % 4 != 0), "
-                                                "B via a padded copy (leading dim % 4 != 0)")
-    assert gemm.copy_path(["A"], [], ["B"]) == "TMA, A by 4 phase maps (leading dim % 4 != 0), cp.async B"
-    assert gemm.copy_path([], [], ["A", "B"]) == "cp.async A+B"
+    assert gemm.copy_path([], []) == "TMA"
+    assert gemm.copy_path(["A"], []) == "TMA, A by 4 phase maps (leading dim % 4 != 0)"
+    assert gemm.copy_path(["A"], ["B"]) == "TMA, A by 4 phase maps (leading dim % 4 != 0), cp.async B"
+    assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B"
 
 
 def _recorded_maps(monkeypatch):
@@ -99,9 +97,7 @@ def test_phase_maps_only_where_one_map_cannot_be_made(monkeypatch):
     assert gemm.operand_maps(0x10000, 4096, 4096, (32, 128), 128)[1] is False and len(made) == 1
     assert gemm.operand_maps(0x10000, 4097, 3, (136, 32), 0) is None  # fewer columns than phases: cp.async
     assert gemm.operand_maps(0x10004, 4096, 64, (136, 32), 0) is None  # an unaligned operand: cp.async
-    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False) is None  # B: padded or cp.async
-    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False, ld=504)[1] is False
-    assert made[-1][2] == (4 * 504,) and made[-1][1] == (501, 4096)  # the padded copy's map
+    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False) is None  # B: cp.async
 
 
 def test_split_k_only_where_tiles_leave_sms_idle():

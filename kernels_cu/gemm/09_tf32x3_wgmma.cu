@@ -30,19 +30,19 @@
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
 //         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
-//         extra launch. B cannot (its inner dimension is k, which the phases would shift against A's):
-//         where it is large, the host first copies it, inside the timed launch, to a buffer whose
-//         leading dimension is rounded up to a multiple of 4 (pad_leading_dim below) and maps that;
-//         where it is small, the producer loads it by 4-byte cp.async, which an operand that cannot be
-//         mapped at all also takes (`paths` says which; the table names the path).
+//         extra launch. B cannot (its inner dimension is k, and a box's inner coordinate must be 16-byte
+//         aligned): the producer loads it by 4-byte cp.async, as any operand that cannot be mapped
+//         (`paths` says which; the table names the path).
 //         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
 //         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
-//         fewer tiles), the host launches gridDim.z slices of K, one launch: the first slice of a tile
-//         to finish writes C = alpha acc + beta C and raises the tile's flag; the others wait for it,
-//         then add alpha acc with 16-byte atomics (`split_sync`: 3 ints per tile, left zeroed).
-// Epilogue: both paths stage the fragments in shared memory and write C down its columns, 16 bytes
-//         a lane where the address allows (C is column-major: a fragment's own rows are 8 bytes).
+//         fewer tiles), the host launches gridDim.z slices of K, in the same launch: each slice stores
+//         its partial tile to a workspace, the slices of a tile meet at a counter, then each sums its
+//         share of the tile's elements over all the partials, in slice order (deterministic, no
+//         atomics on C), and writes C = alpha sum + beta C. The meeting needs every slice resident at
+//         once: the host keeps tiles x slices within the SM count (one block per SM). The counters
+//         (`split_sync`, 2 ints per tile) are left zeroed for the next launch.
+// Epilogue: one walk of a consumer thread's fragment (`store_fragment`) writes C, or a partial tile.
 // Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -62,9 +62,8 @@
 
 #include "common/wgmma_mainloop.cuh"
 
-// Named barriers: 0 is __syncthreads; 1 the consumers (after the producer returned); 2, 3 one each.
+// Barrier 1: the consumers (after the producer returned); 0 is __syncthreads.
 __device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory"); }
-__device__ __forceinline__ void warpgroup_sync(int wg) { asm volatile("bar.sync %0, 128;" ::"r"(1 + wg) : "memory"); }
 
 __device__ __forceinline__ int load_acquire(const int* p) {
     int v;
@@ -72,65 +71,71 @@ __device__ __forceinline__ int load_acquire(const int* p) {
     return v;
 }
 
-// A consumer warpgroup's 64 x BN fragment, staged column-major in shared memory (64 floats a column, the
-// rows of column c rotated by 8 ((c / 2) % 4), so the fragment's 8-byte writes never share a bank).
-__device__ __forceinline__ int staged(int c, int r) { return c * 64 + ((r + 8 * ((c >> 1) & 3)) & 63); }
-
-// C = alpha acc + beta C (add: C += alpha acc, atomically) for one consumer warpgroup's rows gm0 ..
-// gm0 + rows - 1: staged, then one warp a column, each lane 4 rows that start on a 16-byte boundary of C
-// (the column's first and last lanes take what is left on either side).
-__device__ __forceinline__ void write_c(float* stage, const float (&acc)[NACC], int wg, int wt, float* C, int M, int N,
-                                        int gm0, int rows, int n0, float alpha, float beta, bool add) {
-    const int lane = wt % 32, w = wt / 32;
-    const int r0 = 16 * w + 2 * (lane / 4);
-    for_each_pair(acc, wt, [&](int c, float v0, float v1) {
-        *reinterpret_cast<float2*>(stage + staged(c, r0)) = make_float2(v0, v1);
-    });
-    warpgroup_sync(wg);
-    if (rows <= 0) return;
-    for (int c = w; c < BN; c += 4) {
-        const int gn = n0 + c;
-        if (gn >= N) continue;
-        float* col = C + (size_t)gn * M + gm0;
-        const int lead = static_cast<int>((16 - (reinterpret_cast<size_t>(col) & 15)) & 15) / 4;
-        const int lo = max(lead + 4 * (lane - 1), 0), hi = min(lead + 4 * lane, rows);
-        if (lo >= hi) continue;
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = lo + j < hi ? alpha * stage[staged(c, lo + j)] : 0.0f;
-        float* p = col + lo;
-        if (hi - lo == 4 && lane > 0) {  // 16-byte aligned
-            float4* p4 = reinterpret_cast<float4*>(p);
-            if (add) {
-                atomicAdd(p4, make_float4(v[0], v[1], v[2], v[3]));
-            } else {
-                float4 r = make_float4(v[0], v[1], v[2], v[3]);
-                if (beta != 0.0f) {
-                    const float4 old = *p4;
-                    r.x += beta * old.x;
-                    r.y += beta * old.y;
-                    r.z += beta * old.z;
-                    r.w += beta * old.w;
-                }
-                *p4 = r;
+// D = alpha acc + beta D for a consumer thread's fragment: rows gm, gm + 1 (gm even) of a column-major D
+// with leading dimension ld, columns n0 + fragment column, within rows x cols. The two rows are adjacent:
+// one 8-byte store where ld is even.
+__device__ __forceinline__ void store_fragment(const float (&acc)[NACC], int wt, float* D, int ld, int rows, int cols,
+                                               int gm, int n0, float alpha, float beta) {
+    if (gm >= rows) return;
+    const bool pair = (ld & 1) == 0 && gm + 1 < rows;
+    for_each_pair(acc, wt, [&](int n, float v0, float v1) {
+        if (n0 + n >= cols) return;
+        float* d = D + (size_t)(n0 + n) * ld + gm;
+        if (pair) {
+            float2 r = make_float2(alpha * v0, alpha * v1);
+            if (beta != 0.0f) {
+                const float2 old = *reinterpret_cast<const float2*>(d);
+                r.x += beta * old.x;
+                r.y += beta * old.y;
             }
+            *reinterpret_cast<float2*>(d) = r;
         } else {
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                if (j >= hi - lo) break;
-                if (add) atomicAdd(p + j, v[j]);
-                else p[j] = beta == 0.0f ? v[j] : v[j] + beta * p[j];
-            }
+            d[0] = gemm_epilogue(v0, alpha, beta, d);
+            if (gm + 1 < rows) d[1] = gemm_epilogue(v1, alpha, beta, d + 1);
         }
+    });
+}
+
+// Split-K's end: this slice's partial tile to the workspace, the tile's slices meet, then this slice
+// sums its share of the tile (elements e of the column-major BM x BN tile) over every slice's partial.
+__device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt, int row, float* __restrict__ C, int M,
+                                               int N, int m0, int n0, float alpha, float beta, float* work,
+                                               int* __restrict__ split_sync) {
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
+    float* partials = work + (size_t)tile * splits * (BM * BN);
+    store_fragment(acc, wt, partials + (size_t)blockIdx.z * (BM * BN), BM, BM, BN, row, 0, 1.0f, 0.0f);
+    __threadfence();
+    consumers_sync();
+    int* count = split_sync + 2 * tile;  // slices arrived, slices done
+    if (threadIdx.x == 128) {
+        atomicAdd(count, 1);
+        while (load_acquire(count) < splits) {
+        }
+    }
+    consumers_sync();
+    const int share = (BM * BN + splits - 1) / splits;
+    const int last = min(BM * BN, (blockIdx.z + 1) * share);
+    for (int e = blockIdx.z * share + threadIdx.x - 128; e < last; e += CONSUMERS * 128) {
+        const int m = m0 + e % BM, n = n0 + e / BM;
+        if (m >= M || n >= N) continue;
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < splits; ++z) sum += __ldcg(partials + (size_t)z * (BM * BN) + e);
+        float* c = C + (size_t)n * M + m;
+        *c = gemm_epilogue(sum, alpha, beta, c);
+    }
+    consumers_sync();
+    if (threadIdx.x == 128 && atomicAdd(count + 1, 1) == splits - 1) {  // the tile's last: zero for the next launch
+        count[0] = 0;
+        count[1] = 0;
     }
 }
 
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B, float beta,
      float* __restrict__ C, const __grid_constant__ OperandMaps a_maps, const __grid_constant__ OperandMaps b_maps,
-     int paths, int* __restrict__ split_sync) {
+     int paths, int* __restrict__ split_sync, float* __restrict__ split_work) {
     extern __shared__ unsigned char smem_raw[];
-    __shared__ int ticket;
     // Aligned by pointer arithmetic on the shared array: an integer cast would lose the address space
     // and turn every access into a generic one.
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
@@ -149,51 +154,12 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
 
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
-    const int gm0 = m0 + (wg - 1) * 64;
     float acc[NACC];
-    consume(acc, ring, kr, wg, wt, paths, gm0 >= M, BN == 128 && N - n0 <= 64);
+    consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64);
 
-    // Both warpgroups are done with the ring (every copy landed, every wgmma waited for): it stages C.
-    consumers_sync();
-    bool add = false;
-    int* sync = split_sync + 3 * (blockIdx.y * gridDim.x + blockIdx.x);  // ticket, flag, done
-    if (gridDim.z > 1) {
-        if (threadIdx.x == 128) {
-            ticket = atomicAdd(sync, 1);
-            if (ticket != 0)
-                while (load_acquire(sync + 1) == 0) {
-                }
-        }
-        consumers_sync();
-        add = ticket != 0;
-    }
-    float* stage = reinterpret_cast<float*>(ring.base) + (wg - 1) * 64 * BN;
-    write_c(stage, acc, wg, wt, C, M, N, gm0, min(64, M - gm0), n0, alpha, beta, add);
-    if (gridDim.z > 1) {
-        __threadfence();  // this slice's C writes before the flag (first slice) and the count
-        consumers_sync();
-        if (threadIdx.x == 128) {
-            if (!add) atomicExch(sync + 1, 1);
-            if (atomicAdd(sync + 2, 1) == (int)gridDim.z - 1) {  // the tile's last slice: zero for the next launch
-                sync[0] = 0;
-                sync[1] = 0;
-                sync[2] = 0;
-            }
-        }
-    }
-}
-
-static_assert(CONSUMERS * 64 * BN * 4 <= STAGES * (A_TILE_BYTES + B_COPIES * B_TILE_BYTES),
-              "the epilogue stages C in the ring");
-
-// The fallback for a B whose leading dimension breaks the tensor maps' 16-byte stride rule: the host
-// has it copied, inside the timed launch, to one whose leading dimension `ld` is rounded up to a
-// multiple of 4, and maps that. The pad rows are never read (the map's size excludes them).
-extern "C" __global__ void pad_leading_dim(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols,
-                                           int ld) {
-    const long long total = (long long)rows * cols;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-        const long long c = i / rows;
-        dst[c * ld + (i - c * rows)] = src[i];
-    }
+    const int row = consumer_row(wg, wt);
+    if (gridDim.z > 1)
+        reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
+    else
+        store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
 }

@@ -284,30 +284,22 @@ class GemmSession(Session):
 def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
     """(launch_for(alpha, beta), path) for one GEMM kernel on device buffers. A variant with tensor maps
     gets, per operand after C, its maps (`operand_maps`: A may take phase maps), then a bit mask of how
-    the operands arrive (kernels_cu/common/wgmma_mainloop.cuh, PATH_*) and split-K's per-tile counters.
-    A B that cannot be mapped as it is is first copied, inside the timed launch, to a scratch buffer with
-    its leading dimension rounded up to a multiple of 4 (the kernel file's `pad_leading_dim`) where it
-    has at least PAD_MIN_ELEMENTS; a smaller one, or one that cannot be mapped even so, takes the
-    kernel's cp.async path. `path` says which, for the table ("" without maps)."""
-    sig, extra, path, pads = SIGNATURE, (), "", []
+    the operands arrive (kernels_cu/common/wgmma_mainloop.cuh, PATH_*), split-K's per-tile counters and
+    its workspace. An operand that cannot be mapped takes the kernel's cp.async path (a B whose leading
+    dimension is not a multiple of 4: a padded copy first, inside the timed launch, measured slower on
+    7 of 8 such shapes, docs/results/gemm.md). `path` says which, for the table ("" without maps). One
+    launch, always."""
+    sig, extra, path = SIGNATURE, (), ""
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
     splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
         if v.split_k else 1
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
-        bits, phased, padded, fallback = 0, [], [], []
+        bits, phased, fallback = 0, [], []
         for i, tm in enumerate(v.tensor_maps):
             ptr, rows, cols = operands[tm.operand]
-            box = v.map_box(tm, params)
-            made = operand_maps(ptr, rows, cols, box, tm.swizzle, phases=tm.operand == "A")
-            if made is None and tm.operand == "B" and rows * cols >= PAD_MIN_ELEMENTS:
-                ld = -(-rows // PHASES) * PHASES
-                scratch = backend.alloc(4 * ld * cols)
-                keep.append(scratch)
-                pads.append(_pad_launch(backend, kernel, ptr, scratch, rows, cols, ld))
-                made = operand_maps(backend.ptr(scratch), rows, cols, box, tm.swizzle, phases=False, ld=ld)
-                padded.append(tm.operand)
+            made = operand_maps(ptr, rows, cols, v.map_box(tm, params), tm.swizzle, phases=tm.operand == "A")
             if made is None:
                 extra += (bytes(PHASES * tensormap.MAP_BYTES),)
                 fallback.append(tm.operand)
@@ -318,11 +310,13 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
             if by_phase:
                 bits |= PATH_PHASED_A | (rows % PHASES) << PATH_LD_A_SHIFT
                 phased.append(tm.operand)
-        sig += params_raw(PHASES * tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "iP"
-        sync = backend.upload(np.zeros(3 * grid[0] * grid[1] if splits > 1 else 1, np.int32))
-        keep.append(sync)
-        extra += (np.int32(bits), backend.ptr(sync))
-        path = copy_path(phased, padded, fallback)
+        sig += params_raw(PHASES * tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "iPP"
+        tiles = grid[0] * grid[1] if splits > 1 else 0
+        sync = backend.upload(np.zeros(max(1, 2 * tiles), np.int32))  # the kernel leaves it zeroed
+        work = backend.alloc(4 * tiles * splits * params["BM"] * params["BN"])  # split-K's partial tiles
+        keep += [sync, work]
+        extra += (np.int32(bits), backend.ptr(sync), backend.ptr(work))
+        path = copy_path(phased, fallback)
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
@@ -332,35 +326,29 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     def launch_for(alpha: float, beta: float):
         main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
                                 + extra, sig, smem=smem)
-        passes = [*pads, main]
-        if len(passes) == 1:
-            return lambda: (keep, main())[1]
-        return lambda: (keep, [p() for p in passes])[1]
+        return lambda: (keep, main())[1]
 
     return launch_for, path
 
 
 PHASES = 4  # A with a leading dimension not a multiple of 4 is mapped by 4 maps, one per k % 4
 PATH_PHASED_A, PATH_LD_A_SHIFT = 4, 4  # wgmma_mainloop.cuh's PATH_PHASED_A and PATH_LD_A's bits
-PAD_MIN_ELEMENTS = 1 << 20  # a B this large is copied to a padded buffer; a smaller one goes by cp.async
 
 
-def operand_maps(ptr: int, rows: int, cols: int, box: tuple[int, int], swizzle: int, phases: bool = True,
-                 ld: int | None = None) -> tuple[bytes, bool] | None:
-    """A column-major rows x cols operand's tensor maps (leading dimension `ld`, default rows), packed as
-    the kernel's OperandMaps (PHASES maps), and whether they are phase maps; None where the kernel must
-    take its cp.async path.
+def operand_maps(ptr: int, rows: int, cols: int, box: tuple[int, int], swizzle: int,
+                 phases: bool = True) -> tuple[bytes, bool] | None:
+    """A column-major rows x cols operand's tensor maps, packed as the kernel's OperandMaps (PHASES maps),
+    and whether they are phase maps; None where the kernel must take its cp.async path.
 
     One map where the leading dimension meets the maps' 16-byte stride rule. Otherwise, with `phases`,
     phase map r covers columns r, r + 4, ...: its stride, 4 rows floats, is a multiple of 16 bytes; it
     starts at the 16-byte aligned address at or below column r, lead_r = (r rows) % 4 floats before it,
     so its element (i, j) is the operand's (i - lead_r, 4j + r); its box is a quarter of the operand's
     along the columns."""
-    ld = rows if ld is None else ld
-    if tensormap.tiled_problem(ptr, (rows, cols), (4 * ld,), box, swizzle) is None:
-        return tensormap.encode_tiled(ptr, (rows, cols), (4 * ld,), box, swizzle) + \
+    if tensormap.tiled_problem(ptr, (rows, cols), (4 * rows,), box, swizzle) is None:
+        return tensormap.encode_tiled(ptr, (rows, cols), (4 * rows,), box, swizzle) + \
             bytes((PHASES - 1) * tensormap.MAP_BYTES), False
-    if not phases or ld != rows or cols < PHASES or box[1] % PHASES:
+    if not phases or cols < PHASES or box[1] % PHASES:
         return None
     maps = b""
     for r in range(PHASES):
@@ -383,24 +371,15 @@ def split_k(tiles: int, k_blocks: int, sms: int) -> int:
     return -(-k_blocks // per)
 
 
-def copy_path(phased: list[str], padded: list[str], by_copy: list[str]) -> str:
+def copy_path(phased: list[str], by_copy: list[str]) -> str:
     """How the operands reached shared memory, for the table: "TMA", with the operands whose leading
-    dimension took four phase maps or a padded copy, or that fell back to the kernel's cp.async path."""
+    dimension took four phase maps, or that fell back to the kernel's cp.async path."""
     out = "TMA" if len(by_copy) < 2 else ""
     if phased:
         out += f", {'+'.join(phased)} by 4 phase maps (leading dim % 4 != 0)"
-    if padded:
-        out += f", {'+'.join(padded)} via a padded copy (leading dim % 4 != 0)"
     if by_copy:
         out = (out + ", " if out else "") + f"cp.async {'+'.join(by_copy)}"
     return out
-
-
-def _pad_launch(backend, kernel, src: int, dst, rows: int, cols: int, ld: int):
-    """The launch that copies a rows x cols column-major operand to leading dimension `ld`."""
-    pad = kernel.sibling("pad_leading_dim")
-    return backend.launcher(pad, (backend.device.stride_blocks(rows * cols), 1, 1), (256, 1, 1),
-                            (src, backend.ptr(dst), np.int32(rows), np.int32(cols), np.int32(ld)), "PPiii")
 
 
 class _Buffers:
