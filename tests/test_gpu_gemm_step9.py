@@ -43,7 +43,8 @@ def test_step9_paths_verify(cuda_backend, params):
     path = {(r["shape"], r["variant"]): r["params"] for r in recs}
     if not params:
         assert path["7×4096×101", "tf32x3_wgmma"].endswith("TMA, A by 4 phase maps (leading dim % 4 != 0), "
-                                                          "cp.async B, split-K 2")
-        assert path["4097×129×1", "tf32x3_wgmma"].endswith("cp.async A+B")
+                                                          "cp.async B")  # step9_tile: M <= 64, no split
+        assert path["4097×129×1", "tf32x3_wgmma"].endswith("BN=64 here (B by cp.async, few tiles), cp.async A+B")
+        assert "BN=64 here (N <= 64)" in path["101×7×4096", "tf32x3_wgmma"]
         assert path["121×500×4096", "tf32x3_wgmma"].endswith("A by 4 phase maps (leading dim % 4 != 0), split-K 32")
         assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, cp.async B")

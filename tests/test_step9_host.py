@@ -134,3 +134,21 @@ def test_step9_needs_its_shared_memory():
     deep = dict(STEP9.defaults(), STAGES=6)  # 3xTF32 at 128 x 128: 6 stages need 302 KB
     assert "shared memory" in STEP9.device_problems(deep, h100)[0]
     assert STEP9.target("sm_80") == "sm_90a" and registry.get("gemm", "tf32x3").target("sm_80") == "sm_80"
+
+
+def test_step9_tile_rules():
+    d = STEP9.defaults()
+    assert d["ADAPT"] == 1 and d["BN"] == 128
+
+    def tile(m, n, k):
+        params, split, _ = gemm.step9_tile(gemm.Shape(m, n, k), d, 132)
+        return params["BN"], split
+
+    assert tile(4096, 4096, 4096) == (128, True)
+    assert tile(101, 7, 4096) == (64, True)  # N <= 64
+    assert tile(100, 4096, 501) == (64, True)  # B by cp.async, 32 tiles of 128 columns
+    assert tile(1000, 777, 1234) == (64, True)
+    assert tile(500, 4096, 501) == (128, True)  # 128 tiles: the grid is full
+    assert tile(7, 4096, 101) == (128, False)  # B by cp.async and M <= 64: one slice
+    assert tile(121, 500, 4096) == (128, True)
+    assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays

@@ -24,8 +24,9 @@
 //         setmaxnreg); CUTLASS's sm90 warp-specialized mainloop; the 3xTF32 of step 8.
 // Params: BM in {64, 128}: block rows, 64 per consumer warpgroup; BN in {64, 128}: block columns
 //         (one wgmma m64nBNk8 per k8 step); BK = 32: one 128-byte swizzle row of TF32 per B row;
-//         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}. Defaults BM=128 BN=128 STAGES=4
-//         PRECISION=3 (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
+//         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}; ADAPT in {1, 0}: whether the host
+//         picks BN and split-K per shape. Defaults BM=128 BN=128 STAGES=4 PRECISION=3 ADAPT=1
+//         (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
 //         bytes of dynamic shared memory, plus 1 KiB of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
@@ -58,6 +59,9 @@
 #endif
 #ifndef PRECISION
 #define PRECISION 3
+#endif
+#ifndef ADAPT
+#define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
 #endif
 
 #include "common/wgmma_mainloop.cuh"

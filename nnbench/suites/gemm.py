@@ -290,9 +290,16 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     7 of 8 such shapes, docs/results/gemm.md). `path` says which, for the table ("" without maps). One
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
+    allow_split = True
+    if params.get("ADAPT"):
+        tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
+        if tile != params:
+            params = tile
+            kernel = backend.load(_tile_module(backend, v, params), v.kernel)
+            path = f"BN={params['BN']} here ({why}), "
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
     splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
-        if v.split_k else 1
+        if v.split_k and allow_split else 1
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
@@ -316,7 +323,7 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         work = backend.alloc(4 * tiles * splits * params["BM"] * params["BN"])  # split-K's partial tiles
         keep += [sync, work]
         extra += (np.int32(bits), backend.ptr(sync), backend.ptr(work))
-        path = copy_path(phased, fallback)
+        path += copy_path(phased, fallback)
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
@@ -329,6 +336,33 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         return lambda: (keep, main())[1]
 
     return launch_for, path
+
+
+def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
+    """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
+    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes):
+    - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
+    - B by cp.async (K % 4 != 0) and a 128-column grid that would leave half the SMs idle: BN = 64, twice
+      the tiles (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us);
+    - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
+    if params.get("BN") != 128:
+        return params, True, ""
+    by_copy = shape.K % PHASES != 0
+    if by_copy and shape.M <= 64:
+        return params, False, ""
+    tiles = -(-shape.M // params["BM"]) * -(-shape.N // 128)
+    if shape.N <= 64:
+        return dict(params, BN=64), True, "N <= 64"
+    if by_copy and 2 * tiles <= sms:
+        return dict(params, BN=64), True, "B by cp.async, few tiles"
+    return params, True, ""
+
+
+def _tile_module(backend, v: Variant, params: dict[str, int]):
+    """The variant's module with other tile parameters, built (or taken from the cache) for this launch."""
+    from nnbench import paths
+    from nnbench.runtime.compile import CompileRequest, compile_cubin
+    return compile_cubin(CompileRequest.make(paths.KERNELS / v.source, params, v.target(backend.arch)))
 
 
 PHASES = 4  # A with a leading dimension not a multiple of 4 is mapped by 4 maps, one per k % 4
