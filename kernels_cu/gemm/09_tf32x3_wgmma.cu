@@ -41,7 +41,8 @@
 //         its partial tile to a workspace, the slices of a tile meet at a counter, then each sums its
 //         share of the tile's elements over all the partials, in slice order (deterministic, no
 //         atomics on C), and writes C = alpha sum + beta C. The meeting needs every slice resident at
-//         once: the host keeps tiles x slices within the SM count (one block per SM). The counters
+//         once: the host keeps tiles x slices within the SM count (a block per SM always fits; another
+//         kernel holding SMs at the same time could make it wait forever). The counters
 //         (`split_sync`, 2 ints per tile) are left zeroed for the next launch.
 // Epilogue: one walk of a consumer thread's fragment (`store_fragment`) writes C, or a partial tile.
 // Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
