@@ -79,8 +79,8 @@ class Variant:
     dynamic_smem: str = "0"  # dynamic shared memory in bytes, asked for at launch
     tensor_maps: tuple[TensorMap, ...] = ()  # operands that arrive by bulk tensor copy
     rtol: float | None = None  # a lower-precision variant's own tolerance, replacing the run's
-    # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file's scale_c
-    # sets C = beta C first; each split adds alpha times its share)
+    # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file says how the
+    # slices of a tile share C, in one launch)
     split_k: bool = False
 
     def target(self, device_arch: str) -> str:
@@ -249,7 +249,9 @@ _WGMMA = dict(
     params=(_p("BM", 128, (64, 128), "block tile rows: 64 per consumer warpgroup"),
             _p("BN", 128, (64, 128), "block tile columns: the wgmma's n"),
             _p("BK", 32, (32,), "k-slice per stage: one 128-byte swizzle row of TF32"),
-            _p("STAGES", 4, (2, 3, 4, 5, 6), "depth of the shared-memory ring the producer fills")),
+            _p("STAGES", 4, (2, 3, 4, 5, 6), "depth of the shared-memory ring the producer fills"),
+            _p("ADAPT", 1, (0, 1), "1: the host picks BN and split-K per shape (suites/gemm.py, step9_tile); "
+               "0: BN as given everywhere")),
     derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"),
              ("B_COPIES", "(PRECISION + 1) // 2")),
     block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))",

@@ -219,7 +219,7 @@ def profile_tables(prof) -> list:
                   title_justify="left", header_style="bold", pad_edge=False)
         t.add_column("metric", justify="left")
         t.add_column("value", justify="right")
-        for metric, label in ncu.METRICS.items():
+        for metric, label in ncu.labels(True).items():
             if metric in prof.ncu:
                 v, unit = prof.ncu[metric]
                 t.add_row(label, f"{v:,.2f} {unit}".strip())

@@ -235,3 +235,28 @@ def test_profile_a_users_kernel_from_its_config():
                          (["gemm", "-v", "tiled", "--config", cfg], "runs suite kernel")):
         r = CliRunner().invoke(cli, ["profile", *args, "--backend", "cpu"])
         assert r.exit_code == 2 and needle in r.output, (args, r.output)
+
+
+def test_ncu_csv_of_step9_on_the_h100():
+    """A recorded `nnbench profile gemm -v tf32x3_wgmma --ncu --ncu-csv` (H100, 4096^3, commit f72332e):
+    the tensor pipe's share, the wgmma count the tiling implies, the stalls with Hopper's gmma, and the
+    table's rows."""
+    from rich.console import Console
+
+    from nnbench import registry, tables
+    from nnbench.profiling.profile import Profile
+    m = ncu.parse((paths.ROOT / "tests/data/ncu_step9_h100.csv").read_text())
+    assert ncu.tensor_pipe_pct(m) == pytest.approx(72.59)
+    # 1024 tiles x 128 k-blocks x 2 consumer warpgroups x 12 wgmmas (4 k8 steps x 3 products), 4 warps each
+    assert m["sm__inst_executed_pipe_tensor_op_gmma.sum"][0] == 1024 * 128 * 2 * 12 * 4
+    assert ncu.duration_ms(m) == pytest.approx(1.237248)
+    stalls = dict(ncu.top_stalls(m, 20))
+    assert "gmma" in stalls and [s for s, _ in ncu.top_stalls(m)] == ["barrier", "wait", "long_scoreboard"]
+    assert set(ncu.metric_names(hopper=True)) <= set(m)  # every metric asked for came back
+    prof = Profile("gemm", registry.get("gemm", "tf32x3_wgmma"), {}, "sm_90", "H100", [], ncu=m)
+    console = Console(record=True, width=200)
+    for t in tables.profile_tables(prof):
+        console.print(t)
+    text = console.export_text()
+    assert "tensor pipe active % (HMMA, HGMMA)" in text and "72.59 %" in text and "12,582,912" in text
+    assert "stall: barrier" in text and "stall: gmma" not in text  # the top three only

@@ -7,6 +7,7 @@ import pytest
 
 from nnbench import registry
 from nnbench.errors import NnbenchError
+from nnbench.runtime import tensormap
 from nnbench.runtime.device import DeviceInfo
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import param_format, raw
@@ -17,15 +18,16 @@ STEP9 = registry.get("gemm", "tf32x3_wgmma")
 
 
 def test_raw_params_go_where_the_kernel_reads_them():
-    """gemm(M, N, K, alpha, A, B, beta, C, CUtensorMap a, CUtensorMap b, int paths) on sm_90a, with the
-    offsets its cubin declares (cuobjdump -elf: KPARAM_INFO): the 64-byte-aligned maps start at 0x70
-    and 0xf0, since sm_90's parameter bank begins at 0x210, and `paths` at 0x170."""
-    offsets = [0, 4, 8, 12, 16, 24, 32, 40, 0x70, 0xF0, 0x170]
-    fmt = param_format(SIGNATURE + raw(128, 64) * 2 + "i", offsets)
-    args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 128, b"b" * 128, 3)
+    """gemm(M, N, K, alpha, A, B, beta, C, OperandMaps a, OperandMaps b, int paths, int* split_sync,
+    float* split_work) on sm_90a, with the offsets its cubin declares (cuobjdump -elf: KPARAM_INFO): the
+    64-byte-aligned structs of 4 maps start at 0x70 and 0x270, since sm_90's parameter bank begins at
+    0x210, `paths` at 0x470 and the pointers at 0x478 and 0x480."""
+    offsets = [0, 4, 8, 12, 16, 24, 32, 40, 0x70, 0x270, 0x470, 0x478, 0x480]
+    fmt = param_format(SIGNATURE + raw(512, 64) * 2 + "iPP", offsets)
+    args = (1, 2, 3, 1.0, 0xA, 0xB, 0.0, 0xC, b"a" * 512, b"b" * 512, 3, 0xD, 0xE)
     buf = struct.pack(fmt, *args)
-    assert buf.index(b"a" * 128) == 0x70 and buf.index(b"b" * 128) == 0xF0 and len(buf) == 0x174
-    assert struct.unpack_from("i", buf, 0x170)[0] == 3
+    assert buf.index(b"a" * 512) == 0x70 and buf.index(b"b" * 512) == 0x270 and len(buf) == 0x488
+    assert struct.unpack_from("iiPP", buf, 0x470)[::2] == (3, 0xD) and struct.unpack_from("P", buf, 0x480) == (0xE,)
     assert param_format("Pi{8@8}", [0, 8, 16]) == "Pi4x8s"
     assert param_format("iiifPPfP") == "iiifPPfP"
 
@@ -54,9 +56,48 @@ def test_tensor_map_rules_pick_the_fallback():
 
 def test_copy_path_names_the_fallback():
     assert gemm.copy_path([], []) == "TMA"
-    assert gemm.copy_path(["B"], []) == "TMA, B via a padded copy (leading dim % 4 != 0)"
-    assert gemm.copy_path(["A"], ["B"]) == "TMA, A via a padded copy (leading dim % 4 != 0), cp.async B"
+    assert gemm.copy_path(["A"], []) == "TMA, A by 4 phase maps (leading dim % 4 != 0)"
+    assert gemm.copy_path(["A"], ["B"]) == "TMA, A by 4 phase maps (leading dim % 4 != 0), cp.async B"
     assert gemm.copy_path([], ["A", "B"]) == "cp.async A+B"
+
+
+def _recorded_maps(monkeypatch):
+    made = []
+    monkeypatch.setattr(tensormap, "encode_tiled", lambda *a: made.append(a) or bytes(tensormap.MAP_BYTES))
+    return made
+
+
+@pytest.mark.parametrize("rows,cols", [(7, 101), (121, 4096), (501, 9), (1, 129), (6, 4), (1234, 777)])
+def test_phase_maps_address_every_element_once(monkeypatch, rows, cols):
+    """Phase map r's element (inner i, outer j) must be the operand's (row i - lead_r, column 4j + r), with
+    lead_r = (r rows) % 4 as the kernel computes it (PATH_LD_*), every element covered once, and each map
+    valid by the driver's rules (16-byte aligned start and stride). The kernel asks for boxes at inner
+    coordinate m0, a multiple of 4 (an unaligned inner coordinate faults), and reads row m at m - m0 +
+    lead_r."""
+    made = _recorded_maps(monkeypatch)
+    base = 0x7F0000000000
+    maps, phased = gemm.operand_maps(base, rows, cols, (136, 32), 0)
+    assert phased and len(maps) == gemm.PHASES * tensormap.MAP_BYTES and len(made) == gemm.PHASES
+    seen = set()
+    for r, (addr, dims, strides, box, swizzle) in enumerate(made):
+        assert tensormap.tiled_problem(addr, dims, strides, box, swizzle) is None
+        assert box == (136, 8)
+        lead = r * (rows % 4) % 4  # the kernel's (r * PATH_LD_A(paths)) & 3
+        for j in range(dims[1]):
+            for i in range(lead, dims[0]):
+                element = (addr + 4 * i + strides[0] * j - base) // 4
+                assert element == (4 * j + r) * rows + (i - lead)
+                seen.add(element)
+        assert dims[0] - lead == rows
+    assert seen == set(range(rows * cols))
+
+
+def test_phase_maps_only_where_one_map_cannot_be_made(monkeypatch):
+    made = _recorded_maps(monkeypatch)
+    assert gemm.operand_maps(0x10000, 4096, 4096, (32, 128), 128)[1] is False and len(made) == 1
+    assert gemm.operand_maps(0x10000, 4097, 3, (136, 32), 0) is None  # fewer columns than phases: cp.async
+    assert gemm.operand_maps(0x10004, 4096, 64, (136, 32), 0) is None  # an unaligned operand: cp.async
+    assert gemm.operand_maps(0x10000, 501, 4096, (32, 128), 128, phases=False) is None  # B: cp.async
 
 
 def test_split_k_only_where_tiles_leave_sms_idle():
@@ -64,7 +105,13 @@ def test_split_k_only_where_tiles_leave_sms_idle():
     assert gemm.split_k(4, 128, 132) == 32  # Net 8's 121 x 500 x 4096 weight gradient: 4 tiles
     assert gemm.split_k(16, 128, 132) == 8
     assert gemm.split_k(56, 39, 132) == 2  # 1000 x 777 x 1234
-    assert gemm.split_k(32, 4, 132) == 1  # too little K to share
+    assert gemm.split_k(32, 4, 132) == 2  # 7 x 4096 x 101: two k-blocks a slice
+    assert gemm.split_k(32, 3, 132) == 1  # too little K to share
+    assert gemm.split_k(12, 32, 132) == 11  # 257 x 511 x 1023: 3 k-blocks a slice, none empty
+    for tiles, k_blocks in ((1, 128), (4, 16), (12, 32), (7, 100), (2, 5)):
+        s = gemm.split_k(tiles, k_blocks, 132)
+        per = -(-k_blocks // s)
+        assert (s - 1) * per < k_blocks and s * tiles <= 132  # the kernel's KRange: no slice empty
 
 
 def _device(cc):
@@ -87,3 +134,21 @@ def test_step9_needs_its_shared_memory():
     deep = dict(STEP9.defaults(), STAGES=6)  # 3xTF32 at 128 x 128: 6 stages need 302 KB
     assert "shared memory" in STEP9.device_problems(deep, h100)[0]
     assert STEP9.target("sm_80") == "sm_90a" and registry.get("gemm", "tf32x3").target("sm_80") == "sm_80"
+
+
+def test_step9_tile_rules():
+    d = STEP9.defaults()
+    assert d["ADAPT"] == 1 and d["BN"] == 128
+
+    def tile(m, n, k):
+        params, split, _ = gemm.step9_tile(gemm.Shape(m, n, k), d, 132)
+        return params["BN"], split
+
+    assert tile(4096, 4096, 4096) == (128, True)
+    assert tile(101, 7, 4096) == (64, True)  # N <= 64
+    assert tile(100, 4096, 501) == (64, True)  # B by cp.async, 32 tiles of 128 columns
+    assert tile(1000, 777, 1234) == (64, True)
+    assert tile(500, 4096, 501) == (128, True)  # 128 tiles: the grid is full
+    assert tile(7, 4096, 101) == (128, False)  # B by cp.async and M <= 64: one slice
+    assert tile(121, 500, 4096) == (128, True)
+    assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays

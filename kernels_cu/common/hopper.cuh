@@ -87,9 +87,12 @@ __device__ __forceinline__ void wgmma_wait() {
 // warpgroup holding rows 16w..16w+15: a0 (g, t), a1 (g+8, t), a2 (g, t+4), a3 (g+8, t+4) with
 // g = lane / 4, t = lane % 4. The accumulator, per n8 column block j: d[4j..4j+3] = (g, 8j+2t),
 // (g, 8j+2t+1), (g+8, 8j+2t), (g+8, 8j+2t+1).
-// d[32] (+)= a . B for a 64 x 64 x 8 slice; scale_d = 0 overwrites d instead of adding to it.
-__device__ __forceinline__ void wgmma_m64n64k8(float (&d)[32], const unsigned (&a)[4], unsigned long long b_desc,
+// d[0..31] (+)= a . B for a 64 x 64 x 8 slice; scale_d = 0 overwrites d instead of adding to it. d may be
+// a longer accumulator (an n128 tile's), of which this fills the first 64 columns, as n128 would.
+template <int N_D>
+__device__ __forceinline__ void wgmma_m64n64k8(float (&d)[N_D], const unsigned (&a)[4], unsigned long long b_desc,
                                                int scale_d) {
+    static_assert(N_D >= 32, "an m64n64 accumulator holds 32 values per thread");
     asm volatile(
         "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
         "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32 "

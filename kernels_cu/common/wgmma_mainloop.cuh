@@ -2,7 +2,8 @@
 // kernel that runs it under an epilogue of its own: the ladder's GEMM and the mini-batch trainer's
 // GEMMs (kernels_cu/mlp/12_batched_wgmma.cu). The includer defines BM, BN, BK, STAGES and PRECISION
 // first. A is M-major (A(m, k) = A[m + k * lda]) and B K-major (B(k, n) = B[k + n * ldb]), each by a
-// tensor map or, where none could be made, by 4-byte cp.async (`paths`).
+// tensor map (A by four phase maps where its leading dimension breaks the maps' 16-byte stride rule) or,
+// where none could be made, by 4-byte cp.async (`paths`).
 //
 // A kernel: ring_init; then the producer warpgroup (wg == 0) calls produce and returns, and each
 // consumer thread calls consume, which leaves its fragment of the C tile in acc, and walks it with
@@ -21,6 +22,17 @@
 #define NACC (BN / 2)                    // accumulator registers per consumer thread
 #define PATH_TMA_A 1                     // bits of `paths`: this operand comes by the copy engine
 #define PATH_TMA_B 2
+// A by four phase maps (PATH_PHASED_A), since its leading dimension ld is not a multiple of 4: map r
+// covers the k rows r, r + 4, ... with a stride of 4 ld floats, a multiple of 16 bytes, from the
+// 16-byte aligned address at or below row r's first element, which therefore sits
+// lead_r = (r ld) % 4 floats into the map's inner dimension (ld % 4 is in bits 4-5 of `paths`). A box's
+// inner coordinate must itself be 16-byte aligned (else the copy engine faults: an illegal
+// instruction), so it starts at m0 and phase r's rows land lead_r floats further on; phase r's box is
+// the r-th quarter of the tile's k rows. The consumers read through both permutations (ARows).
+#define PATH_PHASED_A 4
+#define PATH_LD_A(p) (((p) >> 4) & 3)
+#define PATH_COPY (PATH_TMA_A | PATH_TMA_B)
+#define PHASES 4
 // setmaxnreg: the producer needs few registers; the consumers get the rest of the SM's 64K.
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS (CONSUMERS == 2 ? 232 : 240)
@@ -28,6 +40,11 @@
 static_assert(BK == 32, "a B row is one 128-byte swizzle row of 32 TF32 values");
 static_assert(BM == 64 * CONSUMERS && (BN == 64 || BN == 128), "one m64nBNk8 wgmma per consumer and k8 step");
 static_assert(PRECISION == 3 || PRECISION == 1, "PRECISION is 3 (3xTF32) or 1 (TF32)");
+
+// An operand's maps as a kernel takes them: one, or one per phase (PATH_PHASED_A).
+struct OperandMaps {
+    CUtensorMap m[PHASES];
+};
 
 struct Ring {
     unsigned char* base;  // 1024-byte aligned: the 128-byte swizzle repeats every 8 rows of 128 bytes
@@ -46,16 +63,21 @@ struct Ring {
 };
 
 // Issue the copies of this block's i-th k-block (k-block kb of the operands) into its slot; each of
-// the 128 producer threads arrives on `full` once.
+// the 128 producer threads arrives on `full` once. a_map and b_map: an operand's map, or its PHASES maps.
 __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, int pt, int paths, const CUtensorMap* a_map,
                                              const CUtensorMap* b_map, const float* __restrict__ A,
                                              const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
     const int s = i % STAGES, k0 = kb * BK;
     float* as = ring.a(s);
     float* bs = ring.b_big(s);
-    if (pt == 0 && paths) {
+    if (pt == 0 && (paths & PATH_COPY)) {
         mbar_expect_tx(ring.full(s), ((paths & PATH_TMA_A) ? A_TILE_BYTES : 0) + ((paths & PATH_TMA_B) ? B_TILE_BYTES : 0));
-        if (paths & PATH_TMA_A) tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
+        if (paths & PATH_PHASED_A) {  // boxes (BM + 8) x BK/4: k rows r, r + 4, ... as rows r BK/4, ...
+            for (int r = 0; r < PHASES; ++r)
+                tma_load_2d(as + r * (BK / PHASES) * A_PITCH, a_map + r, m0, k0 / PHASES, ring.full(s));
+        } else if (paths & PATH_TMA_A) {
+            tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
+        }
         if (paths & PATH_TMA_B) tma_load_2d(bs, b_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
     }
     if (!(paths & PATH_TMA_A)) {
@@ -65,13 +87,15 @@ __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, in
             cp_async_4(as + k * A_PITCH + m, ok ? A + (size_t)(k0 + k) * M + m0 + m : A, ok);
         }
     }
-    if (!(paths & PATH_TMA_B)) {
-        for (int e = pt; e < BN * BK; e += 128) {  // consecutive threads, consecutive k
-            const int n = e / BK, k = e % BK;
-            const bool ok = n0 + n < N && k0 + k < K;
+    if (!(paths & PATH_TMA_B)) {  // thread pt: k = pt % BK of rows pt / BK, + 128 / BK, ...: consecutive k
+        const int k = pt % BK;
+        const bool k_ok = k0 + k < K;
+        const float* src = B + (size_t)(n0 + pt / BK) * K + k0 + k;
+#pragma unroll 4
+        for (int n = pt / BK; n < BN; n += 128 / BK, src += (size_t)(128 / BK) * K) {
+            const bool ok = k_ok && n0 + n < N;
             // Where the copy engine's 128-byte swizzle puts (n, k): 16-byte chunk k/4 of row n moves to k/4 ^ n%8.
-            float* dst = bs + n * BK + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);
-            cp_async_4(dst, ok ? B + (size_t)(n0 + n) * K + k0 + k : B, ok);
+            cp_async_4(bs + n * BK + (((k >> 2) ^ (n & 7)) << 2) + (k & 3), ok ? src : B, ok);
         }
     }
     if ((paths & (PATH_TMA_A | PATH_TMA_B)) == (PATH_TMA_A | PATH_TMA_B))
@@ -102,9 +126,10 @@ __device__ __forceinline__ void split_b_tile(const Ring& ring, int s, int pt) {
     }
 }
 
-template <int N_ACC>
+// NARROW: an n128 tile of which only the first 64 columns exist runs m64n64 (half the tensor-core time).
+template <bool NARROW, int N_ACC>
 __device__ __forceinline__ void wgmma_k8(float (&d)[N_ACC], const unsigned (&a)[4], unsigned long long desc, int scale_d) {
-    if constexpr (N_ACC == 64) wgmma_m64n128k8(d, a, desc, scale_d);
+    if constexpr (N_ACC == 64 && !NARROW) wgmma_m64n128k8(d, a, desc, scale_d);
     else wgmma_m64n64k8(d, a, desc, scale_d);
 }
 
@@ -139,11 +164,18 @@ __device__ __forceinline__ void wait_stage(const Ring& ring, int i) {
     mbar_wait(ring.ready(s), parity);
 }
 
-__device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f) {
+// A consumer thread's A fragments for one k-block: k rows 8ks + t and 8ks + t + 4 at `row`. With phased
+// A, k row k is tile row (k % 4) BK/4 + k / 4 and `lead` (phase t's lead_t) floats further on, so not
+// 8-byte aligned: two 4-byte loads.
+template <bool PHASED>
+__device__ __forceinline__ void load_a(const float* as, int row, int t, int lead, AFrag& f) {
+    const float* lo_row = as + (PHASED ? t * (BK / PHASES) : t) * A_PITCH + row + (PHASED ? lead : 0);
+    const float* hi_row = lo_row + (PHASED ? 1 : 4) * A_PITCH;
 #pragma unroll
     for (int ks = 0; ks < BK / 8; ++ks) {
-        const float2 lo = *reinterpret_cast<const float2*>(as + (8 * ks + t) * A_PITCH + row);
-        const float2 hi = *reinterpret_cast<const float2*>(as + (8 * ks + t + 4) * A_PITCH + row);
+        const int at = ks * (PHASED ? 2 : 8) * A_PITCH;
+        const float2 lo = PHASED ? make_float2(lo_row[at], lo_row[at + 1]) : *reinterpret_cast<const float2*>(lo_row + at);
+        const float2 hi = PHASED ? make_float2(hi_row[at], hi_row[at + 1]) : *reinterpret_cast<const float2*>(hi_row + at);
 #if PRECISION == 3
         split(lo.x, f.big[ks][0], f.sml[ks][0]);
         split(lo.y, f.big[ks][1], f.sml[ks][1]);
@@ -159,6 +191,7 @@ __device__ __forceinline__ void load_a(const float* as, int row, int t, AFrag& f
 }
 
 // One k-block's wgmmas into d, committed as one group; `accumulate` false starts d afresh.
+template <bool NARROW>
 __device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, const Ring& ring, int s,
                                               bool accumulate) {
     const unsigned long long big = wgmma_desc_sw128(ring.b_big(s));
@@ -168,11 +201,11 @@ __device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, 
         const unsigned long long step = (ks * 32) >> 4;  // 32 bytes further along k, in 16-byte units
 #if PRECISION == 3
         const unsigned long long small = wgmma_desc_sw128(ring.b_small(s));
-        wgmma_k8(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
-        wgmma_k8(d, f.big[ks], small + step, 1);
-        wgmma_k8(d, f.big[ks], big + step, 1);
+        wgmma_k8<NARROW>(d, f.sml[ks], big + step, ks > 0 || accumulate);  // small terms first
+        wgmma_k8<NARROW>(d, f.big[ks], small + step, 1);
+        wgmma_k8<NARROW>(d, f.big[ks], big + step, 1);
 #else
-        wgmma_k8(d, f.big[ks], big + step, 1);
+        wgmma_k8<NARROW>(d, f.big[ks], big + step, 1);
 #endif
     }
     wgmma_commit();
@@ -187,7 +220,8 @@ __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUt
         mbar_init(ring.empty(s), CONSUMERS * 4);  // one arrival per consumer warp
     }
     mbar_init_fence();
-    if (paths & PATH_TMA_A) tma_prefetch_map(a_map);
+    for (int r = 0; r < ((paths & PATH_PHASED_A) ? PHASES : 1); ++r)
+        if (paths & PATH_TMA_A) tma_prefetch_map(a_map + r);
     if (paths & PATH_TMA_B) tma_prefetch_map(b_map);
 }
 
@@ -217,32 +251,57 @@ __device__ __forceinline__ void produce(const Ring& ring, const KRange& kr, int 
 // The tile row of a consumer thread's fragment row g; fragment row g + 8 is row + 1.
 __device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 64 + (wt / 32) * 16 + 2 * (wt % 32 / 4); }
 
-// Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc.
-__device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt) {
-    const int lane = wt % 32, t = lane % 4;
-    const int row = consumer_row(wg, wt);
-#pragma unroll
-    for (int r = 0; r < NACC; ++r) acc[r] = 0.0f;
-#if PRECISION == 3
-    float part[NACC];
-#endif
+// One consumer loop per kind of tile, each with its own partial sum written whole every k-block (a
+// partial sum that lived across k-blocks would take registers from the wgmma pipeline: ptxas then
+// serializes it, C7511). NARROW: m64n64, acc's second half stays 0. PHASED: A by phase maps.
+template <bool NARROW, bool PHASED>
+__device__ __forceinline__ void consume_k_blocks(float (&acc)[NACC], const Ring& ring, const KRange& kr, int row,
+                                                 int lane, int lead) {
     for (int i = 0; i < kr.count; ++i) {
         const int s = i % STAGES;
         wait_stage(ring, i);
         AFrag f;
-        load_a(ring.a(s), row, t, f);
+        load_a<PHASED>(ring.a(s), row, lane % 4, lead, f);
 #if PRECISION == 3
-        issue_k_block(part, f, ring, s, false);
+        float part[NACC];
+        issue_k_block<NARROW>(part, f, ring, s, false);
 #else
-        issue_k_block(acc, f, ring, s, true);
+        issue_k_block<NARROW>(acc, f, ring, s, true);
 #endif
         wgmma_wait<0>();
         __syncwarp();
         if (lane == 0) mbar_arrive(ring.empty(s));
 #if PRECISION == 3
 #pragma unroll
-        for (int r = 0; r < NACC; ++r) acc[r] += part[r];  // round-to-nearest, outside the tensor core
+        for (int r = 0; r < (NARROW ? NACC / 2 : NACC); ++r) acc[r] += part[r];  // round-to-nearest, outside the tensor core
 #endif
+    }
+}
+
+// Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc. Uniform per
+// warpgroup: `idle` (its 64 rows lie past M) only keeps the ring turning; `narrow` (the tile's columns
+// past 64 lie past N) runs m64n64.
+__device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt,
+                                        int paths = 0, bool idle = false, bool narrow = false) {
+    const int lane = wt % 32;
+    const int row = consumer_row(wg, wt);
+#pragma unroll
+    for (int r = 0; r < NACC; ++r) acc[r] = 0.0f;
+    if (idle) {
+        for (int i = 0; i < kr.count; ++i) {
+            wait_stage(ring, i);
+            __syncwarp();
+            if (lane == 0) mbar_arrive(ring.empty(i % STAGES));
+        }
+        return;
+    }
+    const int lead = ((lane % 4) * PATH_LD_A(paths)) & 3;  // phase t = lane % 4's lead_t
+    if (paths & PATH_PHASED_A) {
+        if (narrow) consume_k_blocks<true, true>(acc, ring, kr, row, lane, lead);
+        else consume_k_blocks<false, true>(acc, ring, kr, row, lane, lead);
+    } else {
+        if (narrow) consume_k_blocks<true, false>(acc, ring, kr, row, lane, lead);
+        else consume_k_blocks<false, false>(acc, ring, kr, row, lane, lead);
     }
 }
 

@@ -24,18 +24,27 @@
 //         setmaxnreg); CUTLASS's sm90 warp-specialized mainloop; the 3xTF32 of step 8.
 // Params: BM in {64, 128}: block rows, 64 per consumer warpgroup; BN in {64, 128}: block columns
 //         (one wgmma m64nBNk8 per k8 step); BK = 32: one 128-byte swizzle row of TF32 per B row;
-//         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}. Defaults BM=128 BN=128 STAGES=4
-//         PRECISION=3 (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
+//         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}; ADAPT in {1, 0}: whether the host
+//         picks BN and split-K per shape. Defaults BM=128 BN=128 STAGES=4 PRECISION=3 ADAPT=1
+//         (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
 //         bytes of dynamic shared memory, plus 1 KiB of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
-//         multiple of 4 (the tensor map's 16-byte stride rule); otherwise the host first copies it,
-//         inside the timed launch, to a buffer whose leading dimension is rounded up to a multiple of
-//         4 (pad_leading_dim below) and maps that. The producer's 4-byte cp.async path into the same
-//         layout remains for an operand that cannot be mapped even so (`paths` says which; the
-//         table names the path).
+//         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
+//         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
+//         extra launch. B cannot (its inner dimension is k, and a box's inner coordinate must be 16-byte
+//         aligned): the producer loads it by 4-byte cp.async, as any operand that cannot be mapped
+//         (`paths` says which; the table names the path).
+//         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
+//         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
-//         fewer tiles), the host launches gridDim.z slices of K; scale_c (below) first sets
-//         C = beta C and each slice adds alpha times its share with atomics.
+//         fewer tiles), the host launches gridDim.z slices of K, in the same launch: each slice stores
+//         its partial tile to a workspace, the slices of a tile meet at a counter, then each sums its
+//         share of the tile's elements over all the partials, in slice order (deterministic, no
+//         atomics on C), and writes C = alpha sum + beta C. The meeting needs every slice resident at
+//         once: the host keeps tiles x slices within the SM count (a block per SM always fits; another
+//         kernel holding SMs at the same time could make it wait forever). The counters
+//         (`split_sync`, 2 ints per tile) are left zeroed for the next launch.
+// Epilogue: one walk of a consumer thread's fragment (`store_fragment`) writes C, or a partial tile.
 // Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -52,13 +61,85 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef ADAPT
+#define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
+#endif
 
 #include "common/wgmma_mainloop.cuh"
 
+// Barrier 1: the consumers (after the producer returned); 0 is __syncthreads.
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory"); }
+
+__device__ __forceinline__ int load_acquire(const int* p) {
+    int v;
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+// D = alpha acc + beta D for a consumer thread's fragment: rows gm, gm + 1 (gm even) of a column-major D
+// with leading dimension ld, columns n0 + fragment column, within rows x cols. The two rows are adjacent:
+// one 8-byte store where ld is even.
+__device__ __forceinline__ void store_fragment(const float (&acc)[NACC], int wt, float* D, int ld, int rows, int cols,
+                                               int gm, int n0, float alpha, float beta) {
+    if (gm >= rows) return;
+    const bool pair = (ld & 1) == 0 && gm + 1 < rows;
+    for_each_pair(acc, wt, [&](int n, float v0, float v1) {
+        if (n0 + n >= cols) return;
+        float* d = D + (size_t)(n0 + n) * ld + gm;
+        if (pair) {
+            float2 r = make_float2(alpha * v0, alpha * v1);
+            if (beta != 0.0f) {
+                const float2 old = *reinterpret_cast<const float2*>(d);
+                r.x += beta * old.x;
+                r.y += beta * old.y;
+            }
+            *reinterpret_cast<float2*>(d) = r;
+        } else {
+            d[0] = gemm_epilogue(v0, alpha, beta, d);
+            if (gm + 1 < rows) d[1] = gemm_epilogue(v1, alpha, beta, d + 1);
+        }
+    });
+}
+
+// Split-K's end: this slice's partial tile to the workspace, the tile's slices meet, then this slice
+// sums its share of the tile (elements e of the column-major BM x BN tile) over every slice's partial.
+__device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt, int row, float* __restrict__ C, int M,
+                                               int N, int m0, int n0, float alpha, float beta, float* work,
+                                               int* __restrict__ split_sync) {
+    const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
+    float* partials = work + (size_t)tile * splits * (BM * BN);
+    store_fragment(acc, wt, partials + (size_t)blockIdx.z * (BM * BN), BM, BM, BN, row, 0, 1.0f, 0.0f);
+    __threadfence();
+    consumers_sync();
+    int* count = split_sync + 2 * tile;  // slices arrived, slices done
+    if (threadIdx.x == 128) {
+        atomicAdd(count, 1);
+        while (load_acquire(count) < splits) {
+        }
+    }
+    consumers_sync();
+    const int share = (BM * BN + splits - 1) / splits;
+    const int last = min(BM * BN, (blockIdx.z + 1) * share);
+    for (int e = blockIdx.z * share + threadIdx.x - 128; e < last; e += CONSUMERS * 128) {
+        const int m = m0 + e % BM, n = n0 + e / BM;
+        if (m >= M || n >= N) continue;
+        float sum = 0.0f;
+#pragma unroll 8
+        for (int z = 0; z < splits; ++z) sum += __ldcg(partials + (size_t)z * (BM * BN) + e);
+        float* c = C + (size_t)n * M + m;
+        *c = gemm_epilogue(sum, alpha, beta, c);
+    }
+    consumers_sync();
+    if (threadIdx.x == 128 && atomicAdd(count + 1, 1) == splits - 1) {  // the tile's last: zero for the next launch
+        count[0] = 0;
+        count[1] = 0;
+    }
+}
+
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B, float beta,
-     float* __restrict__ C, const __grid_constant__ CUtensorMap a_map, const __grid_constant__ CUtensorMap b_map,
-     int paths) {
+     float* __restrict__ C, const __grid_constant__ OperandMaps a_maps, const __grid_constant__ OperandMaps b_maps,
+     int paths, int* __restrict__ split_sync, float* __restrict__ split_work) {
     extern __shared__ unsigned char smem_raw[];
     // Aligned by pointer arithmetic on the shared array: an integer cast would lose the address space
     // and turn every access into a generic one.
@@ -66,78 +147,24 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, paths, &a_map, &b_map);
+    if (threadIdx.x == 0) ring_init(ring, paths, a_maps.m, b_maps.m);
     __syncthreads();
 
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(K);
-        produce(ring, kr, wt, paths, &a_map, &b_map, A, B, M, N, K, m0, n0);
+        produce(ring, kr, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
         return;
     }
 
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
-    const int t = wt % 4;
-    const int row = consumer_row(wg, wt);
     float acc[NACC];
-    consume(acc, ring, kr, wg, wt);
+    consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64);
 
-    // Epilogue: d[4j + h] is (row, 8j + 2t + h), d[4j + 2 + h] is (row + 1, 8j + 2t + h): the two
-    // rows are adjacent in column-major C, one 8-byte store where M is even.
-    const int gm = m0 + row;
-    if (gridDim.z > 1) {  // split-K: the host set C = beta C; each split adds alpha times its share
-        if (kr.count == 0) return;
-#pragma unroll
-        for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int gn = n0 + 8 * j + 2 * t + h;
-                if (gn >= N || gm >= M) continue;
-                float* c = C + (size_t)gn * M + gm;
-                atomicAdd(c, alpha * acc[4 * j + h]);
-                if (gm + 1 < M) atomicAdd(c + 1, alpha * acc[4 * j + 2 + h]);
-            }
-        return;
-    }
-    const bool pair = (M & 1) == 0 && gm + 1 < M;
-#pragma unroll
-    for (int j = 0; j < BN / 8; ++j)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            const int gn = n0 + 8 * j + 2 * t + h;
-            if (gn >= N || gm >= M) continue;
-            float* c = C + (size_t)gn * M + gm;
-            const float v0 = acc[4 * j + h], v1 = acc[4 * j + 2 + h];
-            if (pair) {
-                float2 r = make_float2(alpha * v0, alpha * v1);
-                if (beta != 0.0f) {
-                    const float2 old = *reinterpret_cast<const float2*>(c);
-                    r.x += beta * old.x;
-                    r.y += beta * old.y;
-                }
-                *reinterpret_cast<float2*>(c) = r;
-            } else {
-                c[0] = gemm_epilogue(v0, alpha, beta, c);
-                if (gm + 1 < M) c[1] = gemm_epilogue(v1, alpha, beta, c + 1);
-            }
-        }
-}
-
-// The fallback for a leading dimension that breaks the tensor maps' 16-byte stride rule: the host
-// has the operand copied, inside the timed launch, to one whose leading dimension `ld` is rounded up
-// to a multiple of 4, and maps that. The pad rows are never read (the map's size excludes them).
-extern "C" __global__ void pad_leading_dim(const float* __restrict__ src, float* __restrict__ dst, int rows, int cols,
-                                           int ld) {
-    const long long total = (long long)rows * cols;
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < total; i += (long long)gridDim.x * blockDim.x) {
-        const long long c = i / rows;
-        dst[c * ld + (i - c * rows)] = src[i];
-    }
-}
-
-// Split-K's first pass: C = beta C (exactly 0 where beta = 0, whatever C held), before the splits add.
-extern "C" __global__ void scale_c(float* __restrict__ C, long long count, float beta) {
-    for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < count; i += (long long)gridDim.x * blockDim.x)
-        C[i] = beta == 0.0f ? 0.0f : beta * C[i];
+    const int row = consumer_row(wg, wt);
+    if (gridDim.z > 1)
+        reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
+    else
+        store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
 }

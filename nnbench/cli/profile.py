@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import re
 import sys
+from pathlib import Path
 
 import click
 
@@ -34,14 +36,16 @@ from nnbench.errors import NnbenchError
 @click.option("--problem", "problem_index", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --config: which of its problems, in the config's order.")
 @click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
+@click.option("--ncu-csv", "ncu_csv", type=click.Path(dir_okay=False), default=None,
+              help="With --ncu: also keep ncu's raw CSV in this file (a new file).")
 @click.option("--kernel", default=None, metavar="NAME",
               help="The kernel --ncu profiles (default: the variant's main one, e.g. gemm, forward, fused_train).")
 @click.option("--arch", default=None, metavar="sm_XY",
               help="Without a GPU: the architecture to compile for and take limits from (default sm_90).")
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
-def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, kernel, arch,
-            launch_only, backend,
+def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, ncu_csv, kernel,
+            arch, launch_only, backend,
             **params) -> None:
     """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
     (GEMM, on a GPU) its achieved FLOP/s and bytes/s on the roofline; --ncu adds Nsight Compute.
@@ -71,6 +75,8 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
+    if ncu_csv is not None and not with_ncu:
+        raise NnbenchError("--ncu-csv: keeps ncu's output, so it needs --ncu")
     be = open_device(backend)
     if launch_only:
         profiler.launch_only(be, suite, variant, overrides, problem, case)
@@ -82,6 +88,12 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     app.out.print(device_line(results.environment(be)))
     for t in tables.profile_tables(prof):
         app.out.print(t)
+    if ncu_csv is not None and prof.ncu_csv is not None:
+        from nnbench import safeio
+        path, fd = safeio.open_locked(Path(ncu_csv))
+        with os.fdopen(fd, "w") as f:
+            f.write(prof.ncu_csv)
+        app.out.print(f"ncu's raw CSV: {path}")
     if be.name != "cuda":
         app.out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
 

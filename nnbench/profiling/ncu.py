@@ -4,6 +4,11 @@
 (`--launch-only`), skipping the warm-up launches, with --clock-control none and
 --cache-control none so that ncu's duration is measured under the same conditions as nnbench's own
 CUDA-event median (boost clock, warm L2): the two are printed side by side.
+
+The tensor pipe's active cycles count HMMA (mma.sync) and, on Hopper, HGMMA (wgmma) alike; on Hopper
+(sm_90) it adds the wgmma instructions and the `gmma` stall (warps waiting on a warpgroup's wgmma),
+which exist only there. The names are ncu 2025.3's (`ncu --query-metrics --chip gh100`, read on the
+H100; docs/data/step9/). `--ncu-csv FILE` keeps ncu's raw CSV.
 """
 
 from __future__ import annotations
@@ -25,7 +30,14 @@ METRICS = {
     "sm__throughput.avg.pct_of_peak_sustained_elapsed": "SM throughput %",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum": "shared-load bank conflicts",
     "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum": "shared-store bank conflicts",
+    "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active": "tensor pipe active % (HMMA, HGMMA)",
 }
+TENSOR_PIPE = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
+# sm_90 only (`ncu --query-metrics` on the H100 lists them; other chips lack them).
+HOPPER_METRICS = {
+    "sm__inst_executed_pipe_tensor_op_gmma.sum": "wgmma instructions",
+}
+HOPPER_STALLS = ("gmma",)
 STALLS = ("long_scoreboard", "short_scoreboard", "mio_throttle", "math_pipe_throttle", "barrier", "wait",
           "not_selected", "lg_throttle", "dispatch_stall", "no_instruction", "branch_resolving", "membar")
 STALL_METRIC = "smsp__average_warps_issue_stalled_{}_per_issue_active.ratio"
@@ -35,27 +47,37 @@ def available() -> str | None:
     return shutil.which("ncu")
 
 
-def metric_names() -> list[str]:
-    return list(METRICS) + [STALL_METRIC.format(s) for s in STALLS]
+def labels(hopper: bool) -> dict[str, str]:
+    """The metrics asked for, with their table labels, stalls aside."""
+    return {**METRICS, **(HOPPER_METRICS if hopper else {})}
 
 
-def command(ncu: str, kernel: str, child: list[str]) -> list[str]:
-    return [ncu, "--csv", "--page", "raw", "--metrics", ",".join(metric_names()), "--kernel-name", kernel,
+def stalls(hopper: bool) -> tuple[str, ...]:
+    return STALLS + (HOPPER_STALLS if hopper else ())
+
+
+def metric_names(hopper: bool = False) -> list[str]:
+    return list(labels(hopper)) + [STALL_METRIC.format(s) for s in stalls(hopper)]
+
+
+def command(ncu: str, kernel: str, child: list[str], hopper: bool = False) -> list[str]:
+    return [ncu, "--csv", "--page", "raw", "--metrics", ",".join(metric_names(hopper)), "--kernel-name", kernel,
             "--launch-skip", str(WARMUP_LAUNCHES), "--launch-count", "1", "--clock-control", "none",
             "--cache-control", "none", *child]
 
 
-def run(kernel: str, child: list[str]) -> dict[str, tuple[float, str]]:
+def run(kernel: str, child: list[str], hopper: bool = False) -> tuple[dict[str, tuple[float, str]], str]:
+    """(the metrics, ncu's raw CSV output) of one launch of `kernel` in the child process."""
     ncu = available()
     if ncu is None:
         raise NnbenchError("--ncu: Nsight Compute (ncu) is not on PATH; install it with the CUDA toolkit, or "
                            "leave --ncu out")
-    out = subprocess.run(command(ncu, kernel, child), capture_output=True, text=True, timeout=600)
+    out = subprocess.run(command(ncu, kernel, child, hopper), capture_output=True, text=True, timeout=600)
     metrics = parse(out.stdout)
     if not metrics:
         why = (out.stderr or out.stdout).strip().splitlines()
         raise NnbenchError(f"--ncu: ncu returned no metrics for kernel {kernel}: {why[-1] if why else 'no output'}")
-    return metrics
+    return metrics, out.stdout
 
 
 def parse(text: str) -> dict[str, tuple[float, str]]:
@@ -83,5 +105,12 @@ def duration_ms(metrics: dict[str, tuple[float, str]]) -> float | None:
 
 
 def top_stalls(metrics: dict[str, tuple[float, str]], n: int = 3) -> list[tuple[str, float]]:
-    found = [(s, metrics[STALL_METRIC.format(s)][0]) for s in STALLS if STALL_METRIC.format(s) in metrics]
+    """The n largest stall reasons in cycles per issued instruction, with Hopper's where ncu gave them."""
+    found = [(s, metrics[STALL_METRIC.format(s)][0]) for s in stalls(True) if STALL_METRIC.format(s) in metrics]
     return sorted(found, key=lambda x: -x[1])[:n]
+
+
+def tensor_pipe_pct(metrics: dict[str, tuple[float, str]]) -> float | None:
+    """The tensor pipe's active cycles in % of its peak over the SMs' active cycles, or None."""
+    v = metrics.get(TENSOR_PIPE)
+    return None if v is None else v[0]

@@ -64,6 +64,7 @@ class Profile:
     where: Position | None = None
     ncu: dict | None = None
     ncu_ms: float | None = None
+    ncu_csv: str | None = None  # ncu's raw output
 
 
 def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
@@ -160,7 +161,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     prof.roof = Roof(c["fma_tflops"] * 1e12, c["copy_gbs"] * 1e9, "measured")
     prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
-        prof.ncu = ncu.run(kernel or main_kernel(v), child_argv or [])
+        prof.ncu, prof.ncu_csv = ncu.run(kernel or main_kernel(v), child_argv or [], hopper=tuple(device.cc)[0] == 9)
         prof.ncu_ms = ncu.duration_ms(prof.ncu)
     return prof
 

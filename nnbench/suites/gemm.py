@@ -22,6 +22,7 @@ import numpy as np
 from nnbench import measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
+from nnbench.runtime import tensormap
 from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import raw as params_raw
@@ -281,41 +282,48 @@ class GemmSession(Session):
 
 
 def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
-    """(launch_for(alpha, beta), path) for one GEMM kernel on device buffers. A variant with tensor
-    maps gets one per operand after C, and a bit mask of the operands that arrive by bulk tensor copy.
-    An operand whose leading dimension breaks the maps' 16-byte stride rule is first copied, inside
-    the timed launch, to a scratch buffer with the leading dimension rounded up to a multiple of 4
-    (the kernel file's `pad_leading_dim`); one that still cannot be mapped takes the kernel's cp.async
-    fallback. `path` says which, for the table ("" without maps)."""
-    sig, extra, path, pads = SIGNATURE, (), "", []
-    if v.tensor_maps:
-        from nnbench.runtime import tensormap
-        operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
-        bits, padded, fallback = 0, [], []
-        for i, tm in enumerate(v.tensor_maps):
-            ptr, rows, cols = operands[tm.operand]
-            box = v.map_box(tm, params)
-            ld = rows
-            if tensormap.tiled_problem(ptr, (rows, cols), (4 * rows,), box, tm.swizzle) is not None:
-                ld = -(-rows // 4) * 4
-                scratch = backend.alloc(4 * ld * cols)
-                pads.append((_pad_launch(backend, kernel, ptr, scratch, rows, cols, ld), scratch))
-                ptr = backend.ptr(scratch)
-            if tensormap.tiled_problem(ptr, (rows, cols), (4 * ld,), box, tm.swizzle) is None:
-                extra += (tensormap.encode_tiled(ptr, (rows, cols), (4 * ld,), box, tm.swizzle),)
-                bits |= 1 << i
-                if ld != rows:
-                    padded.append(tm.operand)
-            else:
-                extra += (bytes(tensormap.MAP_BYTES),)
-                fallback.append(tm.operand)
-                pads = pads[:-1] if ld != rows else pads
-        sig += params_raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "i"
-        extra += (np.int32(bits),)
-        path = copy_path(padded, fallback)
+    """(launch_for(alpha, beta), path) for one GEMM kernel on device buffers. A variant with tensor maps
+    gets, per operand after C, its maps (`operand_maps`: A may take phase maps), then a bit mask of how
+    the operands arrive (kernels_cu/common/wgmma_mainloop.cuh, PATH_*), split-K's per-tile counters and
+    its workspace. An operand that cannot be mapped takes the kernel's cp.async path (a B whose leading
+    dimension is not a multiple of 4: a padded copy first, inside the timed launch, measured slower on
+    7 of 8 such shapes, docs/results/gemm.md). `path` says which, for the table ("" without maps). One
+    launch, always."""
+    sig, extra, path = SIGNATURE, (), ""
+    allow_split = True
+    if params.get("ADAPT"):
+        tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
+        if tile != params:
+            params = tile
+            kernel = backend.load(_tile_module(backend, v, params), v.kernel)
+            path = f"BN={params['BN']} here ({why}), "
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
     splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
-        if v.split_k else 1
+        if v.split_k and allow_split else 1
+    keep = []  # device buffers the launches use, alive as long as launch_for
+    if v.tensor_maps:
+        operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
+        bits, phased, fallback = 0, [], []
+        for i, tm in enumerate(v.tensor_maps):
+            ptr, rows, cols = operands[tm.operand]
+            made = operand_maps(ptr, rows, cols, v.map_box(tm, params), tm.swizzle, phases=tm.operand == "A")
+            if made is None:
+                extra += (bytes(PHASES * tensormap.MAP_BYTES),)
+                fallback.append(tm.operand)
+                continue
+            maps, by_phase = made
+            extra += (maps,)
+            bits |= 1 << i
+            if by_phase:
+                bits |= PATH_PHASED_A | (rows % PHASES) << PATH_LD_A_SHIFT
+                phased.append(tm.operand)
+        sig += params_raw(PHASES * tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * len(v.tensor_maps) + "iPP"
+        tiles = grid[0] * grid[1] if splits > 1 else 0
+        sync = backend.upload(np.zeros(max(1, 2 * tiles), np.int32))  # the kernel leaves it zeroed
+        work = backend.alloc(4 * tiles * splits * params["BM"] * params["BN"])  # split-K's partial tiles
+        keep += [sync, work]
+        extra += (np.int32(bits), backend.ptr(sync), backend.ptr(work))
+        path += copy_path(phased, fallback)
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
@@ -325,40 +333,84 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     def launch_for(alpha: float, beta: float):
         main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
                                 + extra, sig, smem=smem)
-        passes = [p for p, _ in pads]  # the scratch buffers live as long as `pads`
-        if splits > 1:
-            count = shape.M * shape.N
-            passes.append(backend.launcher(kernel.sibling("scale_c"), (backend.device.stride_blocks(count), 1, 1),
-                                           (256, 1, 1), (pc, np.int64(count), np.float32(beta)), "Pqf"))
-        if not passes:
-            return main
-        passes.append(main)
-        return lambda: [p() for p in passes]
+        return lambda: (keep, main())[1]
 
     return launch_for, path
 
 
+def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
+    """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
+    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes):
+    - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
+    - B by cp.async (K % 4 != 0) and a 128-column grid that would leave half the SMs idle: BN = 64, twice
+      the tiles (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us);
+    - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
+    if params.get("BN") != 128:
+        return params, True, ""
+    by_copy = shape.K % PHASES != 0
+    if by_copy and shape.M <= 64:
+        return params, False, ""
+    tiles = -(-shape.M // params["BM"]) * -(-shape.N // 128)
+    if shape.N <= 64:
+        return dict(params, BN=64), True, "N <= 64"
+    if by_copy and 2 * tiles <= sms:
+        return dict(params, BN=64), True, "B by cp.async, few tiles"
+    return params, True, ""
+
+
+def _tile_module(backend, v: Variant, params: dict[str, int]):
+    """The variant's module with other tile parameters, built (or taken from the cache) for this launch."""
+    from nnbench import paths
+    from nnbench.runtime.compile import CompileRequest, compile_cubin
+    return compile_cubin(CompileRequest.make(paths.KERNELS / v.source, params, v.target(backend.arch)))
+
+
+PHASES = 4  # A with a leading dimension not a multiple of 4 is mapped by 4 maps, one per k % 4
+PATH_PHASED_A, PATH_LD_A_SHIFT = 4, 4  # wgmma_mainloop.cuh's PATH_PHASED_A and PATH_LD_A's bits
+
+
+def operand_maps(ptr: int, rows: int, cols: int, box: tuple[int, int], swizzle: int,
+                 phases: bool = True) -> tuple[bytes, bool] | None:
+    """A column-major rows x cols operand's tensor maps, packed as the kernel's OperandMaps (PHASES maps),
+    and whether they are phase maps; None where the kernel must take its cp.async path.
+
+    One map where the leading dimension meets the maps' 16-byte stride rule. Otherwise, with `phases`,
+    phase map r covers columns r, r + 4, ...: its stride, 4 rows floats, is a multiple of 16 bytes; it
+    starts at the 16-byte aligned address at or below column r, lead_r = (r rows) % 4 floats before it,
+    so its element (i, j) is the operand's (i - lead_r, 4j + r); its box is a quarter of the operand's
+    along the columns."""
+    if tensormap.tiled_problem(ptr, (rows, cols), (4 * rows,), box, swizzle) is None:
+        return tensormap.encode_tiled(ptr, (rows, cols), (4 * rows,), box, swizzle) + \
+            bytes((PHASES - 1) * tensormap.MAP_BYTES), False
+    if not phases or cols < PHASES or box[1] % PHASES:
+        return None
+    maps = b""
+    for r in range(PHASES):
+        lead = r * rows % PHASES
+        args = (ptr + 4 * (r * rows - lead), (rows + lead, -(-(cols - r) // PHASES)), (4 * PHASES * rows,),
+                (box[0], box[1] // PHASES), swizzle)
+        if tensormap.tiled_problem(*args) is not None:
+            return None
+        maps += tensormap.encode_tiled(*args)
+    return maps, True
+
+
 def split_k(tiles: int, k_blocks: int, sms: int) -> int:
     """How many slices of K a split-K kernel takes: where its tiles fill less than half the SMs, as many
-    as fill them, each of at least 4 k-blocks (a slice pays the pipeline's fill and an atomic epilogue)."""
-    if 2 * tiles > sms or k_blocks < 8:
+    as fill them, each of at least 2 k-blocks, and no slice empty."""
+    if 2 * tiles > sms or k_blocks < 4:
         return 1
-    return max(1, min(sms // tiles, k_blocks // 4))
+    want = max(1, min(sms // tiles, k_blocks // 2))
+    per = -(-k_blocks // want)
+    return -(-k_blocks // per)
 
 
-def _pad_launch(backend, kernel, src: int, dst, rows: int, cols: int, ld: int):
-    """The launch that copies a rows x cols column-major operand to leading dimension `ld`."""
-    pad = kernel.sibling("pad_leading_dim")
-    return backend.launcher(pad, (backend.device.stride_blocks(rows * cols), 1, 1), (256, 1, 1),
-                            (src, backend.ptr(dst), np.int32(rows), np.int32(cols), np.int32(ld)), "PPiii")
-
-
-def copy_path(padded: list[str], by_copy: list[str]) -> str:
-    """How the operands reached shared memory, for the table: "TMA", with the operands that went
-    through a padded copy first, or that fell back to the kernel's cp.async path."""
+def copy_path(phased: list[str], by_copy: list[str]) -> str:
+    """How the operands reached shared memory, for the table: "TMA", with the operands whose leading
+    dimension took four phase maps, or that fell back to the kernel's cp.async path."""
     out = "TMA" if len(by_copy) < 2 else ""
-    if padded:
-        out += f", {'+'.join(padded)} via a padded copy (leading dim % 4 != 0)"
+    if phased:
+        out += f", {'+'.join(phased)} by 4 phase maps (leading dim % 4 != 0)"
     if by_copy:
         out = (out + ", " if out else "") + f"cp.async {'+'.join(by_copy)}"
     return out
