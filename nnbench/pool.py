@@ -1,0 +1,142 @@
+"""Workers for a sweep's jobs: one (the plain sweep), or one per GPU of the host (`--gpus`).
+
+One worker: each next job is sent before the parent writes the last record (the worker finds it
+waiting in its pipe), so appending, fsync'ing and drawing the progress bar never leave the GPU idle.
+Several workers: one thread per worker takes jobs from a shared queue; every worker is pinned to its
+own GPU (`cuda:N`: its context lives on that device only) and loads the kernels the parent compiled
+once into the host's cache. Records come back to the caller's thread in the order they finish,
+so one writer appends them all to one result file.
+
+A worker that dies or goes silent past the watchdog is killed; its job comes back as an ERROR
+record, and a fresh worker takes the next job (the same for every slot).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
+
+
+def failure(e: Exception) -> dict:
+    kind = "watchdog" if isinstance(e, WorkerHung) else "worker died"
+    return {"status": "ERROR", "error": f"{kind}: {e}"}
+
+
+class WorkerPool:
+    def __init__(self, make: Callable[[int], Worker], size: int, watchdog_s: float,
+                 first: Worker | None = None, on_restart: Callable[[int], None] | None = None,
+                 on_progress: Callable[[str], None] | None = None) -> None:
+        self.make, self.size, self.watchdog_s = make, size, watchdog_s
+        self.workers: list[Worker | None] = [first] + [None] * (size - 1)
+        self.started = [first is not None] + [False] * (size - 1)
+        self.on_restart = on_restart or (lambda pid: None)
+        self.on_progress = on_progress
+        self.restarts = 0
+
+    def _worker(self, slot: int) -> Worker:
+        w = self.workers[slot]
+        if w is None:
+            w = self.workers[slot] = self.make(slot)
+            if self.started[slot]:  # a replacement, not the slot's first worker
+                self.restarts += 1
+                self.on_restart(w.pid)
+            self.started[slot] = True
+        return w
+
+    def _drop(self, slot: int, rec: dict | None = None, failed: bool = False) -> None:
+        w = self.workers[slot]
+        if w is not None and (failed or (rec is not None and rec.get("fault"))):
+            w.kill() if failed else w.close()  # a fault leaves the context poisoned: the worker exits
+            self.workers[slot] = None
+
+    def run(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+        """Each job's record (None: the vendor's library is absent), as jobs finish."""
+        if not jobs:
+            return iter(())
+        return self._serial(jobs) if self.size == 1 else self._parallel(jobs)
+
+    def _serial(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+        todo = deque(jobs)
+        inflight: tuple[Job, int] | None = None
+        while todo or inflight:
+            if inflight is None:
+                job = todo.popleft()
+                try:
+                    inflight = (job, self._worker(0).submit("run", job))
+                except WorkerDied as e:
+                    self._drop(0, failed=True)
+                    yield job, failure(e)
+                    continue
+            job, job_id = inflight
+            inflight = None
+            try:
+                rec = self.workers[0].wait(job_id, self.watchdog_s, self.on_progress)
+            except (WorkerDied, WorkerHung) as e:
+                self._drop(0, failed=True)
+                yield job, failure(e)
+                continue
+            self._drop(0, rec)
+            if todo and self.workers[0] is not None:  # the next job goes out before this record is written
+                nxt = todo.popleft()
+                try:
+                    inflight = (nxt, self.workers[0].submit("run", nxt))
+                except WorkerDied:
+                    self._drop(0, failed=True)
+                    todo.appendleft(nxt)  # not its fault: it runs on a fresh worker
+            yield job, rec
+
+    def _parallel(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+        todo: queue.Queue = queue.Queue()
+        for j in jobs:
+            todo.put(j)
+        done: queue.Queue = queue.Queue()
+
+        def slot(i: int) -> None:
+            while True:
+                try:
+                    job = todo.get_nowait()
+                except queue.Empty:
+                    break
+                try:
+                    rec = self._worker(i).run("run", job, self.watchdog_s)
+                    self._drop(i, rec)
+                except (WorkerDied, WorkerHung) as e:
+                    self._drop(i, failed=True)
+                    rec = failure(e)
+                except BaseException as e:  # a worker that cannot start: the job fails, the slot stops
+                    rec = {"status": "ERROR", "error": f"worker: {e}"}
+                    done.put((job, rec))
+                    break
+                done.put((job, rec))
+            done.put(None)
+
+        threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(self.size)]
+        for t in threads:
+            t.start()
+        finished = 0
+        while finished < len(threads):
+            item = done.get()
+            if item is None:
+                finished += 1
+            else:
+                yield item
+        for t in threads:
+            t.join()
+        while not todo.empty():  # every slot's worker failed to start: what is left fails too
+            yield todo.get_nowait(), {"status": "ERROR", "error": "worker: no worker could start"}
+
+    def close(self) -> None:
+        for i, w in enumerate(self.workers):
+            if w is not None:
+                w.close()
+                self.workers[i] = None
+
+    def kill(self) -> None:
+        for i, w in enumerate(self.workers):
+            if w is not None:
+                w.kill()
+                self.workers[i] = None
