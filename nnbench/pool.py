@@ -37,6 +37,23 @@ class WorkerPool:
         self.on_progress = on_progress
         self.restarts = 0
 
+    def start(self) -> threading.Thread:
+        """Start every slot's first worker at once, on a thread (while the parent compiles); join it
+        before the first job. A worker that cannot start is left for its slot's first job to retry."""
+        def go(slot: int) -> None:
+            try:
+                self._worker(slot)
+            except Exception:  # noqa: BLE001 - reported when the slot's job tries again
+                pass
+
+        threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(self.size)
+                   if self.workers[i] is None]
+        for t in threads:
+            t.start()
+        joiner = threading.Thread(target=lambda: [t.join() for t in threads], daemon=True)
+        joiner.start()
+        return joiner
+
     def _worker(self, slot: int) -> Worker:
         w = self.workers[slot]
         if w is None:
@@ -95,23 +112,47 @@ class WorkerPool:
             todo.put(j)
         done: queue.Queue = queue.Queue()
 
+        def take():
+            try:
+                return todo.get_nowait()
+            except queue.Empty:
+                return None
+
+        def send(i: int, job: Job) -> tuple[Job, int | None, dict | None]:
+            """(job, its id, None) once sent, or (job, None, the ERROR record) where no worker took it."""
+            try:
+                return job, self._worker(i).submit("run", job), None
+            except WorkerDied as e:
+                self._drop(i, failed=True)
+                return job, None, failure(e)
+            except Exception as e:  # noqa: BLE001 - a worker that cannot start: the job fails, the slot stops
+                return job, None, {"status": "ERROR", "error": f"worker: {e}"}
+
         def slot(i: int) -> None:
-            while True:
+            # Like the single worker: the slot's next job waits in its worker's pipe while this one runs.
+            job = take()
+            inflight = send(i, job) if job is not None else None
+            while inflight is not None:
+                job, job_id, rec = inflight
+                if job_id is None:
+                    done.put((job, rec))
+                    if rec["error"].startswith("worker:"):
+                        break
+                    job = take()
+                    inflight = send(i, job) if job is not None else None
+                    continue
+                nxt = take()
+                queued = send(i, nxt) if nxt is not None else None
                 try:
-                    job = todo.get_nowait()
-                except queue.Empty:
-                    break
-                try:
-                    rec = self._worker(i).run("run", job, self.watchdog_s)
+                    rec = self.workers[i].wait(job_id, self.watchdog_s)
                     self._drop(i, rec)
                 except (WorkerDied, WorkerHung) as e:
                     self._drop(i, failed=True)
                     rec = failure(e)
-                except BaseException as e:  # a worker that cannot start: the job fails, the slot stops
-                    rec = {"status": "ERROR", "error": f"worker: {e}"}
-                    done.put((job, rec))
-                    break
+                if queued is not None and queued[1] is not None and self.workers[i] is None:
+                    queued = send(i, queued[0])  # it was in the pipe of the worker that is gone: not its fault
                 done.put((job, rec))
+                inflight = queued
             done.put(None)
 
         threads = [threading.Thread(target=slot, args=(i,), daemon=True) for i in range(self.size)]

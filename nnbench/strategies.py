@@ -46,6 +46,8 @@ class Search:
     """One shape's search. `candidates` are opaque (the sweep's Cases); `coords(c)` gives a
     candidate's (group, {axis: value}) for model-based strategies."""
 
+    adaptive = False  # whether a proposal depends on earlier results (else the sweep asks for all at once)
+
     def __init__(self, candidates: list, seed: int) -> None:
         self.candidates = list(candidates)
         self.seed = seed
@@ -98,6 +100,8 @@ class RandomSearch(Search):
 
 class TpeSearch(Search):
     """optuna's TPE through its ask-and-tell interface; see the module doc for the projection."""
+
+    adaptive = True
 
     def __init__(self, candidates: list, seed: int, coords) -> None:
         super().__init__(candidates, seed)

@@ -343,6 +343,13 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                         skip[id(j)] = why[0]
             return stats
 
+        def restarted(pid: int) -> None:
+            emit("worker", pid=pid, restart=True)
+
+        if not load_only:
+            pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
+                              on_progress=lambda what: emit("phase", what=what))
+            starting = pool.start()  # the other GPUs' workers start while this process compiles
         if not searching or load_only:
             outcome.compile = compile_cases(todo)
         emit("compiled", stats=outcome.compile)
@@ -352,23 +359,21 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
             outcome.compile.load_s = reply["load_s"]
             return outcome
-
-        def restarted(pid: int) -> None:
-            emit("worker", pid=pid, restart=True)
-
-        pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
-                          on_progress=lambda what: emit("phase", what=what))
+        starting.join()
         worker = None  # the pool owns it now
 
         def run(batch: list[Job]) -> Iterator[tuple[Job, dict]]:
             """Records for a batch, SKIP rows included. One worker: in the plan's order. Several: the
             vendor rows and the baseline first, so every case of the shape can be compared."""
             if slots > 1:
-                firsts = [j for j in batch if j.kind == "vendor" or j.case == spec.baseline]
-                segments = [[j for j in batch if id(j) in skip], firsts,
-                            [j for j in batch if id(j) not in skip and j not in firsts]]
+                # The vendor rows and the baseline go first; a case that finishes before its shape's
+                # have been written waits in memory for them (at most one case's length), so its row
+                # can carry % of the vendor and the speedup like any other.
+                firsts = [j for j in batch if id(j) not in skip and (j.kind == "vendor" or j.case == spec.baseline)]
+                segments = [[j for j in batch if id(j) in skip],
+                            firsts + [j for j in batch if id(j) not in skip and j not in firsts]]
             else:  # runs of jobs the worker takes back to back, cut at each SKIP row
-                segments, cur = [], []
+                firsts, segments, cur = [], [], []
                 for j in batch:
                     if id(j) in skip:
                         segments += [cur, [j]]
@@ -376,6 +381,10 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                     else:
                         cur.append(j)
                 segments.append(cur)
+            awaited = {}  # shape -> its vendor rows and baseline not yet written
+            for j in firsts:
+                awaited.setdefault(j.shape, set()).add((j.kind, j.case))
+            held: list[tuple[Job, dict]] = []
             for seg in segments:
                 if seg and id(seg[0]) in skip:
                     for j in seg:
@@ -384,14 +393,27 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                     continue
                 ready = [Job(j.kind, j.shape, j.case, compiled.get(j.case), j.next_shape) for j in seg]
                 for j, rec in pool.run(ready):
-                    if rec is None:  # the vendor's library is not available here
-                        emit("record", rec=None)
+                    waiting = awaited.get(j.shape)
+                    if waiting and (j.kind, j.case) not in waiting:
+                        held.append((j, rec))
                         continue
-                    rec = comparisons.derive(dict(_base_record(spec, j, env), **rec))
-                    outcome.jobs += 1
-                    outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
-                    outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
-                    yield j, record(rec)
+                    yield from finish(j, rec)
+                    if waiting:
+                        waiting.discard((j.kind, j.case))
+                        if not waiting:
+                            for hj, hrec in [h for h in held if h[0].shape == j.shape]:
+                                yield from finish(hj, hrec)
+                            held[:] = [h for h in held if h[0].shape != j.shape]
+
+        def finish(j: Job, rec: dict | None) -> Iterator[tuple[Job, dict]]:
+            if rec is None:  # the vendor's library is not available here
+                emit("record", rec=None)
+                return
+            rec = comparisons.derive(dict(_base_record(spec, j, env), **rec))
+            outcome.jobs += 1
+            outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
+            outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
+            yield j, record(rec)
 
         def record(rec: dict) -> dict:
             rec.pop("fault", None)
@@ -441,7 +463,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             pool.close()
 
 
-SEARCH_BATCH = 4  # proposals compiled together, then run; at least one per worker
+SEARCH_BATCH = 4  # a learning strategy's proposals per round, compiled together, then run
 
 
 def _search_size(spec: SweepSpec, all_jobs: list[Job], skip: dict, shape) -> int:
@@ -489,14 +511,18 @@ def _search(spec: SweepSpec, shape_index: int, jobs: list[Job], skip: dict, done
     for _ in run(vendor):
         pass
     base = next((i for i, j in enumerate(cands) if j.case == spec.baseline), None)
+    lead = []  # the baseline, first in the first batch, so every later row carries its speedup
     if base is not None and base not in search.results and not out_of_budget():
-        search.pending.add(base)  # the baseline first, so every later row carries its speedup
-        evaluate([base])
-    while not out_of_budget():
-        n = max(SEARCH_BATCH, slots)
+        search.pending.add(base)
+        lead = [base]
+    while not out_of_budget() or lead:
+        # A strategy that does not learn proposes everything at once (one compile, no pauses between
+        # batches); one that learns proposes a batch per round, at least one case per worker.
+        n = max(SEARCH_BATCH, slots) if search.adaptive or budget.seconds else len(cands)
         if budget.cases:
             n = min(n, budget.cases - search.evaluated - len(search.pending))
-        batch = search.ask(n)
+        batch = lead + (search.ask(n) if n > 0 else [])
+        lead = []
         if not batch:
             break
         evaluate(batch)
