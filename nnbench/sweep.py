@@ -72,6 +72,7 @@ class Outcome:
     run_s: float = 0.0  # the jobs alone, compilation excluded
     gpu_s: float = 0.0
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
+    first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
     compile: CompileStats = field(default_factory=CompileStats)
     searches: list[dict] = field(default_factory=list)  # per shape, under a strategy: what it found
     summary: Summary | None = None
@@ -409,6 +410,8 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             if rec is None:  # the vendor's library is not available here
                 emit("record", rec=None)
                 return
+            if outcome.first_record_s is None:
+                outcome.first_record_s = time.perf_counter() - t_run
             rec = comparisons.derive(dict(_base_record(spec, j, env), **rec))
             outcome.jobs += 1
             outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3

@@ -49,8 +49,9 @@ def main() -> None:
               and any(c.variant.name == v and c.param_label == p for c in spec.cases)]
         best[s.label], timed[s.label] = min(ms), len(ms)
     cases = min(int(args.fraction * n) for n in timed.values())
-    print(f"{args.config} replayed from {args.replay}: per shape {', '.join(f'{k} {v} timed' for k, v in timed.items())}"
-          f"; budget {cases} cases per shape ({args.fraction:.0%})")
+    per_shape = ", ".join(f"{k} {v} timed" for k, v in timed.items())
+    print(f"{args.config} replayed from {args.replay}: per shape {per_shape}; budget {cases} cases per shape "
+          f"({args.fraction:.0%})")
     runs = []
     folder = Path(tempfile.mkdtemp(prefix="nnbench-replay-"))
     for name in args.strategies:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import sys
 import tempfile
@@ -57,7 +58,8 @@ def main() -> None:
         out = Path(args.out)
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps({"serial": serial, "sharded": sharded, "ratio_to_ideal": ratio,
-                                   "sleep_ms": args.sleep_ms, "host": platform.node(), "cpus": __import__("os").cpu_count(),
+                                   "sleep_ms": args.sleep_ms, "host": platform.node(),
+                                   "cpus": os.cpu_count(),
                                    "git_sha": results.git_sha(), "command": " ".join(sys.argv)}, indent=1) + "\n")
 
 
