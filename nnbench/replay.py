@@ -23,10 +23,10 @@ NEEDED = ("suite", "variant", "params", "shape", "status", "median_ms")
 RENAMED = {"pct_cublas": "pct_vendor"}  # the pre-contract schema's name
 
 
-def backend_name(path: Path, sleep_ms: float = 0.0) -> str:
-    """The worker's backend string: `replay:SLEEP_MS:PATH` (the sleep stands in for a kernel's time
-    in the sharding benchmark)."""
-    return f"replay:{sleep_ms:g}:{Path(path).resolve()}"
+def backend_name(path: Path, sleep_ms: float = 0.0, sleep_scale: float = 0.0) -> str:
+    """The worker's backend string: `replay:SLEEP_MS:SCALE:PATH`. Each case sleeps SLEEP_MS plus SCALE
+    times its recorded median, standing in for its kernel's time (the sharding benchmark, tests)."""
+    return f"replay:{sleep_ms:g}:{sleep_scale:g}:{Path(path).resolve()}"
 
 
 def load(path: Path, suite: str) -> dict[tuple[str, str, str], dict]:
@@ -71,9 +71,9 @@ def check_space(spec, rows: dict, path: Path) -> None:
 class ReplaySession:
     """The worker's session in replay mode: each job's row, as it was recorded."""
 
-    def __init__(self, path: Path, suite: str, sleep_ms: float, env_extra: dict) -> None:
+    def __init__(self, path: Path, suite: str, sleep_ms: float, env_extra: dict, sleep_scale: float = 0.0) -> None:
         self.rows = load(path, suite)
-        self.sleep_s = sleep_ms / 1e3
+        self.sleep_s, self.sleep_scale = sleep_ms / 1e3, sleep_scale
         first = next(iter(self.rows.values()))
         self.env = {k: first.get(k) for k in results.ENVIRONMENT}
         self.env.update(env_extra, gpu=f"replay of {first.get('gpu') or 'unknown'}")
@@ -84,8 +84,8 @@ class ReplaySession:
 
     @classmethod
     def from_backend(cls, name: str, suite: str, env_extra: dict) -> ReplaySession:
-        _, sleep_ms, path = name.split(":", 2)
-        return cls(Path(path), suite, float(sleep_ms), env_extra)
+        _, sleep_ms, scale, path = name.split(":", 3)
+        return cls(Path(path), suite, float(sleep_ms), env_extra, float(scale))
 
     def warm_up(self) -> None:
         pass
@@ -94,9 +94,9 @@ class ReplaySession:
         pass
 
     def _row(self, variant: str, params: str, shape) -> dict:
-        if self.sleep_s:
-            time.sleep(self.sleep_s)
         row = self.rows.get((variant, params, shape.label))
+        if self.sleep_s or self.sleep_scale:
+            time.sleep(self.sleep_s + self.sleep_scale * ((row or {}).get("median_ms") or 0.0) / 1e3)
         if row is None:
             return {"variant": variant, "params": params, "shape": shape.label, "status": "ERROR",
                     "error": "replay: this case is not in the replayed file"}

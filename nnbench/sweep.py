@@ -246,7 +246,7 @@ def _compile(work, cases, arch: str, jobs: int | None):
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
             jobs: int | None = None, load_only: bool = False, events: Events | None = None,
             append: bool = False, retry_errors: bool = False, gpus: list[int] | None = None,
-            replay: Path | None = None, replay_sleep_ms: float = 0.0) -> Outcome:
+            replay: Path | None = None, replay_sleep_ms: float = 0.0, replay_scale: float = 0.0) -> Outcome:
     """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
     With `append`, a later part of a config of several parts adds to the file the first part made.
     On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
@@ -261,7 +261,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
     if replay is not None:
         from nnbench import replay as replay_mod
         replay_mod.check_space(spec, replay_mod.load(Path(replay), spec.suite), Path(replay))
-        backend = replay_mod.backend_name(Path(replay), replay_sleep_ms)
+        backend = replay_mod.backend_name(Path(replay), replay_sleep_ms, replay_scale)
     slots = len(gpus) if gpus else 1
 
     def backend_of(slot: int) -> str:

@@ -116,10 +116,11 @@ def test_tpe_learns_on_a_smooth_space():
 
 
 def test_several_workers_write_each_case_once(tmp_path, spec):
-    """Three CPU workers answer from the file in parallel into one result file; the vendor rows and
-    the baseline run first at each shape, so every case still carries % of cuBLAS and its speedup."""
+    """Three CPU workers answer from the file in parallel into one result file, each case sleeping
+    its recorded time (the baseline, tiled TS=32, is the slowest: other cases finish before it);
+    every case still carries % of cuBLAS and its speedup."""
     run = replace(spec, strategy="random", budget=strategies.Budget(cases=30))
-    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, gpus=[0, 1, 2])
+    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, gpus=[0, 1, 2], replay_scale=20.0)
     got = [r for r in rows(tmp_path / "r.csv") if r["status"] != "SKIP"]
     assert len(got) == 62 and len({results.case_key_of(r) for r in got}) == 62
     assert all(r["pct_vendor"] and r["speedup"] for r in got if r["variant"] != "cublas")
