@@ -104,6 +104,8 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     if first is not None and hasattr(session, "prefetch"):  # built while cuBLAS loads and the parent compiles
         session.prefetch(first)
     session.warm_up()
+    if first is not None:  # its device buffers too, while the parent still compiles
+        session.prepare(first, None)
     while True:
         msg = conn.recv()
         if msg is None:
