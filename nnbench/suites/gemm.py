@@ -207,15 +207,9 @@ class GemmSession(Session):
         return self._bufs
 
     def warm_up(self) -> None:
-        """Load what the first case would otherwise wait for: cuBLAS, through CuPy, and its first
-        call (about 1 s on the H100: the library's first kernel load), on a small product."""
+        """Load what the first case would otherwise wait for (cuBLAS, through CuPy)."""
         if self.backend.name == "cuda":
-            if self.cublas.via:
-                n = 64
-                bufs = [self.backend.alloc(4 * n * n) for _ in range(3)]
-                shape = Shape(n, n, n)
-                self.cublas.launcher(shape, *(self.backend.ptr(b) for b in bufs), 1.0, 0.0)()
-                self.backend.synchronize()
+            _ = self.cublas.via
 
     def prepare(self, problem: Shape, following: Shape | None = None) -> None:
         self.buffers(problem)
