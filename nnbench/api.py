@@ -130,7 +130,7 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
 def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out: str | Path | None = None,
           fresh: bool = False, jobs: int | None = None, retry_errors: bool = False, load_only: bool = False,
           events: Callable[..., Callable] | None = None, finished: Callable[..., None] | None = None,
-          gpus: list[int] | None = None, replay: str | Path | None = None) -> SweepResult:
+          gpus: list[int] | None = None, replay: str | Path | None = None, mpi: bool = False) -> SweepResult:
     """Run a sweep config as `nnbench sweep` does: every part in a worker process under a watchdog,
     each record appended to the CSV (default: resume the newest results/<name>-<gpu>-*.csv), resumable;
     the parts of a config of several run into the first part's file. With load_only, compile and load
@@ -145,7 +145,8 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
         later = i > 0 and not load_only
         outcome = sweep_mod.execute(spec, name, outcomes[0].path if later else out, fresh and not later, jobs,
                                     load_only=load_only, events=events(spec) if events else None, append=later,
-                                    retry_errors=retry_errors, gpus=gpus, replay=Path(replay) if replay else None)
+                                    retry_errors=retry_errors, gpus=gpus, replay=Path(replay) if replay else None,
+                                    mpi=mpi)
         outcomes.append(outcome)
         if finished:
             finished(spec, outcome)

@@ -181,3 +181,95 @@ class WorkerPool:
             if w is not None:
                 w.kill()
                 self.workers[i] = None
+
+
+# -- beyond one host: MPI ranks through mpi4py.futures ---------------------------------------------
+class MpiPool:
+    """The same `run` over MPI: started as `mpiexec -n N python -m mpi4py.futures -m nnbench sweep
+    CONFIG --mpi` (or `srun`), rank 0 runs the sweep and every other rank is a worker host of
+    mpi4py.futures' MPIPoolExecutor. Each rank keeps one nnbench Worker process (the same watchdog
+    and replacement as on one host) pinned to its GPU on its node; a kernel whose cubin is not in that
+    node's cache is compiled there once (the cache is content-addressed and written atomically). A
+    job whose rank fails (the future raises) is sent again, once, to another rank."""
+
+    def __init__(self, init: tuple, watchdog_s: float, on_restart: Callable[[int], None] | None = None) -> None:
+        try:
+            from mpi4py.futures import MPIPoolExecutor
+        except ImportError:
+            from nnbench.errors import NnbenchError
+            raise NnbenchError("--mpi needs mpi4py: pip install -e '.[mpi]' over a system MPI (Open MPI, "
+                               "MPICH)") from None
+        import socket
+        self.executor = MPIPoolExecutor()
+        self.size = max(1, self.executor.num_workers)
+        self.init = (*init, socket.gethostname())
+        self.watchdog_s = watchdog_s
+        self.on_restart = on_restart or (lambda pid: None)
+        self.restarts = 0
+
+    def run(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+        from concurrent.futures import as_completed
+        futures = {self.executor.submit(remote_run, self.init, job, self.watchdog_s): (job, 0) for job in jobs}
+        while futures:
+            for fut in as_completed(list(futures)):
+                job, tries = futures.pop(fut)
+                try:
+                    rec, restarted = fut.result()
+                except Exception as e:  # noqa: BLE001 - the rank is gone or broken: the job goes elsewhere
+                    if tries == 0:
+                        futures[self.executor.submit(remote_run, self.init, job, self.watchdog_s)] = (job, 1)
+                        break
+                    rec, restarted = {"status": "ERROR", "error": f"MPI worker lost twice: {e}"}, 0
+                if restarted:
+                    self.restarts += 1
+                    self.on_restart(restarted)
+                yield job, rec
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=True)
+
+    kill = close
+
+
+_RANK: dict = {}  # an MPI rank's own Worker, kept between jobs
+
+
+def local_gpu(parent_host: str, count: int) -> int:
+    """This rank's GPU on its node: its local rank, less one on the node that also runs rank 0 (the
+    sweep's parent, which runs no job), modulo the node's GPUs."""
+    import os
+    import socket
+    local = next((int(os.environ[v]) for v in ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID",
+                                                "PMI_LOCAL_RANK") if os.environ.get(v, "").isdigit()), 0)
+    if socket.gethostname() == parent_host:
+        local -= 1
+    return max(0, local) % max(1, count)
+
+
+def remote_run(init: tuple, job: Job, watchdog_s: float) -> tuple[dict | None, int]:
+    """One job on this MPI rank (runs in the rank's process): (record, pid of a fresh worker or 0)."""
+    backend, suite, settings, rtol, seed, env_extra, parent_host = init
+    fresh = 0
+    if _RANK.get("worker") is None:
+        name = backend
+        if backend.partition(":")[0] in ("cuda", "auto"):
+            from nnbench.runtime import device_count
+            name = f"cuda:{local_gpu(parent_host, device_count())}"
+        _RANK["worker"] = Worker(name, suite, settings, rtol, seed, env_extra)
+        fresh = _RANK["worker"].pid if _RANK.get("started") else 0
+        _RANK["started"] = True
+    comp = job.compiled
+    if comp is not None and hasattr(comp, "cubin") and not comp.cubin.exists():  # another node's cache
+        from nnbench.runtime.compile import compile_cubin
+        job.compiled = compile_cubin(comp.request)
+    worker = _RANK["worker"]
+    try:
+        rec = worker.run("run", job, watchdog_s)
+        if rec is not None and rec.get("fault"):
+            worker.close()
+            _RANK["worker"] = None
+    except (WorkerDied, WorkerHung) as e:
+        worker.kill()
+        _RANK["worker"] = None
+        rec = failure(e)
+    return rec, fresh

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import resource
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from nnbench import paths, results, safeio, strategies
 from nnbench.config import SweepSpec
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
-from nnbench.pool import WorkerPool
+from nnbench.pool import MpiPool, WorkerPool
 from nnbench.runtime.device import for_arch
 from nnbench.worker import Job, Worker
 
@@ -246,12 +247,14 @@ def _compile(work, cases, arch: str, jobs: int | None):
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
             jobs: int | None = None, load_only: bool = False, events: Events | None = None,
             append: bool = False, retry_errors: bool = False, gpus: list[int] | None = None,
-            replay: Path | None = None, replay_sleep_ms: float = 0.0, replay_scale: float = 0.0) -> Outcome:
+            replay: Path | None = None, replay_sleep_ms: float = 0.0, replay_scale: float = 0.0,
+            mpi: bool = False) -> Outcome:
     """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
     With `append`, a later part of a config of several parts adds to the file the first part made.
     On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
     `Outcome.failed` counts every case of the file (of this part's suite) whose last row failed, not
-    only this run's. `gpus`: one worker per listed GPU (nnbench/pool.py). `replay`: a finished
+    only this run's. `gpus`: one worker per listed GPU (nnbench/pool.py); `mpi`: one per MPI rank
+    (this process is rank 0 under `python -m mpi4py.futures`). `replay`: a finished
     result file answers every case (nnbench/replay.py); nothing is compiled and no GPU is used."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
@@ -275,7 +278,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         return Worker(backend_of(slot), spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name},
                       first=prefetch, share=slots)
 
-    worker = make_worker(0, first)
+    worker = make_worker(0, None if mpi else first)  # under MPI it only says what the device is
     emit("worker", pid=worker.pid, restart=False)
     sink = None
     pool = None
@@ -347,7 +350,15 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         def restarted(pid: int) -> None:
             emit("worker", pid=pid, restart=True)
 
-        if not load_only:
+        if mpi and not load_only:
+            worker.close()  # the ranks run every job; this GPU is theirs
+            worker = None
+            pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
+                           spec.watchdog_s, on_restart=restarted)
+            slots = pool.size
+            starting = threading.Thread(target=lambda: None)
+            starting.start()
+        elif not load_only:
             pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
                               on_progress=lambda what: emit("phase", what=what))
             starting = pool.start()  # the other GPUs' workers start while this process compiles

@@ -162,3 +162,30 @@ def test_replay_from_the_command_line(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "tpe (10 cases per shape) at 4096×4096×4096: evaluated 10 of 218 candidates" in res.stdout, res.stdout
     assert "replayed from" in res.stdout and "no kernel ran" in res.stdout
+
+
+def _mpi_ready() -> bool:
+    import shutil
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("mpirun") is not None
+
+
+@pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
+def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
+    """Rank 0 runs the sweep, ranks 1 and 2 (two local processes, as in CI) run its cases through
+    mpi4py.futures, each with its own worker: every case once, every case compared."""
+    import os
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(CONFIG.read_text() + "strategy: random\nbudget: {cases: 15}\n")
+    out = tmp_path / "r.csv"
+    cmd = ["mpirun", "-np", "3", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    res = subprocess.run([*cmd, sys.executable, "-m", "mpi4py.futures", "-m", "nnbench", "sweep", str(cfg), "--mpi",
+                          "--replay", str(H100), "--out", str(out)], capture_output=True, text=True, cwd=paths.ROOT,
+                         timeout=300)
+    assert res.returncode == 0, res.stdout + res.stderr
+    got = [r for r in rows(out) if r["status"] != "SKIP"]
+    assert len(got) == 32 and len({results.case_key_of(r) for r in got}) == 32
+    assert all(r["speedup"] and r["pct_vendor"] for r in got if r["variant"] != "cublas")

@@ -75,7 +75,7 @@ def _compile_line(st) -> str:
 
 
 def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True,
-              retry_errors: bool = False, gpus: list[int] | None = None, replay=None):
+              retry_errors: bool = False, gpus: list[int] | None = None, replay=None, mpi: bool = False):
     """Run each part of a config in turn into one result file; return the outcomes, in order."""
     from nnbench import api
     views: list[_SweepView] = []
@@ -94,7 +94,7 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
     try:
         return api.run_sweep(specs, backend=backend, device=app.DEVICE[0], out=out_path, fresh=fresh, jobs=jobs,
                          load_only=load_only, retry_errors=retry_errors, events=events, finished=finished,
-                         gpus=gpus, replay=replay).outcomes
+                         gpus=gpus, replay=replay, mpi=mpi).outcomes
     finally:
         for view in views:
             view.stop()
@@ -117,12 +117,15 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
 @click.option("--gpus", "gpus_opt", metavar="all|N",
               help="One worker per GPU of this host (the first N, or all), each pinned to its GPU, into one result "
                    "file; kernels compile once. With --backend cpu: N CPU workers.")
+@click.option("--mpi", is_flag=True,
+              help="Run the cases on MPI ranks (every rank but 0, one worker each, pinned to a GPU of its node): "
+                   "start as `mpiexec -n N python -m mpi4py.futures -m nnbench sweep CONFIG --mpi`, or with srun.")
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
               help="Answer every case from this finished result CSV instead of a GPU (simulation mode): runs the "
                    "config's strategy with no GPU.")
 @backend_option
 def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, gpus_opt,
-          replay_path, backend) -> None:
+          mpi, replay_path, backend) -> None:
     """Sweep a YAML config: every point of its axes, at every shape; resumable.
 
     \b
@@ -168,9 +171,11 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
     if replay_path and not Path(replay_path).is_file():
         raise NnbenchError(f"--replay {replay_path}: no such file")
+    if mpi and gpus_opt:
+        raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
     gpus = _gpus(gpus_opt, backend) if gpus_opt else None
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, gpus=gpus,
-                         replay=replay_path)
+                         replay=replay_path, mpi=mpi)
     if any(o.failed for o in outcomes):
         sys.exit(1)
 
