@@ -189,3 +189,13 @@ def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
     got = [r for r in rows(out) if r["status"] != "SKIP"]
     assert len(got) == 32 and len({results.case_key_of(r) for r in got}) == 32
     assert all(r["speedup"] and r["pct_vendor"] for r in got if r["variant"] != "cublas")
+
+
+def test_a_seconds_budget_stops_the_search(tmp_path, spec):
+    """budget: {seconds: 0.3} with cases that take 50 ms each: the search stops after its round that
+    crosses 0.3 s (rounds of 4 for TPE), far short of the 218 candidates."""
+    run = replace(spec, strategy="tpe", budget=strategies.Budget(seconds=0.3), vendor=False,
+                  shapes=spec.shapes[:1])
+    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, replay_sleep_ms=50)
+    n = outcome.searches[0]["evaluated"]
+    assert 6 <= n <= 13, n
