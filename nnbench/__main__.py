@@ -1,3 +1,4 @@
 from nnbench.cli import main
 
-main()
+if __name__ == "__main__":  # not when imported as __mp_main__ by an mpi4py.futures worker rank
+    main()

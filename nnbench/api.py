@@ -130,13 +130,15 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
 def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out: str | Path | None = None,
           fresh: bool = False, jobs: int | None = None, retry_errors: bool = False, load_only: bool = False,
           events: Callable[..., Callable] | None = None, finished: Callable[..., None] | None = None,
-          json: str | Path | None = None) -> SweepResult:
+          json: str | Path | None = None, gpus: list[int] | None = None, replay: str | Path | None = None,
+          mpi: bool = False) -> SweepResult:
     """Run a sweep config as `nnbench sweep` does: every part in a worker process under a watchdog,
     each record appended to the CSV (default: resume the newest results/<name>-<gpu>-*.csv), resumable;
     the parts of a config of several run into the first part's file. With load_only, compile and load
     the kernels and stop. `events(spec)` may return a callback for a part's progress events (the
     CLI's progress bar); `finished(spec, outcome)` is called after each part. With `json`, the records
-    and their raw samples also go to that JSON Lines file (docs/JSON.md)."""
+    and their raw samples also go to that JSON Lines file (docs/JSON.md). `gpus`: one worker per listed
+    GPU, into one result file; `replay`: answer every case from a finished result file (no GPU)."""
     from nnbench import sweep as sweep_mod
     specs = config if isinstance(config, list) else load(config)
     name = f"{backend}:{device}" if device and backend != "cpu" else backend
@@ -145,7 +147,8 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
         later = i > 0 and not load_only
         outcome = sweep_mod.execute(spec, name, outcomes[0].path if later else out, fresh and not later, jobs,
                                     load_only=load_only, events=events(spec) if events else None, append=later,
-                                    retry_errors=retry_errors, json_out=Path(json) if json else None)
+                                    retry_errors=retry_errors, json_out=Path(json) if json else None, gpus=gpus,
+                                    replay=Path(replay) if replay else None, mpi=mpi)
         outcomes.append(outcome)
         if finished:
             finished(spec, outcome)

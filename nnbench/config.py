@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from nnbench import expr, measure, nets, paths, registry, space
+from nnbench import expr, measure, nets, paths, registry, space, strategies
 from nnbench.errors import NnbenchError
 from nnbench.suites import WORKLOADS
 from nnbench.suites import workload as find_workload
@@ -75,7 +75,8 @@ def _mnk(path: Path, node, what: str) -> Shape:
 
 
 # -- sweeps ---------------------------------------------------------------------------------------
-SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants"]
+SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants",
+              "strategy", "budget"]
 PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
 SWEEP_SUITES = list(WORKLOADS)
 TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog", "keep_throttled"]
@@ -109,6 +110,8 @@ class SweepSpec:
     counts: list[VariantCount]
     description: str = ""
     part: int = 0  # its place in a config of several parts (0: the only one)
+    strategy: str = "brute_force"  # nnbench/strategies.py: which cases of each shape run, in what order
+    budget: strategies.Budget = strategies.Budget()  # per shape; none: every candidate
 
     @property
     def workload(self):
@@ -197,8 +200,29 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
     vkey = "vendor" if "vendor" in top else "cublas"  # vendor rows (cuBLAS, cuDNN, PyTorch): on by default
     vendor = boolean(path, top[vkey][1], vkey) if vkey in top else True
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
+    strategy, budget = search_settings(path, top)
     return SweepSpec(name, suite, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts, desc,
-                     part)
+                     part, strategy, budget)
+
+
+def search_settings(path: Path, top: dict) -> tuple[str, strategies.Budget]:
+    """`strategy: NAME` and `budget: {cases: N}` or `{seconds: S}` (per shape; both: whichever ends first).
+    A sampling strategy without a budget would evaluate every candidate, so it is refused."""
+    strategy = string(path, top["strategy"][1], "strategy", list(strategies.STRATEGIES)) if "strategy" in top \
+        else "brute_force"
+    budget = strategies.Budget()
+    if "budget" in top:
+        node = top["budget"][1]
+        keys = mapping(path, node, "budget", list(strategies.BUDGET_KEYS))
+        if not keys:
+            raise fail(path, node, "budget: give cases: N (evaluations per shape) or seconds: S (per shape)")
+        budget = strategies.Budget(
+            cases=integer(path, keys["cases"][1], "budget.cases", minimum=1) if "cases" in keys else None,
+            seconds=number(path, keys["seconds"][1], "budget.seconds", positive=True) if "seconds" in keys else None)
+    elif strategy != "brute_force":
+        raise fail(path, top["strategy"][1], f"strategy: {strategy} needs a budget; add budget: {{cases: N}} or "
+                                             "budget: {seconds: S} (per shape)")
+    return strategy, budget
 
 
 def timing_settings(path: Path, top: dict, default_rtol: float | None) -> tuple[measure.TimingSettings, float, float]:

@@ -19,17 +19,19 @@ from __future__ import annotations
 import csv
 import os
 import resource
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nnbench import paths, results, safeio
+from nnbench import paths, results, safeio, strategies
 from nnbench.config import SweepSpec
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
+from nnbench.pool import MpiPool, WorkerPool
 from nnbench.runtime.device import for_arch
-from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
+from nnbench.worker import Job, Worker
 
 Events = Callable[..., None]
 
@@ -61,6 +63,7 @@ class CompileStats:
 class Outcome:
     path: Path
     backend: str = "cuda"
+    replayed: Path | None = None  # answered from this result file: no kernel ran
     resumed: int = 0  # cases already in the file
     jobs: int = 0  # jobs run now
     skipped: int = 0
@@ -69,7 +72,10 @@ class Outcome:
     wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
     run_s: float = 0.0  # the jobs alone, compilation excluded
     gpu_s: float = 0.0
+    worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
+    first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
     compile: CompileStats = field(default_factory=CompileStats)
+    searches: list[dict] = field(default_factory=list)  # per shape, under a strategy: what it found
     summary: Summary | None = None
 
     @property
@@ -240,56 +246,83 @@ def _compile(work, cases, arch: str, jobs: int | None):
 
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
             jobs: int | None = None, load_only: bool = False, events: Events | None = None,
-            append: bool = False, retry_errors: bool = False, json_out: Path | None = None) -> Outcome:
+            append: bool = False, retry_errors: bool = False, json_out: Path | None = None,
+            gpus: list[int] | None = None, replay: Path | None = None, replay_sleep_ms: float = 0.0,
+            replay_scale: float = 0.0, mpi: bool = False) -> Outcome:
     """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
     With `append`, a later part of a config of several parts adds to the file the first part made.
     On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
     `Outcome.failed` counts every case of the file (of this part's suite) whose last row failed, not
-    only this run's."""
+    only this run's. `gpus`: one worker per listed GPU (nnbench/pool.py); `mpi`: one per MPI rank
+    (this process is rank 0 under `python -m mpi4py.futures`). `replay`: a finished
+    result file answers every case (nnbench/replay.py); nothing is compiled and no GPU is used."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
     settings = spec.settings
-    worker = Worker(backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name})
+    if (why := strategies.available(spec.strategy)) is not None:
+        raise NnbenchError(f"{spec.path}: {why}")
+    if replay is not None:
+        from nnbench import replay as replay_mod
+        replay_mod.check_space(spec, replay_mod.load(Path(replay), spec.suite), Path(replay))
+        backend = replay_mod.backend_name(Path(replay), replay_sleep_ms, replay_scale)
+    slots = len(gpus) if gpus else 1
+
+    def backend_of(slot: int) -> str:
+        if gpus and not backend.startswith(("replay:", "cpu")):
+            return f"{backend.partition(':')[0]}:{gpus[slot]}"
+        return backend
+
+    first = min(spec.shapes, key=lambda s: s.flops)
+
+    def make_worker(slot: int, prefetch=None) -> Worker:
+        return Worker(backend_of(slot), spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name},
+                      first=prefetch, share=slots)
+
+    worker = make_worker(0, None if mpi else first)  # under MPI it only says what the device is
     emit("worker", pid=worker.pid, restart=False)
     sink = None
+    pool = None
     try:
         info = worker.info
         env, device, arch = info["env"], info["device"], info["arch"]
-        on_gpu = env["backend"] == "cuda"
+        on_gpu = env["backend"] == "cuda" and replay is None  # replay compiles nothing
+        gpu_name = env["gpu"]
         if load_only:
-            path, resume = result_file(spec, env["gpu"], out, fresh)
+            path, resume = result_file(spec, gpu_name, out, fresh)
         elif append:
             sink, resume = results.CsvSink(Path(out), fields=results.FIELDS, mode=safeio.APPEND), True
             path = sink.path
         else:
-            sink, resume = open_result_file(spec, env["gpu"], out, fresh)
+            sink, resume = open_result_file(spec, gpu_name, out, fresh)
             path = sink.path
         if sink is not None and json_out is not None:
             # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
             from nnbench.rawresults import JsonSink
             sink = results.Sinks(sink, JsonSink(json_out, safeio.APPEND if resume else safeio.NEW))
-        outcome = Outcome(path, backend=env["backend"])
+        outcome = Outcome(path, backend=env["backend"], replayed=replay)
         summary = outcome.summary = Summary([s.label for s in spec.shapes])
         work = spec.workload
         comparisons = Comparisons(work, spec.baseline)
 
         last_status: dict[str, str] = {}  # every case of this suite in the file: the status of its last row
+        done_ms: dict[str, float | None] = {}  # a done case's median (None: failed), for a resumed search
         if resume and path.exists():
             for row in _done_rows(path):
                 if row.get("suite") != spec.suite:
                     continue
-                last_status[results.case_key_of(row)] = row["status"]
+                key = results.case_key_of(row)
+                last_status[key] = row["status"]
+                done_ms[key] = row.get("median_ms") if row["status"] == "PASS" else None
                 comparisons.remember(row)
                 summary.add(row)
         done = {k for k, st in last_status.items() if not (retry_errors and st == "ERROR")}
-        all_jobs = plan_jobs(spec, spec.vendor and on_gpu, env["backend"])
+        all_jobs = plan_jobs(spec, spec.vendor and env["backend"] == "cuda", env["backend"])
         todo = [j for j in all_jobs if job_key(spec, j) not in done]
-        link_shapes(todo)
         outcome.resumed = len(all_jobs) - len(todo)
 
         # Refuse, before compiling, what this backend or device cannot run.
         skip: dict[int, str] = {}
-        for j in todo:
+        for j in all_jobs:
             if j.kind != "case":
                 continue
             v = j.case.variant
@@ -299,18 +332,42 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 skip[id(j)] = why[0]
             elif why := work.refusal(j.case, j.shape):
                 skip[id(j)] = why
+        searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
         compiled: dict = {}
-        if on_gpu:
-            stats, compiled = _compile(work, {j.case: None for j in todo if j.kind == "case" and id(j) not in skip
-                                              and j.case.variant.source}, arch, jobs)
-            outcome.compile = stats
-            for j in todo:
+
+        def compile_cases(batch: list[Job]) -> CompileStats:
+            """Compile the batch's kernels in parallel; refuse (SKIP) what needs more registers than the device has."""
+            cases = {j.case: None for j in batch if j.kind == "case" and id(j) not in skip and j.case.variant.source}
+            if not on_gpu or not cases:
+                return CompileStats(arch=arch or "")
+            stats, got = _compile(work, cases, arch, jobs)
+            compiled.update(got)
+            for j in batch:
                 comp = compiled.get(j.case) if j.kind == "case" else None
                 if comp is not None and not isinstance(comp, CompileError):
                     regs = work.registers(j.case, comp)
                     why = j.case.variant.device_problems(j.case.param_dict, device, regs)
                     if why:
                         skip[id(j)] = why[0]
+            return stats
+
+        def restarted(pid: int) -> None:
+            emit("worker", pid=pid, restart=True)
+
+        if mpi and not load_only:
+            worker.close()  # the ranks run every job; this GPU is theirs
+            worker = None
+            pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
+                           spec.watchdog_s, on_restart=restarted)
+            slots = pool.size
+            starting = threading.Thread(target=lambda: None)
+            starting.start()
+        elif not load_only:
+            pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
+                              on_progress=lambda what: emit("phase", what=what))
+            starting = pool.start()  # the other GPUs' workers start while this process compiles
+        if not searching or load_only:
+            outcome.compile = compile_cases(todo)
         emit("compiled", stats=outcome.compile)
         if load_only:
             kernels = {(c.cubin, c.request): (c, case.variant.kernel) for case, c in compiled.items()
@@ -318,58 +375,186 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
             outcome.compile.load_s = reply["load_s"]
             return outcome
+        starting.join()
+        worker = None  # the pool owns it now
+
+        def run(batch: list[Job]) -> Iterator[tuple[Job, dict]]:
+            """Records for a batch, SKIP rows included. One worker: in the plan's order. Several: the
+            vendor rows and the baseline first, so every case of the shape can be compared."""
+            if slots > 1:
+                # The vendor rows and the baseline go first; a case that finishes before its shape's
+                # have been written waits in memory for them (at most one case's length), so its row
+                # can carry % of the vendor and the speedup like any other.
+                firsts = [j for j in batch if id(j) not in skip and (j.kind == "vendor" or j.case == spec.baseline)]
+                segments = [[j for j in batch if id(j) in skip],
+                            firsts + [j for j in batch if id(j) not in skip and j not in firsts]]
+            else:  # runs of jobs the worker takes back to back, cut at each SKIP row
+                firsts, segments, cur = [], [], []
+                for j in batch:
+                    if id(j) in skip:
+                        segments += [cur, [j]]
+                        cur = []
+                    else:
+                        cur.append(j)
+                segments.append(cur)
+            awaited = {}  # shape -> its vendor rows and baseline not yet written
+            for j in firsts:
+                awaited.setdefault(j.shape, set()).add((j.kind, j.case))
+            held: list[tuple[Job, dict]] = []
+            for seg in segments:
+                if seg and id(seg[0]) in skip:
+                    for j in seg:
+                        outcome.skipped += 1
+                        yield j, record(dict(_base_record(spec, j, env), status="SKIP", error=skip[id(j)]))
+                    continue
+                ready = [Job(j.kind, j.shape, j.case, compiled.get(j.case), j.next_shape) for j in seg]
+                for j, rec in pool.run(ready):
+                    waiting = awaited.get(j.shape)
+                    if waiting and (j.kind, j.case) not in waiting:
+                        held.append((j, rec))
+                        continue
+                    yield from finish(j, rec)
+                    if waiting:
+                        waiting.discard((j.kind, j.case))
+                        if not waiting:
+                            for hj, hrec in [h for h in held if h[0].shape == j.shape]:
+                                yield from finish(hj, hrec)
+                            held[:] = [h for h in held if h[0].shape != j.shape]
+
+        def finish(j: Job, rec: dict | None) -> Iterator[tuple[Job, dict]]:
+            if rec is None:  # the vendor's library is not available here
+                emit("record", rec=None)
+                return
+            if outcome.first_record_s is None:
+                outcome.first_record_s = time.perf_counter() - t_run
+            rec = comparisons.derive(dict(_base_record(spec, j, env), **rec))
+            outcome.jobs += 1
+            outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
+            outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
+            yield j, record(rec)
+
+        def record(rec: dict) -> dict:
+            rec.pop("fault", None)
+            last_status[results.case_key_of(rec)] = rec["status"]
+            sink.append(rec)
+            summary.add(rec)
+            emit("record", rec=rec)
+            return rec
 
         t_run = time.perf_counter()
         try:
-            emit("start", total=len(todo), resumed=outcome.resumed, path=path)
-            for j in todo:
-                base = _base_record(spec, j, env)
-                if id(j) in skip:
-                    rec = dict(base, status="SKIP", error=skip[id(j)])
-                    outcome.skipped += 1
-                else:
-                    if worker is None:
-                        worker = Worker(backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name})
-                        outcome.restarts += 1
-                        emit("worker", pid=worker.pid, restart=True)
-                    emit("job", label=f"{base['variant']} {base['params']} {base['shape']}")
-                    try:
-                        rec = worker.run("run", Job(j.kind, j.shape, j.case, compiled.get(j.case), j.next_shape),
-                                         spec.watchdog_s, on_progress=lambda what: emit("phase", what=what))
-                    except (WorkerDied, WorkerHung) as e:
-                        kind = "watchdog" if isinstance(e, WorkerHung) else "worker died"
-                        rec = dict(base, status="ERROR", error=f"{kind}: {e}")
-                        worker.kill()
-                        worker = None
-                    if rec is None:  # the vendor's library is not available here
-                        emit("record", rec=None)
-                        continue
-                    if rec.get("fault"):
-                        worker.close()
-                        worker = None
-                    rec = comparisons.derive(dict(base, **rec))
-                    outcome.jobs += 1
-                    outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
-                last_status[results.case_key_of(rec)] = rec["status"]
-                sink.append(rec)
-                summary.add(rec)
-                emit("record", rec=rec)
+            if not searching:
+                link_shapes(todo)
+                emit("start", total=len(todo), resumed=outcome.resumed, path=path)
+                for _ in run(todo):
+                    pass
+            else:
+                total = sum(_search_size(spec, all_jobs, skip, s) for s in spec.shapes)
+                emit("start", total=total, resumed=outcome.resumed, path=path)
+                for shape_index, shape in enumerate(sorted(spec.shapes, key=lambda s: s.flops)):
+                    found = _search(spec, shape_index, [j for j in all_jobs if j.shape == shape], skip, done,
+                                    done_ms, compile_cases, run, slots)
+                    outcome.searches.append(found)
+                    outcome.compile = _add_stats(outcome.compile, found.pop("compile"))
         finally:
             sink.close()
         outcome.failed = sum(st in results.FAILED for st in last_status.values())
+        outcome.restarts = pool.restarts
         outcome.run_s = time.perf_counter() - t_run
         outcome.wall_s = time.perf_counter() - t_start
         return outcome
     except KeyboardInterrupt:
-        if worker is not None:  # it ignores Ctrl-C, so it prints nothing; a case in flight is not waited for
-            worker.kill()
-            worker = None
+        # Workers ignore Ctrl-C, so they print nothing; a case in flight is not waited for.
+        for w in ([worker] if worker is not None else []):
+            w.kill()
+        worker = None
+        if pool is not None:
+            pool.kill()
+            pool = None
         raise
     finally:
         if sink is not None:
             sink.close()
         if worker is not None:
             worker.close()
+        if pool is not None:
+            pool.close()
+
+
+SEARCH_BATCH = 4  # a learning strategy's proposals per round, compiled together, then run
+
+
+def _search_size(spec: SweepSpec, all_jobs: list[Job], skip: dict, shape) -> int:
+    """The most jobs one shape's search can run: its vendor rows, and its candidates up to the budget."""
+    jobs = [j for j in all_jobs if j.shape == shape]
+    cands = sum(1 for j in jobs if j.kind == "case" and id(j) not in skip)
+    vendor = sum(1 for j in jobs if j.kind == "vendor")
+    return vendor + (min(cands, spec.budget.cases) if spec.budget.cases else cands)
+
+
+def _search(spec: SweepSpec, shape_index: int, jobs: list[Job], skip: dict, done: set, done_ms: dict,
+            compile_cases, run, slots: int) -> dict:
+    """One shape under the config's strategy and budget (nnbench/strategies.py): the vendor rows,
+    the baseline, then the strategy's proposals in batches, each batch compiled in parallel and
+    then run. Cases already in the file are told to the strategy first and count."""
+    stats = CompileStats()
+    vendor = [j for j in jobs if j.kind == "vendor" and job_key(spec, j) not in done]
+    cands = [j for j in jobs if j.kind == "case" and id(j) not in skip]
+    search = strategies.make(spec.strategy, [j.case for j in cands], spec.seed * 1000 + shape_index,
+                             coords=lambda c: (c.variant.name, c.param_dict))
+    for i, j in enumerate(cands):
+        key = job_key(spec, j)
+        if key in done:
+            search.tell(i, done_ms.get(key))
+    budget = spec.budget
+    t0 = time.perf_counter()
+    resumed = search.evaluated
+
+    def out_of_budget() -> bool:
+        return bool((budget.cases and search.evaluated + len(search.pending) >= budget.cases)
+                    or (budget.seconds and time.perf_counter() - t0 >= budget.seconds))
+
+    def evaluate(batch: list[int]) -> None:
+        nonlocal stats
+        stats = _add_stats(stats, compile_cases([cands[i] for i in batch]))
+        by_case = {cands[i].case: i for i in batch}
+        for i in batch:
+            if id(cands[i]) in skip:  # refused after compiling: told, never counted
+                search.forget(i)
+        for j, rec in run([cands[i] for i in batch]):
+            i = by_case[j.case]
+            if i in search.pending:
+                search.tell(i, rec.get("median_ms") if rec.get("status") == "PASS" else None)
+
+    for _ in run(vendor):
+        pass
+    base = next((i for i, j in enumerate(cands) if j.case == spec.baseline), None)
+    lead = []  # the baseline, first in the first batch, so every later row carries its speedup
+    if base is not None and base not in search.results and not out_of_budget():
+        search.pending.add(base)
+        lead = [base]
+    while not out_of_budget() or lead:
+        # A strategy that does not learn proposes everything at once (one compile, no pauses between
+        # batches); one that learns proposes a batch per round, at least one case per worker.
+        n = max(SEARCH_BATCH, slots) if search.adaptive or budget.seconds else len(cands)
+        if budget.cases:
+            n = min(n, budget.cases - search.evaluated - len(search.pending))
+        batch = lead + (search.ask(n) if n > 0 else [])
+        lead = []
+        if not batch:
+            break
+        evaluate(batch)
+    best = search.best()
+    return {"shape": jobs[0].shape.label if jobs else "", "candidates": len(cands), "evaluated": search.evaluated,
+            "resumed": resumed, "best_ms": best[1] if best else None,
+            "best": f"{cands[best[0]].case.variant.name} {cands[best[0]].case.param_label}" if best else None,
+            "compile": stats}
+
+
+def _add_stats(a: CompileStats, b: CompileStats) -> CompileStats:
+    return CompileStats(kernels=a.kernels + b.kernels, cached=a.cached + b.cached, compiled=a.compiled + b.compiled,
+                        failed=a.failed + b.failed, skipped=a.skipped + b.skipped, jobs=max(a.jobs, b.jobs),
+                        wall_s=a.wall_s + b.wall_s, nvcc_cpu_s=a.nvcc_cpu_s + b.nvcc_cpu_s, arch=a.arch or b.arch)
 
 
 HELLO_WATCHDOG_S = 600.0  # loading hundreds of modules is slow only on a cold driver

@@ -7,8 +7,16 @@ back progress and a record. If the worker goes silent past the watchdog, the par
 dies, the parent sees the pipe close. Either way the parent records the case as failed, starts a
 fresh worker, and goes on. Nothing already written to disk is touched.
 
-Protocol (parent -> worker): ("run", job_id, Job) | ("load", job_id, [(Compiled, kernel)]) | None (exit).
+Protocol (parent -> worker): first (backend, suite, settings, rtol, seed, env, first problem), whose
+inputs and reference the worker builds on a thread at once (while the parent compiles); then
+("run", job_id, Job) | ("load", job_id, [(Compiled, kernel)]) | None (exit).
 Worker -> parent: ("hello", info) once, then ("progress", job_id, what) and ("record", job_id, rec).
+The parent may send the next job before it has written the last record (`submit`, then `wait`): the
+job waits in the pipe, so the GPU never idles while the parent appends and fsyncs a row.
+
+A worker on the backend `replay:PATH` runs no kernel: it answers each job with the record of the
+same case in the finished result file PATH (nnbench/replay.py), so strategies and the sweep itself
+can be tested with no GPU.
 """
 
 from __future__ import annotations
@@ -69,22 +77,35 @@ class _Duplex:
         self.outbox.close()
 
 
-def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict) -> None:
+def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict,
+          first=None) -> None:
     """The worker's main loop (runs in the child process)."""
     from nnbench import results
     from nnbench.runtime import open_backend
     from nnbench.suites import session_for
 
     try:
-        backend, _ = open_backend(backend_name)
+        if backend_name.startswith("replay:"):
+            from nnbench import replay
+            session = replay.ReplaySession.from_backend(backend_name, suite, env_extra)
+            backend, env = None, session.env
+        else:
+            backend, _ = open_backend(backend_name)
+            env = dict(results.environment(backend), **env_extra)
     except NnbenchError as e:
         conn.send(("error", str(e)))
         return
-    env = dict(results.environment(backend), **env_extra)
-    conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
-                         "arch": getattr(backend, "arch", None)}))
-    session = session_for(suite, backend, settings, rtol, seed, env)
+    if backend is None:
+        conn.send(("hello", {"env": env, "device": session.device, "arch": session.arch}))
+    else:
+        conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
+                             "arch": getattr(backend, "arch", None)}))
+        session = session_for(suite, backend, settings, rtol, seed, env)
+    if first is not None and hasattr(session, "prefetch"):  # built while cuBLAS loads and the parent compiles
+        session.prefetch(first)
     session.warm_up()
+    if first is not None:  # its device buffers too, while the parent still compiles
+        session.prepare(first, None)
     while True:
         msg = conn.recv()
         if msg is None:
@@ -124,15 +145,18 @@ class WorkerHung(Exception):
 class Worker:
     """The parent's side: start, hand over one job, wait for its record under the watchdog."""
 
-    def __init__(self, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict) -> None:
+    def __init__(self, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict,
+                 first=None, share: int = 1) -> None:
+        """`first`: the problem to build at once; `share`: how many workers share this host's cores."""
         # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
         # undefined, and multiprocessing's spawn would re-import the caller's __main__ script.
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
                                                                         os.environ.get("PYTHONPATH")])))
-        # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores.
-        blas = str(max(1, (os.cpu_count() or 1) - 2))
+        # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores
+        # (of this worker's share of the host).
+        blas = str(max(1, (os.cpu_count() or 1) // max(1, share) - 2))
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, blas)
         self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.worker", str(p2c_r), str(c2p_w)],
@@ -140,7 +164,7 @@ class Worker:
         os.close(p2c_r)
         os.close(c2p_w)
         self.conn = _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
-        self.conn.send((backend_name, suite, settings, rtol, seed, env_extra))
+        self.conn.send((backend_name, suite, settings, rtol, seed, env_extra, first))
         self._next = 0
         try:
             kind, info = self._recv(HELLO_TIMEOUT_S)
@@ -186,12 +210,19 @@ class Worker:
 
     def run(self, kind: str, payload, watchdog_s: float, on_progress=None):
         """Send one job; return its reply. Raises WorkerHung (after killing the worker) or WorkerDied."""
+        return self.wait(self.submit(kind, payload), watchdog_s, on_progress)
+
+    def submit(self, kind: str, payload) -> int:
+        """Send one job without waiting: it queues in the pipe behind the one in flight."""
         self._next += 1
-        job_id = self._next
         try:
-            self.conn.send((kind, job_id, payload))
+            self.conn.send((kind, self._next, payload))
         except (BrokenPipeError, OSError):
             raise WorkerDied(self._death()) from None
+        return self._next
+
+    def wait(self, job_id: int, watchdog_s: float, on_progress=None):
+        """The reply to job `job_id`; the watchdog restarts with every message from the worker."""
         while True:
             try:
                 msg = self._recv(watchdog_s)

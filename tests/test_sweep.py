@@ -265,3 +265,54 @@ def test_memory_stays_flat_over_a_long_sweep(tmp_path):
     record_cost = tracemalloc.get_traced_memory()[0] / len(held)
     tracemalloc.stop()
     assert growth_per_row < 0.5 * record_cost, (growth_per_row, record_cost)
+
+
+def _worker_pids() -> list[int]:
+    """This process's nnbench worker children (from /proc)."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            with open(f"/proc/{d}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if ppid == os.getpid() and b"nnbench.worker" in cmd:
+            out.append(int(d))
+    return out
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc"), reason="finds the workers through /proc")
+def test_a_killed_worker_among_several_is_replaced(tmp_path):
+    """Two CPU workers (--gpus 2 on the CPU backend); SIGKILL one in the middle of a case: that case
+    is an ERROR naming the signal, a fresh worker takes the slot, and every case is in the file once."""
+    import threading
+    shapes = [(64 + i, 64, 64) for i in range(8)]
+    spec = cpu_spec(tmp_path, shapes, budget=0.4)
+    spec = replace(spec, settings=replace(spec.settings, max_noise=0.0))  # keep each case busy for its budget
+    out = tmp_path / "r.csv"
+    killed = []
+
+    def killer():
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if out.exists() and len(rows(out)) >= 6 and len(pids := _worker_pids()) == 2:
+                time.sleep(0.1)  # inside the next cases
+                os.kill(pids[0], signal.SIGKILL)
+                killed.append(pids[0])
+                return
+            time.sleep(0.02)
+
+    t = threading.Thread(target=killer, daemon=True)
+    t.start()
+    outcome = sweep.execute(spec, "cpu", out, gpus=[0, 1])
+    t.join()
+    got = rows(out)
+    assert killed and len(got) == 24 and len({results.case_key_of(r) for r in got}) == 24
+    errors = [r for r in got if r["status"] == "ERROR"]
+    assert len(errors) == 1 and "SIGKILL" in errors[0]["error"], errors
+    assert outcome.restarts == 1
+    assert sum(r["status"] == "PASS" for r in got) == 7 and all(r["speedup"] for r in got if r["status"] == "PASS")

@@ -75,7 +75,8 @@ def _compile_line(st) -> str:
 
 
 def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True,
-              retry_errors: bool = False, json_path=None):
+              retry_errors: bool = False, json_path=None, gpus: list[int] | None = None, replay=None,
+              mpi: bool = False):
     """Run each part of a config in turn into one result file; return the outcomes, in order."""
     from nnbench import api
     views: list[_SweepView] = []
@@ -94,7 +95,7 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
     try:
         return api.run_sweep(specs, backend=backend, device=app.DEVICE[0], out=out_path, fresh=fresh, jobs=jobs,
                          load_only=load_only, retry_errors=retry_errors, events=events, finished=finished,
-                         json=json_path).outcomes
+                         json=json_path, gpus=gpus, replay=replay, mpi=mpi).outcomes
     finally:
         for view in views:
             view.stop()
@@ -116,8 +117,18 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
               help="On a resume, run again the cases whose last row is ERROR (a crash, a hang, a failed compile).")
 @app.json_option
 @app.keep_throttled_option
+@click.option("--gpus", "gpus_opt", metavar="all|N",
+              help="One worker per GPU of this host (the first N, or all), each pinned to its GPU, into one result "
+                   "file; kernels compile once. With --backend cpu: N CPU workers.")
+@click.option("--mpi", is_flag=True,
+              help="Run the cases on MPI ranks (every rank but 0, one worker each, pinned to a GPU of its node): "
+                   "start as `mpiexec -n N python -m mpi4py.futures -m nnbench sweep CONFIG --mpi`, or with srun.")
+@click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
+              help="Answer every case from this finished result CSV instead of a GPU (simulation mode): runs the "
+                   "config's strategy with no GPU.")
 @backend_option
-def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, backend) -> None:
+def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, gpus_opt,
+          mpi, replay_path, backend) -> None:
     """Sweep a YAML config: every point of its axes, at every shape; resumable.
 
     \b
@@ -125,6 +136,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
       nnbench sweep configs/gemm_sweep.yaml
       nnbench sweep configs/gemm_sweep.yaml --dry-run
       nnbench sweep configs/gemm_sweep.yaml --compile-only --arch sm_90
+      nnbench sweep configs/gemm_search.yaml --replay docs/data/gemm_sweep_h100.csv
+      nnbench sweep configs/gemm_sweep.yaml --gpus all
     """
     from dataclasses import replace
 
@@ -159,9 +172,38 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
             for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
                 app.out.print(_compile_line(outcome.compile))
         return
-    outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0])
+    if replay_path and compile_only:
+        raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
+    if replay_path and not Path(replay_path).is_file():
+        raise NnbenchError(f"--replay {replay_path}: no such file")
+    if mpi and gpus_opt:
+        raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
+    gpus = _gpus(gpus_opt, backend) if gpus_opt else None
+    outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
+                         gpus=gpus, replay=replay_path, mpi=mpi)
     if any(o.failed for o in outcomes):
         sys.exit(1)
+
+
+def _gpus(text: str, backend: str) -> list[int]:
+    """`--gpus all` or `--gpus N`: the devices to pin one worker each to (N CPU workers on --backend cpu)."""
+    if text != "all" and not (text.isdigit() and int(text) >= 1):
+        raise NnbenchError(f"--gpus {text}: expected all or a number of GPUs >= 1")
+    if backend == "cpu":
+        if text == "all":
+            raise NnbenchError("--gpus all: with --backend cpu give a number of workers, e.g. --gpus 4")
+        return list(range(int(text)))
+    from nnbench.runtime import device_count
+    count = device_count()
+    if count == 0:
+        raise NnbenchError(f"--gpus {text}: this machine has no CUDA GPU; use --backend cpu --gpus N for CPU workers")
+    n = count if text == "all" else int(text)
+    if n > count:
+        raise NnbenchError(f"--gpus {text}: this machine has {count} GPU{'s' if count > 1 else ''}")
+    first = app.DEVICE[0]
+    if first + n > count:
+        raise NnbenchError(f"--gpus {text} from --device {first}: this machine has GPUs 0..{count - 1}")
+    return list(range(first, first + n))
 
 
 def _case_label(case) -> str:
@@ -183,7 +225,17 @@ def print_outcome(spec, outcome) -> None:
         line += f" · {outcome.failed} failed"
     if outcome.restarts:
         line += f" · {outcome.restarts} worker restarts"
-    if outcome.overhead is not None:
+    for found in outcome.searches:
+        line_s = (f"{spec.strategy} ({spec.budget}) at {found['shape']}: evaluated {found['evaluated']} of "
+                  f"{found['candidates']} candidates")
+        if found["resumed"]:
+            line_s += f" ({found['resumed']} from the file)"
+        if found["best"]:
+            line_s += f"; best {found['best']} {found['best_ms']:.4g} ms"
+        app.out.print(line_s)
+    if outcome.replayed:
+        line += f" · replayed from {outcome.replayed}: no kernel ran, every row is the file's"
+    elif outcome.overhead is not None:
         line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
                  f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
     app.out.print(line)

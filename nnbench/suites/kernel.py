@@ -57,7 +57,7 @@ ARRAYS = ["float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "
 POINTER = {"u64", "b64", "s64"}
 INITS = ["normal", "uniform", "npy", "zeros", "ones"]
 TOP_KEYS = ["name", "suite", "description", "source", "include", "args", "variants", "problems", "flops", "bytes",
-            "reference", "baseline", "rtol", "precision", "seed", "timing", "arch"]
+            "reference", "baseline", "rtol", "precision", "seed", "timing", "arch", "strategy", "budget"]
 VARIANT_KEYS = ["kernel", "source", "grid", "block", "shared", "axes", "restrict", "summary"]
 ARG_KEYS = ["name", "array", "scalar", "shape", "value", "init", "seed", "output"]
 DEFAULT_RTOL = "1e-5"  # float32 sums of a few hundred terms; a config states its own (see the examples)
@@ -559,8 +559,10 @@ def load(path: Path, root=None):
         raise fail(path, top["timing"][1], "timing.rtol: a kernel config gives `rtol:` at the top level (an "
                                            "expression over the problem axes)")
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
+    strategy, budget = cfg.search_settings(path, top)
     return cfg.SweepSpec(name, SUITE, path, cases, problems, base_case, False, settings,
-                         float(expr.evaluate(rtol, problems[0].as_dict())), watchdog, seed, counts, desc)
+                         float(expr.evaluate(rtol, problems[0].as_dict())), watchdog, seed, counts, desc,
+                         strategy=strategy, budget=budget)
 
 
 def _list(path: Path, node, what: str) -> list:
