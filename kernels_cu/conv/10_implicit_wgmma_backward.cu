@@ -1,0 +1,177 @@
+// Conv step 10: the backward pass (data and filter gradients) as implicit GEMMs on step 9's mainloop,
+// no workspace.
+//
+// Idea:   step 6 runs the backward as two GEMMs over the unrolled input U and its gradient dU (two
+//         workspaces of C*R*R x N*Ho*Wo), then col2im. Both products gather instead, as conv step 9's
+//         forward does (implicit_wgmma.cuh), in the producer warpgroup:
+//           data    dX (N*H*W x C) = A (N*H*W x K*R*R) . B (K*R*R x C): A(x pixel (n,h,w), (k,r,s)) is
+//                   dY[n, k, (h+pad-r)/stride, (w+pad-s)/stride] where both divide (else 0), the
+//                   forward's transposed convolution; B(k,r,s ; c) = Wt[k, c, r, s], the filters read
+//                   transposed (gathered: a K-major tile of them is not a box of Wt). The epilogue
+//                   writes dX in NCHW directly.
+//           filter  dW (K x C*R*R) = dY (K x N*Ho*Wo) . U^T: A is dY itself (row k, column (n, pixel)),
+//                   B(n,pixel ; c,r,s) the forward's patch gather turned on its side. The reduction is
+//                   N*Ho*Wo long and the output only K x C*R*R (a few tiles), so it is split over
+//                   gridDim.z; each slice adds its share into dW (zeroed first by `clear`) with atomics.
+//         A stride > 1 costs the data gradient stride^2 times its work (the taps that do not divide
+//         are gathered as zeros and multiplied).
+// Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
+// Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
+//         (nnbench/registry.py). The filter gradient's split count comes from the host.
+// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*H*W / BM), ceil(C / BN));
+//         filter: grid (ceil(K / BM), ceil(C*R*R / BN), slices); sm_90a only.
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef PRECISION
+#define PRECISION 3
+#endif
+
+#include "conv/implicit_wgmma.cuh"
+
+struct DataGather {
+    PatchRows<true> grads;
+    const float* Wt;
+    int C, Kk, RR, n0, pt;
+
+    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
+        const int s = i % STAGES;
+        load_filters(ring.b_big(s), Wt, C, Kk, RR, RR, C * RR, n0, kb * BK, pt);
+        grads.load(ring.a(s));
+        mbar_arrive_cp_async(ring.full(s));
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
+    extern __shared__ unsigned char smem_raw[];
+    const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
+    const int hw = d.H * d.W, M = d.N * hw, RR = d.R * d.R, Kk = d.K * RR;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_dealloc<PRODUCER_REGS>();
+        const KRange kr(Kk);
+        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, d.H, d.W, d.R, d.stride, d.pad, m0, kr.first, wt),
+                     Wt, d.C, Kk, RR, n0, wt};
+        produce_gathered(ring, kr, wt, g);
+        return;
+    }
+
+    regs_alloc<CONSUMER_REGS>();
+    const KRange kr(Kk);
+    float acc[NACC];
+    consume(acc, ring, kr, wg, wt);
+    store_nchw(acc, dX, M, hw, d.C, m0, n0, wg, wt);
+}
+
+// The filter gradient's copies of one k-block (k = (n, output pixel)): dY rows by gather (lanes: 8
+// consecutive pixels x 4 output maps, so a warp reads whole 32-byte sectors and its shared-memory
+// writes conflict at most 2-way), and the input patches with one k per thread (consecutive threads,
+// consecutive pixels) and the filter taps (c, r, s) of its columns advanced by a counter.
+struct FilterGather {
+    const float *dY, *X;
+    int K, C, H, W, HW, Wo, hw, R, stride, pad, Kk, CRR, m0, n0, pt;
+    int c_off0, r0, s0;  // the taps of this thread's first column, n0 + pt / BK
+
+    __device__ __forceinline__ void load_grads(float* as, int k0) const {
+#pragma unroll
+        for (int jk = 0; jk < BK / 8; ++jk) {
+            const int kk = pt % 8 + 8 * jk, kg = k0 + kk;
+            const bool valid = kg < Kk;
+            const int n = valid ? kg / hw : 0, pix = valid ? kg % hw : 0;
+            const float* base = dY + (size_t)n * K * hw + pix;
+#pragma unroll
+            for (int jm = 0; jm < BM / 16; ++jm) {
+                const int m = pt / 8 + 16 * jm, gm = m0 + m;
+                const bool ok = valid && gm < K;
+                cp_async_4(as + kk * A_PITCH + m, ok ? base + (size_t)gm * hw : dY, ok);
+            }
+        }
+    }
+
+    __device__ __forceinline__ void load_patches(float* bs, int k0) const {
+        const int kk = pt % BK, kg = k0 + kk;
+        const bool valid = kg < Kk;
+        const int n = valid ? kg / hw : 0, pix = valid ? kg % hw : 0;
+        const int h0 = pix / Wo * stride - pad, w0 = pix % Wo * stride - pad;
+        const float* img = X + (size_t)n * C * HW;
+        int c_off = c_off0, r = r0, s = s0;
+#pragma unroll 4
+        for (int j = 0; j < B_PER_THREAD; ++j) {
+            const int col = pt / BK + j * (128 / BK);
+            const int h = h0 + r, w = w0 + s;
+            const bool ok = valid && n0 + col < CRR && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            cp_async_4(swizzled(bs, col, kk), ok ? img + c_off + h * W + w : X, ok);
+            s += 128 / BK;
+            while (s >= R) {  // uniform across the warp (one column per warp)
+                s -= R;
+                if (++r == R) {
+                    r = 0;
+                    c_off += HW;
+                }
+            }
+        }
+    }
+
+    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
+        const int s = i % STAGES;
+        load_grads(ring.a(s), kb * BK);
+        load_patches(ring.b_big(s), kb * BK);
+        mbar_arrive_cp_async(ring.full(s));
+    }
+};
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __restrict__ dY, float* __restrict__ dW) {
+    extern __shared__ unsigned char smem_raw[];
+    const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
+    const int hw = d.Ho * d.Wo, RR = d.R * d.R, CRR = d.C * RR, Kk = d.N * hw;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_dealloc<PRODUCER_REGS>();
+        const KRange kr(Kk);
+        const int col0 = n0 + wt / BK;
+        FilterGather g{dY, X, d.K, d.C, d.H, d.W, d.H * d.W, d.Wo, hw, d.R, d.stride, d.pad, Kk, CRR, m0, n0, wt,
+                       col0 / RR * d.H * d.W, col0 % RR / d.R, col0 % d.R};
+        produce_gathered(ring, kr, wt, g);
+        return;
+    }
+
+    regs_alloc<CONSUMER_REGS>();
+    const KRange kr(Kk);
+    float acc[NACC];
+    consume(acc, ring, kr, wg, wt);
+    if (kr.count == 0) return;
+    // Row gm is output map gm, column n the tap n0 + n: dW[gm, n0 + n] in (K, C*R*R) order.
+    const int gm = m0 + consumer_row(wg, wt);
+    for_each_pair(acc, wt, [&](int n, float v0, float v1) {
+        const int c = n0 + n;
+        if (c >= CRR || gm >= d.K) return;
+        atomicAdd(dW + (size_t)gm * CRR + c, v0);
+        if (gm + 1 < d.K) atomicAdd(dW + (size_t)(gm + 1) * CRR + c, v1);
+    });
+}
+
+// dW = 0 before the filter gradient's slices add into it.
+extern "C" __global__ void clear(float* __restrict__ out, int count) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
+}
