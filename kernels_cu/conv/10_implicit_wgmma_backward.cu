@@ -114,7 +114,10 @@ struct FilterGather {
         for (int j = 0; j < B_PER_THREAD; ++j) {
             const int col = pt / BK + j * (128 / BK);
             const int h = h0 + r, w = w0 + s;
-            const bool ok = valid && n0 + col < CRR && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            bool ok = valid && n0 + col < CRR && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap's gradient is never gathered
+            ok = ok && !(r == R - 1 && s == R - 1);
+#endif
             cp_async_4(swizzled(bs, col, kk), ok ? img + c_off + h * W + w : X, ok);
             s += 128 / BK;
             while (s >= R) {  // uniform across the warp (one column per warp)

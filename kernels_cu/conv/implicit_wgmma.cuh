@@ -105,6 +105,9 @@ struct PatchRows {
                 }
             }
             ok = ok && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap is never gathered
+            ok = ok && !(r == R - 1 && s == R - 1);
+#endif
             cp_async_4(as + (kk0 + j * (128 / BM)) * A_PITCH + m, ok ? img + c_off + h * Wi + w : img, ok);
             advance();
         }
