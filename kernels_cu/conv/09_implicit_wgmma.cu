@@ -59,7 +59,7 @@ struct ForwardGather {
         } else {
             load_filters(ring.b_big(s), Wt, K, Kk, RR, Kk, RR, n0, k0, pt);
         }
-        patches.load(ring.a(s));
+        patches.load(ring.a(s), k0);
         mbar_arrive_cp_async(ring.full(s));
     }
 };
@@ -79,7 +79,7 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(Kk);
-        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.stride, d.pad, m0, kr.first, wt),
+        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.stride, d.pad, m0, wt),
                         Wt, &w_map, paths, d.K, Kk, d.R * d.R, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;

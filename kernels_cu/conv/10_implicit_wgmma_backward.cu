@@ -46,7 +46,7 @@ struct DataGather {
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES;
         load_filters(ring.b_big(s), Wt, C, Kk, RR, RR, C * RR, n0, kb * BK, pt);
-        grads.load(ring.a(s));
+        grads.load(ring.a(s), kb * BK);
         mbar_arrive_cp_async(ring.full(s));
     }
 };
@@ -65,7 +65,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(Kk);
-        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, d.H, d.W, d.R, d.stride, d.pad, m0, kr.first, wt),
+        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, d.H, d.W, d.R, d.stride, d.pad, m0, wt),
                      Wt, d.C, Kk, RR, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;
@@ -78,27 +78,38 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     store_nchw(acc, dX, M, hw, d.C, m0, n0, wg, wt);
 }
 
-// The filter gradient's copies of one k-block (k = (n, output pixel)): dY rows by gather (lanes: 8
-// consecutive pixels x 4 output maps, so a warp reads whole 32-byte sectors and its shared-memory
-// writes conflict at most 2-way), and the input patches with one k per thread (consecutive threads,
-// consecutive pixels) and the filter taps (c, r, s) of its columns advanced by a counter.
+// The filter gradient's copies of one k-block (k = (n, output pixel)). dY rows by gather: lanes are
+// 8 consecutive pixels x 4 output maps, so a warp reads whole 32-byte sectors and its shared-memory
+// writes conflict at most 2-way; lane L decodes pixel k0 + L once and the elements take it by
+// shuffle. The input patches: one k (pixel) per thread, consecutive threads consecutive pixels; the
+// taps (c, r, s) of a warp's columns are fixed for the whole block, so lane L holds those of column
+// j = L from the start and each element takes them by shuffle (as the forward's PatchRows does).
 struct FilterGather {
     const float *dY, *X;
-    int K, C, H, W, HW, Wo, hw, R, stride, pad, Kk, CRR, m0, n0, pt;
-    int c_off0, r0, s0;  // the taps of this thread's first column, n0 + pt / BK
+    int K, C, H, W, Wo, hw, R, stride, pad, Kk, m0, pt;
+    int tap_off, tap_rs;  // this lane's column's taps: c*H*W + r*W + s, and (r << 15 | s) or -1 past C*R*R
+
+    __device__ FilterGather(const float* dY_, const float* X_, const ConvDims& d, int Kk_, int m0_, int n0, int pt_)
+        : dY(dY_), X(X_), K(d.K), C(d.C), H(d.H), W(d.W), Wo(d.Wo), hw(d.Ho * d.Wo), R(d.R), stride(d.stride), pad(d.pad),
+          Kk(Kk_), m0(m0_), pt(pt_) {
+        const int RR = d.R * d.R, crr = n0 + pt / 32 + (128 / BK) * (pt % 32);
+        const int c = crr / RR, rs = crr - c * RR, r = rs / d.R, s = rs - r * d.R;
+        tap_off = c * d.H * d.W + r * d.W + s;
+        tap_rs = crr < d.C * RR ? (r << 15) | s : -1;
+    }
 
     __device__ __forceinline__ void load_grads(float* as, int k0) const {
+        const int kl = k0 + pt % 32, nl = kl / hw;
+        const int lane_base = kl < Kk ? nl * K * hw + (kl - nl * hw) : -1;  // dY offset of (n, k = 0, pixel)
 #pragma unroll
         for (int jk = 0; jk < BK / 8; ++jk) {
-            const int kk = pt % 8 + 8 * jk, kg = k0 + kk;
-            const bool valid = kg < Kk;
-            const int n = valid ? kg / hw : 0, pix = valid ? kg % hw : 0;
-            const float* base = dY + (size_t)n * K * hw + pix;
-#pragma unroll
+            const int kk = pt % 8 + 8 * jk;
+            const int base = __shfl_sync(0xffffffffu, lane_base, kk);
+#pragma unroll 4
             for (int jm = 0; jm < BM / 16; ++jm) {
                 const int m = pt / 8 + 16 * jm, gm = m0 + m;
-                const bool ok = valid && gm < K;
-                cp_async_4(as + kk * A_PITCH + m, ok ? base + (size_t)gm * hw : dY, ok);
+                const bool ok = base >= 0 && gm < K;
+                cp_async_4(as + kk * A_PITCH + m, ok ? dY + base + (size_t)gm * hw : dY, ok);
             }
         }
     }
@@ -106,27 +117,19 @@ struct FilterGather {
     __device__ __forceinline__ void load_patches(float* bs, int k0) const {
         const int kk = pt % BK, kg = k0 + kk;
         const bool valid = kg < Kk;
-        const int n = valid ? kg / hw : 0, pix = valid ? kg % hw : 0;
+        const int n = valid ? kg / hw : 0, pix = kg - n * hw;
         const int h0 = pix / Wo * stride - pad, w0 = pix % Wo * stride - pad;
-        const float* img = X + (size_t)n * C * HW;
-        int c_off = c_off0, r = r0, s = s0;
+        const float* img = X + (size_t)n * C * H * W + (h0 * W + w0);
 #pragma unroll 4
         for (int j = 0; j < B_PER_THREAD; ++j) {
-            const int col = pt / BK + j * (128 / BK);
-            const int h = h0 + r, w = w0 + s;
-            bool ok = valid && n0 + col < CRR && (unsigned)h < (unsigned)H && (unsigned)w < (unsigned)W;
+            const int col = pt / 32 + j * (128 / BK);
+            const int off = __shfl_sync(0xffffffffu, tap_off, j), packed = __shfl_sync(0xffffffffu, tap_rs, j);
+            const int tr = packed >> 15, ts = packed & 0x7fff;
+            bool ok = valid && packed >= 0 && (unsigned)(h0 + tr) < (unsigned)H && (unsigned)(w0 + ts) < (unsigned)W;
 #ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap's gradient is never gathered
-            ok = ok && !(r == R - 1 && s == R - 1);
+            ok = ok && !(packed == (((R - 1) << 15) | (R - 1)));
 #endif
-            cp_async_4(swizzled(bs, col, kk), ok ? img + c_off + h * W + w : X, ok);
-            s += 128 / BK;
-            while (s >= R) {  // uniform across the warp (one column per warp)
-                s -= R;
-                if (++r == R) {
-                    r = 0;
-                    c_off += HW;
-                }
-            }
+            cp_async_4(swizzled(bs, col, kk), ok ? img + off : X, ok);
         }
     }
 
@@ -152,9 +155,7 @@ conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __r
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(Kk);
-        const int col0 = n0 + wt / BK;
-        FilterGather g{dY, X, d.K, d.C, d.H, d.W, d.H * d.W, d.Wo, hw, d.R, d.stride, d.pad, Kk, CRR, m0, n0, wt,
-                       col0 / RR * d.H * d.W, col0 % RR / d.R, col0 % d.R};
+        FilterGather g(dY, X, d, Kk, m0, n0, wt);
         produce_gathered(ring, kr, wt, g);
         return;
     }

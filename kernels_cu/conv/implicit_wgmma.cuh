@@ -46,18 +46,21 @@ __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange&
 //   forward (DGRAD false): (ci, oh*stride - pad + r, ow*stride - pad + s)
 //   data gradient (true):  (ci, (oh + pad - r)/stride, (ow + pad - s)/stride) where both divide,
 // and 0 outside. A producer thread owns one tile row m (BM = 128) or one of two k phases (BM = 64),
-// so its pixel is decoded once and its (ci, r, s) advance by a counter: no division per element.
+// so its pixel is decoded once. The k of a warp's elements are the same for every lane, so per
+// k-block lane L decodes k0 + L into (ci, r, s) once (two divisions) and each element takes its
+// tap from the lane that owns it with two shuffles: about ten instructions an element, with no
+// dependence between elements. (A running (ci, r, s) counter was about thirty, each waiting on the
+// last: the producer's single warp per scheduler stalled on its own latency, ~3 us per k-block.)
 template <bool DGRAD>
 struct PatchRows {
     const float* img;  // this thread's image in the gathered tensor
-    int oh_base, ow_base, Hi, Wi, HWi, R, stride, Kk;
+    int oh_base, ow_base, pix_off, Hi, Wi, HWi, R, RR, stride, Kk;
     int m, kk0;
     bool live;
-    int k, c_off, r, s;  // this thread's next k as (ci * Hi * Wi, r, s)
 
     __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int R_,
-                         int stride_, int pad, int m0, int kb_first, int pt)
-        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), R(R_), stride(stride_), Kk(Kk_) {
+                         int stride_, int pad, int m0, int pt)
+        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), R(R_), RR(R_ * R_), stride(stride_), Kk(Kk_) {
         m = pt % BM;
         kk0 = pt / BM;
         const int gm = m0 + m;
@@ -67,49 +70,34 @@ struct PatchRows {
         img = src + (size_t)n * Ci * HWi;
         oh_base = DGRAD ? oh + pad : oh * stride - pad;
         ow_base = DGRAD ? ow + pad : ow * stride - pad;
-        k = kb_first * BK + kk0;
-        const int rr = R * R;
-        c_off = (k / rr) * HWi;
-        r = k % rr / R;
-        s = k % R;
+        pix_off = oh_base * Wi + ow_base;
     }
 
-    __device__ __forceinline__ void advance() {
-        constexpr int KSTEP = 128 / BM;
-        k += KSTEP;
-        s += KSTEP;
-        while (s >= R) {  // uniform across the warp: every thread's k is the same or a fixed step apart
-            s -= R;
-            if (++r == R) {
-                r = 0;
-                c_off += HWi;
-            }
-        }
-    }
-
-    __device__ __forceinline__ void load(float* as) {
-#pragma unroll 8
+    __device__ __forceinline__ void load(float* as, int k0) const {
+        // This lane's k: its element offset from the pixel's, and (r, s) packed (-1: past the GEMM's K).
+        const int k = k0 + threadIdx.x % 32, c = k / RR, rs = k - c * RR, r = rs / R, s = rs - r * R;
+        const bool strided = DGRAD && stride != 1;
+        const int lane_off = strided ? c * HWi : DGRAD ? c * HWi - r * Wi - s : c * HWi + r * Wi + s;
+        const int lane_rs = k < Kk ? (r << 15) | s : -1;
+#pragma unroll
         for (int j = 0; j < A_PER_THREAD; ++j) {
-            int h, w;
-            bool ok = live && k < Kk;
-            if (!DGRAD) {
-                h = oh_base + r;
-                w = ow_base + s;
-            } else {
-                h = oh_base - r;
-                w = ow_base - s;
-                if (stride != 1) {
-                    ok = ok && h >= 0 && w >= 0 && h % stride == 0 && w % stride == 0;
-                    h /= stride;
-                    w /= stride;
-                }
+            const int kk = kk0 + j * (128 / BM);
+            const int off = __shfl_sync(0xffffffffu, lane_off, kk), packed = __shfl_sync(0xffffffffu, lane_rs, kk);
+            const int tr = packed >> 15, ts = packed & 0x7fff;
+            int h = DGRAD ? oh_base - tr : oh_base + tr, w = DGRAD ? ow_base - ts : ow_base + ts;
+            bool ok = live && packed >= 0;
+            const float* src = img + (pix_off + off);
+            if (strided) {  // the data gradient of a strided layer: only the taps that divide
+                ok = ok && h >= 0 && w >= 0 && h % stride == 0 && w % stride == 0;
+                h /= stride;
+                w /= stride;
+                src = img + off + h * Wi + w;
             }
             ok = ok && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
 #ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap is never gathered
-            ok = ok && !(r == R - 1 && s == R - 1);
+            ok = ok && !(tr == R - 1 && ts == R - 1);
 #endif
-            cp_async_4(as + (kk0 + j * (128 / BM)) * A_PITCH + m, ok ? img + c_off + h * Wi + w : img, ok);
-            advance();
+            cp_async_4(as + kk * A_PITCH + m, ok ? src : img, ok);
         }
     }
 };
@@ -123,7 +111,7 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
                                              int ldk, int n0, int k0, int pt) {
     const int kk = pt % BK, k = k0 + kk;
     const float* base = Wt + (k / RR) * ldk + k % RR;
-#pragma unroll 8
+#pragma unroll 4
     for (int j = 0; j < B_PER_THREAD; ++j) {
         const int n = pt / BK + j * (128 / BK);
         const bool ok = n0 + n < Nn && k < Kk;
