@@ -77,7 +77,7 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     __syncthreads();
 
     if (wg == 0) {
-        regs_dealloc<PRODUCER_REGS>();
+        regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
         ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.stride, d.pad, m0, wt),
                         Wt, &w_map, paths, d.K, Kk, d.R * d.R, n0, wt};
@@ -85,7 +85,7 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
         return;
     }
 
-    regs_alloc<CONSUMER_REGS>();
+    regs_alloc<MATH_REGS>();
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);

@@ -63,7 +63,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     __syncthreads();
 
     if (wg == 0) {
-        regs_dealloc<PRODUCER_REGS>();
+        regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
         DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, d.H, d.W, d.R, d.stride, d.pad, m0, wt),
                      Wt, d.C, Kk, RR, n0, wt};
@@ -71,7 +71,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
         return;
     }
 
-    regs_alloc<CONSUMER_REGS>();
+    regs_alloc<MATH_REGS>();
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
@@ -153,14 +153,14 @@ conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __r
     __syncthreads();
 
     if (wg == 0) {
-        regs_dealloc<PRODUCER_REGS>();
+        regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
         FilterGather g(dY, X, d, Kk, m0, n0, wt);
         produce_gathered(ring, kr, wt, g);
         return;
     }
 
-    regs_alloc<CONSUMER_REGS>();
+    regs_alloc<MATH_REGS>();
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);

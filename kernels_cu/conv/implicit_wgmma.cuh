@@ -10,6 +10,14 @@
 #include "common/wgmma_mainloop.cuh"
 #include "conv/conv_common.cuh"
 
+// Registers after setmaxnreg: the gather needs more than step 9's producer (whose copies are a few
+// bulk-copy instructions) to keep its elements independent; the consumers get the rest of the 64K.
+#ifndef GATHER_REGS
+#define GATHER_REGS PRODUCER_REGS
+#endif
+#define MATH_REGS_FREE ((65536 - 128 * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
+#define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
+
 #define A_PER_THREAD (BK * BM / 128)  // A elements a producer thread gathers per k-block
 #define B_PER_THREAD (BK * BN / 128)
 
