@@ -47,7 +47,8 @@ struct ForwardGather {
     PatchRows<false> patches;
     const float* Wt;
     const CUtensorMap* w_map;
-    int paths, K, Kk, RR, n0, pt;
+    Taps taps;
+    int paths, K, Kk, R, n0, pt;
 
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES, k0 = kb * BK;
@@ -57,7 +58,7 @@ struct ForwardGather {
                 tma_load_2d(ring.b_big(s), w_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
             }
         } else {
-            load_filters(ring.b_big(s), Wt, K, Kk, RR, Kk, RR, n0, k0, pt);
+            load_filters(ring.b_big(s), Wt, K, Kk, taps, R, Kk, R * R, n0, k0, pt);
         }
         patches.load(ring.a(s), k0);
         mbar_arrive_cp_async(ring.full(s));
@@ -69,7 +70,7 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
              const __grid_constant__ CUtensorMap w_map, int paths) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int hw = d.Ho * d.Wo, M = d.N * hw, Kk = d.C * d.R * d.R;
+    const int M = d.N * d.Ho * d.Wo, Kk = d.C * d.R * d.R;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
@@ -79,8 +80,9 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.stride, d.pad, m0, wt),
-                        Wt, &w_map, paths, d.K, Kk, d.R * d.R, n0, wt};
+        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
+                                         wt),
+                        Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;
     }
@@ -89,6 +91,5 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
-
-    store_nchw(acc, Y, M, hw, d.K, m0, n0, wg, wt);
+    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt);
 }

@@ -41,22 +41,39 @@
 struct DataGather {
     PatchRows<true> grads;
     const float* Wt;
-    int C, Kk, RR, n0, pt;
+    Taps taps;
+    int C, Kk, R, n0, pt;
 
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES;
-        load_filters(ring.b_big(s), Wt, C, Kk, RR, RR, C * RR, n0, kb * BK, pt);
+        load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
         grads.load(ring.a(s), kb * BK);
         mbar_arrive_cp_async(ring.full(s));
     }
 };
 
+// All of K in one slice (gridDim.z holds the data gradient's phases, not slices of K).
+__device__ __forceinline__ KRange whole(int K) {
+    KRange kr(K);
+    kr.first = 0;
+    kr.count = (K + BK - 1) / BK;
+    return kr;
+}
+
+// Phase blockIdx.z = (ph, pw) of the data gradient: the input pixels (ph + stride*y, pw + stride*x)
+// and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
+// which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int hw = d.H * d.W, M = d.N * hw, RR = d.R * d.R, Kk = d.K * RR;
+    const int st = d.stride, ph = blockIdx.z / st, pw = blockIdx.z % st;
+    const int r0 = (ph + d.pad) % st, s0 = (pw + d.pad) % st;
+    const Taps taps{r0 < d.R ? (d.R - r0 + st - 1) / st : 0, s0 < d.R ? (d.R - s0 + st - 1) / st : 0, st, r0, s0};
+    const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
+    const int M = d.N * grid.gh * grid.gw, Kk = d.K * taps.count();
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
     if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
@@ -64,18 +81,19 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
 
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
-        const KRange kr(Kk);
-        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, d.H, d.W, d.R, d.stride, d.pad, m0, wt),
-                     Wt, d.C, Kk, RR, n0, wt};
+        const KRange kr = whole(Kk);
+        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
+                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
+                     Wt, taps, d.C, Kk, d.R, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;
     }
 
     regs_alloc<MATH_REGS>();
-    const KRange kr(Kk);
+    const KRange kr = whole(Kk);
     float acc[NACC];
-    consume(acc, ring, kr, wg, wt);
-    store_nchw(acc, dX, M, hw, d.C, m0, n0, wg, wt);
+    consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
+    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
 }
 
 // The filter gradient's copies of one k-block (k = (n, output pixel)). dY rows by gather: lanes are

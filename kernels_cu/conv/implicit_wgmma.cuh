@@ -48,77 +48,81 @@ __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange&
     }
 }
 
+// The taps of a product: k = (q, t) with q a channel and t < taps = rows * cols a filter tap,
+// tap t = (i, j) = (t / cols, t % cols) at filter position (r0 + step*i, s0 + step*j). The forward
+// and a stride-1 data gradient use every tap (step 1); a strided data gradient is split into
+// stride^2 phases of output pixels (h % stride, w % stride), each using only the taps that reach it.
+struct Taps {
+    int rows, cols, step, r0, s0;
+    __device__ int count() const { return rows * cols; }
+    __device__ int filter_offset(int t, int R) const {  // (r, s) of tap t as r * R + s
+        const int i = t / cols;
+        return (r0 + step * i) * R + s0 + step * (t - i * cols);
+    }
+};
+
 // A(m, k) of a convolution-shaped product: m = (n, oh, ow) a pixel of the GEMM's output grid
-// (Ho x Wo per image), k = (ci, r, s) a channel and filter tap; the value is the gathered tensor's
+// (Ho x Wo per image), k = (ci, i, j) a channel and tap; the value is the gathered tensor's
 // (Ci, Hi, Wi) element at
-//   forward (DGRAD false): (ci, oh*stride - pad + r, ow*stride - pad + s)
-//   data gradient (true):  (ci, (oh + pad - r)/stride, (ow + pad - s)/stride) where both divide,
+//   forward (DGRAD false): (ci, oh*stride + oh_shift + i, ow*stride + ow_shift + j), shift = -pad
+//   data gradient (true):  (ci, oh + oh_shift - i, ow + ow_shift - j)
 // and 0 outside. A producer thread owns one tile row m (BM = 128) or one of two k phases (BM = 64),
 // so its pixel is decoded once. The k of a warp's elements are the same for every lane, so per
-// k-block lane L decodes k0 + L into (ci, r, s) once (two divisions) and each element takes its
+// k-block lane L decodes k0 + L into (ci, i, j) once (two divisions) and each element takes its
 // tap from the lane that owns it with two shuffles: about ten instructions an element, with no
 // dependence between elements. (A running (ci, r, s) counter was about thirty, each waiting on the
 // last: the producer's single warp per scheduler stalled on its own latency, ~3 us per k-block.)
 template <bool DGRAD>
 struct PatchRows {
     const float* img;  // this thread's image in the gathered tensor
-    int oh_base, ow_base, pix_off, Hi, Wi, HWi, R, RR, stride, Kk;
+    int oh_base, ow_base, pix_off, Hi, Wi, HWi, cols, taps, Kk;
     int m, kk0;
     bool live;
 
-    __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int R_,
-                         int stride_, int pad, int m0, int pt)
-        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), R(R_), RR(R_ * R_), stride(stride_), Kk(Kk_) {
+    __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows,
+                         int cols_, int stride, int oh_shift, int ow_shift, int m0, int pt)
+        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), cols(cols_), taps(rows * cols_), Kk(Kk_) {
         m = pt % BM;
         kk0 = pt / BM;
         const int gm = m0 + m;
         live = gm < M;
         const int g = live ? gm : 0, hw = Ho * Wo;
-        const int n = g / hw, pix = g % hw, oh = pix / Wo, ow = pix % Wo;
+        const int n = hw ? g / hw : 0, pix = g - n * hw, oh = Wo ? pix / Wo : 0, ow = pix - oh * Wo;
         img = src + (size_t)n * Ci * HWi;
-        oh_base = DGRAD ? oh + pad : oh * stride - pad;
-        ow_base = DGRAD ? ow + pad : ow * stride - pad;
+        oh_base = oh * stride + oh_shift;
+        ow_base = ow * stride + ow_shift;
         pix_off = oh_base * Wi + ow_base;
     }
 
     __device__ __forceinline__ void load(float* as, int k0) const {
-        // This lane's k: its element offset from the pixel's, and (r, s) packed (-1: past the GEMM's K).
-        const int k = k0 + threadIdx.x % 32, c = k / RR, rs = k - c * RR, r = rs / R, s = rs - r * R;
-        const bool strided = DGRAD && stride != 1;
-        const int lane_off = strided ? c * HWi : DGRAD ? c * HWi - r * Wi - s : c * HWi + r * Wi + s;
-        const int lane_rs = k < Kk ? (r << 15) | s : -1;
+        // This lane's k: its element offset from the pixel's, and (i, j) packed (-1: past the GEMM's K).
+        const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
+        const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
+        const int lane_ij = k < Kk ? (i << 15) | j : -1;
 #pragma unroll
-        for (int j = 0; j < A_PER_THREAD; ++j) {
-            const int kk = kk0 + j * (128 / BM);
-            const int off = __shfl_sync(0xffffffffu, lane_off, kk), packed = __shfl_sync(0xffffffffu, lane_rs, kk);
-            const int tr = packed >> 15, ts = packed & 0x7fff;
-            int h = DGRAD ? oh_base - tr : oh_base + tr, w = DGRAD ? ow_base - ts : ow_base + ts;
-            bool ok = live && packed >= 0;
-            const float* src = img + (pix_off + off);
-            if (strided) {  // the data gradient of a strided layer: only the taps that divide
-                ok = ok && h >= 0 && w >= 0 && h % stride == 0 && w % stride == 0;
-                h /= stride;
-                w /= stride;
-                src = img + off + h * Wi + w;
-            }
-            ok = ok && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
-#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap is never gathered
-            ok = ok && !(tr == R - 1 && ts == R - 1);
+        for (int e = 0; e < A_PER_THREAD; ++e) {
+            const int kk = kk0 + e * (128 / BM);
+            const int off = __shfl_sync(0xffffffffu, lane_off, kk), packed = __shfl_sync(0xffffffffu, lane_ij, kk);
+            const int ti = packed >> 15, tj = packed & 0x7fff;
+            const int h = DGRAD ? oh_base - ti : oh_base + ti, w = DGRAD ? ow_base - tj : ow_base + tj;
+            bool ok = live && packed >= 0 && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap is never gathered
+            ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);
 #endif
-            cp_async_4(as + kk * A_PITCH + m, ok ? src : img, ok);
+            cp_async_4(as + kk * A_PITCH + m, ok ? img + (pix_off + off) : img, ok);
         }
     }
 };
 
-// B(k, n) of a filter bank: k = (q, rs) with rs < RR, the value W[n * ldn + q * ldk + rs]. The
-// forward reads the filters as they are (n the output map, q the input channel: ldn = C*RR,
-// ldk = RR); the data gradient reads them transposed (n the input channel, q the output map:
-// ldn = RR, ldk = C*RR). A producer thread owns one k of the tile (consecutive threads,
-// consecutive k), so it divides once per k-block.
-__device__ __forceinline__ void load_filters(float* bs, const float* __restrict__ Wt, int Nn, int Kk, int RR, int ldn,
-                                             int ldk, int n0, int k0, int pt) {
-    const int kk = pt % BK, k = k0 + kk;
-    const float* base = Wt + (k / RR) * ldk + k % RR;
+// B(k, n) of a filter bank: k = (q, t) with t a tap of `taps`, the value W[n * ldn + q * ldk + the
+// tap's r * R + s]. The forward reads the filters as they are (n the output map, q the input
+// channel: ldn = C*R*R, ldk = R*R); the data gradient reads them transposed (n the input channel,
+// q the output map: ldn = R*R, ldk = C*R*R). A producer thread owns one k of the tile (consecutive
+// threads, consecutive k), so it divides once per k-block.
+__device__ __forceinline__ void load_filters(float* bs, const float* __restrict__ Wt, int Nn, int Kk, const Taps& taps,
+                                             int R, int ldn, int ldk, int n0, int k0, int pt) {
+    const int kk = pt % BK, k = k0 + kk, q = k / taps.count();
+    const float* base = Wt + q * ldk + taps.filter_offset(k - q * taps.count(), R);
 #pragma unroll 4
     for (int j = 0; j < B_PER_THREAD; ++j) {
         const int n = pt / BK + j * (128 / BK);
@@ -127,17 +131,27 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
     }
 }
 
-// The consumer thread's C fragment into an NCHW tensor whose GEMM rows are pixels (M = N * hw) and
-// columns its `maps` channels: rows gm, gm + 1 are two pixels and column n is channel n0 + n, hw
-// floats apart. Where hw is even, both pixels lie in one image, adjacent: one 8-byte store.
-__device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __restrict__ out, int M, int hw, int maps,
-                                           int m0, int n0, int wg, int wt) {
+// The consumer thread's C fragment into an NCHW tensor (maps x H x W per image) whose GEMM rows are
+// pixels of a grid (gh x gw per image) placed at (h0 + step*y, w0 + step*x), and whose columns are
+// its `maps` channels: rows gm, gm + 1 are two pixels, column n is channel n0 + n, H*W floats apart.
+// Where the grid is the whole image (step 1) and H*W is even, both pixels lie in one image, adjacent:
+// one 8-byte store.
+struct PixelGrid {
+    int gh, gw, H, W, step, h0, w0;
+    __device__ size_t offset(int gm, int maps) const {
+        const int g = gh * gw, n = gm / g, pix = gm - n * g, y = pix / gw, x = pix - y * gw;
+        return (size_t)n * maps * H * W + (size_t)(h0 + step * y) * W + w0 + step * x;
+    }
+};
+
+__device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __restrict__ out, int M,
+                                           const PixelGrid& grid, int maps, int m0, int n0, int wg, int wt) {
     const int gm = m0 + consumer_row(wg, wt);
     if (gm >= M) return;
     const bool second = gm + 1 < M;
-    const size_t y0 = (size_t)(gm / hw) * maps * hw + gm % hw;
-    const size_t y1 = second ? (size_t)((gm + 1) / hw) * maps * hw + (gm + 1) % hw : 0;
-    const bool pair = (hw & 1) == 0;
+    const size_t y0 = grid.offset(gm, maps), y1 = second ? grid.offset(gm + 1, maps) : 0;
+    const size_t hw = (size_t)grid.H * grid.W;
+    const bool pair = grid.step == 1 && (hw & 1) == 0;
     for_each_pair(acc, wt, [&](int n, float v0, float v1) {
         const int c = n0 + n;
         if (c >= maps) return;

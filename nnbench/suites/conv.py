@@ -367,8 +367,10 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
                              (ip(dW), np.int32(s.K * crr)), "Pi")
     filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-s.K // bm), -(-crr // bn), slices), block,
                             (dims, ip(X), ip(dY), ip(dW)), sig, smem=smem)
-    data = backend.launcher(backend.load(comp, "conv_data_grad"), (-(-s.N * s.H * s.W // bm), -(-s.C // bn), 1),
-                            block, (dims, ip(dY), ip(Wt), ip(dX)), sig, smem=smem)
+    phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
+    data = backend.launcher(backend.load(comp, "conv_data_grad"),
+                            (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride), block,
+                            (dims, ip(dY), ip(Wt), ip(dX)), sig, smem=smem)
 
     def run():
         clear()
