@@ -10,12 +10,15 @@
 #include "common/wgmma_mainloop.cuh"
 #include "conv/conv_common.cuh"
 
-// Registers after setmaxnreg: the gather needs more than step 9's producer (whose copies are a few
-// bulk-copy instructions) to keep its elements independent; the consumers get the rest of the 64K.
+// Registers after setmaxnreg: the producer's (GATHER_REGS, step 9's 40 by default) and the
+// consumers', which get the rest of what the block was launched with (THREADS x the 168 or 240
+// registers ptxas gives it under __launch_bounds__(THREADS, 1)). Asking for more than that pool
+// hangs the consumers' setmaxnreg.inc for good (seen with 64 + 2 x 224 > 384 x 168).
 #ifndef GATHER_REGS
 #define GATHER_REGS PRODUCER_REGS
 #endif
-#define MATH_REGS_FREE ((65536 - 128 * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
+#define REG_POOL (CONSUMERS == 2 ? 384 * 168 : 256 * 240)
+#define MATH_REGS_FREE ((REG_POOL - 128 * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
 #define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
 
 #define A_PER_THREAD (BK * BM / 128)  // A elements a producer thread gathers per k-block
