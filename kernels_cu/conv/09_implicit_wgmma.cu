@@ -13,7 +13,9 @@
 //         consecutive input columns (coalesced, and the R*R taps of a pixel hit L1), and the
 //         epilogue writes Y in NCHW directly (no to_nchw pass).
 //         Each producer thread owns one tile row for the whole K loop (BM = 128), so its pixel's
-//         (n, oh, ow) is divided out once; (c, r, s) advance by a counter (implicit_wgmma.cuh).
+//         (n, oh, ow) is divided out once; the k of an element is the same for every lane, so lane L
+//         decodes (c, r, s) of k-block row L once and the elements take theirs by shuffle
+//         (implicit_wgmma.cuh says why: the producer is one warp per scheduler and stalls on latency).
 // Source: the implicit-GEMM convolution of cuDNN/CUTLASS ("implicit GEMM" in CUTLASS's
 //         conv2d_fprop, analytic iterators); ladder step 9 (kernels_cu/gemm/09_tf32x3_wgmma.cu).
 // Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRECISION 3 (3xTF32) or 1

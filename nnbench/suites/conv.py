@@ -354,30 +354,39 @@ def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
 
 def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW):
     """Conv step 10 (10_implicit_wgmma_backward.cu): dW zeroed, the filter gradient's slices added into
-    it, then the data gradient; no workspace. Returns (run, path)."""
+    it, then the data gradient; no workspace. The filter gradient reads dY by a 3-D tensor map (Ho*Wo,
+    K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. Returns (run,
+    path)."""
+    from nnbench.runtime import tensormap
+    from nnbench.runtime.params import raw
     block, smem = v.launch_block(params), v.dynamic_smem_bytes(params)
-    bm, bn = params["BM"], params["BN"]
-    crr = s.C * s.R * s.R
+    bm, bn, bk = params["BM"], params["BN"], params["BK"]
+    crr, hw = s.C * s.R * s.R, s.Ho * s.Wo
     ip = lambda b: np.intp(int(b))  # noqa: E731
     dims = s.dims().tobytes()
-    sig = DIMS_SIGNATURE + "PPP"
-    tiles = -(-s.K // bm) * -(-crr // bn)
-    slices = filter_grad_slices(tiles, -(-s.N * s.Ho * s.Wo // params["BK"]), backend.device.sm_count)
+    tiles = -(-crr // bm) * -(-s.K // bn)
+    slices = filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
+    map_dims, strides, box = (hw, s.K, s.N), (4 * hw, 4 * hw * s.K), (bk, bn, 1)
+    if tensormap.tiled_problem(int(dY), map_dims, strides, box, 128) is None:
+        dy_map, bits, path = tensormap.encode_tiled(int(dY), map_dims, strides, box, 128), PATH_TMA_B, "TMA dY"
+    else:
+        dy_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async dY"
     clear = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.K * crr), (256, 1, 1),
                              (ip(dW), np.int32(s.K * crr)), "Pi")
-    filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-s.K // bm), -(-crr // bn), slices), block,
-                            (dims, ip(X), ip(dY), ip(dW)), sig, smem=smem)
+    filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
+                            (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
+                            DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
     data = backend.launcher(backend.load(comp, "conv_data_grad"),
                             (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride), block,
-                            (dims, ip(dY), ip(Wt), ip(dX)), sig, smem=smem)
+                            (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
 
     def run():
         clear()
         filt()
         data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
-    return run, f"filter split-K {slices}"
+    return run, f"filter split-K {slices}, {path}"
 
 
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
