@@ -213,7 +213,3 @@ conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __r
     });
 }
 
-// dW = 0 before the filter gradient's slices add into it.
-extern "C" __global__ void clear(float* __restrict__ out, int count) {
-    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
-}

@@ -156,16 +156,24 @@ __device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __re
     const bool second = gm + 1 < M;
     const size_t y0 = grid.offset(gm, maps), y1 = second ? grid.offset(gm + 1, maps) : 0;
     const size_t hw = (size_t)grid.H * grid.W;
-    const bool pair = grid.step == 1 && (hw & 1) == 0;
+    const bool pair = grid.step == 1 && (hw & 1) == 0, split = gridDim.z > 1 && grid.step == 1;
     for_each_pair(acc, wt, [&](int n, float v0, float v1) {
         const int c = n0 + n;
         if (c >= maps) return;
         const size_t off = (size_t)c * hw;
-        if (pair) {
+        if (split) {  // split-K (the forward's gridDim.z): the host zeroed `out`; each slice adds its share
+            atomicAdd(out + y0 + off, v0);
+            if (second) atomicAdd(out + y1 + off, v1);
+        } else if (pair) {
             *reinterpret_cast<float2*>(out + y0 + off) = make_float2(v0, v1);
         } else {
             out[y0 + off] = v0;
             if (second) out[y1 + off] = v1;
         }
     });
+}
+
+// A split-K pass's first step: out = 0, before the slices add into it.
+extern "C" __global__ void clear(float* __restrict__ out, int count) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
 }
