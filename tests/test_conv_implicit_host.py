@@ -70,6 +70,7 @@ def test_a_backward_row_is_compared_with_cudnns_backward_not_its_forward():
 def test_forward_splits_k_only_where_the_last_wave_is_short():
     assert conv.forward_slices(tiles=784, k_blocks=18, sms=132) == 1  # 5.9 full waves
     assert conv.forward_slices(tiles=196, k_blocks=36, sms=132) == 2  # 74% of 2 waves -> 99% of 3
+    assert conv.forward_slices(tiles=196, k_blocks=18, sms=132) == 1  # 9 k-blocks a slice: measured slower
     assert conv.forward_slices(tiles=392, k_blocks=36, sms=132) == 1
-    assert conv.forward_slices(tiles=1, k_blocks=37, sms=132) == 3
-    assert conv.forward_slices(tiles=4, k_blocks=15, sms=132) == 1  # a slice needs 8 k-blocks
+    assert conv.forward_slices(tiles=1, k_blocks=48, sms=132) == 3
+    assert conv.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks

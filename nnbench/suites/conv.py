@@ -358,16 +358,18 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
 
 
 SPLIT_COST = 0.92  # a split pays Y's zeroing and an atomic epilogue: ~8% of a forward, charged per split run
+SPLIT_MIN_K_BLOCKS = 16  # a slice also pays the ring's fill: at 9 k-blocks a slice (N32 C64 56x56 K128 s2) the
+# split ran 7% slower (0.0740 -> 0.0793 ms), at 18 (N32 C128 28x28 K128) 8% faster (0.1373 -> 0.1267 ms)
 
 
 def forward_slices(tiles: int, k_blocks: int, sms: int) -> int:
-    """Slices of K for the forward: the count, of 1 to 3 with at least 8 k-blocks each, whose waves are
-    fullest (tiles x slices over whole waves of the SMs), a split charged SPLIT_COST for its zeroing
-    and atomics. 196 tiles on 132 SMs fill 74% of two waves; in two slices, 99% of three."""
+    """Slices of K for the forward: the count, of 1 to 3 with at least SPLIT_MIN_K_BLOCKS k-blocks each,
+    whose waves are fullest (tiles x slices over whole waves of the SMs), a split charged SPLIT_COST for
+    its zeroing and atomics. 196 tiles on 132 SMs fill 74% of two waves; in two slices, 99% of three."""
     def score(n: int) -> float:
         units = tiles * n
         return units / (-(-units // sms) * sms) * (1.0 if n == 1 else SPLIT_COST)
-    return max((n for n in (1, 2, 3) if n == 1 or k_blocks // n >= 8), key=score)
+    return max((n for n in (1, 2, 3) if n == 1 or k_blocks // n >= SPLIT_MIN_K_BLOCKS), key=score)
 
 
 def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
