@@ -102,35 +102,25 @@ class CublasGemm:
 
 
 # -- cuDNN ----------------------------------------------------------------------------------------
-def _cudnn_operands(x_ptr: int, w_ptr: int, dims: tuple[int, ...]):
-    """(torch, X, filters) as PyTorch views of nnbench's NCHW buffers, cuDNN in benchmark mode
-    (autotuned: it times its algorithms on the first call, which `measure`'s warm-up takes); None
-    without PyTorch."""
-    try:
-        import torch
-        import torch.nn.functional  # noqa: F401 - conv2d, loaded here so a launch never imports
-    except ImportError:
-        return None
-    torch.backends.cudnn.benchmark = True
-    N, C, H, W, K, R = dims
-    return torch, torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
-
-
 def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: int, pad: int, out: int,
                        tf32: bool = False):
     """cuDNN's forward convolution through PyTorch on nnbench's X and filters (NCHW), autotuned
     (benchmark mode: cuDNN times its algorithms on the first call, which `measure`'s warm-up takes),
     writing its own output. Returns (launch, result): result() is the last output, for the verifier,
     copied into nnbench's buffer at `out`. None without PyTorch."""
-    made = _cudnn_operands(x_ptr, w_ptr, dims)
-    if made is None:
+    try:
+        import torch
+        import torch.nn.functional as F
+    except ImportError:
         return None
-    torch, x, w = made
+    torch.backends.cudnn.benchmark = True
+    N, C, H, W, K, R = dims
+    x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
     last = {}
 
     def launch():  # the flag is global and read at each call: set for this row's calls only
         torch.backends.cudnn.allow_tf32 = tf32
-        last["y"] = torch.nn.functional.conv2d(x, w, stride=stride, padding=pad)
+        last["y"] = F.conv2d(x, w, stride=stride, padding=pad)
         torch.backends.cudnn.allow_tf32 = False
 
     def result() -> None:
@@ -146,11 +136,13 @@ def cudnn_conv_backward(x_ptr: int, w_ptr: int, dy_ptr: int, dims: tuple[int, ..
     aten.convolution_backward) through PyTorch on nnbench's X, filters and dY (NCHW), autotuned like
     the forward, writing its own outputs. Returns (launch, result): result() copies the last dX and
     dW into nnbench's buffers, for the verifier. None without PyTorch."""
-    made = _cudnn_operands(x_ptr, w_ptr, dims)
-    if made is None:
+    try:
+        import torch
+    except ImportError:
         return None
-    torch, x, w = made
+    torch.backends.cudnn.benchmark = True
     N, C, H, W, K, R = dims
+    x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
     Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
     dy = torch_view(torch, dy_ptr, (N, K, Ho, Wo))
     last = {}
