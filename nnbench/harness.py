@@ -22,7 +22,7 @@ class Comparisons:
         self.vendor = workload.vendor
         self.baseline = baseline
         self.baseline_label = f"{baseline.variant.name} {baseline.param_label}".strip() if baseline else None
-        self.vendor_ms: dict[str, float] = {}
+        self.vendor_ms: dict[tuple[str, str], float] = {}  # (vendor row, shape)
         self.baseline_ms: dict[str, float] = {}
 
     def is_baseline(self, rec: dict) -> bool:
@@ -33,8 +33,8 @@ class Comparisons:
         """Take the vendor's or the baseline's time from a record (also a resumed one)."""
         if rec.get("status") != "PASS" or not rec.get("median_ms"):
             return
-        if self.vendor and rec.get("variant") == self.vendor:
-            self.vendor_ms[rec["shape"]] = rec["median_ms"]
+        if self.vendor and rec.get("variant") in (self.vendor, rec.get("vendor")):  # a row may name its own vendor
+            self.vendor_ms[rec["variant"], rec["shape"]] = rec["median_ms"]
         elif self.is_baseline(rec):
             self.baseline_ms[rec["shape"]] = rec["median_ms"]
 
@@ -50,9 +50,10 @@ class Comparisons:
             rec["gbs"] = rec["bytes"] / t / 1e9
         if rec.get("flops") and rec.get("energy_j") and rec.get("gflops_per_j") is None:
             rec["gflops_per_j"] = rec["flops"] / rec["energy_j"] / 1e9
-        if self.vendor and rec.get("variant") != self.vendor:
-            vendor_ms = self.vendor_ms.get(rec.get("shape"))
-            rec["vendor"] = self.vendor
+        vendor = rec.get("vendor") or self.vendor
+        if vendor and rec.get("variant") != vendor:
+            vendor_ms = self.vendor_ms.get((vendor, rec.get("shape")))
+            rec["vendor"] = vendor
             rec["pct_vendor"] = 100 * vendor_ms / ms if vendor_ms else None
         base_ms = self.baseline_ms.get(rec.get("shape"))
         if base_ms:
@@ -74,7 +75,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     for i, problem in enumerate(problems):
         session.prepare(problem, problems[i + 1] if i + 1 < len(problems) else None)
         if vendor:
-            for name in workload.vendor_names(backend.name):
+            for name in [n for n in workload.vendor_names(backend.name) if workload.vendor_wanted(n, cases)]:
                 rec = session.run_vendor(name, problem)
                 if rec is not None:
                     yield comparisons.derive(rec)

@@ -70,7 +70,8 @@ class Variant:
     # Which of its suite's host runners executes it (the suite dispatches on this, never on the name):
     # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas |
     # batched-wgmma;
-    # conv: direct | constant | unroll | numpy | lenet; conv-backward: unroll | direct; pool: pool.
+    # conv: direct | constant | unroll | implicit | numpy | lenet; conv-backward: unroll | direct | implicit;
+    # pool: pool.
     runner: str = "kernel"
     # The arithmetic (runtime.device.PRECISIONS): which ceiling its %peak is taken against, and the
     # label its rows carry.
@@ -430,6 +431,13 @@ def _graphed(v: Variant) -> Variant:
 
 MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas", "batched-wgmma"))
 
+# Conv steps 9 and 10 (sm_90a): step 9's mainloop and ring with the operands gathered by the producer;
+# the launch geometry depends on the layer (nnbench/suites/conv.py).
+_IMPLICIT = dict(
+    _WGMMA, params=(replace(_WGMMA["params"][0], default=128), replace(_WGMMA["params"][1], default=64),
+                    *_WGMMA["params"][2:]),
+    tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
+)
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so
 # nnbench/suites/conv.py computes it (grid/block here describe the tile for the docs only).
 _CONV_TILE = _p("TILE", 16, (8, 16, 32), "outputs per block side (TILE x TILE threads)")
@@ -448,6 +456,15 @@ CONV: tuple[Variant, ...] = (
             block="(TILE, TILE)", smem="4 * (4 * IN * IN + KB * 4 * 121)", kernel="conv_forward", runner="direct"),
     Variant("conv", "unroll", 4, "unroll (im2col) each image, then ladder step 8's GEMM (3xTF32)",
             "conv/04_unroll.cu", kernel="unroll", runner="unroll", precision=TF32X3),
+    Variant("conv", "implicit-wgmma", 9, "implicit GEMM on GEMM step 9's mainloop: the producer warpgroup gathers "
+            "the input patches with cp.async (no workspace), filters by bulk tensor copy, wgmma 3xTF32 (sm_90a)",
+            "conv/09_implicit_wgmma.cu", kernel="conv_forward", runner="implicit", precision=TF32X3,
+            tags=("tensor-core", "sm_90a"), **dict(_IMPLICIT, params=_IMPLICIT["params"] + (
+                _p("PRECISION", 3, (3,), _PRECISION_HELP),))),
+    Variant("conv", "implicit-wgmma-tf32", 9, "step 9 with one TF32 product (PRECISION=1): TF32 accuracy, not "
+            "fp32's", "conv/09_implicit_wgmma.cu", kernel="conv_forward", runner="implicit", precision=TF32,
+            tags=("tensor-core", "sm_90a", "tf32"), rtol=TF32_RTOL, **dict(_IMPLICIT, params=_IMPLICIT["params"] + (
+                _p("PRECISION", 1, (1,), _PRECISION_HELP),))),
     Variant("conv", "numpy", 0, "NumPy: im2col and a float32 BLAS GEMM per image (the CPU path)", None,
             backend="cpu", runner="numpy", precision=HOST),
     Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll "
@@ -462,6 +479,11 @@ CONV_BACKWARD: tuple[Variant, ...] = (
             "(no workspace)", "conv/07_direct_backward.cu",
             params=(_p("THREADS", 256, (128, 256), "threads of a filter-gradient block"),),
             block="(THREADS,)", kernel="filter_grad_direct", runner="direct"),
+    Variant("conv-backward", "implicit-wgmma-backward", 10, "data and filter gradients as implicit GEMMs on step 9's "
+            "mainloop (gathered operands, no workspace; split-K filter gradient with atomics), wgmma 3xTF32 (sm_90a)",
+            "conv/10_implicit_wgmma_backward.cu", kernel="conv_data_grad", runner="implicit", precision=TF32X3,
+            tags=("tensor-core", "sm_90a"), **dict(_IMPLICIT, tensor_maps=(), params=_IMPLICIT["params"] + (
+                _p("PRECISION", 3, (3,), _PRECISION_HELP),))),
 )
 POOL: tuple[Variant, ...] = (
     Variant("pool", "avg", 1, "average pooling, one thread per output", "conv/05_pool.cu",

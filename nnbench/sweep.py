@@ -180,7 +180,8 @@ def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
     jobs = []
     for problem in sorted(spec.shapes, key=lambda s: s.flops):
         if with_vendor:
-            jobs += [Job("vendor", problem, name) for name in work.vendor_names(backend)]
+            jobs += [Job("vendor", problem, name) for name in work.vendor_names(backend)
+                     if work.vendor_wanted(name, spec.cases)]
         jobs += [Job("case", problem, case) for case in spec.cases if work.applies(case, problem)]
     return jobs
 

@@ -235,12 +235,14 @@ def profile_tables(prof) -> list:
 
 def conv_table(records: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
-    for name in ("path", "params", "layer", "ms", "±IQR", "GFLOP/s", "% cuDNN", "× direct", "workspace", "rel_err", ""):
-        t.add_column(name, justify="left" if name in ("path", "params", "layer", "") else "right")
+    for name in ("path", "params", "precision", "layer", "ms", "±IQR", "GFLOP/s", "% cuDNN", "× direct", "workspace",
+                 "rel_err", ""):
+        t.add_column(name, justify="left" if name in ("path", "params", "precision", "layer", "") else "right")
     for r in records:
         iqr = 100 * r["iqr_ms"] / r["median_ms"] if r.get("iqr_ms") is not None and r.get("median_ms") else None
         ws = r.get("workspace_bytes")
-        t.add_row(f"{r.get('step', '')} {r['variant']}".strip(), r.get("params", ""), r["shape"],
+        t.add_row(f"{r.get('step', '')} {r['variant']}".strip(), r.get("params", ""), r.get("precision") or "",
+                  r["shape"],
                   _median(r), _num(iqr, ".1f") + "%", _num(r.get("gflops"), ",.0f"),
                   _num(r.get("pct_vendor"), ".1f"), _num(r.get("speedup"), ".1f"),
                   f"{ws / 2**20:,.1f} MiB" if ws else "—", _num(r.get("rel_err"), ".1e"),

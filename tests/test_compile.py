@@ -31,7 +31,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
              if not v.problems(dict(v.defaults(), **{p.name: c}))]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
              for suite in ("mlp", "conv") for v in registry.suite_variants(suite, "cuda") if not v.params]
-    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), arch)
+    reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, dict(v.defaults(), **{p.name: c}), v.target(arch))
              for suite in ("conv", "conv-backward", "pool") for v in registry.suite_variants(suite, "cuda")
              for p in v.params
              for c in p.choices if not v.problems(dict(v.defaults(), **{p.name: c}))]

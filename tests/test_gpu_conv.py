@@ -100,3 +100,50 @@ def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, 
     bad = conv._timed(cuda_backend, dict(base), layer, conv._direct_launch(cuda_backend, v, params, mutated, layer),
                       FAST, conv.DEFAULT_RTOL)
     assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL
+
+
+IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
+ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
+              conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
+              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1)]
+
+
+def _implicit(cuda_backend, suite: str, name: str):
+    v = registry.get(suite, name)
+    if why := v.arch_problem(cuda_backend.device):
+        pytest.skip(why)
+    return v
+
+
+@pytest.mark.parametrize("suite,name", IMPLICIT)
+def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
+    """Conv steps 9 and 10 against float64 on layers no tile divides (odd N, C, H, W, K; 1x1, 2x2 and
+    5x5 filters; strides 1 to 3; pads 0 to 2; C*R*R not a multiple of 4, so the filters' cp.async
+    path too), with every tile shape."""
+    v = _implicit(cuda_backend, suite, name)
+    shapes = conv.load_sets()["odd"] + conv.load_sets()["lenet5"] + ODD_LAYERS
+    cases = [Case(v, tuple(dict(v.defaults(), **p).items()))
+             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2})]
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
+    assert len(recs) == len(cases) * len(shapes)
+    for r in recs:
+        assert r["status"] == "PASS", (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
+
+
+@pytest.mark.parametrize("suite,name", IMPLICIT[::2])
+def test_an_implicit_path_that_drops_a_filter_tap_fails_verification(cuda_backend, suite, name):
+    """Built with the test-only switch -DMUTATE_DROP_TAP (the last filter tap is gathered as zero),
+    the forward and the backward fail the suite's verification; built without it, they pass."""
+    from nnbench.runtime.compile import compile_sources
+    v = _implicit(cuda_backend, suite, name)
+    params = v.defaults()
+    real, mutated = compile_sources(v.target(cuda_backend.arch), [(v.source, params),
+                                                                  (v.source, {**params, "MUTATE_DROP_TAP": 1})])
+    shape = conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)
+    session = conv.WORKLOAD.session(cuda_backend, FAST, conv.DEFAULT_RTOL, 0, {})
+    session.prepare(shape)
+    case = Case.defaults(v)
+    ok = session.run_case(case, shape, real)
+    assert ok["status"] == "PASS", ok.get("rel_err")
+    bad = session.run_case(case, shape, mutated)
+    assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL

@@ -34,8 +34,9 @@ from nnbench.suites.base import Case
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="CSV path, a new file (default results/conv-<gpu>-<time>.csv).")
 @click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")
-@click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll "
-                                               "and direct), each checked against float64.")
+@click.option("--backward", is_flag=True, help="Also run the backward paths (data and filter gradients: unroll, "
+                                               "direct and implicit GEMM), each checked against float64, beside "
+                                               "cuDNN's backward.")
 @click.option("--model", type=click.Choice(["lenet5"]), default=None,
               help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
                    "(--n is the batch, default 64), checked against float64, beside PyTorch.")

@@ -169,3 +169,33 @@ def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: in
         torch_view(torch, out, tuple(y.shape)).copy_(y)
         torch.cuda.synchronize()
     return launch, result
+
+
+def cudnn_conv_backward(x_ptr: int, w_ptr: int, dy_ptr: int, dims: tuple[int, ...], stride: int, pad: int,
+                        dx_out: int, dw_out: int, tf32: bool = False):
+    """cuDNN's backward convolution (data and filter gradients in one call, as autograd issues them:
+    aten.convolution_backward) through PyTorch on nnbench's X, filters and dY (NCHW), autotuned like
+    the forward, writing its own outputs. Returns (launch, result): result() copies the last dX and
+    dW into nnbench's buffers, for the verifier. None without PyTorch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    torch.backends.cudnn.benchmark = True
+    N, C, H, W, K, R = dims
+    x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
+    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+    dy = torch_view(torch, dy_ptr, (N, K, Ho, Wo))
+    last = {}
+
+    def launch():
+        torch.backends.cudnn.allow_tf32 = tf32
+        last["dx"], last["dw"], _ = torch.ops.aten.convolution_backward(
+            dy, x, w, None, [stride, stride], [pad, pad], [1, 1], False, [0, 0], 1, [True, True, False])
+        torch.backends.cudnn.allow_tf32 = False
+
+    def result() -> None:
+        torch_view(torch, dx_out, (N, C, H, W)).copy_(last["dx"])
+        torch_view(torch, dw_out, (K, C, R, R)).copy_(last["dw"])
+        torch.cuda.synchronize()
+    return launch, result

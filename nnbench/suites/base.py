@@ -125,6 +125,10 @@ class Workload:
     def validate(self, problem) -> None:
         """Raise NnbenchError for a problem that can never run (index range, memory)."""
 
+    def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
+        """Whether vendor row `name` belongs to a run of these cases (all do, unless a workload says)."""
+        return True
+
     def vendor_names(self, backend: str) -> list[str]:
         """The vendor rows this backend can run for each problem."""
         return list(self.vendor_rows) if backend == "cuda" else []

@@ -19,7 +19,7 @@ from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA, TF32
-from nnbench.runtime.vendor import cudnn_conv_forward
+from nnbench.runtime.vendor import cudnn_conv_backward, cudnn_conv_forward
 from nnbench.suites.base import Case, Session, Workload, problem_text
 from nnbench.yamlnodes import compose, fail, integer, mapping, sequence, string
 
@@ -320,6 +320,101 @@ def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     return run, U, Z
 
 
+PATH_TMA_B = 2  # kernels_cu/common/wgmma_mainloop.cuh's `paths` bit: the filters come by bulk tensor copy
+DIMS_SIGNATURE = "{40@4}"  # ConvDims by value: ten ints
+
+
+def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y):
+    """Conv step 9 (09_implicit_wgmma.cu): one launch, no workspace. The filters, read as the K-major
+    GEMM operand (C*R*R x K, leading dimension C*R*R), come by a tensor map where the 16-byte stride
+    rule allows, else by the producer's cp.async. Returns (run, path): the launcher and the filters'
+    path, for the table."""
+    from nnbench.runtime import tensormap
+    from nnbench.runtime.params import raw
+    kernel = backend.load(comp, "conv_forward")
+    crr = s.C * s.R * s.R
+    (tm,) = v.tensor_maps
+    box = v.map_box(tm, params)
+    if tensormap.tiled_problem(int(Wt), (crr, s.K), (4 * crr,), box, tm.swizzle) is None:
+        w_map, bits, path = tensormap.encode_tiled(int(Wt), (crr, s.K), (4 * crr,), box, tm.swizzle), PATH_TMA_B, "TMA"
+    else:
+        w_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async filters"
+    tiles = -(-s.N * s.Ho * s.Wo // params["BM"]) * -(-s.K // params["BN"])
+    slices = forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
+    grid = (-(-s.N * s.Ho * s.Wo // params["BM"]), -(-s.K // params["BN"]), slices)
+    sig = DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
+    args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
+    main = backend.launcher(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
+    if slices == 1:
+        return main, path
+    count = s.N * s.K * s.Ho * s.Wo
+    clear = backend.launcher(backend.load(comp, "clear"), _grid(backend, count), (256, 1, 1),
+                             (np.intp(int(Y)), np.int32(count)), "Pi")
+
+    def run():
+        clear()
+        main()
+    return run, f"{path}, split-K {slices}"
+
+
+SPLIT_COST = 0.92  # a split pays Y's zeroing and an atomic epilogue: ~8% of a forward, charged per split run
+SPLIT_MIN_K_BLOCKS = 16  # a slice also pays the ring's fill: at 9 k-blocks a slice (N32 C64 56x56 K128 s2) the
+# split ran 7% slower (0.0740 -> 0.0793 ms), at 18 (N32 C128 28x28 K128) 8% faster (0.1373 -> 0.1267 ms)
+
+
+def forward_slices(tiles: int, k_blocks: int, sms: int) -> int:
+    """Slices of K for the forward: the count, of 1 to 3 with at least SPLIT_MIN_K_BLOCKS k-blocks each,
+    whose waves are fullest (tiles x slices over whole waves of the SMs), a split charged SPLIT_COST for
+    its zeroing and atomics. 196 tiles on 132 SMs fill 74% of two waves; in two slices, 99% of three."""
+    def score(n: int) -> float:
+        units = tiles * n
+        return units / (-(-units // sms) * sms) * (1.0 if n == 1 else SPLIT_COST)
+    return max((n for n in (1, 2, 3) if n == 1 or k_blocks // n >= SPLIT_MIN_K_BLOCKS), key=score)
+
+
+def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
+    """Slices of the filter gradient's N*Ho*Wo-long reduction: as many as fill the SMs, each of at
+    least 4 k-blocks (a slice pays the pipeline's fill and an atomic epilogue)."""
+    return max(1, min(sms // tiles, k_blocks // 4))
+
+
+def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW):
+    """Conv step 10 (10_implicit_wgmma_backward.cu): dW zeroed, the filter gradient's slices added into
+    it, then the data gradient; no workspace. The filter gradient reads dY by a 3-D tensor map (Ho*Wo,
+    K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. Returns (run,
+    path)."""
+    from nnbench.runtime import tensormap
+    from nnbench.runtime.params import raw
+    block, smem = v.launch_block(params), v.dynamic_smem_bytes(params)
+    bm, bn, bk = params["BM"], params["BN"], params["BK"]
+    crr, hw = s.C * s.R * s.R, s.Ho * s.Wo
+    ip = lambda b: np.intp(int(b))  # noqa: E731
+    dims = s.dims().tobytes()
+    tiles = -(-crr // bm) * -(-s.K // bn)
+    slices = filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
+    map_dims, strides, box = (hw, s.K, s.N), (4 * hw, 4 * hw * s.K), (bk, bn, 1)
+    if tensormap.tiled_problem(int(dY), map_dims, strides, box, 128) is None:
+        dy_map, bits, path = tensormap.encode_tiled(int(dY), map_dims, strides, box, 128), PATH_TMA_B, "TMA dY"
+    else:
+        dy_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async dY"
+    clear = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.K * crr), (256, 1, 1),
+                             (ip(dW), np.int32(s.K * crr)), "Pi")
+    filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
+                            (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
+                            DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
+    phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
+    data = backend.launcher(backend.load(comp, "conv_data_grad"),
+                            (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride), block,
+                            (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
+
+    def run():
+        clear()
+        filt()
+        data()
+    run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
+    return run, f"filter split-K {slices}, {path}"
+
+
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
     """The fields every row of a problem carries."""
     return dict(env or {}, suite="conv", shape=shape.label, problem=problem_text(shape), unit="launch", flops=flops,
@@ -367,6 +462,7 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
 
 
 # -- backward -------------------------------------------------------------------------------------
+BACKWARD_VENDORS = ("cudnn-backward", "cudnn-backward-tf32")  # the backward paths' baseline, and TF32 beside it
 SPLIT_SLICES = 128  # the unroll path's filter gradient: slices of its N*Ho*Wo-long reduction
 
 
@@ -509,6 +605,8 @@ class ConvSession(Session):
             row = next((r for r in rows if r["variant"] == "torch-step"), None)
             return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
                 if row else None
+        if name in BACKWARD_VENDORS and isinstance(problem, ConvShape):
+            return self._cudnn_backward(name, problem)
         if name not in ("cudnn", "cudnn-tf32") or not isinstance(problem, ConvShape):
             return None
         layer = self.layer
@@ -540,6 +638,9 @@ class ConvSession(Session):
             row = next(r for r in rows if r["variant"] == "lenet5-step")
             return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
                                                         "error")}, unit="step")
+        device = getattr(self.backend, "device", None)
+        if device is not None and (why := v.arch_problem(device)):
+            return dict(rec, status="SKIP", error=why)
         if isinstance(compiled, Exception):
             return dict(rec, status="ERROR", error=str(compiled))
         layer = self.layer
@@ -548,17 +649,24 @@ class ConvSession(Session):
         rec["workspace_bytes"] = problem.unroll_bytes if v.runner in ("unroll", "numpy") else 0
         if v.backend == "cpu":
             return _numpy(rec, layer, self.rtol)
+        if v.rtol is not None:
+            rec["rtol"] = v.rtol
         try:
-            launch = (_unroll_launch(self.backend, compiled, self.helper(registry.get("gemm", "tf32x3")), layer)
-                      if v.runner == "unroll" else _direct_launch(self.backend, v, params, compiled, layer))
-            return _timed(self.backend, rec, layer, launch, self.settings, self.rtol)
+            if v.runner == "implicit":
+                launch, path = implicit_forward(self.backend, v, params, compiled, problem, layer.X, layer.Wt, layer.Y)
+                rec["params"] = f"{rec['params']} · {path}"
+            elif v.runner == "unroll":
+                launch = _unroll_launch(self.backend, compiled, self.helper(registry.get("gemm", "tf32x3")), layer)
+            else:
+                launch = _direct_launch(self.backend, v, params, compiled, layer)
+            return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"])
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
 
-    def _backward(self, rec: dict, v: Variant, params: dict, comp, layer: _Layer) -> dict:
-        """dX and dW both checked against float64 (both poisoned first; the error is the larger),
-        then the whole backward pass timed."""
-        be, shape = self.backend, layer.shape
+    def _gradients(self) -> dict:
+        """This layer's dY, the float64 dX and dW for it, and the output buffers, made on first use."""
+        be, layer = self.backend, self.layer
+        shape = layer.shape
         if self.grads is None:
             rng = np.random.default_rng([self.seed, 7, shape.N, shape.K])
             dy = random_nonzero(rng, layer.ref.shape)
@@ -566,16 +674,58 @@ class ConvSession(Session):
             self.grads = dict(dY=be.upload(dy), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
                               dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(dx_ref),
                               DW=be.upload(dw_ref))
-        bufs = self.grads
+        return self.grads
+
+    def _grad_err(self) -> float:
+        """The larger of dX's and dW's ||out - ref|| / ||ref||."""
+        be, bufs, layer = self.backend, self.grads, self.layer
+        return max(be.rel_err(bufs["dX"], bufs["DX"], layer.x.size), be.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+
+    def _cudnn_backward(self, name: str, problem: ConvShape) -> dict:
+        """cuDNN's data and filter gradients (one autograd call), verified against float64 as our
+        backward paths are; the baseline of their % vendor."""
+        tf32 = name.endswith("tf32")
+        s, be = problem, self.backend
+        bufs = self._gradients()
+        rec = dict(self.base_record(problem), variant=name, step="", precision=TF32 if tf32 else FFMA,
+                   flops=2 * s.flops, vendor="cudnn-backward",
+                   params=f"torch convolution_backward, cudnn.benchmark (autotuned), TF32 {'on' if tf32 else 'off'}, "
+                          "its own outputs")
+        if tf32:
+            rec["rtol"] = measure.TF32_RTOL
+        made = cudnn_conv_backward(int(self.layer.X), int(self.layer.Wt), int(bufs["dY"]),
+                                   (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad, int(bufs["dX"]), int(bufs["dW"]),
+                                   tf32=tf32)
+        if made is None:
+            return dict(rec, status="SKIP", error="PyTorch is not installed")
+        launch, result = made
+        be.fill_nan(bufs["dX"], self.layer.x.size)
+        be.fill_nan(bufs["dW"], self.layer.wt.size)
+        stats = measure.measure(be, launch, self.settings)
+        result()
+        err = self._grad_err()
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= rec["rtol"] else "FAIL")
+
+    def _backward(self, rec: dict, v: Variant, params: dict, comp, layer: _Layer) -> dict:
+        """dX and dW both checked against float64 (both poisoned first; the error is the larger),
+        then the whole backward pass timed."""
+        be, shape = self.backend, layer.shape
+        bufs = self._gradients()
         rec.update(flops=2 * shape.flops, workspace_bytes=shape.unroll_bytes * 2 if v.runner == "unroll" else 0)
+        rec["vendor"] = "cudnn-backward"
         try:
-            launch = (_unroll_backward(be, v, params, comp, self.helper(registry.get("conv", "unroll")), layer, bufs)
-                      if v.runner == "unroll" else _direct_backward(be, params, comp, layer, bufs))
+            if v.runner == "implicit":
+                launch, path = implicit_backward(be, v, params, comp, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
+                                                 bufs["dW"])
+                rec["params"] = f"{rec['params']} · {path}"
+            elif v.runner == "unroll":
+                launch = _unroll_backward(be, v, params, comp, self.helper(registry.get("conv", "unroll")), layer, bufs)
+            else:
+                launch = _direct_backward(be, params, comp, layer, bufs)
             be.fill_nan(bufs["dX"], layer.x.size)
             be.fill_nan(bufs["dW"], layer.wt.size)
             be.timed(launch, 1)
-            err = max(be.rel_err(bufs["dX"], bufs["DX"], layer.x.size),
-                      be.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+            err = self._grad_err()
             stats = measure.measure(be, launch, self.settings)
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
@@ -588,7 +738,11 @@ class ConvWorkload(Workload):
     default_rtol = DEFAULT_RTOL
     vendor = "cudnn"
     baseline = "direct"
-    vendor_rows = ("cudnn", "cudnn-tf32", "torch")
+    vendor_rows = ("cudnn", "cudnn-tf32", "torch", *BACKWARD_VENDORS)
+
+    def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
+        """cuDNN's backward rows only where a backward path runs."""
+        return name not in BACKWARD_VENDORS or any(c.variant.suite == "conv-backward" for c in cases)
 
     def variants(self, backend: str | None = None) -> list[Variant]:
         return [v for suite in ("conv", "conv-backward", "conv-model") for v in registry.suite_variants(suite, backend)]

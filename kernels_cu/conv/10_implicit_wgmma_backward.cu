@@ -1,0 +1,215 @@
+// Conv step 10: the backward pass (data and filter gradients) as implicit GEMMs on step 9's mainloop,
+// no workspace.
+//
+// Idea:   step 6 runs the backward as two GEMMs over the unrolled input U and its gradient dU (two
+//         workspaces of C*R*R x N*Ho*Wo), then col2im. Both products gather instead, as conv step 9's
+//         forward does (implicit_wgmma.cuh), in the producer warpgroup:
+//           data    dX (N*H*W x C) = A (N*H*W x K*R*R) . B (K*R*R x C): A(x pixel (n,h,w), (k,r,s)) is
+//                   dY[n, k, (h+pad-r)/stride, (w+pad-s)/stride] where both divide (else 0), the
+//                   forward's transposed convolution; B(k,r,s ; c) = Wt[k, c, r, s], the filters read
+//                   transposed (gathered: a K-major tile of them is not a box of Wt). The epilogue
+//                   writes dX in NCHW directly.
+//           filter  dW^T (C*R*R x K) = U (C*R*R x N*Ho*Wo) . dY^T: A(tap, pixel) the forward's patch
+//                   gather turned on its side (a thread owns one tap), B(pixel, k) = dY as it lies in
+//                   memory, K-major, by bulk tensor copy (a 3-D map; each image's pixels padded to
+//                   whole k-blocks). The reduction is N*Ho*Wo long and the output only C*R*R x K (a
+//                   few tiles), so it is split over gridDim.z; each slice adds its share into dW
+//                   (zeroed first by `clear`) with atomics.
+//         A strided layer's data gradient runs in stride^2 phases of input pixels (h % stride,
+//         w % stride), gridDim.z, each a stride-1 gather over only the taps that reach it: gathering
+//         every tap and dividing cost 2.37 ms at N32 C64 56x56 K128 s2, 3/4 of the products zeros.
+// Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
+// Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
+//         (nnbench/registry.py). The filter gradient's split count comes from the host.
+// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2);
+//         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
+#ifndef BM
+#define BM 128
+#endif
+#ifndef BN
+#define BN 64
+#endif
+#ifndef BK
+#define BK 32
+#endif
+#ifndef STAGES
+#define STAGES 4
+#endif
+#ifndef PRECISION
+#define PRECISION 3
+#endif
+
+#include "conv/implicit_wgmma.cuh"
+
+struct DataGather {
+    PatchRows<true> grads;
+    const float* Wt;
+    Taps taps;
+    int C, Kk, R, n0, pt;
+
+    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
+        const int s = i % STAGES;
+        load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
+        grads.load(ring.a(s), kb * BK);
+        mbar_arrive_cp_async(ring.full(s));
+    }
+};
+
+// All of K in one slice (gridDim.z holds the data gradient's phases, not slices of K).
+__device__ __forceinline__ KRange whole(int K) {
+    KRange kr(K);
+    kr.first = 0;
+    kr.count = (K + BK - 1) / BK;
+    return kr;
+}
+
+// Phase blockIdx.z = (ph, pw) of the data gradient: the input pixels (ph + stride*y, pw + stride*x)
+// and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
+// which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
+    extern __shared__ unsigned char smem_raw[];
+    const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
+    const int st = d.stride, ph = blockIdx.z / st, pw = blockIdx.z % st;
+    const int r0 = (ph + d.pad) % st, s0 = (pw + d.pad) % st;
+    const Taps taps{r0 < d.R ? (d.R - r0 + st - 1) / st : 0, s0 < d.R ? (d.R - s0 + st - 1) / st : 0, st, r0, s0};
+    const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
+    const int M = d.N * grid.gh * grid.gw, Kk = d.K * taps.count();
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
+    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_dealloc<GATHER_REGS>();
+        const KRange kr = whole(Kk);
+        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
+                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
+                     Wt, taps, d.C, Kk, d.R, n0, wt};
+        produce_gathered(ring, kr, wt, g);
+        return;
+    }
+
+    regs_alloc<MATH_REGS>();
+    const KRange kr = whole(Kk);
+    float acc[NACC];
+    consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
+    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
+}
+
+// A bulk tensor copy of one box of a 3-D tensor map at element coordinates (c0 innermost).
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2),
+        "r"(smem_addr(bar))
+        : "memory");
+}
+
+// The filter gradient as dW^T (C*R*R x K) = U (C*R*R x N*Ho*Wo) . dY^T: the GEMM's k runs over the
+// output pixels image by image, each image's Ho*Wo padded to whole k-blocks (`blocks_per_image`), so
+// a k-block is BK consecutive pixels of one image. B(pixel, k) = dY[n, k, pixel] is then a K-major
+// box of dY as it lies in memory and comes by bulk tensor copy (a 3-D map over (Ho*Wo, K, N); the
+// pixels past Ho*Wo arrive as zeros), or by cp.async where Ho*Wo breaks the 16-byte stride rule.
+// A(tap, pixel) = the input under that tap of that pixel: a producer thread owns one tap (tile row
+// m, BM = 128) for the whole K loop, so its (c, r, s) is divided out once; per k-block lane L decodes
+// pixel L once and each element takes it by shuffle (as the forward's PatchRows does).
+struct FilterGather {
+    const float *X, *dY;
+    const CUtensorMap* dy_map;
+    int paths, C, H, W, Wo, hw, K, R, stride, pad, blocks_per_image, n0, pt;
+    int m, kk0, tap_off, tap_r, tap_s;
+    bool live;
+
+    __device__ FilterGather(const float* X_, const float* dY_, const CUtensorMap* map, int paths_, const ConvDims& d,
+                            int bpi, int m0, int n0_, int pt_)
+        : X(X_), dY(dY_), dy_map(map), paths(paths_), C(d.C), H(d.H), W(d.W), Wo(d.Wo), hw(d.Ho * d.Wo), K(d.K),
+          R(d.R), stride(d.stride), pad(d.pad), blocks_per_image(bpi), n0(n0_), pt(pt_) {
+        m = pt % BM;
+        kk0 = pt / BM;
+        const int RR = d.R * d.R, tap = m0 + m;
+        live = tap < d.C * RR;
+        const int c = live ? tap / RR : 0, rs = tap - c * RR;
+        tap_r = rs / d.R;
+        tap_s = rs - tap_r * d.R;
+        tap_off = c * d.H * d.W + tap_r * d.W + tap_s;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap's gradient is never gathered
+        live = live && !(tap_r == d.R - 1 && tap_s == d.R - 1);
+#endif
+    }
+
+    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
+        const int s = i % STAGES, n = kb / blocks_per_image, pix0 = (kb - n * blocks_per_image) * BK;
+        float* bs = ring.b_big(s);
+        if (paths & PATH_TMA_B) {
+            if (pt == 0) {
+                mbar_expect_tx(ring.full(s), B_TILE_BYTES);
+                tma_load_3d(bs, dy_map, pix0, n0, n, ring.full(s));  // box BK x BN x 1, 128-byte swizzle
+            }
+        } else {
+            const int kk = pt % BK, pix = pix0 + kk;
+            const float* base = dY + (size_t)n * K * hw + pix;
+#pragma unroll 4
+            for (int j = 0; j < B_PER_THREAD; ++j) {
+                const int col = pt / BK + j * (128 / BK);
+                const bool ok = pix < hw && n0 + col < K;
+                cp_async_4(swizzled(bs, col, kk), ok ? base + (size_t)(n0 + col) * hw : dY, ok);
+            }
+        }
+        // This lane's pixel: where its window starts (h0, w0); past the image's pixels, a window whose
+        // every tap lies above the image.
+        const int pix = pix0 + threadIdx.x % 32, oh = pix / Wo;
+        const int lane_h0 = pix < hw ? oh * stride - pad : -H - R, lane_w0 = (pix - oh * Wo) * stride - pad;
+        const float* img = X + (size_t)n * C * H * W + tap_off;
+        float* as = ring.a(s);
+#pragma unroll
+        for (int e = 0; e < A_PER_THREAD; ++e) {
+            const int kk = kk0 + e * (128 / BM);
+            const int h0 = __shfl_sync(0xffffffffu, lane_h0, kk), w0 = __shfl_sync(0xffffffffu, lane_w0, kk);
+            const bool ok = live && (unsigned)(h0 + tap_r) < (unsigned)H && (unsigned)(w0 + tap_s) < (unsigned)W;
+            cp_async_4(as + kk * A_PITCH + m, ok ? img + (h0 * W + w0) : X, ok);
+        }
+        mbar_arrive_cp_async(ring.full(s));
+    }
+};
+
+// Slices of the k-blocks over gridDim.z; each adds its share of dW^T into dW (zeroed by `clear`).
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __restrict__ dY, float* __restrict__ dW,
+                 const __grid_constant__ CUtensorMap dy_map, int paths) {
+    extern __shared__ unsigned char smem_raw[];
+    const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
+    const int CRR = d.C * d.R * d.R, bpi = (d.Ho * d.Wo + BK - 1) / BK, Kk = d.N * bpi * BK;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+
+    if (threadIdx.x == 0) ring_init(ring, paths, &dy_map, &dy_map);
+    __syncthreads();
+
+    if (wg == 0) {
+        regs_dealloc<GATHER_REGS>();
+        const KRange kr(Kk);
+        FilterGather g(X, dY, &dy_map, paths, d, bpi, m0, n0, wt);
+        produce_gathered(ring, kr, wt, g);
+        return;
+    }
+
+    regs_alloc<MATH_REGS>();
+    const KRange kr(Kk);
+    float acc[NACC];
+    consume(acc, ring, kr, wg, wt);
+    if (kr.count == 0) return;
+    // Row gm is tap gm, column n the output map n0 + n: dW[n0 + n, gm], adjacent taps adjacent.
+    const int gm = m0 + consumer_row(wg, wt);
+    if (gm >= CRR) return;
+    for_each_pair(acc, wt, [&](int n, float v0, float v1) {
+        const int k = n0 + n;
+        if (k >= d.K) return;
+        atomicAdd(dW + (size_t)k * CRR + gm, v0);
+        if (gm + 1 < CRR) atomicAdd(dW + (size_t)k * CRR + gm + 1, v1);
+    });
+}
+

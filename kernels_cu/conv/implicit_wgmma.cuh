@@ -1,0 +1,179 @@
+// Implicit GEMM on step 9's mainloop (kernels_cu/common/wgmma_mainloop.cuh), shared by conv steps 9
+// (forward) and 10 (backward): the producer warpgroup gathers the GEMM's operand tiles straight from
+// the NCHW tensors with 4-byte cp.async (zero-filled outside the image, the tensor or the GEMM), into
+// exactly the shared-memory layouts the consumers expect (A M-major with padded rows, B K-major in the
+// copy engine's 128-byte swizzle), so nothing is unrolled in global memory. The consumers, the
+// 3xTF32 split and the ring's barriers are step 9's, unchanged.
+//
+// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's).
+#pragma once
+#include "common/wgmma_mainloop.cuh"
+#include "conv/conv_common.cuh"
+
+// Registers after setmaxnreg: the producer's (GATHER_REGS) and the consumers', which get the rest
+// of what the block was launched with (THREADS x the 168 or 240 registers ptxas gives it under
+// __launch_bounds__(THREADS, 1)). Asking for more than that pool hangs the consumers'
+// setmaxnreg.inc for good (seen with 64 + 2 x 224 > 384 x 168). The gather keeps more elements in
+// flight with more registers than step 9's copy-issuing producer needs (40): 88 measured 8-10%
+// faster forward and 15-20% faster backward on the resnet layers (docs/results/conv.md).
+#ifndef GATHER_REGS
+#define GATHER_REGS 88
+#endif
+#define REG_POOL (CONSUMERS == 2 ? 384 * 168 : 256 * 240)
+#define MATH_REGS_FREE ((REG_POOL - 128 * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
+#define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
+
+#define A_PER_THREAD (BK * BM / 128)  // A elements a producer thread gathers per k-block
+#define B_PER_THREAD (BK * BN / 128)
+
+// Where the copy engine's 128-byte swizzle puts B(k, n) of a K-major tile: 16-byte chunk k/4 of
+// row n moves to k/4 ^ n%8 (wgmma_mainloop.cuh's cp.async fallback writes the same layout).
+__device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
+    return bs + n * BK + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);
+}
+
+// Step 9's producer with the copies left to `g`: g.load(ring, i, kb) issues k-block kb into slot
+// i % STAGES and arrives on its `full` barrier. The k-blocks are loaded in order, one after the
+// other, so a gather may keep running counters instead of dividing for every element.
+template <class Gather>
+__device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
+    const int first = kr.count < STAGES ? kr.count : STAGES;
+    for (int i = 0; i < first; ++i) g.load(ring, i, kr.first + i);
+    for (int i = 0; i < kr.count; ++i) {
+        const int s = i % STAGES;
+        mbar_wait(ring.full(s), (i / STAGES) & 1);
+        split_b_tile(ring, s, pt);
+        fence_proxy_async();
+        mbar_arrive(ring.ready(s));
+        const int done = i - 1;
+        if (done >= 0 && done + STAGES < kr.count) {
+            mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
+            g.load(ring, done + STAGES, kr.first + done + STAGES);
+        }
+    }
+}
+
+// The taps of a product: k = (q, t) with q a channel and t < taps = rows * cols a filter tap,
+// tap t = (i, j) = (t / cols, t % cols) at filter position (r0 + step*i, s0 + step*j). The forward
+// and a stride-1 data gradient use every tap (step 1); a strided data gradient is split into
+// stride^2 phases of output pixels (h % stride, w % stride), each using only the taps that reach it.
+struct Taps {
+    int rows, cols, step, r0, s0;
+    __device__ int count() const { return rows * cols; }
+    __device__ int filter_offset(int t, int R) const {  // (r, s) of tap t as r * R + s
+        const int i = t / cols;
+        return (r0 + step * i) * R + s0 + step * (t - i * cols);
+    }
+};
+
+// A(m, k) of a convolution-shaped product: m = (n, oh, ow) a pixel of the GEMM's output grid
+// (Ho x Wo per image), k = (ci, i, j) a channel and tap; the value is the gathered tensor's
+// (Ci, Hi, Wi) element at
+//   forward (DGRAD false): (ci, oh*stride + oh_shift + i, ow*stride + ow_shift + j), shift = -pad
+//   data gradient (true):  (ci, oh + oh_shift - i, ow + ow_shift - j)
+// and 0 outside. A producer thread owns one tile row m (BM = 128) or one of two k phases (BM = 64),
+// so its pixel is decoded once. The k of a warp's elements are the same for every lane, so per
+// k-block lane L decodes k0 + L into (ci, i, j) once (two divisions) and each element takes its
+// tap from the lane that owns it with two shuffles: about ten instructions an element, with no
+// dependence between elements. (A running (ci, r, s) counter was about thirty, each waiting on the
+// last: the producer's single warp per scheduler stalled on its own latency, ~3 us per k-block.)
+template <bool DGRAD>
+struct PatchRows {
+    const float* img;  // this thread's image in the gathered tensor
+    int oh_base, ow_base, pix_off, Hi, Wi, HWi, cols, taps, Kk;
+    int m, kk0;
+    bool live;
+
+    __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows,
+                         int cols_, int stride, int oh_shift, int ow_shift, int m0, int pt)
+        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), cols(cols_), taps(rows * cols_), Kk(Kk_) {
+        m = pt % BM;
+        kk0 = pt / BM;
+        const int gm = m0 + m;
+        live = gm < M;
+        const int g = live ? gm : 0, hw = Ho * Wo;
+        const int n = hw ? g / hw : 0, pix = g - n * hw, oh = Wo ? pix / Wo : 0, ow = pix - oh * Wo;
+        img = src + (size_t)n * Ci * HWi;
+        oh_base = oh * stride + oh_shift;
+        ow_base = ow * stride + ow_shift;
+        pix_off = oh_base * Wi + ow_base;
+    }
+
+    __device__ __forceinline__ void load(float* as, int k0) const {
+        // This lane's k: its element offset from the pixel's, and (i, j) packed (-1: past the GEMM's K).
+        const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
+        const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
+        const int lane_ij = k < Kk ? (i << 15) | j : -1;
+#pragma unroll
+        for (int e = 0; e < A_PER_THREAD; ++e) {
+            const int kk = kk0 + e * (128 / BM);
+            const int off = __shfl_sync(0xffffffffu, lane_off, kk), packed = __shfl_sync(0xffffffffu, lane_ij, kk);
+            const int ti = packed >> 15, tj = packed & 0x7fff;
+            const int h = DGRAD ? oh_base - ti : oh_base + ti, w = DGRAD ? ow_base - tj : ow_base + tj;
+            bool ok = live && packed >= 0 && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap is never gathered
+            ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);
+#endif
+            cp_async_4(as + kk * A_PITCH + m, ok ? img + (pix_off + off) : img, ok);
+        }
+    }
+};
+
+// B(k, n) of a filter bank: k = (q, t) with t a tap of `taps`, the value W[n * ldn + q * ldk + the
+// tap's r * R + s]. The forward reads the filters as they are (n the output map, q the input
+// channel: ldn = C*R*R, ldk = R*R); the data gradient reads them transposed (n the input channel,
+// q the output map: ldn = R*R, ldk = C*R*R). A producer thread owns one k of the tile (consecutive
+// threads, consecutive k), so it divides once per k-block.
+__device__ __forceinline__ void load_filters(float* bs, const float* __restrict__ Wt, int Nn, int Kk, const Taps& taps,
+                                             int R, int ldn, int ldk, int n0, int k0, int pt) {
+    const int kk = pt % BK, k = k0 + kk, q = k / taps.count();
+    const float* base = Wt + q * ldk + taps.filter_offset(k - q * taps.count(), R);
+#pragma unroll 4
+    for (int j = 0; j < B_PER_THREAD; ++j) {
+        const int n = pt / BK + j * (128 / BK);
+        const bool ok = n0 + n < Nn && k < Kk;
+        cp_async_4(swizzled(bs, n, kk), ok ? base + (size_t)(n0 + n) * ldn : Wt, ok);
+    }
+}
+
+// The consumer thread's C fragment into an NCHW tensor (maps x H x W per image) whose GEMM rows are
+// pixels of a grid (gh x gw per image) placed at (h0 + step*y, w0 + step*x), and whose columns are
+// its `maps` channels: rows gm, gm + 1 are two pixels, column n is channel n0 + n, H*W floats apart.
+// Where the grid is the whole image (step 1) and H*W is even, both pixels lie in one image, adjacent:
+// one 8-byte store.
+struct PixelGrid {
+    int gh, gw, H, W, step, h0, w0;
+    __device__ size_t offset(int gm, int maps) const {
+        const int g = gh * gw, n = gm / g, pix = gm - n * g, y = pix / gw, x = pix - y * gw;
+        return (size_t)n * maps * H * W + (size_t)(h0 + step * y) * W + w0 + step * x;
+    }
+};
+
+__device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __restrict__ out, int M,
+                                           const PixelGrid& grid, int maps, int m0, int n0, int wg, int wt) {
+    const int gm = m0 + consumer_row(wg, wt);
+    if (gm >= M) return;
+    const bool second = gm + 1 < M;
+    const size_t y0 = grid.offset(gm, maps), y1 = second ? grid.offset(gm + 1, maps) : 0;
+    const size_t hw = (size_t)grid.H * grid.W;
+    const bool pair = grid.step == 1 && (hw & 1) == 0, split = gridDim.z > 1 && grid.step == 1;
+    for_each_pair(acc, wt, [&](int n, float v0, float v1) {
+        const int c = n0 + n;
+        if (c >= maps) return;
+        const size_t off = (size_t)c * hw;
+        if (split) {  // split-K (the forward's gridDim.z): the host zeroed `out`; each slice adds its share
+            atomicAdd(out + y0 + off, v0);
+            if (second) atomicAdd(out + y1 + off, v1);
+        } else if (pair) {
+            *reinterpret_cast<float2*>(out + y0 + off) = make_float2(v0, v1);
+        } else {
+            out[y0 + off] = v0;
+            if (second) out[y1 + off] = v1;
+        }
+    });
+}
+
+// A split-K pass's first step: out = 0, before the slices add into it.
+extern "C" __global__ void clear(float* __restrict__ out, int count) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
+}
