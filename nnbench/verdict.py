@@ -8,7 +8,11 @@ be a result CSV or a `--json` results file (nnbench/rawresults.py).
 Where both sides carry their raw samples (`compare_samples`; r = current median / baseline median):
   AMBIGUOUS  a side has fewer than MIN_SAMPLES samples: too short to decide
   SLOWER     r > 1 + tolerance, and a one-sided Mann-Whitney U test (scipy.stats.mannwhitneyu) on
-             the raw samples says the current samples are larger, p < ALPHA
+             the raw samples says the current samples are larger, p < ALPHA; or, where the sides are
+             too short for any outcome of the test to reach ALPHA (its floor is 1 / C(m + n, m): 5
+             against 5 samples can give no p below 0.004), every current sample is above every
+             baseline sample, the strongest evidence such samples can hold (a per-sample trainer's
+             five timed launches in configs/ci.yaml)
   FASTER     r < 1 - tolerance, and the test says they are smaller, p < ALPHA
   UNSTABLE   r is beyond the tolerance but the test cannot tell it from noise (p >= ALPHA), or r is
              inside it but the medians are too uncertain to say so: the distribution-free 99%
@@ -59,7 +63,7 @@ VERDICTS = ("SLOWER", "UNSTABLE", "AMBIGUOUS", "FAILED", "INVALID", "MISSING", "
 GATING = {"SLOWER", "FAILED", "INVALID", "MISSING", "UNSTABLE", "AMBIGUOUS"}
 UNSURE = {"UNSTABLE", "AMBIGUOUS"}
 NEEDED = ["suite", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", "status"]
-MIN_SAMPLES = 5  # per side; with fewer, no rank test can reach ALPHA (5 vs 5: p >= 0.004)
+MIN_SAMPLES = 5  # per side; with fewer, not even complete separation is evidence (4 vs 4: p >= 0.014)
 ALPHA = 0.001  # the rank test's level: with ~60 cases a run, about one case in 17 runs would pass it by chance
 CI_LEVEL = 0.99  # of each median's distribution-free confidence interval
 # A case's tolerance is at least this many times its between-run spread, where that is known: over 20 pairs of
@@ -106,6 +110,12 @@ def compare_samples(base, new, tolerance: float, alpha: float = ALPHA,
         if p < alpha:
             return SampleComparison("SLOWER" if slower else "FASTER", ratio, p, u,
                                     f"{100 * abs(ratio - 1):.1f}% {word}, rank test p={p:.1g}")
+        floor = 1 / math.comb(b.size + c.size, b.size)
+        separated = c.min() > b.max() if slower else c.max() < b.min()
+        if floor >= alpha and separated:
+            return SampleComparison("SLOWER" if slower else "FASTER", ratio, p, u,
+                                    f"{100 * abs(ratio - 1):.1f}% {word}, every sample beyond every baseline "
+                                    f"sample ({b.size} and {c.size} samples: the rank test's floor is p={floor:.1g})")
         return SampleComparison("UNSTABLE", ratio, p, u,
                                 f"{100 * abs(ratio - 1):.1f}% {word} by the medians, but the rank test cannot "
                                 f"tell it from noise (p={p:.2g} >= {alpha:g})")

@@ -70,6 +70,22 @@ def test_a_known_between_run_spread_raises_the_tolerance():
     assert verdict.compare_samples(base, cur, 0.02, run_spread=0.002).verdict == "SLOWER"
 
 
+def test_five_launches_a_side_decide_by_complete_separation():
+    """configs/ci.yaml times a per-sample trainer in five launches: no rank test on 5 against 5 can reach
+    ALPHA (its floor is 1/252), so a 4x slowdown of `fused` read UNSTABLE on the H100. Complete
+    separation beyond the tolerance is SLOWER; overlapping samples stay UNSTABLE; 20 a side still go
+    through the rank test alone."""
+    base = np.array([7.6, 7.7, 7.5, 7.6, 7.8])
+    s = verdict.compare_samples(base, base * 4.3, 0.05)
+    assert s.verdict == "SLOWER" and "every sample" in s.why
+    assert verdict.compare_samples(base, base[::-1] * 0.7, 0.05).verdict == "FASTER"
+    overlapping = np.array([7.9, 8.3, 8.4, 8.5, 7.7])  # +9% by the medians, one sample among the baseline's
+    assert verdict.compare_samples(base, overlapping, 0.05).verdict == "UNSTABLE"
+    rng = np.random.default_rng(3)
+    b20 = noisy(rng, 1.0, 0.002, 20)
+    assert verdict.compare_samples(b20, b20 * 1.003, 0.05).verdict == "SAME"  # separated, inside the tolerance
+
+
 def test_too_few_samples_is_ambiguous():
     s = verdict.compare_samples([1.0, 1.0, 1.0, 1.0], [2.0] * 20, 0.05)
     assert s.verdict == "AMBIGUOUS" and "too few" in s.why
