@@ -33,7 +33,7 @@ class Tolerance(click.ParamType):
 
 
 @app.cli.command()
-@click.argument("files", nargs=-1, metavar="[BASELINE.csv CURRENT.csv]", type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, metavar="[BASELINE.csv] CURRENT.csv", type=click.Path(dir_okay=False))
 @click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
               help="A slowdown smaller than this is SAME (e.g. 5% or 0.05).")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
@@ -47,9 +47,15 @@ class Tolerance(click.ParamType):
 @click.option("--allow-missing", is_flag=True, help="Let baseline cases that the current file lacks pass the gate.")
 @click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
               help="With --run resuming --out: run again the cases whose last row is ERROR.")
+@click.option("--against-history", is_flag=True,
+              help="Compare with each case's last stable segment in the history (after its last change point) "
+                   "instead of a baseline file; give CURRENT.csv alone, or --run.")
+@click.option("--db", "history_db", metavar="PATH|URL", default=None,
+              help="With --against-history: the history database (default $NNBENCH_HISTORY_DB, else "
+                   "results/history.sqlite).")
 @backend_option
 def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, retry_errors,
-          backend) -> None:
+          against_history, history_db, backend) -> None:
     """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, INVALID, MISSING or NEW per case.
 
     Exits 1 on any SLOWER, FAILED (FAIL or ERROR row), INVALID (a median that is not a positive
@@ -59,8 +65,17 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
     Examples:
       nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
       nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
+      nnbench check --against-history results/ci-….csv
     """
     from nnbench import config, paths, verdict
+    if history_db and not against_history:
+        raise NnbenchError("--db applies only with --against-history")
+    if against_history and (baseline_path or any_gpu):
+        raise NnbenchError("--against-history compares with the history: --baseline and --any-gpu do not apply")
+    if against_history and not run_config:
+        if len(files) != 1:
+            raise NnbenchError("check --against-history needs one CURRENT.csv (or --run CONFIG.yaml)")
+        files = (None, files[0])
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
@@ -69,7 +84,7 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         specs = config.load_config(run_config)
         resume = out_path is not None and Path(out_path).exists()
         current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors)[0].path
-        if not baseline_path:
+        if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"
             baseline_path = paths.RESULTS / "baselines" / f"{name}.csv"
@@ -83,7 +98,12 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
             raise NnbenchError("--baseline and --out apply only with --run")
         baseline_path, current = files
     from nnbench import api
-    result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu)
+    if against_history:
+        from nnbench.history import gate
+        result = gate.check(history_db, current, tolerance, allow_missing=allow_missing)
+        baseline_path = f"the last stable segment of each case in {result.where}"
+    else:
+        result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu)
     for note in result.notes:
         app.out.print(f"note: {escape(note)}")
     verdicts = result.verdicts
