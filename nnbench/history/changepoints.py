@@ -8,7 +8,7 @@ change point detection to hunt for performance regressions", ICPE 2023). No perm
 always gives the same answer, which a gate needs.
 
 The defaults were chosen on synthetic 100-commit series with 1% noise (scripts/history_changepoints.py writes
-the figures in docs/HISTORY.md): p < 0.0001 and a change of at least 2%.
+the figures in docs/HISTORY.md): p < 0.00001 and a change of at least 2%.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from nnbench.errors import NnbenchError
 
-MAX_PVALUE = 0.0001
+MAX_PVALUE = 0.00001
 MIN_CHANGE = 0.02
 WINDOW = 50  # commits per E-divisive window (Otava's default)
 
