@@ -129,13 +129,14 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
 
 def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out: str | Path | None = None,
           fresh: bool = False, jobs: int | None = None, retry_errors: bool = False, load_only: bool = False,
-          events: Callable[..., Callable] | None = None, finished: Callable[..., None] | None = None
-          ) -> SweepResult:
+          events: Callable[..., Callable] | None = None, finished: Callable[..., None] | None = None,
+          json: str | Path | None = None) -> SweepResult:
     """Run a sweep config as `nnbench sweep` does: every part in a worker process under a watchdog,
     each record appended to the CSV (default: resume the newest results/<name>-<gpu>-*.csv), resumable;
     the parts of a config of several run into the first part's file. With load_only, compile and load
     the kernels and stop. `events(spec)` may return a callback for a part's progress events (the
-    CLI's progress bar); `finished(spec, outcome)` is called after each part."""
+    CLI's progress bar); `finished(spec, outcome)` is called after each part. With `json`, the records
+    and their raw samples also go to that JSON Lines file (docs/JSON.md)."""
     from nnbench import sweep as sweep_mod
     specs = config if isinstance(config, list) else load(config)
     name = f"{backend}:{device}" if device and backend != "cpu" else backend
@@ -144,7 +145,7 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
         later = i > 0 and not load_only
         outcome = sweep_mod.execute(spec, name, outcomes[0].path if later else out, fresh and not later, jobs,
                                     load_only=load_only, events=events(spec) if events else None, append=later,
-                                    retry_errors=retry_errors)
+                                    retry_errors=retry_errors, json_out=Path(json) if json else None)
         outcomes.append(outcome)
         if finished:
             finished(spec, outcome)
@@ -152,10 +153,11 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
 
 
 def check(baseline: str | Path, current: str | Path, tolerance: float = 0.05, allow_missing: bool = False,
-          any_gpu: bool = False) -> CheckResult:
-    """The regression gate: each case of `current` against `baseline` (SLOWER, FASTER, SAME, FAILED,
-    INVALID, MISSING, NEW, SKIPPED; nnbench/verdict.py says how noise is allowed for). `passed` is
-    False on any SLOWER, FAILED, INVALID or MISSING (unless allow_missing)."""
+          any_gpu: bool = False, allow_unstable: bool = False) -> CheckResult:
+    """The regression gate: each case of `current` against `baseline` (SLOWER, FASTER, SAME, UNSTABLE,
+    AMBIGUOUS, FAILED, INVALID, MISSING, NEW, SKIPPED; nnbench/verdict.py says how: a rank test on raw
+    samples where both files have them). `passed` is False on any SLOWER, FAILED, INVALID, MISSING
+    (unless allow_missing) or UNSTABLE/AMBIGUOUS (unless allow_unstable)."""
     from nnbench import verdict
     if not 0 <= tolerance < 10:
         raise NnbenchError(f"check(): tolerance {tolerance}: a fraction, e.g. 0.05 for 5%")
@@ -165,8 +167,10 @@ def check(baseline: str | Path, current: str | Path, tolerance: float = 0.05, al
         raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "
                            f"{', '.join(sorted(gc))}; compare like with like, or pass --any-gpu")
     found = verdict.compare(base, cur, tolerance)
-    return CheckResult(found, not verdict.gated(found, allow_missing),
-                       base.attrs.get("notes", []) + cur.attrs.get("notes", []))
+    notes = base.attrs.get("notes", []) + cur.attrs.get("notes", [])
+    if (fallback := verdict.methods_note(found)) is not None:
+        notes.append(fallback)
+    return CheckResult(found, not verdict.gated(found, allow_missing, allow_unstable), notes)
 
 
 # -- helpers --------------------------------------------------------------------------------------

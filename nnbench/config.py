@@ -78,7 +78,7 @@ def _mnk(path: Path, node, what: str) -> Shape:
 SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants"]
 PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
 SWEEP_SUITES = list(WORKLOADS)
-TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog"]
+TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog", "keep_throttled"]
 AXIS_FORMS = "a value, a list, {start, stop, step} or {pow2: [lo, hi]}"
 
 
@@ -212,6 +212,7 @@ def timing_settings(path: Path, top: dict, default_rtol: float | None) -> tuple[
         max_noise=number(path, t["max_noise"], "timing.max_noise", positive=True) if "max_noise" in t else 0.01,
         min_sample_ms=number(path, t["min_sample_ms"], "timing.min_sample_ms", positive=True)
         if "min_sample_ms" in t else 0.05,
+        keep_throttled=boolean(path, t["keep_throttled"], "timing.keep_throttled") if "keep_throttled" in t else False,
     )
     rtol = number(path, t["rtol"], "timing.rtol", positive=True) if "rtol" in t else default_rtol
     watchdog = number(path, t["watchdog"], "timing.watchdog", positive=True) if "watchdog" in t else 60.0

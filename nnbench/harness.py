@@ -48,6 +48,8 @@ class Comparisons:
             rec["gflops"] = rec["flops"] / t / 1e9
         if rec.get("bytes") and rec.get("gbs") is None:
             rec["gbs"] = rec["bytes"] / t / 1e9
+        if rec.get("flops") and rec.get("energy_j") and rec.get("gflops_per_j") is None:
+            rec["gflops_per_j"] = rec["flops"] / rec["energy_j"] / 1e9
         if self.vendor and rec.get("variant") != self.vendor:
             vendor_ms = self.vendor_ms.get(rec.get("shape"))
             rec["vendor"] = self.vendor

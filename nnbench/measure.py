@@ -12,7 +12,16 @@ Timer (after nvbench's "cold"/"hot" measurements):
 - noise is a robust relative spread: IQR / 1.349 / median, which equals the relative standard
   deviation for normally distributed samples but is not moved by a few outliers (a context
   switch, a clock step);
-- the SM clock is read after the samples, while the GPU is still warm;
+- NVML (nnbench/runtime/nvml.py) is read while each batch runs on the GPU, when the host would only
+  wait: SM and memory clocks and the throttle reasons. A batch that ran with the SM clock under 75%
+  of its maximum, or under a power or thermal limit, is dropped (nvbench's rule) and counted in
+  `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
+  samples are kept and `throttle` says why, rather than reporting nothing;
+- the total-energy counter is read before the first batch and after the last: `power_w` is the
+  average power over that timed window (host gaps between batches included), `energy_j` that power
+  times the median time of one unit (launch, iteration, step);
+- every kept sample is returned (`samples_ms`, each the mean over its `reps` launches), so results
+  files carry them and the gate can test them (nnbench/verdict.py);
 - each result names its timing method (TIMING): a row whose launches synchronize inside (the
   blocking kernel timed out on them) was timed host-issued, and says so.
 
@@ -23,7 +32,7 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -46,6 +55,11 @@ HOST = "host"  # the CPU backend: wall-clock time of the call
 TIMING = (HOT_BATCHED, HOT_SINGLE, HOST_ISSUED, COLD, HOST)
 
 
+# The command line's --keep-throttled, for every measure call of the process, also those whose settings a
+# suite fixes (the trainers' step timing).
+KEEP_THROTTLED = [False]
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     budget_s: float = 0.5
@@ -54,6 +68,7 @@ class TimingSettings:
     cold: bool = False
     max_samples: int = 100_000
     min_sample_ms: float = 0.05  # hot mode batches launches so one sample spans at least this
+    keep_throttled: bool = False  # keep samples taken while throttled (see module docstring)
 
 
 @dataclass
@@ -71,16 +86,35 @@ class Stats:
     sm_clock_mhz: float | None = None
     gpu_ms: float = 0.0  # every event-timed millisecond of the kernel, warm-up included
     timing: str | None = None  # one of TIMING
+    samples_ms: list[float] = field(default_factory=list)  # every kept sample, ms per unit
+    dropped: int = 0  # samples dropped as throttled
+    # NVML over the timed window (None on the CPU backend or without NVML):
+    sm_clock_min_mhz: float | None = None
+    mem_clock_mhz: float | None = None
+    throttle: str | None = None  # the clock-event reasons seen, e.g. "sw_power_cap"; "" for none
+    clocks_locked: bool | None = None  # a user's clock setting (nvidia-smi -lgc) held the clocks
+    power_w: float | None = None
+    energy_j: float | None = None  # per unit
+    energy_window_ms: float | None = None
 
     def as_record(self) -> dict:
         return dict(median_ms=self.median_ms, iqr_ms=self.iqr_ms, q1_ms=self.q1_ms, q3_ms=self.q3_ms,
                     min_ms=self.min_ms, mean_ms=self.mean_ms, samples=self.samples, reps=self.reps,
                     noise=self.noise, converged=self.converged, sm_clock_mhz=self.sm_clock_mhz, gpu_ms=self.gpu_ms,
-                    timing=self.timing)
+                    timing=self.timing, samples_ms=list(self.samples_ms), dropped=self.dropped,
+                    sm_clock_min_mhz=self.sm_clock_min_mhz, mem_clock_mhz=self.mem_clock_mhz, throttle=self.throttle,
+                    clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
+                    energy_window_ms=self.energy_window_ms)
 
     @property
     def iqr_pct(self) -> float:
         return 100 * self.iqr_ms / self.median_ms if self.median_ms > 0 else math.nan
+
+
+def relative_noise(samples_ms) -> float:
+    """The module docstring's robust relative spread, without building a Stats (checked after every batch)."""
+    q1, med, q3 = np.percentile(samples_ms, [25, 50, 75])
+    return (q3 - q1) / ROBUST_SIGMA / med if med > 0 else math.inf
 
 
 def summarize(samples_ms: list[float] | np.ndarray) -> Stats:
@@ -88,9 +122,9 @@ def summarize(samples_ms: list[float] | np.ndarray) -> Stats:
     if x.size == 0:
         raise ValueError("no samples")
     q1, med, q3 = np.percentile(x, [25, 50, 75])
-    noise = (q3 - q1) / ROBUST_SIGMA / med if med > 0 else math.inf
+    noise = relative_noise(x)
     return Stats(float(med), float(q3 - q1), float(q1), float(q3), float(x.min()), float(x.mean()),
-                 int(x.size), float(noise))
+                 int(x.size), float(noise), samples_ms=[float(v) for v in x])
 
 
 def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Stats:
@@ -104,25 +138,70 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
     batch = 1 if settings.cold else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
-    samples: list[float] = []
+    tel = backend.telemetry() if hasattr(backend, "telemetry") else None
+    probes: list = []
+    during = (lambda: probes.append(tel.probe())) if tel is not None else None
+    kept: list[float] = []
+    dropped: list[float] = []
+    slow: set[int] = set()  # the probes of dropped batches
     t_end = time.perf_counter() + settings.budget_s
     converged = False
-    while len(samples) < settings.max_samples:
+    if tel is not None:
+        tel.start()
+    while len(kept) + len(dropped) < settings.max_samples:
         if settings.cold:
             backend.flush_l2()
-        samples += backend.timed_samples(launch, reps, min(batch, settings.max_samples - len(samples)))
-        if len(samples) >= settings.min_samples:
-            if summarize(samples).noise <= settings.max_noise:
+        count = min(batch, settings.max_samples - len(kept) - len(dropped))
+        got = backend.timed_samples(launch, reps, count, during) if tel else backend.timed_samples(launch, reps, count)
+        keep = settings.keep_throttled or KEEP_THROTTLED[0]
+        if tel is not None and not keep and probes and tel.throttled(probes[-1]):
+            dropped += got
+            slow.add(len(probes) - 1)
+        else:
+            kept += got
+        if len(kept) >= settings.min_samples:
+            if relative_noise(kept) <= settings.max_noise:
                 converged = True
                 break
             if time.perf_counter() >= t_end:
                 break
-    stats = summarize(samples)
+        elif len(kept) + len(dropped) >= settings.min_samples and time.perf_counter() >= t_end + settings.budget_s:
+            break  # throttled throughout twice the budget: keep what there is
+    if tel is not None:
+        tel.stop()
+    everything = kept + dropped
+    stats = summarize(kept or dropped)
+    stats.dropped = len(dropped) if kept else 0
     stats.reps, stats.converged = reps, converged
-    stats.gpu_ms = gpu_ms + reps * float(np.sum(samples))
-    stats.sm_clock_mhz = backend.sm_clock_mhz()
+    stats.gpu_ms = gpu_ms + reps * float(np.sum(everything))
     stats.timing = timing_method(backend, launch, settings.cold, batch)
+    if tel is None:
+        stats.sm_clock_mhz = backend.sm_clock_mhz()
+    else:
+        _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     return stats
+
+
+def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
+    """The NVML columns of `stats`: clocks from the probes of the kept batches, the throttle reasons
+    seen over all of them, and the window's energy."""
+    sm = [p.sm_mhz for p in kept if p.sm_mhz]
+    mem = [p.mem_mhz for p in kept if p.mem_mhz]
+    bits = [p.reasons for p in probes if p.reasons is not None]
+    stats.sm_clock_mhz = float(np.median(sm)) if sm else None
+    stats.sm_clock_min_mhz = float(min(sm)) if sm else None
+    stats.mem_clock_mhz = float(np.median(mem)) if mem else None
+    if bits:
+        from nnbench.runtime.nvml import USER_CLOCKS, reason_names
+        seen = 0
+        for b in bits:
+            seen |= b
+        stats.throttle = reason_names(seen & ~USER_CLOCKS & ~0x1)  # idle and user clocks are not throttling
+        stats.clocks_locked = bool(seen & USER_CLOCKS)
+    if tel.energy_j is not None and tel.window_s:
+        stats.energy_window_ms = 1e3 * tel.window_s
+        stats.power_w = tel.energy_j / tel.window_s
+        stats.energy_j = stats.power_w * stats.median_ms * 1e-3
 
 
 def timing_method(backend, launch, cold: bool, batch: int) -> str:

@@ -29,8 +29,12 @@ from nnbench.errors import NnbenchError
 IDENTITY = ["suite", "variant", "step", "params", "precision", "shape", "problem", "unit", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
                "converged", "cold", "timing", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
+# NVML over the timed window (nnbench/measure.py, nnbench/runtime/nvml.py); empty on the CPU backend.
+# energy_j is per unit (launch, iteration, step); dropped counts the samples left out as throttled.
+TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks_locked", "power_w", "energy_j",
+             "energy_window_ms"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
-           "items_per_s"]
+           "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
 VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
 # What only some workloads have (empty elsewhere).
@@ -47,7 +51,10 @@ CONVOLUTION = ["workspace_bytes"]
 ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
                "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
                "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
-FIELDS = IDENTITY + MEASUREMENT + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION + ENVIRONMENT
+# Every kept sample (ms per unit, each over `reps` launches), space-separated; last, since it is long.
+RAW = ["samples_ms"]
+FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
+          + ENVIRONMENT + RAW)
 
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
 # faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
@@ -96,51 +103,94 @@ def default_path(suite: str, gpu: str) -> Path:
     return paths.RESULTS / f"{suite}-{slug(gpu)}-{stamp}.csv"
 
 
-def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False) -> CsvSink:
+def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False, json_path=None):
     """The sink of a command's `--csv` option: a new file (or, with --force, a replaced one), or a
-    new default name under results/ when the option is not given."""
-    if csv_path:
-        return CsvSink(csv_path, mode=safeio.FORCE if force else safeio.NEW, fields=fields)
-    return CsvSink(default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
+    new default name under results/ when the option is not given; with `json_path` (`--json`), the
+    same records with their raw samples also go to that JSON Lines file (nnbench/rawresults.py)."""
+    mode = safeio.FORCE if force else safeio.NEW
+    sink = CsvSink(csv_path, mode=mode, fields=fields) if csv_path else \
+        CsvSink(default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
+    if json_path is None:
+        return sink
+    try:
+        from nnbench.rawresults import JsonSink
+        return Sinks(sink, JsonSink(json_path, mode=mode))
+    except BaseException:
+        sink.close()
+        if not force:  # the CSV was made a moment ago, for this run alone: a refused --json leaves no file behind
+            Path(sink.path).unlink(missing_ok=True)
+        raise
 
 
-class CsvSink:
-    """Appends one row per finished case and forces it to disk before returning. The file is opened
-    through `safeio` (exclusive creation, O_APPEND, an advisory lock held until `close`); with
-    `append` (a resumed sweep) it adds to an existing file of the same schema. `path` is the file
-    actually written (UNIQUE mode may add a suffix)."""
+class Sinks:
+    """Several sinks fed the same records (the CSV and the JSON file); `path` is the first one's."""
 
-    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS,  # noqa: B006
-                 mode: str | None = None) -> None:
-        self.fields = fields
-        self.path, self._fd = safeio.open_locked(Path(path), mode or (safeio.APPEND if append else safeio.NEW))
+    def __init__(self, *sinks) -> None:
+        self.sinks = sinks
+        self.path = sinks[0].path
+
+    @property
+    def rows(self) -> int:
+        return self.sinks[0].rows
+
+    def append(self, record: dict) -> None:
+        for s in self.sinks:
+            s.append(record)
+
+    def close(self) -> None:
+        for s in self.sinks:
+            s.close()
+
+
+class LineSink:
+    """A result file written one line per record: opened through `safeio` (exclusive creation,
+    O_APPEND, an advisory lock held until `close`), each line one write(2), forced to disk before
+    `append` returns. A file whose last line a kill cut short is ended before the next line."""
+
+    def __init__(self, path: Path, mode: str) -> None:
+        self.path, self._fd = safeio.open_locked(Path(path), mode)
         self.rows = 0  # written by this sink
-        self._lead = ""  # what the first row must start with
+        self._lead = ""  # what the first line must start with
         try:
             end = os.fstat(self._fd).st_size
             if end > 0:
                 with open(self.path, "rb") as f:
                     f.seek(-1, os.SEEK_END)
-                    if f.read(1) != b"\n":  # a row cut short by a kill: end it (with our first row, so a
+                    if f.read(1) != b"\n":  # a line cut short by a kill: end it (with our first line, so a
                         self._lead = "\n"  # file refused for its schema is left exactly as it was)
+                self.check_existing()
             else:
-                self._write(_csv_line(dict(zip(fields, fields)), fields))
+                self._write(self.header())
         except OSError as e:
             self._fail(e)
+        except NnbenchError:
+            self.close()
+            raise
+
+    def header(self) -> str:
+        return ""
+
+    def check_existing(self) -> None:
+        """Refuse (NnbenchError) to add to a file of another format."""
+
+    def line(self, record: dict) -> str:
+        raise NotImplementedError
 
     def append(self, record: dict) -> None:
         if self._fd is None:
             raise NnbenchError(f"{self.path}: the result file is closed (an earlier write failed)")
         try:
-            self._write(self._lead + _csv_line({k: _csv_value(record.get(k)) for k in self.fields}, self.fields))
+            self._write(self._lead + self.line(record))
         except OSError as e:
             self._fail(e)
         self._lead = ""
         self.rows += 1
 
     def _write(self, text: str) -> None:
-        """One row, one write(2) (O_APPEND puts it at the end), forced to disk before returning. A
+        """One line, one write(2) (O_APPEND puts it at the end), forced to disk before returning. A
         write that fails part-way (a full disk) is cut back, so the file never ends in a fragment."""
+        if not text:
+            return
         data = memoryview(text.encode("utf-8"))
         start = os.fstat(self._fd).st_size
         try:
@@ -170,6 +220,23 @@ class CsvSink:
             os.close(fd)  # releases the lock
 
 
+class CsvSink(LineSink):
+    """Appends one CSV row per finished case (see LineSink); with `append` (a resumed sweep) it adds
+    to an existing file of the same schema. `path` is the file actually written (UNIQUE mode may
+    add a suffix)."""
+
+    def __init__(self, path: Path, append: bool = False, fields: list[str] = FIELDS,  # noqa: B006
+                 mode: str | None = None) -> None:
+        self.fields = fields
+        super().__init__(path, mode or (safeio.APPEND if append else safeio.NEW))
+
+    def header(self) -> str:
+        return _csv_line(dict(zip(self.fields, self.fields)), self.fields)
+
+    def line(self, record: dict) -> str:
+        return _csv_line({k: _csv_value(record.get(k)) for k in self.fields}, self.fields)
+
+
 class NullSink:
     """Where the other ranks of a data-parallel run send their rows: rank 0 writes the CSV."""
 
@@ -195,9 +262,24 @@ def case_key_of(row: dict) -> str:
 
 
 NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
-           "setup_ms", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
+           "setup_ms", "sm_clock_min_mhz", "mem_clock_mhz", "power_w", "energy_j", "energy_window_ms", "gflops_per_j",
+           "items_per_j", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
            "occupancy", "rel_err", "rtol", "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs",
            "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err"}
+
+
+def parse_samples(text) -> list[float] | None:
+    """A `samples_ms` cell back into its list (None where the cell is empty: a file from before raw
+    samples were kept, or a row that never ran)."""
+    if text is None or (isinstance(text, float) and math.isnan(text)):
+        return None
+    text = str(text).strip()
+    if not text:
+        return None
+    try:
+        return [float(x) for x in text.split()]
+    except ValueError:
+        return None
 
 
 def parse_row(row: dict) -> dict:
@@ -206,6 +288,8 @@ def parse_row(row: dict) -> dict:
     for k, v in row.items():
         if v in ("", None):
             out[k] = None
+        elif k == "samples_ms":
+            out[k] = parse_samples(v)
         elif k in NUMERIC:
             try:
                 out[k] = float(v)
@@ -227,6 +311,8 @@ def _csv_value(v):
         return ""
     if isinstance(v, float) and math.isinf(v):
         return "inf"
+    if isinstance(v, list | tuple):  # raw samples: space-separated, 6 significant digits (event resolution)
+        return " ".join(f"{x:.6g}" for x in v)
     return v
 
 

@@ -240,7 +240,7 @@ def _compile(work, cases, arch: str, jobs: int | None):
 
 def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
             jobs: int | None = None, load_only: bool = False, events: Events | None = None,
-            append: bool = False, retry_errors: bool = False) -> Outcome:
+            append: bool = False, retry_errors: bool = False, json_out: Path | None = None) -> Outcome:
     """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
     With `append`, a later part of a config of several parts adds to the file the first part made.
     On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
@@ -264,6 +264,10 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         else:
             sink, resume = open_result_file(spec, env["gpu"], out, fresh)
             path = sink.path
+        if sink is not None and json_out is not None:
+            # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
+            from nnbench.rawresults import JsonSink
+            sink = results.Sinks(sink, JsonSink(json_out, safeio.APPEND if resume else safeio.NEW))
         outcome = Outcome(path, backend=env["backend"])
         summary = outcome.summary = Summary([s.label for s in spec.shapes])
         work = spec.workload

@@ -116,15 +116,22 @@ def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("shape", "left"),
                           ("baseline ms", "right"), ("current ms", "right"), ("change", "right"),
-                          ("noise ms", "right"), ("note", "left")]:
+                          ("test", "left"), ("note", "left")]:
         t.add_column(name, justify=justify, no_wrap=name in ("verdict", "variant", "shape"))
     for v in verdicts:
         if v.verdict == "SAME" and not show_same:
             continue
         change = v.change
         t.add_row(_status(v.verdict), v.variant, v.params, v.shape, _num(v.base_ms, ".4f"), _num(v.cur_ms, ".4f"),
-                  f"{100 * change:+.1f}%" if change is not None else "—", _num(v.noise_ms, ".4f"), v.why)
+                  f"{100 * change:+.1f}%" if change is not None else "—", _test(v), v.why)
     return t
+
+
+def _test(v) -> str:
+    """How a verdict was decided: the rank test (samples per side, p) or the IQR rule (no raw samples)."""
+    if v.method == "rank":
+        return f"rank {v.base_n}/{v.cur_n}" + (f" p={v.p_value:.1g}" if v.p_value is not None else "")
+    return {"iqr": f"IQR ±{v.noise_ms:.4f}" if v.noise_ms is not None else "IQR"}.get(v.method, "")
 
 
 def train_table(records: list[dict], title: str) -> Table:

@@ -1,9 +1,25 @@
-"""Regression verdicts: a current result CSV against a baseline, case by case, aware of noise.
+"""Regression verdicts: a current result file against a baseline, case by case, on raw samples.
 
 A case is the same case on both sides when suite, variant, params, shape and hot/cold agree
-(`results.case_key_of`). Where a CSV holds a case twice (a resumed sweep, a retried ERROR), the
-last row counts, and the file's `notes` say how many cases had more than one row.
+(`results.case_key_of`). Where a file holds a case twice (a resumed sweep, a retried ERROR), the
+last row counts, and the file's `notes` say how many cases had more than one row. Either side may
+be a result CSV or a `--json` results file (nnbench/rawresults.py).
 
+Where both sides carry their raw samples (`compare_samples`; r = current median / baseline median):
+  AMBIGUOUS  a side has fewer than MIN_SAMPLES samples: too short to decide
+  SLOWER     r > 1 + tolerance, and a one-sided Mann-Whitney U test (scipy.stats.mannwhitneyu) on
+             the raw samples says the current samples are larger, p < ALPHA
+  FASTER     r < 1 - tolerance, and the test says they are smaller, p < ALPHA
+  UNSTABLE   r is beyond the tolerance but the test cannot tell it from noise (p >= ALPHA), or r is
+             inside it but the medians are too uncertain to say so: the distribution-free 99%
+             confidence intervals of the two medians, combined, are wider than the tolerance
+  SAME       r inside the tolerance, with medians known well enough to say so
+The tolerance is the smallest change that matters (an effect size); the test says whether a change
+of that size is real. A noisy run can no longer hide a regression as SAME: it is UNSTABLE, which
+fails the gate unless `allow_unstable`.
+
+Where a side has no raw samples (a CSV written before they were kept), today's rule stands, and
+the verdict's `method` says so ("iqr"):
   SLOWER   current median - baseline median > max(tolerance x baseline, combined noise)
   FASTER   the same, the other way
   SAME     inside that band: a difference inside the combined noise is SAME even above the
@@ -15,8 +31,9 @@ last row counts, and the file's `notes` say how many cases had more than one row
   NEW      in the current run only
   SKIPPED  either side could not run it on its device
 
-The gate fails on SLOWER, FAILED, INVALID and MISSING (MISSING is allowed with `allow_missing`):
-a current file with no rows, or with a case that never ran, must not pass.
+The gate fails on SLOWER, FAILED, INVALID, MISSING (allowed with `allow_missing`) and UNSTABLE or
+AMBIGUOUS (allowed with `allow_unstable`): a current file with no rows, or with a case that never
+ran, must not pass.
 
 Combined noise is the mean of the two interquartile ranges: each side's IQR is how far apart
 its own middle half of samples lie, so two medians closer than that cannot be told apart.
@@ -28,14 +45,75 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from nnbench import results
 from nnbench.errors import NnbenchError
 
-VERDICTS = ("SLOWER", "FAILED", "INVALID", "MISSING", "NEW", "SKIPPED", "FASTER", "SAME")
-GATING = {"SLOWER", "FAILED", "INVALID", "MISSING"}
+VERDICTS = ("SLOWER", "UNSTABLE", "AMBIGUOUS", "FAILED", "INVALID", "MISSING", "NEW", "SKIPPED", "FASTER", "SAME")
+GATING = {"SLOWER", "FAILED", "INVALID", "MISSING", "UNSTABLE", "AMBIGUOUS"}
+UNSURE = {"UNSTABLE", "AMBIGUOUS"}
 NEEDED = ["suite", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", "status"]
+MIN_SAMPLES = 5  # per side; with fewer, no rank test can reach ALPHA (5 vs 5: p >= 0.004)
+ALPHA = 0.001  # the rank test's level: with ~60 cases a run, about one case in 17 runs would pass it by chance
+CI_LEVEL = 0.99  # of each median's distribution-free confidence interval
+
+
+@dataclass
+class SampleComparison:
+    """`compare_samples`'s answer for one case."""
+
+    verdict: str  # SLOWER, FASTER, SAME, UNSTABLE or AMBIGUOUS
+    ratio: float  # current median / baseline median (nan when a side is empty)
+    p_value: float | None  # the one-sided rank test's p in the direction of the change
+    uncertainty: float | None  # combined relative half-width of the two medians' confidence intervals
+    why: str = ""
+
+
+def compare_samples(base, new, tolerance: float, alpha: float = ALPHA) -> SampleComparison:
+    """The verdict on two sets of raw samples of one case (module docstring): the tolerance is the
+    smallest relative change of the median that counts, the Mann-Whitney U test whether it is real."""
+    from scipy.stats import mannwhitneyu
+    b = np.asarray(base, dtype=np.float64)
+    c = np.asarray(new, dtype=np.float64)
+    b, c = b[np.isfinite(b)], c[np.isfinite(c)]
+    if min(b.size, c.size) < MIN_SAMPLES:
+        ratio = float(np.median(c) / np.median(b)) if b.size and c.size else math.nan
+        return SampleComparison("AMBIGUOUS", ratio, None, None,
+                                f"too few samples to decide ({b.size} baseline, {c.size} current; "
+                                f"needs {MIN_SAMPLES} each)")
+    mb, mc = float(np.median(b)), float(np.median(c))
+    ratio = mc / mb
+    u = math.hypot(_median_halfwidth(b), _median_halfwidth(c))
+    if ratio > 1 + tolerance or ratio < 1 - tolerance:
+        slower = ratio > 1
+        p = float(mannwhitneyu(c, b, alternative="greater" if slower else "less").pvalue)
+        word = "slower" if slower else "faster"
+        if p < alpha:
+            return SampleComparison("SLOWER" if slower else "FASTER", ratio, p, u,
+                                    f"{100 * abs(ratio - 1):.1f}% {word}, rank test p={p:.1g}")
+        return SampleComparison("UNSTABLE", ratio, p, u,
+                                f"{100 * abs(ratio - 1):.1f}% {word} by the medians, but the rank test cannot "
+                                f"tell it from noise (p={p:.2g} >= {alpha:g})")
+    if u > tolerance:
+        return SampleComparison("UNSTABLE", ratio, None, u,
+                                f"too noisy to resolve {100 * tolerance:g}%: the medians are known only to "
+                                f"±{100 * u:.1f}%")
+    return SampleComparison("SAME", ratio, None, u)
+
+
+def _median_halfwidth(x: np.ndarray) -> float:
+    """Half the width of the distribution-free CI_LEVEL confidence interval of the median (order
+    statistics at binomial ranks), relative to the median: no assumption about the samples' shape."""
+    from scipy.stats import binom
+    x = np.sort(x)
+    n = x.size
+    lo = int(binom.ppf((1 - CI_LEVEL) / 2, n, 0.5))
+    hi = n - 1 - lo
+    lo, hi = max(lo - 1, 0), min(hi + 1, n - 1)  # ppf's rank is inclusive: widen by one to keep the coverage
+    med = float(np.median(x))
+    return float(x[hi] - x[lo]) / (2 * med) if med > 0 else math.inf
 
 
 @dataclass
@@ -48,6 +126,11 @@ class Verdict:
     cur_ms: float | None = None
     noise_ms: float | None = None
     why: str = ""
+    suite: str = ""
+    method: str = ""  # "rank": compare_samples on raw samples; "iqr": the older rule, a side had none
+    p_value: float | None = None
+    base_n: int | None = None
+    cur_n: int | None = None
 
     @property
     def change(self) -> float | None:
@@ -55,13 +138,22 @@ class Verdict:
 
 
 def load(path: Path) -> pd.DataFrame:
-    """A result CSV, one row per case (the last one wins), indexed by case key. `df.attrs["notes"]`
-    lists what was set aside: rows without a valid status (cut short), cases with several rows."""
-    df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+    """A result CSV or JSON results file, one row per case (the last one wins), indexed by case key,
+    with its raw samples in `samples_ms` where the file has them. `df.attrs["notes"]` lists what was
+    set aside: rows without a valid status (cut short), cases with several rows."""
+    from nnbench import rawresults
+    notes = []
+    if rawresults.is_json(path):
+        recs = rawresults.load(path, notes)
+        if not recs:
+            raise NnbenchError(f"{path}: no records")
+        df = pd.DataFrame([{k: ("" if v is None else v) for k, v in r.fields.items()} for r in recs])
+        df["samples_ms"] = [r.samples_ms for r in recs]
+    else:
+        df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
-        raise NnbenchError(f"{path}: not an nnbench result CSV; missing columns: {', '.join(missing)}")
-    notes = []
+        raise NnbenchError(f"{path}: not an nnbench result file; missing columns: {', '.join(missing)}")
     valid = df["status"].isin(results.STATUSES)
     if not valid.all():
         notes.append(f"{path}: {(~valid).sum()} rows without a valid status (cut short?) were set aside")
@@ -86,13 +178,24 @@ def gpus(df: pd.DataFrame) -> set[str]:
     return set(df["gpu"].dropna().astype(str)) if "gpu" in df.columns else set()
 
 
-def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float) -> list[Verdict]:
+def samples_of(row) -> np.ndarray | None:
+    """A row's raw samples, from a JSON file (an array) or a CSV's `samples_ms` cell (text)."""
+    if row is None or "samples_ms" not in row.index:
+        return None
+    v = row["samples_ms"]
+    if isinstance(v, np.ndarray):
+        return v if v.size else None
+    got = results.parse_samples(v)
+    return np.asarray(got, dtype=np.float64) if got else None
+
+
+def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: float = ALPHA) -> list[Verdict]:
     out = []
     for key in list(base.index) + [k for k in cur.index if k not in base.index]:
         b = base.loc[key] if key in base.index else None
         c = cur.loc[key] if key in cur.index else None
         ref = c if c is not None else b
-        v = Verdict(str(ref["variant"]), str(ref["params"]), str(ref["shape"]), "")
+        v = Verdict(str(ref["variant"]), str(ref["params"]), str(ref["shape"]), "", suite=str(ref["suite"]))
         out.append(v)
         b_bad = _bad_stats(b, "the baseline's") if b is not None and b["status"] == "PASS" else None
         c_bad = _bad_stats(c, "the current") if c is not None and c["status"] == "PASS" else None
@@ -112,7 +215,15 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float) -> list[Ver
             v.verdict, v.why = "INVALID", b_bad or c_bad
         elif b is None:
             v.verdict, v.why = "NEW", "not in the baseline"
+        elif (sb := samples_of(b)) is not None and (sc := samples_of(c)) is not None:
+            v.noise_ms = 0.5 * (float(b["iqr_ms"]) + float(c["iqr_ms"]))
+            found = compare_samples(sb, sc, tolerance, alpha)
+            v.verdict, v.why, v.method, v.p_value = found.verdict, found.why, "rank", found.p_value
+            v.base_n, v.cur_n = sb.size, sc.size
+            # the raw samples' medians (the files' median_ms agree up to the CSV's 6 digits)
+            v.base_ms, v.cur_ms = float(np.median(sb)), float(np.median(sc))
         else:
+            v.method = "iqr"
             v.noise_ms = 0.5 * (float(b["iqr_ms"]) + float(c["iqr_ms"]))
             band = max(tolerance * v.base_ms, v.noise_ms)
             diff = v.cur_ms - v.base_ms
@@ -123,9 +234,28 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float) -> list[Ver
     return sorted(out, key=lambda v: order[v.verdict])
 
 
-def gated(verdicts: list[Verdict], allow_missing: bool = False) -> bool:
-    gating = GATING - {"MISSING"} if allow_missing else GATING
+def gated(verdicts: list[Verdict], allow_missing: bool = False, allow_unstable: bool = False) -> bool:
+    gating = GATING - ({"MISSING"} if allow_missing else set()) - (UNSURE if allow_unstable else set())
     return any(v.verdict in gating for v in verdicts)
+
+
+def geomean_change(verdicts: list[Verdict]) -> dict[str, tuple[float, int]]:
+    """Per suite: the geometric mean of current / baseline medians over the cases measured on both
+    sides, as a relative change (+0.02 is 2% slower), and how many cases it covers."""
+    logs: dict[str, list[float]] = {}
+    for v in verdicts:
+        if v.base_ms and v.cur_ms and v.base_ms > 0 and v.cur_ms > 0:
+            logs.setdefault(v.suite, []).append(math.log(v.cur_ms / v.base_ms))
+    return {suite: (math.exp(sum(x) / len(x)) - 1, len(x)) for suite, x in logs.items()}
+
+
+def methods_note(verdicts: list[Verdict]) -> str | None:
+    """A line saying how many cases fell back to the IQR rule (a side without raw samples), or None."""
+    n = sum(v.method == "iqr" for v in verdicts)
+    if not n:
+        return None
+    return (f"{n} of {sum(bool(v.method) for v in verdicts)} cases were compared by the older IQR rule: a side has no "
+            "raw samples (a file from before nnbench kept them); re-make the baseline to test them on samples")
 
 
 def _bad_stats(row, side: str) -> str | None:

@@ -48,6 +48,9 @@ class NnbenchGroup(click.Group):
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
         DEVICE[0] = 0
+        JSON[0], KEEP_THROTTLED[0] = None, False
+        from nnbench import measure
+        measure.KEEP_THROTTLED[0] = False
         ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
@@ -90,7 +93,44 @@ def timing_options(f):
     f = click.option("--budget", type=options.POSITIVE, default=0.5, show_default=True,
                      help="Time budget per case in seconds; sampling stops earlier once noise <= 1%.")(f)
     f = click.option("--cold", is_flag=True, help="Flush L2 before every sample (one launch per sample).")(f)
-    return f
+    return keep_throttled_option(f)
+
+
+KEEP_THROTTLED = [False]  # this invocation's --keep-throttled
+
+
+def keep_throttled_option(f):
+    return click.option("--keep-throttled", is_flag=True, expose_value=False,
+                        callback=_keep_throttled,
+                        help="Keep samples taken while the GPU was throttled (SM clock under 75% of its maximum, "
+                             "or a power or thermal limit set); by default they are dropped and counted.")(f)
+
+
+def _keep_throttled(ctx, param, value) -> None:
+    from nnbench import measure
+    KEEP_THROTTLED[0] = measure.KEEP_THROTTLED[0] = bool(value)
+
+
+def settings(budget: float, cold: bool):
+    """The timing settings of a command's options."""
+    from nnbench import measure
+    return measure.TimingSettings(budget_s=budget, cold=cold, keep_throttled=KEEP_THROTTLED[0])
+
+
+JSON = [None]  # this invocation's --json FILE
+
+
+def json_option(f):
+    return click.option("--json", "json_path", type=click.Path(dir_okay=False), expose_value=False,
+                        callback=lambda ctx, param, value: JSON.__setitem__(0, value),
+                        help="Also write every record with its raw samples to this JSON Lines file (a new file; "
+                             "docs/JSON.md).")(f)
+
+
+def open_sink(csv_path, suite: str, gpu: str, force: bool = False):
+    """The command's result sink: its CSV, and the --json file where one is named."""
+    from nnbench import results
+    return results.open_sink(csv_path, suite, gpu, results.FIELDS, force, json_path=JSON[0])
 
 
 def force_option(f):

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from nnbench import results, tables
+from nnbench import gatereport, results, tables
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.cli.sweep import run_sweep
@@ -35,7 +35,8 @@ class Tolerance(click.ParamType):
 @app.cli.command()
 @click.argument("files", nargs=-1, metavar="[BASELINE.csv] CURRENT.csv", type=click.Path(dir_okay=False))
 @click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
-              help="A slowdown smaller than this is SAME (e.g. 5% or 0.05).")
+              help="The smallest change of the median that counts (e.g. 5% or 0.05); a rank test on the raw samples "
+                   "says whether a change that large is real.")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
               help="Run this sweep config now and check it against --baseline (fresh; where --out names an existing "
                    "file, that file is resumed, its ERROR cases run again).")
@@ -45,6 +46,11 @@ class Tolerance(click.ParamType):
 @click.option("--all", "show_all", is_flag=True, help="List SAME cases too.")
 @click.option("--any-gpu", is_flag=True, help="Compare even when the two files come from different GPUs.")
 @click.option("--allow-missing", is_flag=True, help="Let baseline cases that the current file lacks pass the gate.")
+@click.option("--allow-unstable", is_flag=True,
+              help="Let UNSTABLE and AMBIGUOUS cases (too noisy or too short to decide) pass the gate.")
+@click.option("--format", "fmt", type=click.Choice(gatereport.FORMATS), default="table", show_default=True,
+              help="table: rich text. markdown: a GitHub step summary or PR comment. json: for scripts. junit: "
+                   "JUnit XML for CI annotations. The other formats print the document alone on stdout.")
 @click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
               help="With --run resuming --out: run again the cases whose last row is ERROR.")
 @click.option("--against-history", is_flag=True,
@@ -53,18 +59,25 @@ class Tolerance(click.ParamType):
 @click.option("--db", "history_db", metavar="PATH|URL", default=None,
               help="With --against-history: the history database (default $NNBENCH_HISTORY_DB, else "
                    "results/history.sqlite).")
+@app.json_option
+@app.keep_throttled_option
 @backend_option
-def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, retry_errors,
-          against_history, history_db, backend) -> None:
-    """Compare a result CSV against a baseline: FASTER, SAME, SLOWER, INVALID, MISSING or NEW per case.
+def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable, fmt,
+          retry_errors, against_history, history_db, backend) -> None:
+    """Compare a result file (CSV or --json) against a baseline, case by case, on raw samples.
+
+    SLOWER or FASTER where the median moved by more than --tolerance and a Mann-Whitney U test on
+    the raw samples says so; UNSTABLE or AMBIGUOUS where a side is too noisy or too short to decide;
+    files without raw samples (older CSVs) fall back to the IQR rule, and a note says so.
 
     Exits 1 on any SLOWER, FAILED (FAIL or ERROR row), INVALID (a median that is not a positive
-    finite number) or MISSING case (unless --allow-missing).
+    finite number), MISSING (unless --allow-missing), UNSTABLE or AMBIGUOUS (unless --allow-unstable).
 
     \b
     Examples:
       nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
       nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
+      nnbench check base.csv new.csv --format markdown >> "$GITHUB_STEP_SUMMARY"
       nnbench check --against-history results/ci-….csv
     """
     from nnbench import config, paths, verdict
@@ -76,6 +89,8 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         if len(files) != 1:
             raise NnbenchError("check --against-history needs one CURRENT.csv (or --run CONFIG.yaml)")
         files = (None, files[0])
+    if fmt != "table":
+        app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
@@ -83,7 +98,11 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
             raise NnbenchError(f"--baseline {baseline_path}: no such file")
         specs = config.load_config(run_config)
         resume = out_path is not None and Path(out_path).exists()
-        current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors)[0].path
+        if app.KEEP_THROTTLED[0]:
+            from dataclasses import replace
+            specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
+        current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors,
+                            show=fmt == "table", json_path=app.JSON[0])[0].path
         if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"
@@ -94,26 +113,39 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
     else:
         if len(files) != 2:
             raise NnbenchError("check needs BASELINE.csv and CURRENT.csv, or --run CONFIG.yaml")
-        if baseline_path or out_path:
-            raise NnbenchError("--baseline and --out apply only with --run")
+        if baseline_path or out_path or app.JSON[0]:
+            raise NnbenchError("--baseline, --out and --json apply only with --run")
         baseline_path, current = files
     from nnbench import api
     if against_history:
         from nnbench.history import gate
-        result = gate.check(history_db, current, tolerance, allow_missing=allow_missing)
+        result = gate.check(history_db, current, tolerance, allow_missing=allow_missing, allow_unstable=allow_unstable)
         baseline_path = f"the last stable segment of each case in {result.where}"
     else:
-        result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu)
+        result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu, allow_unstable)
+    verdicts = result.verdicts
+    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% of the median, tested by "
+             f"a Mann-Whitney U test on raw samples (p < {verdict.ALPHA:g})")
+    if fmt != "table":
+        text = {"markdown": lambda: gatereport.markdown(verdicts, title, result.passed, result.notes, show_all),
+                "json": lambda: gatereport.to_json(verdicts, str(baseline_path), str(current), tolerance,
+                                                   result.passed, result.notes),
+                "junit": lambda: gatereport.junit(verdicts, title, allow_missing, allow_unstable)}[fmt]()
+        click.echo(text, nl=False)
+        if fmt != "markdown":
+            for note in result.notes:
+                app.err.print(f"note: {escape(note)}", soft_wrap=True)
+        sys.exit(0 if result.passed else 1)
     for note in result.notes:
         app.out.print(f"note: {escape(note)}")
-    verdicts = result.verdicts
-    counts = {name: sum(v.verdict == name for v in verdicts) for name in verdict.VERDICTS}
-    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% or the combined IQR, "
-             "whichever is larger")
+    counts = gatereport.summary_counts(verdicts)
     app.out.print(tables.verdict_table(verdicts, title, show_same=show_all))
-    app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items() if n) or "no cases")
+    app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items()) or "no cases")
+    for suite, (g, n) in sorted(verdict.geomean_change(verdicts).items()):
+        app.out.print(f"{suite}: geometric-mean change {100 * g:+.2f}% over {n} cases")
     if not result.passed:
-        why = "SLOWER, FAILED, INVALID" + ("" if allow_missing else " or MISSING")
+        why = ("SLOWER, FAILED, INVALID" + ("" if allow_missing else ", MISSING")
+               + ("" if allow_unstable else ", UNSTABLE or AMBIGUOUS"))
         app.out.print(f"[bold red]regression gate: FAILED[/] (a case is {why})")
         sys.exit(1)
     app.out.print("[green]regression gate: passed[/]")

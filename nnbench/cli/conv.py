@@ -6,9 +6,9 @@ import sys
 
 import click
 
-from nnbench import harness, measure, memory, options, registry, results, tables
+from nnbench import harness, memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, force_option, open_device, timing_options
+from nnbench.cli.app import backend_option, device_line, force_option, json_option, open_device, timing_options
 from nnbench.errors import NnbenchError
 from nnbench.suites.base import Case
 
@@ -41,6 +41,7 @@ from nnbench.suites.base import Case
                    "(--n is the batch, default 64), checked against float64, beside PyTorch.")
 @click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @force_option
+@json_option
 @backend_option
 def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
          seed, force, backend) -> None:
@@ -83,10 +84,10 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     for shape in shapes:
         memory.require(be, *shape.footprint(), f"layer {shape.label}", "a smaller layer")
     env = results.environment(be)
-    sink = results.open_sink(csv_path, "conv", env["gpu"], results.FIELDS, force)
+    sink = app.open_sink(csv_path, "conv", env["gpu"], force)
     path = sink.path
     app.out.print(device_line(env))
-    settings = measure.TimingSettings(budget_s=budget, cold=cold)
+    settings = app.settings(budget, cold)
     cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
         cases += [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
@@ -117,10 +118,10 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     env = results.environment(be)
     app.out.print(device_line(env))
-    sink = results.open_sink(csv_path, "conv", env["gpu"], results.FIELDS, force)
+    sink = app.open_sink(csv_path, "conv", env["gpu"], force)
     path = sink.path
     records = app.stream(sink, lenet.run(
-        be, batch, seed=seed, settings=measure.TimingSettings(budget_s=budget, cold=cold), with_torch=not no_torch,
+        be, batch, seed=seed, settings=app.settings(budget, cold), with_torch=not no_torch,
         env=env))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))

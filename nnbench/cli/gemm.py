@@ -6,9 +6,17 @@ import sys
 
 import click
 
-from nnbench import harness, measure, memory, options, registry, results, tables
+from nnbench import harness, memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, force_option, open_device, param_options, timing_options
+from nnbench.cli.app import (
+    backend_option,
+    device_line,
+    force_option,
+    json_option,
+    open_device,
+    param_options,
+    timing_options,
+)
 from nnbench.errors import NnbenchError
 from nnbench.runtime.vendor import Cublas
 from nnbench.suites import gemm as gemm_suite
@@ -31,6 +39,7 @@ from nnbench.suites import gemm as gemm_suite
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="Write the CSV here, a new file (default: results/gemm-<gpu>-<time>.csv).")
 @force_option
+@json_option
 @click.option("--no-cublas", is_flag=True, help="Skip the cuBLAS baseline.")
 @click.option("--seed", type=options.SEED,
               help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
@@ -65,9 +74,9 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     for s in shapes:
         memory.require(be, *gemm_suite.footprint(s), f"shape {s.label}")
     env = results.environment(be)
-    sink = results.open_sink(csv_path, "gemm", env["gpu"], results.FIELDS, force)
+    sink = app.open_sink(csv_path, "gemm", env["gpu"], force)
     path = sink.path
-    settings = measure.TimingSettings(budget_s=budget, cold=cold)
+    settings = app.settings(budget, cold)
     app.out.print(device_line(env))
     total = len(shapes) * (len(cases) + (0 if no_cublas or be.name != "cuda" else 1))
     records = app.stream(sink, harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,

@@ -75,7 +75,7 @@ def _compile_line(st) -> str:
 
 
 def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True,
-              retry_errors: bool = False):
+              retry_errors: bool = False, json_path=None):
     """Run each part of a config in turn into one result file; return the outcomes, in order."""
     from nnbench import api
     views: list[_SweepView] = []
@@ -93,7 +93,8 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
 
     try:
         return api.run_sweep(specs, backend=backend, device=app.DEVICE[0], out=out_path, fresh=fresh, jobs=jobs,
-                         load_only=load_only, retry_errors=retry_errors, events=events, finished=finished).outcomes
+                         load_only=load_only, retry_errors=retry_errors, events=events, finished=finished,
+                         json=json_path).outcomes
     finally:
         for view in views:
             view.stop()
@@ -113,6 +114,8 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
 @click.option("--arch", help="With --compile-only and no GPU: the target, e.g. sm_90.")
 @click.option("--retry-errors", is_flag=True,
               help="On a resume, run again the cases whose last row is ERROR (a crash, a hang, a failed compile).")
+@app.json_option
+@app.keep_throttled_option
 @backend_option
 def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, backend) -> None:
     """Sweep a YAML config: every point of its axes, at every shape; resumable.
@@ -133,6 +136,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     specs = config.load_config(config_path)
     if watchdog:
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
+    if app.KEEP_THROTTLED[0]:
+        specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
     if arch and not compile_only:
         raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
     if arch and not re.fullmatch(r"sm_\d{2,3}a?", arch):
@@ -154,7 +159,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
             for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
                 app.out.print(_compile_line(outcome.compile))
         return
-    outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors)
+    outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0])
     if any(o.failed for o in outcomes):
         sys.exit(1)
 

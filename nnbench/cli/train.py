@@ -11,7 +11,7 @@ from rich.console import Console
 
 from nnbench import memory, options, registry, results, tables
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, force_option, open_device
+from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
 from nnbench.errors import NnbenchError
 
 
@@ -75,6 +75,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="CSV path, a new file (default results/train-<gpu>-<time>.csv).")
 @force_option
+@json_option
+@keep_throttled_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
 def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, encoding, rate, momentum,
@@ -156,8 +158,8 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     env = results.environment(be)
     # Opened once every option is known good, and before anything is printed: a refused --csv is
     # the command's only line, and a refused option leaves no file behind.
-    sink = (results.open_sink(csv_path, "train", env["gpu"], results.FIELDS,
-                              force) if world is None or world.rank == 0 else results.NullSink())
+    sink = (app.open_sink(csv_path, "train", env["gpu"], force) if world is None or world.rank == 0
+            else results.NullSink())
     if defaulted and be.name != "cuda":
         app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
     app.out.print(device_line(env))

@@ -62,7 +62,7 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
 
 def check(target: str | None, current: str | Path, tolerance: float, min_history: int = MIN_HISTORY,
           max_pvalue: float = changepoints.MAX_PVALUE, min_change: float = changepoints.MIN_CHANGE,
-          allow_missing: bool = False) -> HistoryCheck:
+          allow_missing: bool = False, allow_unstable: bool = False) -> HistoryCheck:
     cur = verdict.load(Path(current))
     gpus = verdict.gpus(cur)
     if len(gpus) > 1:
@@ -80,7 +80,9 @@ def check(target: str | None, current: str | Path, tolerance: float, min_history
     for v in found:
         if v.verdict == "NEW":
             v.why = by_label.get((v.variant, v.params, v.shape), "no history for this case on this GPU")
-    notes = cur.attrs.get("notes", [])
+    notes = list(cur.attrs.get("notes", []))
     if points.empty:
-        notes = notes + [f"{where}: no history for any case of {current} on {', '.join(gpus) or 'this device'}"]
-    return HistoryCheck(found, not verdict.gated(found, allow_missing), notes, where)
+        notes.append(f"{where}: no history for any case of {current} on {', '.join(gpus) or 'this device'}")
+    if (fallback := verdict.methods_note(found)) is not None:
+        notes.append(fallback)
+    return HistoryCheck(found, not verdict.gated(found, allow_missing, allow_unstable), notes, where)

@@ -46,7 +46,7 @@ class CpuBackend:
             fn()
         return (time.perf_counter() - t0) * 1e3 / reps
 
-    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
+    def timed_samples(self, fn, reps: int, count: int, during=None) -> list[float]:
         return [self.timed(fn, reps) for _ in range(count)]
 
     def flush_l2(self) -> None:
@@ -56,6 +56,10 @@ class CpuBackend:
         self._flush.fill(1)
 
     def sm_clock_mhz(self) -> float | None:
+        return None
+
+    def telemetry(self):
+        """No clocks, power or energy on the CPU path: those columns stay empty."""
         return None
 
     def environment(self) -> dict:

@@ -13,8 +13,6 @@ from __future__ import annotations
 import atexit
 import ctypes
 import gc
-import shutil
-import subprocess
 from dataclasses import dataclass
 
 import numpy as np
@@ -25,6 +23,7 @@ from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import DeviceInfo, occupancy
+from nnbench.runtime.nvml import Nvml
 from nnbench.runtime.params import has_raw, param_format
 
 try:
@@ -109,7 +108,7 @@ class CudaBackend:
         self._verifier = None
         self._blocking = None
         self._syncing: dict[int, object] = {}  # launches that synchronize inside, kept alive by id
-        self._nvml = _Nvml(self.dev.pci_bus_id())
+        self._nvml = Nvml(self.dev.pci_bus_id())
 
     def close(self) -> None:
         gc.collect()  # free device buffers while the context is still current
@@ -249,15 +248,16 @@ class CudaBackend:
             raise KernelFault(str(e)) from None
         return start.time_till(end) / reps
 
-    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
+    def timed_samples(self, fn, reps: int, count: int, during=None) -> list[float]:
         """`count` samples of `reps` launches each, all queued behind the blocking kernel
         (kernels_cu/common/blocking.cu) and then released: the GPU runs the samples back to back,
         each between its own pair of events, so neither host launch latency nor the host's work
-        between samples is ever timed."""
+        between samples is ever timed. `during()` (the clock probe) is called once the batch is
+        released, while the GPU runs it and the host would only wait."""
         if count * (reps + 2) > self.MAX_QUEUED:
             raise ValueError(f"at most {self.MAX_QUEUED} queued launches per batch, got {count} x {reps}")
         if id(fn) in self._syncing:
-            return [self.timed(fn, reps) for _ in range(count)]
+            return self._host_issued(fn, reps, count, during)
         events = [(drv.Event(), drv.Event()) for _ in range(count)]
         flag, block = self._blocker()
         try:
@@ -270,14 +270,22 @@ class CudaBackend:
                 end.record()
             if flag[0] == 0:
                 flag[0] = 1
+            if during is not None:
+                during()
             events[-1][1].synchronize()
         except drv.Error as e:
             flag[0] = 1
             raise KernelFault(str(e)) from None
         if flag[0] == 2:  # the blocking kernel gave up: the launch synchronizes; never block it again
             self._syncing[id(fn)] = fn
-            return [self.timed(fn, reps) for _ in range(count)]
+            return self._host_issued(fn, reps, count, during)
         return [start.time_till(end) / reps for start, end in events]
+
+    def _host_issued(self, fn, reps: int, count: int, during) -> list[float]:
+        out = [self.timed(fn, reps) for _ in range(count)]
+        if during is not None:
+            during()
+        return out
 
     def issued_by_host(self, fn) -> bool:
         """Whether `fn` fell back to host-issued timing (its blocking kernel timed out)."""
@@ -305,6 +313,14 @@ class CudaBackend:
     def sm_clock_mhz(self) -> float | None:
         return self._nvml.clock("sm")
 
+    def telemetry(self):
+        """NVML's view of this GPU for one `measure` call (nnbench/runtime/nvml.py), or None without NVML."""
+        return self._nvml.telemetry()
+
+    @property
+    def nvml(self) -> Nvml:
+        return self._nvml
+
 
 def device_count() -> int:
     try:
@@ -315,14 +331,18 @@ def device_count() -> int:
 
 
 def device_uuid(ordinal: int) -> str | None:
-    return _Nvml(drv.Device(ordinal).pci_bus_id()).uuid()
+    return device_nvml(ordinal).uuid()
+
+
+def device_nvml(ordinal: int) -> Nvml:
+    return Nvml(drv.Device(ordinal).pci_bus_id())
 
 
 def device_info(dev) -> DeviceInfo:
     """DeviceInfo from the driver's attributes; needs no context."""
     attrs = {str(k): v for k, v in dev.get_attributes().items()}
     a = lambda name, default=0: attrs.get(name, default)
-    nv = _Nvml(dev.pci_bus_id())
+    nv = Nvml(dev.pci_bus_id())
     # CUDA 13 dropped the clock attributes from the runtime; NVML knows them either way.
     sm_clock = a("CLOCK_RATE") / 1e3 or nv.max_clock("sm") or 0.0
     mem_clock = a("MEMORY_CLOCK_RATE") / 1e3 or nv.max_clock("mem") or 0.0
@@ -345,62 +365,3 @@ def device_info(dev) -> DeviceInfo:
 
 def _fmt_cuda_version(v: int) -> str:
     return f"{v // 1000}.{(v % 1000) // 10}"
-
-
-class _Nvml:
-    """SM clock and driver version, read per case, so it must be cheap: NVML through ctypes on the
-    driver's own libnvidia-ml (microseconds, nothing to install), else nvidia-smi (tens of ms)."""
-
-    SM, MEM = 1, 2  # nvmlClockType_t
-
-    def __init__(self, pci_bus_id: str) -> None:
-        self.bus = pci_bus_id
-        self.lib = self.handle = None
-        try:
-            lib = ctypes.CDLL("libnvidia-ml.so.1")
-            handle = ctypes.c_void_p()
-            if lib.nvmlInit_v2() == 0 and lib.nvmlDeviceGetHandleByPciBusId_v2(
-                    pci_bus_id.encode(), ctypes.byref(handle)) == 0:
-                self.lib, self.handle = lib, handle
-        except (OSError, AttributeError):
-            pass  # no NVML library: nvidia-smi below, or nothing
-
-    def _smi(self, field: str) -> str | None:
-        if not shutil.which("nvidia-smi"):
-            return None
-        try:
-            out = subprocess.run(["nvidia-smi", f"--id={self.bus}", f"--query-gpu={field}",
-                                  "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
-            return out.stdout.strip() or None
-        except (OSError, subprocess.SubprocessError):
-            return None
-
-    def _clock(self, getter: str, which: str, smi_field: str) -> float | None:
-        if self.lib is not None:
-            mhz = ctypes.c_uint()
-            if getattr(self.lib, getter)(self.handle, self.SM if which == "sm" else self.MEM, ctypes.byref(mhz)) == 0:
-                return float(mhz.value)
-        v = self._smi(smi_field)
-        return float(v) if v and v.replace(".", "").isdigit() else None
-
-    def clock(self, which: str) -> float | None:
-        return self._clock("nvmlDeviceGetClockInfo", which, "clocks.sm" if which == "sm" else "clocks.mem")
-
-    def max_clock(self, which: str) -> float | None:
-        return self._clock("nvmlDeviceGetMaxClockInfo", which,
-                           "clocks.max.sm" if which == "sm" else "clocks.max.mem")
-
-    def uuid(self) -> str | None:
-        """The GPU's UUID (GPU-xxxxxxxx-...): the one name of a device that survives a renumbering."""
-        if self.lib is not None:
-            buf = ctypes.create_string_buffer(96)
-            if self.lib.nvmlDeviceGetUUID(self.handle, buf, ctypes.c_uint(96)) == 0:
-                return buf.value.decode()
-        return self._smi("uuid")
-
-    def driver_version(self) -> str | None:
-        if self.lib is not None:
-            buf = ctypes.create_string_buffer(96)
-            if self.lib.nvmlSystemGetDriverVersion(buf, ctypes.c_uint(96)) == 0:
-                return buf.value.decode()
-        return self._smi("driver_version")

@@ -1,0 +1,229 @@
+"""Results with their raw samples: the `--json FILE` format, its writer and a reader for it and for CSV.
+
+The file is JSON Lines (docs/JSON.md; the JSON Schema is nnbench/schema/results.schema.json):
+- line 1, the header: {"format": "nnbench-results", "schema_version": 1, "nnbench_version": ..., "created": ...};
+- then one record per line, written the moment its case finishes (a kill loses nothing measured,
+  and a sweep resumes into the same file): every column of the CSV schema (results.FIELDS, with
+  the device, the environment and the commit on every record) as typed JSON values, plus
+  "raw": {"ms": [...], "reps": R, "unit": "launch"|"iteration"|"step", "batch": B, "dropped": D},
+  each entry of "ms" one sample's milliseconds per unit, the mean over its R back-to-back launches
+  (7 significant digits: CUDA events resolve about 0.5 us).
+  Non-finite numbers (a failed case's rel_err) are the strings "inf", "-inf" and "nan".
+
+`load(path)` reads such a file, or a result CSV (whose `samples_ms` column holds the same samples;
+older CSVs have none), into `RawRecord`s: one reader for the gate and for the history database.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from nnbench import __version__, results, safeio
+from nnbench.errors import NnbenchError
+
+FORMAT = "nnbench-results"
+SCHEMA_VERSION = 1
+SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
+
+
+@dataclass
+class RawRecord:
+    """One case's record: `fields` is the flat record (results.FIELDS, numbers as floats, empty as
+    None); `samples_ms` its kept samples (None where the file has none: a CSV from before raw samples
+    were kept, or a case that never ran)."""
+
+    fields: dict
+    samples_ms: np.ndarray | None = None
+    reps: int | None = None
+    unit: str | None = None
+    batch: int | None = None
+    dropped: int = 0
+    line: int = 0  # where it was read (1-based), for messages
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def key(self) -> str:
+        """The case key (results.case_key_of): what makes two records the same case."""
+        return results.case_key_of(self.fields)
+
+    @property
+    def status(self) -> str | None:
+        return self.fields.get("status")
+
+
+# -- writing --------------------------------------------------------------------------------------
+def header() -> dict:
+    import datetime as dt
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "nnbench_version": __version__,
+            "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def to_json(record: dict) -> dict:
+    """A record as its JSON line's object: the CSV columns typed, the samples grouped."""
+    out = {k: _jsonable(record.get(k)) for k in results.FIELDS if k != "samples_ms"}
+    ms = record.get("samples_ms")
+    batch = record.get("batch")
+    out["raw"] = None if not ms else {
+        "ms": [float(f"{x:.7g}") for x in ms], "reps": int(record.get("reps") or 1),
+        "unit": record.get("unit") or "launch", "batch": int(batch) if batch not in (None, "") else None,
+        "dropped": int(record.get("dropped") or 0)}
+    return out
+
+
+def _jsonable(v):
+    if v is None:
+        return None
+    if isinstance(v, bool | np.bool_):
+        return bool(v)
+    if isinstance(v, int | np.integer):
+        return int(v)
+    if isinstance(v, float | np.floating):
+        v = float(v)
+        return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
+    if isinstance(v, list | tuple):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, BaseException):
+        return str(v)
+    return str(v) if not isinstance(v, str | dict) else v
+
+
+class JsonSink(results.LineSink):
+    """The `--json FILE` writer: a header line, then one record per finished case (see LineSink for
+    the guarantees, the same as the CSV's). Adding to an existing file (a resumed sweep) needs that
+    file to be an nnbench results file of this schema version."""
+
+    def __init__(self, path, mode: str = safeio.NEW) -> None:
+        super().__init__(Path(path), mode)
+
+    def header(self) -> str:
+        return json.dumps(header()) + "\n"
+
+    def check_existing(self) -> None:
+        with open(self.path, encoding="utf-8", errors="replace") as f:
+            first = f.readline()
+        check_header(self.path, first)
+
+    def line(self, record: dict) -> str:
+        return json.dumps(to_json(record), allow_nan=False, separators=(",", ":")) + "\n"
+
+
+def check_header(path, first_line: str) -> dict:
+    try:
+        head = json.loads(first_line)
+    except ValueError:
+        head = None
+    if not isinstance(head, dict) or head.get("format") != FORMAT:
+        raise NnbenchError(f"{path}:1: not an nnbench JSON results file (its first line is not the "
+                           f'{{"format": "{FORMAT}", ...}} header)')
+    version = head.get("schema_version")
+    if not isinstance(version, int) or version < 1:
+        raise NnbenchError(f"{path}:1: schema_version {version!r}: expected an integer >= 1")
+    if version > SCHEMA_VERSION:
+        raise NnbenchError(f"{path}:1: schema_version {version} is newer than this nnbench reads "
+                           f"({SCHEMA_VERSION}); upgrade nnbench")
+    return head
+
+
+# -- reading --------------------------------------------------------------------------------------
+def is_json(path) -> bool:
+    """Whether `path` is a JSON results file (by its first byte), rather than a CSV."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(1) == b"{"
+    except FileNotFoundError:
+        raise NnbenchError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise NnbenchError(f"{path}: is a folder, not a result file") from None
+    except OSError as e:
+        raise safeio.os_problem(path, e, "cannot read") from None
+
+
+def load(path, notes: list[str] | None = None) -> list[RawRecord]:
+    """Every record of a JSON results file or a result CSV, in file order. A last line cut short by
+    a kill is set aside (and said in `notes`); any other damage is one NnbenchError naming the line."""
+    path = Path(path)
+    return _load_json(path, notes) if is_json(path) else _load_csv(path, notes)
+
+
+def _load_json(path: Path, notes) -> list[RawRecord]:
+    text = safeio.read_text(path, "result file")
+    lines = text.split("\n")
+    check_header(path, lines[0])
+    out = []
+    for i, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError:
+            if i == len(lines) or (i == len(lines) - 1 and not lines[-1]):  # the last line: cut short by a kill
+                if notes is not None:
+                    notes.append(f"{path}:{i}: a last line cut short (a killed run?) was set aside")
+                continue
+            raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged") from None
+        if not isinstance(obj, dict):
+            raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged")
+        out.append(_record(path, i, obj))
+    return out
+
+
+def _record(path, line: int, obj: dict) -> RawRecord:
+    samples = obj.pop("raw", None)
+    fields = {k: _number(k, v) for k, v in obj.items()}
+    rec = RawRecord(fields, line=line)
+    if samples is not None:
+        ms = samples.get("ms") if isinstance(samples, dict) else None
+        if not isinstance(ms, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in ms):
+            raise NnbenchError(f"{path}:{line}: raw.ms must be a list of numbers")
+        rec.samples_ms = np.asarray(ms, dtype=np.float64)
+        rec.reps, rec.unit = samples.get("reps"), samples.get("unit")
+        rec.batch, rec.dropped = samples.get("batch"), int(samples.get("dropped") or 0)
+    return rec
+
+
+def _number(key: str, v):
+    if isinstance(v, str) and v in ("inf", "-inf", "nan") and key in results.NUMERIC:
+        return float(v)
+    return v
+
+
+def _load_csv(path: Path, notes) -> list[RawRecord]:
+    import csv
+    out = []
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            reader = csv.DictReader(f)
+            if not reader.fieldnames or "suite" not in reader.fieldnames:
+                raise NnbenchError(f"{path}: not an nnbench result CSV (no header with a suite column)")
+            for i, row in enumerate(reader, start=2):
+                if row.get("status") not in results.STATUSES:
+                    if notes is not None:
+                        notes.append(f"{path}:{i}: a row without a valid status (cut short?) was set aside")
+                    continue
+                fields = results.parse_row(row)
+                ms = fields.pop("samples_ms", None)
+                rec = RawRecord(fields, line=i)
+                if ms:
+                    rec.samples_ms = np.asarray(ms, dtype=np.float64)
+                    rec.reps = int(float(row.get("reps") or 1))
+                    rec.unit = row.get("unit") or None
+                    rec.batch = int(float(row["batch"])) if row.get("batch") else None
+                    rec.dropped = int(float(row.get("dropped") or 0))
+                out.append(rec)
+    except (UnicodeDecodeError, csv.Error) as e:
+        raise NnbenchError(f"{path}: not a result CSV ({e})") from None
+    except FileNotFoundError:
+        raise NnbenchError(f"{path}: no such file") from None
+    except OSError as e:
+        raise safeio.os_problem(path, e, "cannot read") from None
+    return out
+
+
+def schema() -> dict:
+    """The JSON Schema of one line of a results file (header or record)."""
+    return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
