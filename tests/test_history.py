@@ -142,7 +142,7 @@ def test_cli_record_and_show(target, tmp_path):
     runs = synthetic.history(12, {8: 0.10}, cases={"tiled": 0.25, "coarse": 0.1})
     files = []
     for i, r in enumerate(runs):
-        synthetic.write_csv(r, tmp_path / f"run{i:02d}.csv")
+        synthetic.write(r, tmp_path / f"run{i:02d}.csv")
         files.append(tmp_path / f"run{i:02d}.csv")
     res = run("history", "record", *files, "--db", target)
     assert res.exit_code == 0, res.output
@@ -190,7 +190,7 @@ def test_a_newer_schema_is_refused_and_left_alone(target, tmp_path):
     with db.connect(target, create=False) as d:
         d.execute("INSERT INTO schema_version (version, applied_at, nnbench_version, what) VALUES (?, ?, ?, ?)",
                   (migrations.LATEST + 7, "2030-01-01", "9.0", "from the future"))
-    synthetic.write_csv(synthetic.history(5, {}, seed=3)[4], tmp_path / "new.csv")
+    synthetic.write(synthetic.history(5, {}, seed=3)[4], tmp_path / "new.csv")
     one_line_error(run("history", "record", tmp_path / "new.csv", "--db", target),
                    f"schema version {migrations.LATEST + 7} is newer", "upgrade nnbench")
     one_line_error(run("history", "show", "--db", target), "newer")
@@ -199,7 +199,7 @@ def test_a_newer_schema_is_refused_and_left_alone(target, tmp_path):
 
 
 def test_a_corrupt_or_foreign_sqlite_file_is_refused_untouched(tmp_path):
-    synthetic.write_csv(synthetic.history(1, {})[0], tmp_path / "run.csv")
+    synthetic.write(synthetic.history(1, {})[0], tmp_path / "run.csv")
     corrupt = tmp_path / "corrupt.sqlite"
     corrupt.write_bytes(b"this is not a database, but someone's notes\n" * 100)
     before = corrupt.read_bytes()
@@ -219,7 +219,7 @@ def test_a_corrupt_or_foreign_sqlite_file_is_refused_untouched(tmp_path):
 
 def test_an_unreachable_server_is_one_line(tmp_path):
     _need("psycopg")
-    synthetic.write_csv(synthetic.history(1, {})[0], tmp_path / "run.csv")
+    synthetic.write(synthetic.history(1, {})[0], tmp_path / "run.csv")
     # port 1 on loopback: nothing listens there, the connection is refused at once
     one_line_error(run("history", "record", tmp_path / "run.csv", "--db", "postgresql://nnbench:secret@127.0.0.1:1/h"),
                    "postgresql://nnbench:***@127.0.0.1:1/h", "cannot reach the PostgreSQL server")
@@ -233,7 +233,7 @@ def test_two_recorders_at_once_store_every_run_once(target, tmp_path):
     runs = synthetic.history(21, {}, cases={"tiled": 0.25, "coarse": 0.1, "naive": 1.2}, samples=200)
     files = []
     for i, r in enumerate(runs):
-        synthetic.write_csv(r, tmp_path / f"run{i:02d}.csv")
+        synthetic.write(r, tmp_path / f"run{i:02d}.csv")
         files.append(str(tmp_path / f"run{i:02d}.csv"))
     fill(target, [])  # the schema exists, so both processes meet the same database
     shared = files[20]
@@ -261,12 +261,12 @@ def test_two_processes_migrating_a_fresh_database_at_once(target):
 
 
 # -- check --against-history -----------------------------------------------------------------------
-def _current(tmp_path, name, change, seed=99):
+def _current(tmp_path, name, change, seed=99, samples=0):
     """A run at the next commit whose cases sit `change` above the level of their history's start."""
-    run_ = synthetic.history(1, {0: change}, seed=seed, cases={"tiled": 0.25})[0]
+    run_ = synthetic.history(1, {0: change}, seed=seed, cases={"tiled": 0.25}, samples=samples)[0]
     for c in run_.cases:
         c.fields.update(git_sha="f" * 40, timestamp="2027-01-01T00:00:00+00:00")
-    synthetic.write_csv(run_, tmp_path / name)
+    synthetic.write(run_, tmp_path / name)
     return tmp_path / name
 
 
@@ -319,3 +319,25 @@ def test_source_reads_a_resumed_file_as_one_run_per_commit(tmp_path):
     sink.close()
     got = source.read(path)
     assert [r.commit_sha for r in got] == [synthetic.commit(0), synthetic.commit(1)]
+
+
+def test_check_against_history_on_raw_samples(target, tmp_path):
+    """Runs recorded from --json files keep their raw samples; the gate then pools the segment's samples and the
+    rank test decides (method "rank"): +10% is SLOWER, the same level SAME, in every output format."""
+    runs = synthetic.history(8, {}, seed=13, samples=40, cases={"tiled": 0.25})
+    files = []
+    for i, r in enumerate(runs):
+        synthetic.write(r, tmp_path / f"run{i}.json")
+        files.append(tmp_path / f"run{i}.json")
+    assert run("history", "record", *files, "--db", target).exit_code == 0
+    with db.connect(target, create=False) as d:
+        assert len(json.loads(d.query("SELECT samples FROM cases")[0][0])) == 40
+    slower = _current(tmp_path, "slower.json", 0.10, samples=40)
+    res = run("check", "--against-history", slower, "--db", target, "--format", "json")
+    assert res.exit_code == 1, res.output
+    got = json.loads(res.stdout)
+    case = next(c for c in got["cases"] if c["verdict"] == "SLOWER")
+    assert case["method"] == "rank" and case["base_samples"] == 8 * 40 and case["cur_samples"] == 40, case
+    same = _current(tmp_path, "same.json", 0.0, samples=40)
+    res = run("check", "--against-history", same, "--db", target, "--format", "markdown")
+    assert res.exit_code == 0 and "passed" in res.stdout, res.output

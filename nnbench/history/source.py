@@ -86,21 +86,9 @@ def _number(v) -> float | None:
 
 
 def _cases(path: Path) -> list[Case]:
-    try:
-        from nnbench import rawresults  # the --json reader (issue 29, items 2-3): CSV and JSON, with samples
-    except ImportError:
-        rawresults = None
-    if rawresults is not None:
-        return [Case(r.fields, None if r.samples_ms is None else [float(x) for x in r.samples_ms])
-                for r in rawresults.load(path)]
-    df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
-    if "status" not in df.columns or "median_ms" not in df.columns:
-        raise NnbenchError(f"{path}: not an nnbench result file (no status and median_ms columns)")
-    out = []
-    for row in df.to_dict("records"):
-        row = results.parse_row({k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()})
-        if row.get("status") not in results.STATUSES:
-            continue  # a row cut short by a kill
-        text = row.pop("samples_ms", None)
-        out.append(Case(row, [float(x) for x in str(text).split()] if text else None))
-    return out
+    """Through the gate's own reader (rawresults: a result CSV or a --json file, with raw samples where kept);
+    rows without a valid status (cut short by a kill) are left out, as the gate leaves them out."""
+    from nnbench import rawresults
+    return [Case({k: v for k, v in r.fields.items() if k != "samples_ms"},
+                 None if r.samples_ms is None else [float(x) for x in r.samples_ms])
+            for r in rawresults.load(path) if r.fields.get("status") in results.STATUSES]

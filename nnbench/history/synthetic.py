@@ -48,12 +48,13 @@ def history(n: int = 100, steps: dict[int, float] | None = None, noise: float = 
     return runs
 
 
-def write_csv(run: Run, path) -> None:
-    """The run as a result CSV, as a sweep writes it (raw samples in `samples_ms` where the schema has it)."""
-    from nnbench import results
-    sink = results.CsvSink(path)
+def write(run: Run, path) -> None:
+    """The run as a results file, as a sweep writes it: a `--json` file where `path` ends in .json (raw samples
+    under "raw"), else a result CSV (raw samples in its `samples_ms` column)."""
+    from nnbench import rawresults, results
+    sink = rawresults.JsonSink(path) if str(path).endswith(".json") else results.CsvSink(path)
     try:
         for c in run.cases:
-            sink.append(dict(c.fields, samples_ms=" ".join(f"{x:.6g}" for x in c.samples_ms) if c.samples_ms else None))
+            sink.append(dict(c.fields, samples_ms=c.samples_ms))
     finally:
         sink.close()
