@@ -41,6 +41,16 @@ def _otava():
     _need("otava")
 
 
+@pytest.fixture(autouse=True)
+def _consoles():
+    """`check --format json|markdown` points the CLI's stdout console at stderr and does not point it back; in one
+    pytest process that would narrow every later test's tables (those of test_profiling among them)."""
+    from nnbench.cli import app
+    out = app.out
+    yield
+    app.out = out
+
+
 from nnbench.history import changepoints, db, gate, migrations, source, store, synthetic, trend  # noqa: E402
 
 
