@@ -258,6 +258,48 @@ def test_two_recorders_at_once_store_every_run_once(target, tmp_path):
     assert sum(o.count("recorded run") for o in outs) == 21 and sum(o.count("already recorded") for o in outs) == 1
 
 
+def test_a_recorder_waits_for_another_writers_transaction(target, tmp_path):
+    """A writer holds a transaction in which it has just stored a run; another process records the same run
+    meanwhile. It must wait (SQLite: the busy timeout; PostgreSQL: the digest's unique index), not fail, and then
+    find the run stored: exactly one copy."""
+    import time
+    fill(target, [])
+    run_ = synthetic.history(1, {}, samples=50)[0]
+    synthetic.write(run_, tmp_path / "r.csv")
+    same = source.read(tmp_path / "r.csv")[0]
+    with db.connect(target) as holder:
+        with holder.transaction():
+            store.write(holder, same)
+            proc = subprocess.Popen([sys.executable, "-m", "nnbench", "history", "record", tmp_path / "r.csv", "--db",
+                                     target], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            time.sleep(4)  # long enough for the recorder to start and reach the database
+            assert proc.poll() is None, proc.communicate()[0]  # it is waiting for us, not failed or done
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and "already recorded" in out, out
+    assert count_runs(target) == 1
+
+
+def test_a_migration_waits_for_another(target):
+    """One process is creating the schema of a fresh database (its transaction still open); another opens the same
+    database meanwhile. It must wait for the first (PostgreSQL: the advisory lock; SQLite: BEGIN IMMEDIATE), then
+    find the schema made, not create it a second time."""
+    import time
+    code = ("import sys; from nnbench.history import db, migrations; d = db.connect(sys.argv[1]); "
+            "print('version', migrations.ready(d))")
+    with db.connect(target) as holder:
+        with holder.transaction():
+            migrations.migrate(holder)
+            proc = subprocess.Popen([sys.executable, "-c", code, target], cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+            time.sleep(4)
+            assert proc.poll() is None, proc.communicate()[0]
+    out = proc.communicate(timeout=60)[0]
+    assert proc.returncode == 0 and f"version {migrations.LATEST}" in out, out
+    with db.connect(target, create=False) as d:
+        assert [r[0] for r in d.query("SELECT version FROM schema_version ORDER BY version")] == \
+            list(range(1, migrations.LATEST + 1))
+
+
 def test_two_processes_migrating_a_fresh_database_at_once(target):
     code = ("import sys; from nnbench.history import db, migrations; d = db.connect(sys.argv[1]); "
             "print(migrations.ready(d))")

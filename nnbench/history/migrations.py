@@ -72,22 +72,28 @@ def ready(db: Database, upto: int = LATEST) -> int:
     if current is not None and current >= upto:
         return current
     with db.transaction():
-        if db.dialect == "postgresql":
-            db.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
-        # Read again inside the lock: another process may have migrated while we waited for it.
-        if "schema_version" not in db.tables():
-            db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, "
-                       "nnbench_version TEXT NOT NULL, what TEXT NOT NULL)")
-        current = db.query("SELECT max(version) FROM schema_version")[0][0] or 0
-        if current > LATEST:
-            raise NnbenchError(f"{db.where}: history schema version {current} is newer than this nnbench knows "
-                               f"({LATEST}); upgrade nnbench (nothing was read or written)")
-        for number, what, statements in MIGRATIONS:
-            if current < number <= upto:
-                for statement in statements:
-                    db.execute(db.ddl(statement))
-                now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-                db.execute("INSERT INTO schema_version (version, applied_at, nnbench_version, what) "
-                           "VALUES (?, ?, ?, ?)", (number, now, __version__, what))
-                current = number
+        return migrate(db, upto)
+
+
+def migrate(db: Database, upto: int = LATEST) -> int:
+    """`ready`'s work, inside a transaction the caller holds: take the migration lock (PostgreSQL; SQLite's
+    BEGIN IMMEDIATE already is one), read the version again (another process may have migrated while we
+    waited), apply what is missing."""
+    if db.dialect == "postgresql":
+        db.execute("SELECT pg_advisory_xact_lock(?)", (_LOCK_KEY,))
+    if "schema_version" not in db.tables():
+        db.execute("CREATE TABLE schema_version (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL, "
+                   "nnbench_version TEXT NOT NULL, what TEXT NOT NULL)")
+    current = db.query("SELECT max(version) FROM schema_version")[0][0] or 0
+    if current > LATEST:
+        raise NnbenchError(f"{db.where}: history schema version {current} is newer than this nnbench knows "
+                           f"({LATEST}); upgrade nnbench (nothing was read or written)")
+    for number, what, statements in MIGRATIONS:
+        if current < number <= upto:
+            for statement in statements:
+                db.execute(db.ddl(statement))
+            now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+            db.execute("INSERT INTO schema_version (version, applied_at, nnbench_version, what) "
+                       "VALUES (?, ?, ?, ?)", (number, now, __version__, what))
+            current = number
     return current

@@ -58,6 +58,12 @@ def matches(key: str, pattern: str) -> bool:
 
 def record(db: Database, run: source.Run, when: str | None = None) -> Recorded:
     """Store `run` (its row and every case) in one transaction; a run already stored is left as it is."""
+    with db.transaction():
+        return write(db, run, when)
+
+
+def write(db: Database, run: source.Run, when: str | None = None) -> Recorded:
+    """`record`'s work, inside a transaction the caller holds."""
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     digest = run.digest
     rows = []
@@ -69,18 +75,17 @@ def record(db: Database, run: source.Run, when: str | None = None) -> Recorded:
                      f.get("status"), _float(f.get("median_ms")), _float(f.get("iqr_ms")), _float(f.get("min_ms")),
                      _float(f.get("mean_ms")), _int(f.get("samples")), energy_j, power_w, samples,
                      json.dumps(f, sort_keys=True, default=str)))
-    with db.transaction():
-        got = db.query("INSERT INTO runs (digest, commit_sha, commit_time, run_time, recorded_at, gpu, host, source, "
-                       "nnbench_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING "
-                       "RETURNING id",
-                       (digest, run.commit_sha, when, run.run_time, now, run.gpu, run.host, run.source,
-                        run.nnbench_version or __version__))
-        if not got:
-            return Recorded(int(db.query("SELECT id FROM runs WHERE digest = ?", (digest,))[0][0]), False, run)
-        run_id = int(got[0][0])
-        db.executemany("INSERT INTO cases (run_id, case_key, suite, variant, params, shape, unit, status, median_ms, "
-                       "iqr_ms, min_ms, mean_ms, n_samples, energy_j, power_w, samples, record) VALUES (?, ?, ?, ?, ?, "
-                       "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
+    got = db.query("INSERT INTO runs (digest, commit_sha, commit_time, run_time, recorded_at, gpu, host, source, "
+                   "nnbench_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (digest) DO NOTHING "
+                   "RETURNING id",
+                   (digest, run.commit_sha, when, run.run_time, now, run.gpu, run.host, run.source,
+                    run.nnbench_version or __version__))
+    if not got:
+        return Recorded(int(db.query("SELECT id FROM runs WHERE digest = ?", (digest,))[0][0]), False, run)
+    run_id = int(got[0][0])
+    db.executemany("INSERT INTO cases (run_id, case_key, suite, variant, params, shape, unit, status, median_ms, "
+                   "iqr_ms, min_ms, mean_ms, n_samples, energy_j, power_w, samples, record) VALUES (?, ?, ?, ?, ?, "
+                   "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
     return Recorded(run_id, True, run)
 
 
