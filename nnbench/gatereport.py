@@ -42,18 +42,11 @@ def markdown(verdicts, title: str, passed: bool, notes: list[str], show_same: bo
                   "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
         for v in shown:
             cells = [v.verdict, v.suite, v.variant, v.params, v.shape, _ms(v.base_ms), _ms(v.cur_ms), _change(v),
-                     _test(v), v.why]
+                     verdict_mod.test_label(v), v.why]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         lines.append("")
     lines += [f"> {n}" for n in notes]
     return "\n".join(lines).rstrip() + "\n"
-
-
-def _test(v) -> str:
-    if v.method == "rank":
-        p = f", p={v.p_value:.1g}" if v.p_value is not None else ""
-        return f"rank ({v.base_n} vs {v.cur_n}{p})"
-    return v.method or ""
 
 
 def to_json(verdicts, baseline: str, current: str, tolerance: float, passed: bool, notes: list[str]) -> str:

@@ -201,7 +201,8 @@ table.nn td svg {{ display: block; }}
 table.env {{ border-collapse: collapse; font-size: 12px; }}
 table.env th, table.env td {{ text-align: left; padding: 2px 10px 2px 0; border-bottom: 1px solid #eee; }}
 code {{ background: #f4f4f4; padding: 0 .2em; }}
-.s-FAIL, .s-ERROR, .v-SLOWER, .v-FAILED, .v-INVALID, .v-MISSING {{ color: #D55E00; font-weight: bold; }}
+.s-FAIL, .s-ERROR, .v-SLOWER, .v-FAILED, .v-INVALID, .v-MISSING,
+.v-UNSTABLE, .v-AMBIGUOUS {{ color: #D55E00; font-weight: bold; }}
 .s-PASS, .v-FASTER {{ color: #009E73; }}
 </style></head>
 <body><h1>{title}</h1><p class="meta">{meta}</p>

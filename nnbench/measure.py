@@ -17,9 +17,11 @@ Timer (after nvbench's "cold"/"hot" measurements):
   of its maximum, or under a power or thermal limit, is dropped (nvbench's rule) and counted in
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
   samples are kept and `throttle` says why, rather than reporting nothing;
-- the total-energy counter is read before the first batch and after the last: `power_w` is the
-  average power over that timed window (host gaps between batches included), `energy_j` that power
-  times the median time of one unit (launch, iteration, step);
+- `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
+  first batch and after the last where the window lasts a second or more (host gaps between batches
+  included), else the mean of the power read with each kept batch (nnbench/runtime/nvml.py says
+  why and how); `energy_j` is that power times the median time of one unit (launch, iteration,
+  step), and `energy_method` says which reading it came from;
 - every kept sample is returned (`samples_ms`, each the mean over its `reps` launches), so results
   files carry them and the gate can test them (nnbench/verdict.py);
 - each result names its timing method (TIMING): a row whose launches synchronize inside (the
@@ -96,6 +98,7 @@ class Stats:
     power_w: float | None = None
     energy_j: float | None = None  # per unit
     energy_window_ms: float | None = None
+    energy_method: str | None = None  # "counter", "instant power" or "average power" (nnbench/runtime/nvml.py)
 
     def as_record(self) -> dict:
         return dict(median_ms=self.median_ms, iqr_ms=self.iqr_ms, q1_ms=self.q1_ms, q3_ms=self.q3_ms,
@@ -104,7 +107,7 @@ class Stats:
                     timing=self.timing, samples_ms=list(self.samples_ms), dropped=self.dropped,
                     sm_clock_min_mhz=self.sm_clock_min_mhz, mem_clock_mhz=self.mem_clock_mhz, throttle=self.throttle,
                     clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
-                    energy_window_ms=self.energy_window_ms)
+                    energy_window_ms=self.energy_window_ms, energy_method=self.energy_method)
 
     @property
     def iqr_pct(self) -> float:
@@ -147,7 +150,8 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     t_end = time.perf_counter() + settings.budget_s
     converged = False
     if tel is not None:
-        tel.start()
+        one_ms = est if not settings.cold else gpu_ms
+        tel.start(max(settings.budget_s, settings.min_samples * reps * one_ms / 1e3))
     while len(kept) + len(dropped) < settings.max_samples:
         if settings.cold:
             backend.flush_l2()
@@ -198,9 +202,13 @@ def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
             seen |= b
         stats.throttle = reason_names(seen & ~USER_CLOCKS & ~0x1)  # idle and user clocks are not throttling
         stats.clocks_locked = bool(seen & USER_CLOCKS)
+    stats.energy_window_ms = 1e3 * tel.window_s if tel.window_s else None
+    watts = [p.power_w for p in kept if p.power_w is not None]
     if tel.energy_j is not None and tel.window_s:
-        stats.energy_window_ms = 1e3 * tel.window_s
-        stats.power_w = tel.energy_j / tel.window_s
+        stats.power_w, stats.energy_method = tel.energy_j / tel.window_s, "counter"
+    elif watts:
+        stats.power_w, stats.energy_method = float(np.mean(watts)), tel.power_method
+    if stats.power_w is not None:
         stats.energy_j = stats.power_w * stats.median_ms * 1e-3
 
 

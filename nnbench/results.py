@@ -32,7 +32,7 @@ MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "sa
 # NVML over the timed window (nnbench/measure.py, nnbench/runtime/nvml.py); empty on the CPU backend.
 # energy_j is per unit (launch, iteration, step); dropped counts the samples left out as throttled.
 TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks_locked", "power_w", "energy_j",
-             "energy_window_ms"]
+             "energy_window_ms", "energy_method"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
@@ -53,6 +53,8 @@ ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
                "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
 # Every kept sample (ms per unit, each over `reps` launches), space-separated; last, since it is long.
 RAW = ["samples_ms"]
+# A cell of up to max_samples (100,000) samples runs to about 1 MB, past the csv module's 128 KiB default.
+csv.field_size_limit(2**31 - 1)
 FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
 

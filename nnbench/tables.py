@@ -12,7 +12,7 @@ from rich.text import Text
 
 STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow", "SLOWER": "bold red",
                 "FAILED": "bold red", "INVALID": "bold red", "FASTER": "green", "SAME": "", "MISSING": "bold yellow",
-                "NEW": "cyan", "SKIPPED": "yellow"}
+                "NEW": "cyan", "SKIPPED": "yellow", "UNSTABLE": "bold magenta", "AMBIGUOUS": "bold magenta"}
 
 
 def _num(v, fmt: str, missing: str = "—") -> str:
@@ -113,6 +113,7 @@ def sweep_table(rows: list[dict], baseline: str | None, title: str) -> Table:
 
 
 def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
+    from nnbench.verdict import test_label
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name, justify in [("verdict", "left"), ("variant", "left"), ("params", "left"), ("shape", "left"),
                           ("baseline ms", "right"), ("current ms", "right"), ("change", "right"),
@@ -123,15 +124,8 @@ def verdict_table(verdicts, title: str, show_same: bool = True) -> Table:
             continue
         change = v.change
         t.add_row(_status(v.verdict), v.variant, v.params, v.shape, _num(v.base_ms, ".4f"), _num(v.cur_ms, ".4f"),
-                  f"{100 * change:+.1f}%" if change is not None else "—", _test(v), v.why)
+                  f"{100 * change:+.1f}%" if change is not None else "—", test_label(v), v.why)
     return t
-
-
-def _test(v) -> str:
-    """How a verdict was decided: the rank test (samples per side, p) or the IQR rule (no raw samples)."""
-    if v.method == "rank":
-        return f"rank {v.base_n}/{v.cur_n}" + (f" p={v.p_value:.1g}" if v.p_value is not None else "")
-    return {"iqr": f"IQR ±{v.noise_ms:.4f}" if v.noise_ms is not None else "IQR"}.get(v.method, "")
 
 
 def train_table(records: list[dict], title: str) -> Table:

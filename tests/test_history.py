@@ -393,3 +393,21 @@ def test_check_against_history_on_raw_samples(target, tmp_path):
     same = _current(tmp_path, "same.json", 0.0, samples=40)
     res = run("check", "--against-history", same, "--db", target, "--format", "markdown")
     assert res.exit_code == 0 and "passed" in res.stdout, res.output
+
+
+def test_check_against_history_allows_for_the_spread_between_runs(target, tmp_path):
+    """A case whose history moves 6% from run to run (its samples spread only 0.5% inside each run): a run 10%
+    above its median is not SLOWER, because the segment's between-run spread (passed to the rank test as
+    run_spread) raises its tolerance; the same run against a steady history is SLOWER."""
+    for name, noise in (("noisy", 0.06), ("steady", 0.005)):
+        db_ = target if name == "noisy" else str(tmp_path / "steady.sqlite")
+        runs = synthetic.history(12, {}, noise=noise, seed=21, samples=40, cases={"tiled": 0.25})
+        files = []
+        for i, r in enumerate(runs):
+            synthetic.write(r, tmp_path / f"{name}{i}.json")
+            files.append(tmp_path / f"{name}{i}.json")
+        assert run("history", "record", *files, "--db", db_).exit_code == 0
+        res = run("check", "--against-history", _current(tmp_path, f"{name}-cur.json", 0.10, samples=40), "--db", db_,
+                  "--format", "json")
+        verdicts = [c["verdict"] for c in json.loads(res.stdout)["cases"]]
+        assert verdicts == (["SAME"] if name == "noisy" else ["SLOWER"]), (name, res.output)

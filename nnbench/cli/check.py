@@ -63,7 +63,7 @@ class Tolerance(click.ParamType):
 @app.keep_throttled_option
 @backend_option
 def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable, fmt,
-          retry_errors, against_history, history_db, backend) -> None:
+          retry_errors, backend, against_history=False, history_db=None) -> None:
     """Compare a result file (CSV or --json) against a baseline, case by case, on raw samples.
 
     SLOWER or FASTER where the median moved by more than --tolerance and a Mann-Whitney U test on
@@ -78,9 +78,25 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
       nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
       nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
       nnbench check base.csv new.csv --format markdown >> "$GITHUB_STEP_SUMMARY"
-      nnbench check --against-history results/ci-….csv
+      nnbench check --against-history results/ci-….json --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
+    history = (against_history, history_db)
+    if fmt == "table":
+        return _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing,
+                      allow_unstable, fmt, retry_errors, backend, history)
+    out = app.out
+    app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
+    try:
+        _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
+               fmt, retry_errors, backend, history)
+    finally:
+        app.out = out
+
+
+def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
+           fmt, retry_errors, backend, history=(False, None)) -> None:
     from nnbench import config, paths, verdict
+    against_history, history_db = history
     if history_db and not against_history:
         raise NnbenchError("--db applies only with --against-history")
     if against_history and (baseline_path or any_gpu):
@@ -89,8 +105,6 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
         if len(files) != 1:
             raise NnbenchError("check --against-history needs one CURRENT.csv (or --run CONFIG.yaml)")
         files = (None, files[0])
-    if fmt != "table":
-        app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")

@@ -4,7 +4,9 @@ commits after its last change point), instead of against one baseline file.
 The segment becomes one baseline row per case and goes through the gate's own rule (verdict.compare), so the
 verdicts, their meaning and the exit code are those of `check`:
 - where every run in the segment and the current run carry raw samples, the segment's samples are pooled and
-  the rank test decides (verdict.compare_samples);
+  the rank test decides (verdict.compare_samples), with the case's between-run spread over the segment
+  (`run_spread`: the relative standard deviation of its per-commit medians) raising the tolerance where that
+  spread is large;
 - otherwise the segment's median of per-commit medians is the baseline median, and its noise is the larger of
   the runs' own IQR and the spread between commits (the IQR of the per-commit medians): a run is SLOWER only
   beyond both the tolerance and what history itself moves by.
@@ -48,12 +50,15 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
             continue
         medians = seg["median_ms"].to_numpy(dtype=np.float64)
         q1, q3 = np.percentile(medians, [25, 75])
+        # the case's between-run spread (relative standard deviation of its per-commit medians): the rank test
+        # sees only the spread inside each run, so compare_samples raises the tolerance to a multiple of this
+        spread = float(np.std(medians, ddof=1) / np.mean(medians))
         row = dict(cur.loc[t.key])
         pooled = list(seg["samples"])
         row.update(status="PASS", median_ms=str(float(np.median(medians))),
                    iqr_ms=str(max(float(q3 - q1), float(np.median(seg["iqr_ms"].fillna(0))))),
                    samples_ms=np.concatenate(pooled) if all(s is not None for s in pooled) else None,
-                   error="", history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}")
+                   error="", run_spread=spread, history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}")
         rows[t.key] = row
     base = pd.DataFrame.from_dict(rows, orient="index") if rows else cur.iloc[0:0].copy()
     base.attrs["notes"] = []

@@ -2,17 +2,21 @@
 clocks, power limits, throttle reasons and energy counter, read while `measure` times a case.
 
 What `measure` asks of it, per case (`Telemetry`):
-- `start()` and `stop()` bracket the timed window: the total-energy counter (mJ since the driver
-  loaded) read at both ends gives the energy the GPU drew over the window;
 - `probe()` runs while a batch of samples executes on the GPU (the host would only be waiting): the
-  SM and memory clocks and the clock-event ("throttle") reasons at that moment. A batch whose SM
-  clock is below 75% of the maximum, or that ran under a power or thermal limit, is dropped by
-  `measure` (nvbench's rule), unless the user keeps throttled samples.
+  SM and memory clocks, the clock-event ("throttle") reasons and the power at that moment. A batch
+  whose SM clock is below 75% of the maximum, or that ran under a power or thermal limit, is dropped
+  by `measure` (nvbench's rule), unless the user keeps throttled samples. Measured on the H100
+  (docs/results/measurement.md): 1.3-1.6 us a reading, 7.7 us a probe;
+- `start()` and `stop()` bracket the timed window. The total-energy counter (mJ since the driver
+  loaded) is exact over long windows but, on the H100, moves only every 100 ms and costs 3.6 ms a
+  read: it is read only when the window can last ENERGY_COUNTER_S or more (a long budget, or long
+  samples), where both costs are under 1%. A shorter window's power is the mean of its probes'
+  readings: the instantaneous power (NVML_FI_DEV_POWER_INSTANT, where the driver has it and it
+  answers in microseconds), else nvmlDeviceGetPowerUsage (on Ampere and newer, an average over the
+  last second, so it lags a change of load). `energy_method` in each record says which.
 
-Every call is cheap (microseconds: a query of the driver, no process), so reading per batch costs
-nothing the GPU waits for. Without the binding or the library (a CPU machine, a container without
-the driver's libnvidia-ml) every reading is None and nothing else changes; nvidia-smi is the
-fallback for the identity only.
+Without the binding or the library (a CPU machine, a container without the driver's libnvidia-ml)
+every reading is None and nothing else changes; nvidia-smi is the fallback for the identity only.
 """
 
 from __future__ import annotations
@@ -36,6 +40,8 @@ USER_CLOCKS = 0x2  # clocks held by a user's setting: `nvidia-smi -lgc` (locked)
 # A sample taken while any of these is set ran at a clock the power or heat imposed, not the one asked for.
 THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
 SLOW_CLOCK = 0.75  # of the maximum SM clock: below it a sample is dropped (nvbench's threshold)
+ENERGY_COUNTER_S = 1.0  # the shortest window read from the energy counter (100 ms steps: within 10%)
+INSTANT_MAX_US = 50.0  # an instantaneous-power reading slower than this stays out of the per-batch probe
 
 
 def reason_names(bits: int | None) -> str:
@@ -76,6 +82,7 @@ class Probe:
     sm_mhz: float | None
     mem_mhz: float | None
     reasons: int | None
+    power_w: float | None = None
 
 
 class Nvml:
@@ -84,6 +91,7 @@ class Nvml:
     def __init__(self, pci_bus_id: str) -> None:
         self.bus = pci_bus_id
         self.handle = None
+        self._instant: bool | None = None  # whether probes read the instantaneous power (decided once)
         if _init():
             try:
                 self.handle = pynvml.nvmlDeviceGetHandleByPciBusId(pci_bus_id)
@@ -160,8 +168,36 @@ class Nvml:
         """The total-energy counter: millijoules since the driver loaded (Volta and newer)."""
         return self._get(pynvml.nvmlDeviceGetTotalEnergyConsumption) if pynvml else None
 
+    def instant_power_w(self) -> float | None:
+        """NVML_FI_DEV_POWER_INSTANT in W, or None where the driver has no such field."""
+        if self.handle is None or not hasattr(pynvml, "NVML_FI_DEV_POWER_INSTANT"):
+            return None
+        try:
+            v = pynvml.nvmlDeviceGetFieldValues(self.handle, [pynvml.NVML_FI_DEV_POWER_INSTANT])[0]
+        except pynvml.NVMLError:
+            return None
+        if getattr(v, "nvmlReturn", 0) != 0:
+            return None
+        return float(v.value.uiVal) / 1e3  # mW
+
+    @property
+    def power_method(self) -> str:
+        """How probes read the power: 'instant power' where that field answers within INSTANT_MAX_US
+        (timed once per GPU), else 'average power' (nvmlDeviceGetPowerUsage)."""
+        if self._instant is None:
+            costs = []
+            for _ in range(5):
+                t0 = time.perf_counter()
+                ok = self.instant_power_w() is not None
+                costs.append((time.perf_counter() - t0) * 1e6)
+                if not ok:
+                    break
+            self._instant = ok and sorted(costs)[len(costs) // 2] <= INSTANT_MAX_US
+        return "instant power" if self._instant else "average power"
+
     def probe(self) -> Probe:
-        return Probe(self.clock("sm"), self.clock("mem"), self.reasons())
+        power = self.instant_power_w() if self.power_method == "instant power" else self.power_w()
+        return Probe(self.clock("sm"), self.clock("mem"), self.reasons(), power)
 
     def telemetry(self) -> Telemetry | None:
         return Telemetry(self) if self.handle is not None else None
@@ -173,20 +209,25 @@ class Telemetry:
     def __init__(self, nvml: Nvml) -> None:
         self.nvml = nvml
         self.max_sm_mhz = nvml.max_clock("sm")
+        self.power_method = nvml.power_method
         self._e0 = self._t0 = None
-        self.energy_j: float | None = None
+        self.energy_j: float | None = None  # from the counter, over windows of ENERGY_COUNTER_S or more
         self.window_s: float | None = None
 
-    def start(self) -> None:
-        self._e0, self._t0 = self.nvml.energy_mj(), time.perf_counter()
+    def start(self, expect_s: float = 0.0) -> None:
+        """The window opens; `expect_s` is how long it can last (the budget, or min_samples long samples)."""
+        self._e0 = self.nvml.energy_mj() if expect_s >= ENERGY_COUNTER_S else None
+        self._t0 = time.perf_counter()
 
     def probe(self) -> Probe:
         return self.nvml.probe()
 
     def stop(self) -> None:
-        e1, t1 = self.nvml.energy_mj(), time.perf_counter()
-        self.window_s = t1 - self._t0 if self._t0 is not None else None
-        self.energy_j = (e1 - self._e0) / 1e3 if e1 is not None and self._e0 is not None else None
+        self.window_s = time.perf_counter() - self._t0 if self._t0 is not None else None
+        self.energy_j = None
+        if self._e0 is not None and self.window_s is not None and self.window_s >= ENERGY_COUNTER_S:
+            e1 = self.nvml.energy_mj()
+            self.energy_j = (e1 - self._e0) / 1e3 if e1 is not None else None
 
     def throttled(self, p: Probe) -> bool:
         return throttled(p.sm_mhz, p.reasons, self.max_sm_mhz)

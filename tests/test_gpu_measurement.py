@@ -1,0 +1,49 @@
+"""On the GPU: NVML's readings reach every record (clocks, throttle reasons, power and energy), the raw
+samples reach the JSON file and validate against the schema, and `devices` shows power and clocks."""
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from nnbench import rawresults
+from nnbench.cli import cli
+
+pytestmark = pytest.mark.gpu
+
+
+def test_gemm_records_carry_nvml_and_samples(cuda_backend, tmp_path):
+    out = tmp_path / "g.jsonl"
+    res = CliRunner().invoke(cli, ["gemm", "-v", "double_buffered", "--size", "1024", "--budget", "0.2",
+                                   "--csv", str(tmp_path / "g.csv"), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    recs = rawresults.load(out)
+    assert {r.fields["variant"] for r in recs} >= {"double_buffered", "cublas"}
+    for r in recs:
+        assert r.samples_ms is not None and r.samples_ms.size == r.fields["samples"]
+        assert r.fields["sm_clock_mhz"] and r.fields["mem_clock_mhz"] and r.fields["throttle"] is not None
+        assert r.fields["energy_method"] in ("instant power", "average power")  # windows under 1 s
+        assert 20 < r.fields["power_w"] < 1500 and r.fields["energy_j"] > 0
+    jsonschema = pytest.importorskip("jsonschema")
+    for line in out.read_text().splitlines():
+        jsonschema.validate(json.loads(line), rawresults.schema())
+
+
+def test_energy_counter_over_a_long_window(cuda_backend):
+    from nnbench import measure
+    from nnbench.harness import run
+    from nnbench.suites import gemm as gemm_suite
+    cases = gemm_suite.plan(["double_buffered"], {}, cuda_backend.device, "cuda")
+    settings = measure.TimingSettings(budget_s=1.2, max_noise=0.0)
+    rec = list(run(gemm_suite.WORKLOAD, cuda_backend, cases, [gemm_suite.Shape(2048, 2048, 2048)], settings, 5e-5,
+                   seed=1, vendor=False))[-1]
+    assert rec["status"] == "PASS" and rec["energy_method"] == "counter" and rec["energy_window_ms"] >= 1000
+    assert 50 < rec["power_w"] < 1500 and rec["gflops_per_j"] > 0
+
+
+def test_devices_shows_power_and_clocks():
+    res = CliRunner().invoke(cli, ["devices"])
+    if res.exit_code == 2 and "no CUDA GPU" in res.output:
+        pytest.skip("no GPU")
+    assert res.exit_code == 0, res.output
+    assert "power limit" in res.output and " W" in res.output and ("free" in res.output or "locked" in res.output)

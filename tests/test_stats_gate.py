@@ -1,0 +1,321 @@
+"""The statistical gate on synthetic samples (verdict.compare_samples), `nnbench check` on files with
+raw samples and its formats, the JSON results format against its schema, and measure's NVML rules
+with a scripted telemetry. CPU only."""
+
+import csv
+import json
+import math
+import xml.etree.ElementTree as ET
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from nnbench import measure, rawresults, results, verdict
+from nnbench.cli import cli
+from nnbench.runtime.nvml import Probe, throttled
+
+
+def noisy(rng, median, rel_sigma, n):
+    """Timing-like samples: a floor plus a right tail (a kernel is never faster than its floor)."""
+    return median * (1 + rel_sigma * np.abs(rng.standard_normal(n)))
+
+
+# -- compare_samples ------------------------------------------------------------------------------
+def test_identical_distributions_give_no_false_slower():
+    rng = np.random.default_rng(0)
+    found = [verdict.compare_samples(noisy(rng, 1.0, 0.01, 20), noisy(rng, 1.0, 0.01, 20), 0.05).verdict
+             for _ in range(500)]
+    assert found.count("SLOWER") == 0 and found.count("FASTER") == 0
+    assert found.count("SAME") == 500
+
+
+def test_small_real_slowdown_is_caught_when_the_tolerance_allows_it():
+    rng = np.random.default_rng(1)
+    caught = sum(verdict.compare_samples(noisy(rng, 1.0, 0.005, 20), noisy(rng, 1.03, 0.005, 20), 0.02).verdict
+                 == "SLOWER" for _ in range(100))
+    assert caught == 100
+    # the same slowdown under a 5% tolerance is, by design, SAME
+    s = verdict.compare_samples(noisy(rng, 1.0, 0.005, 20), noisy(rng, 1.03, 0.005, 20), 0.05)
+    assert s.verdict == "SAME" and 1.02 < s.ratio < 1.04
+
+
+def test_noise_never_hides_a_large_regression_as_same():
+    rng = np.random.default_rng(2)
+    for _ in range(200):
+        base = noisy(rng, 1.0, 0.01, 20)
+        cur = 1.2 * (1 + 0.6 * rng.random(20)) * (rng.random(20) < 0.7) + 1.2 * (rng.random(20) >= 0.7)
+        assert verdict.compare_samples(base, cur, 0.05).verdict in ("SLOWER", "UNSTABLE")
+
+
+def test_a_noisy_side_inside_the_tolerance_is_unstable_not_same():
+    rng = np.random.default_rng(3)
+    wide = rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 21))  # median exactly 1.0, spread ±30%
+    s = verdict.compare_samples(noisy(rng, 1.0, 0.01, 20), wide, 0.05)
+    assert s.verdict == "UNSTABLE" and "too noisy" in s.why
+
+
+def test_a_change_the_rank_test_cannot_confirm_is_unstable():
+    base = np.array([1.0, 1.5, 1.0, 1.5, 1.0, 1.5])
+    cur = np.array([1.1, 1.6, 1.1, 1.6, 1.1, 1.6])
+    s = verdict.compare_samples(base, cur, 0.05)
+    assert s.verdict == "UNSTABLE" and s.p_value >= verdict.ALPHA and "cannot tell" in s.why
+
+
+def test_a_known_between_run_spread_raises_the_tolerance():
+    rng = np.random.default_rng(8)
+    base, cur = noisy(rng, 1.0, 0.002, 20), noisy(rng, 1.03, 0.002, 20)
+    assert verdict.compare_samples(base, cur, 0.02).verdict == "SLOWER"
+    assert verdict.compare_samples(base, cur, 0.02, run_spread=0.008).verdict == "SAME"  # 5 x 0.8% = 4%
+    assert verdict.compare_samples(base, cur, 0.02, run_spread=0.002).verdict == "SLOWER"
+
+
+def test_too_few_samples_is_ambiguous():
+    s = verdict.compare_samples([1.0, 1.0, 1.0, 1.0], [2.0] * 20, 0.05)
+    assert s.verdict == "AMBIGUOUS" and "too few" in s.why
+
+
+def test_faster_is_symmetric():
+    rng = np.random.default_rng(4)
+    assert verdict.compare_samples(noisy(rng, 1.0, 0.005, 20), noisy(rng, 0.8, 0.005, 20), 0.05).verdict == "FASTER"
+
+
+# -- check on files with raw samples ---------------------------------------------------------------
+def rec(variant, samples, status="PASS", shape="64×64×64", suite="gemm", **kw):
+    st = measure.summarize(samples) if samples else None
+    r = dict(suite=suite, variant=variant, params="", shape=shape, cold=False, status=status, gpu="GPU-A",
+             backend="cuda", git_sha="abc", timestamp="2026-11-24T00:00:00+00:00", rtol=5e-5, rel_err=1e-7,
+             unit="launch", **(st.as_record() if st else {}))
+    r.update(kw)
+    return r
+
+
+def write_csv(path, recs):
+    sink = results.CsvSink(path)
+    for r in recs:
+        sink.append(r)
+    sink.close()
+    return path
+
+
+def write_json(path, recs):
+    sink = rawresults.JsonSink(path)
+    for r in recs:
+        sink.append(r)
+    sink.close()
+    return path
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(5)
+    wide = rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 31))  # median 1.0, spread ±30%
+    base = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.0, 0.005, 30))),
+            rec("shaky", list(noisy(rng, 1.0, 0.005, 30))),
+            rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+    cur = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.4, 0.005, 30))),
+           rec("shaky", list(wide)), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+    return write_csv(tmp_path / "b.csv", base), write_json(tmp_path / "c.jsonl", cur)
+
+
+def test_check_on_raw_samples_csv_against_json(files):
+    b, c = files
+    res = CliRunner().invoke(cli, ["check", str(b), str(c)])
+    assert res.exit_code == 1, res.output
+    out = res.output
+    assert "SLOWER" in out and "UNSTABLE" in out and "rank 30/30" in out
+    assert "gemm: geometric-mean change" in out and "conv: geometric-mean change" in out
+
+
+def test_allow_unstable_lets_only_unstable_pass(tmp_path):
+    rng = np.random.default_rng(6)
+    b = write_csv(tmp_path / "b.csv", [rec("shaky", list(noisy(rng, 1.0, 0.005, 30)))])
+    c = write_csv(tmp_path / "c.csv", [rec("shaky", list(rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 31))))])
+    assert CliRunner().invoke(cli, ["check", str(b), str(c)]).exit_code == 1
+    res = CliRunner().invoke(cli, ["check", str(b), str(c), "--allow-unstable"])
+    assert res.exit_code == 0, res.output
+
+
+def test_formats(files):
+    b, c = files
+    runner = CliRunner()
+    md = runner.invoke(cli, ["check", str(b), str(c), "--format", "markdown"])
+    assert md.exit_code == 1 and md.output.startswith("### nnbench check: FAILED")
+    assert "| SLOWER | gemm | slowed |" in md.output and "| gemm |" in md.output
+    js = runner.invoke(cli, ["check", str(b), str(c), "--format", "json"])
+    doc = json.loads(js.stdout)
+    assert js.exit_code == 1 and doc["passed"] is False and doc["counts"]["SLOWER"] == 1
+    assert {x["variant"]: x["verdict"] for x in doc["cases"]}["steady"] == "SAME"
+    assert doc["geomean_change"]["conv"]["cases"] == 1
+    ju = runner.invoke(cli, ["check", str(b), str(c), "--format", "junit"])
+    root = ET.fromstring(ju.stdout)
+    suites = {s.get("name"): s for s in root.iter("testsuite")}
+    assert suites["gemm"].get("failures") == "2" and suites["conv"].get("failures") == "0"
+    assert {f.get("type") for f in root.iter("failure")} == {"SLOWER", "UNSTABLE"}
+
+
+def test_old_csv_without_samples_falls_back_and_says_so(tmp_path):
+    rng = np.random.default_rng(7)
+    old = rec("steady", list(noisy(rng, 1.0, 0.005, 30)))
+    old.pop("samples_ms")
+    b = write_csv(tmp_path / "b.csv", [old])
+    c = write_csv(tmp_path / "c.csv", [rec("steady", list(noisy(rng, 1.0, 0.005, 30)))])
+    res = CliRunner().invoke(cli, ["check", str(b), str(c), "--all"])
+    assert res.exit_code == 0, res.output
+    assert "older IQR rule" in res.output and "IQR ±" in res.output
+
+
+# -- the JSON results format -----------------------------------------------------------------------
+def test_written_file_validates_against_the_schema(tmp_path, files):
+    jsonschema = pytest.importorskip("jsonschema")
+    _, c = files
+    schema = rawresults.schema()
+    lines = c.read_text().splitlines()
+    for line in lines:
+        jsonschema.validate(json.loads(line), schema)
+    bad = json.loads(lines[1])
+    bad["raw"]["ms"] = []
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(bad, schema)
+
+
+def test_schema_names_every_csv_column():
+    props = rawresults.schema()["$defs"]["record"]["properties"]
+    assert set(results.FIELDS) - {"samples_ms"} <= set(props) and "raw" in props
+
+
+def test_round_trip_keeps_samples_and_non_finite_numbers(tmp_path):
+    r = rec("failing", [1.0, 2.0, 3.0], status="FAIL", rel_err=math.inf)
+    p = write_json(tmp_path / "r.jsonl", [r])
+    back = rawresults.load(p)[0]
+    assert list(back.samples_ms) == [1.0, 2.0, 3.0] and back.reps == 1 and back.unit == "launch"
+    assert back.fields["rel_err"] == math.inf and back.key == results.case_key_of(r)
+    csv_back = rawresults.load(write_csv(tmp_path / "r.csv", [r]))[0]
+    assert list(csv_back.samples_ms) == [1.0, 2.0, 3.0]
+
+
+def test_a_cut_short_last_line_is_set_aside(tmp_path):
+    p = write_json(tmp_path / "r.jsonl", [rec("a", [1.0] * 5), rec("b", [1.0] * 5)])
+    p.write_text(p.read_text()[:-40])
+    notes = []
+    assert [r.fields["variant"] for r in rawresults.load(p, notes)] == ["a"] and "cut short" in notes[0]
+
+
+@pytest.mark.parametrize("content, message", [
+    ('{"format": "nnbench-results", "schema_version": 99}\n', "schema_version 99 is newer"),
+    ('{"format": "something-else"}\n', "not an nnbench JSON results file"),
+    ('{"format": "nnbench-results", "schema_version": 1}\nnot json\n{"suite": "x"}\n', ":2: not a JSON object"),
+])
+def test_bad_json_files_are_one_line_exit_2(tmp_path, content, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(content)
+    good = write_csv(tmp_path / "g.csv", [rec("a", [1.0] * 5)])
+    res = CliRunner().invoke(cli, ["check", str(bad), str(good)])
+    assert res.exit_code == 2 and message in res.output and len(res.output.strip().splitlines()) == 1, res.output
+
+
+def test_json_is_never_overwritten_and_leaves_no_csv_behind(tmp_path):
+    taken = write_json(tmp_path / "taken.jsonl", [rec("a", [1.0] * 5)])
+    before = taken.read_text()
+    res = CliRunner().invoke(cli, ["gemm", "--backend", "cpu", "--size", "32", "--budget", "0.01", "--csv",
+                                   str(tmp_path / "new.csv"), "--json", str(taken)])
+    assert res.exit_code == 2 and "never overwrites" in res.output
+    assert taken.read_text() == before and not (tmp_path / "new.csv").exists()
+
+
+def test_gemm_json_on_the_cpu_has_samples_and_no_telemetry(tmp_path):
+    res = CliRunner().invoke(cli, ["gemm", "--backend", "cpu", "--size", "32", "--budget", "0.01", "--csv",
+                                   str(tmp_path / "g.csv"), "--json", str(tmp_path / "g.jsonl")])
+    assert res.exit_code == 0, res.output
+    recs = rawresults.load(tmp_path / "g.jsonl")
+    assert recs and all(r.samples_ms is not None and r.samples_ms.size == r.fields["samples"] for r in recs)
+    assert all(r.fields["power_w"] is None and r.fields["sm_clock_mhz"] is None for r in recs)
+    with open(tmp_path / "g.csv") as f:
+        row = next(csv.DictReader(f))
+    assert len(row["samples_ms"].split()) == int(row["samples"]) and row["energy_j"] == ""
+
+
+# -- measure with NVML's readings scripted ---------------------------------------------------------
+class Telemetry:
+    """nvml.Telemetry's surface, with scripted readings; the energy counter answers for long windows."""
+
+    max_sm_mhz = 1980.0
+    power_method = "instant power"
+
+    def __init__(self, probes, window_s=0.01):
+        self.probes = iter(probes)
+        self.energy_j = self.window_s = None
+        self.window, self.expected = window_s, None
+
+    def start(self, expect_s=0.0):
+        self.expected = expect_s
+
+    def stop(self):
+        self.window_s = self.window
+        self.energy_j = 600.0 * self.window if self.window >= 1.0 else None
+
+    def probe(self):
+        return next(self.probes)
+
+    def throttled(self, p):
+        return throttled(p.sm_mhz, p.reasons, self.max_sm_mhz)
+
+
+class Backend:
+    name = "fake"
+
+    def __init__(self, probes, window_s=0.01):
+        self.tel = Telemetry(probes, window_s)
+
+    def telemetry(self):
+        return self.tel
+
+    def issued_by_host(self, fn):
+        return False
+
+    def timed(self, fn, reps):
+        return 1.0
+
+    def timed_samples(self, fn, reps, count, during=None):
+        during()
+        return [1.0] * count
+
+    def sm_clock_mhz(self):
+        return None
+
+
+def test_throttled_batches_are_dropped_and_counted():
+    probes = [Probe(1900.0, 2619.0, 0x4, 700.0)] * 2 + [Probe(1200.0, 2619.0, 0, 100.0)] + \
+        [Probe(1980.0, 2619.0, 0x2, 300.0)] * 50
+    s = measure.measure(Backend(probes), lambda: None, measure.TimingSettings(budget_s=0.5))
+    assert s.dropped == 30 and s.samples == 10 and s.throttle == "sw_power_cap" and s.clocks_locked
+    assert s.sm_clock_mhz == 1980.0 and s.sm_clock_min_mhz == 1980.0 and s.mem_clock_mhz == 2619.0
+    # a short window: the power is the kept batches' readings, not the energy counter's 100 ms steps
+    assert s.energy_method == "instant power" and s.power_w == pytest.approx(300.0)
+    assert s.energy_j == pytest.approx(0.3)  # 300 W x 1 ms
+
+
+def test_long_windows_take_the_energy_counter():
+    be = Backend([Probe(1980.0, 2619.0, 0, 300.0)] * 50, window_s=2.0)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=2.0))
+    assert be.tel.expected == 2.0 and s.energy_method == "counter"
+    assert s.power_w == pytest.approx(600.0) and s.energy_j == pytest.approx(0.6)
+
+
+def test_keep_throttled_keeps_them():
+    probes = [Probe(1000.0, 2619.0, 0x20)] * 50
+    s = measure.measure(Backend(probes), lambda: None, measure.TimingSettings(budget_s=10, keep_throttled=True))
+    assert s.dropped == 0 and s.samples == 10 and s.throttle == "sw_thermal" and s.sm_clock_mhz == 1000.0
+
+
+def test_a_gpu_throttled_throughout_still_reports_and_says_why():
+    probes = [Probe(1000.0, 2619.0, 0)] * 10_000
+    s = measure.measure(Backend(probes), lambda: None, measure.TimingSettings(budget_s=0.0))
+    assert s.samples >= 10 and s.dropped == 0 and s.sm_clock_mhz == 1000.0
+
+
+def test_throttle_rule():
+    assert throttled(1400.0, 0, 1980.0) is True  # under 75% of the maximum
+    assert throttled(1500.0, 0, 1980.0) is False
+    assert throttled(1980.0, 0x40, 1980.0) is True  # hardware thermal slowdown
+    assert throttled(1980.0, 0x1 | 0x2, 1980.0) is False  # idle and user clocks are not throttling
