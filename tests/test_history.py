@@ -339,7 +339,7 @@ def test_check_against_history_needs_enough_stable_history(target, tmp_path):
     """Two commits after the last change point are too few to judge: NEW (passes), saying why."""
     fill(target, synthetic.history(32, {30: 0.30}, seed=12, cases={"tiled": 0.25}))
     res = run("check", "--against-history", _current(tmp_path, "cur.csv", 0.60), "--db", target)
-    assert res.exit_code == 0 and "NEW" in res.output and "2 commits of history" in res.output, res.output
+    assert res.exit_code == 0 and "NEW" in res.output and "2 runs of history" in res.output, res.output
 
 
 def test_check_against_history_baseline_pools_samples():
@@ -349,10 +349,13 @@ def test_check_against_history_baseline_pools_samples():
     pts = pd.DataFrame([{"gpu": r.gpu, "key": r.cases[0].key, "commit": r.commit_sha, "at": r.run_time,
                          "suite": "gemm", "variant": "tiled", "params": "TS=32", "shape": "s",
                          "median_ms": r.cases[0].fields["median_ms"], "iqr_ms": 0.001, "runs": 1,
+                         "run_medians": [r.cases[0].fields["median_ms"]],
                          "samples": __import__("numpy").asarray(r.cases[0].samples_ms)} for r in runs])
     cur = pd.DataFrame([dict(runs[0].cases[0].fields)], index=[runs[0].cases[0].key])
     base, short = gate.baseline(trend.trends(pts), cur)
     assert short == {} and len(base.iloc[0]["samples_ms"]) == 6 * 30
+    medians = [r.cases[0].fields["median_ms"] for r in runs]
+    assert base.iloc[0]["run_spread"] == pytest.approx(__import__("numpy").std(medians, ddof=1) / (sum(medians) / 6))
 
 
 def test_check_against_history_options(tmp_path):
@@ -371,6 +374,14 @@ def test_source_reads_a_resumed_file_as_one_run_per_commit(tmp_path):
     sink.close()
     got = source.read(path)
     assert [r.commit_sha for r in got] == [synthetic.commit(0), synthetic.commit(1)]
+    # the same commit's runs told apart by their sweep label (a file of repeated runs): one run each
+    labelled = tmp_path / "labelled.csv"
+    sink = results.CsvSink(labelled)
+    for label in ("run-0", "run-1", "run-2"):
+        for c in runs[0].cases:
+            sink.append(dict(c.fields, sweep=label))
+    sink.close()
+    assert len(source.read(labelled)) == 3
 
 
 def test_check_against_history_on_raw_samples(target, tmp_path):

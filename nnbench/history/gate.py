@@ -10,7 +10,7 @@ verdicts, their meaning and the exit code are those of `check`:
 - otherwise the segment's median of per-commit medians is the baseline median, and its noise is the larger of
   the runs' own IQR and the spread between commits (the IQR of the per-commit medians): a run is SLOWER only
   beyond both the tolerance and what history itself moves by.
-A case with fewer than `min_history` commits in its last stable segment is NEW (not enough history to judge).
+A case with fewer than `min_history` runs in its last stable segment is NEW (not enough history to judge).
 A case of the history that the current run lacks is not reported: a history holds many configs' cases.
 """
 
@@ -44,15 +44,17 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
     rows, short = {}, {}
     for t in trends:
         seg = t.stable
-        if len(seg) < min_history:
+        n_runs = int(seg["runs"].sum())
+        if n_runs < min_history:
             cps = f" after its last change point at {t.commits[t.stable_from][:9]}" if t.change_points else ""
-            short[t.key] = f"{len(seg)} commit{'s' if len(seg) != 1 else ''} of history{cps}; needs {min_history}"
+            short[t.key] = f"{n_runs} run{'s' if n_runs != 1 else ''} of history{cps}; needs {min_history}"
             continue
         medians = seg["median_ms"].to_numpy(dtype=np.float64)
         q1, q3 = np.percentile(medians, [25, 75])
-        # the case's between-run spread (relative standard deviation of its per-commit medians): the rank test
-        # sees only the spread inside each run, so compare_samples raises the tolerance to a multiple of this
-        spread = float(np.std(medians, ddof=1) / np.mean(medians))
+        # the case's between-run spread (relative standard deviation of the medians of the segment's runs): the
+        # rank test sees only the spread inside each run, so compare_samples raises the tolerance to a multiple of it
+        per_run = np.concatenate([np.asarray(m, dtype=np.float64) for m in seg["run_medians"]])
+        spread = float(np.std(per_run, ddof=1) / np.mean(per_run)) if per_run.size >= 2 else None
         row = dict(cur.loc[t.key])
         pooled = list(seg["samples"])
         row.update(status="PASS", median_ms=str(float(np.median(medians))),

@@ -1,8 +1,9 @@
 """Results files in, runs out: the one place that knows how a record carries its raw samples and energy.
 
-A file becomes one run per (commit, GPU) it holds (a file normally has one of each; a sweep resumed after a
-commit has two). Within a run a case recorded twice (a resumed sweep, a retried ERROR) keeps its last record,
-as the gate does. A run's digest is a hash of its records, so recording the same file twice stores it once.
+A file becomes one run per (commit, GPU, sweep name) it holds: a file normally has one of each; a sweep resumed
+after a commit has two commits; a file of repeated runs labels each run's sweep. Within a run a case recorded
+twice (a resumed sweep, a retried ERROR) keeps its last record, as the gate does. A run's digest is a hash of its
+records, so recording the same file twice stores it once.
 """
 
 from __future__ import annotations
@@ -53,14 +54,15 @@ def read(path: str | Path) -> list[Run]:
     cases = _cases(Path(path))
     if not cases:
         raise NnbenchError(f"{path}: no records to record")
-    runs: dict[tuple[str, str], Run] = {}
+    runs: dict[tuple[str, str, str], Run] = {}
     for c in cases:
         f = c.fields
         sha, gpu = str(f.get("git_sha") or "unknown"), str(f.get("gpu") or "cpu")
-        run = runs.get((sha, gpu))
+        ident = (sha, gpu, str(f.get("sweep") or ""))
+        run = runs.get(ident)
         if run is None:
-            run = runs[(sha, gpu)] = Run(sha, gpu, f.get("host"), str(f.get("timestamp") or ""),
-                                         f.get("nnbench_version"), str(path))
+            run = runs[ident] = Run(sha, gpu, f.get("host"), str(f.get("timestamp") or ""), f.get("nnbench_version"),
+                                    str(path))
         stamp = str(f.get("timestamp") or "")
         if stamp and (not run.run_time or stamp < run.run_time):
             run.run_time = stamp

@@ -128,7 +128,7 @@ def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), ke
         out.append({"gpu": gpu_, "key": key, "commit": commit, "at": first["at"], "suite": first["suite"],
                     "variant": first["variant"], "params": first["params"], "shape": first["shape"],
                     "median_ms": float(np.median(g["median_ms"])), "iqr_ms": float(np.median(g["iqr_ms"].fillna(0))),
-                    "runs": len(g), "samples": pooled})
+                    "runs": len(g), "run_medians": [float(x) for x in g["median_ms"]], "samples": pooled})
     # groupby(sort=False) keeps first appearance, which is history order within each case
     return pd.DataFrame(out)
 
