@@ -195,7 +195,7 @@ def part_nvml() -> None:
     costs = {}
     for name, fn in [("clock_sm", lambda: nv.clock("sm")), ("clock_mem", lambda: nv.clock("mem")),
                      ("reasons", nv.reasons), ("energy", nv.energy_mj), ("probe", nv.probe),
-                     ("power", nv.power_w)]:
+                     ("power", nv.power_w), ("instant_power", nv.instant_power_w)]:
         fn()
         t0 = time.perf_counter()
         for _ in range(200):
@@ -222,6 +222,7 @@ def part_nvml() -> None:
     costs["energy_counter_update_ms_median"] = float(np.median(gaps)) if gaps.size else None
     costs["energy_counter_update_ms_p90"] = float(np.percentile(gaps, 90)) if gaps.size else None
     costs["power_limits_w"] = nv.power_limits_w()
+    costs["power_method"] = nv.power_method
     SUMMARY["nvml"] = costs
     log("nvml:", json.dumps(costs))
 
