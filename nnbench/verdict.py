@@ -240,7 +240,7 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: floa
             v.verdict, v.why = "NEW", "not in the baseline"
         elif (sb := samples_of(b)) is not None and (sc := samples_of(c)) is not None:
             v.noise_ms = 0.5 * (float(b["iqr_ms"]) + float(c["iqr_ms"]))
-            found = compare_samples(sb, sc, tolerance, alpha)
+            found = compare_samples(sb, sc, tolerance, alpha, run_spread=_number(b.get("run_spread")))
             v.verdict, v.why, v.method, v.p_value = found.verdict, found.why, "rank", found.p_value
             v.base_n, v.cur_n = sb.size, sc.size
             # the raw samples' medians (the files' median_ms agree up to the CSV's 6 digits)

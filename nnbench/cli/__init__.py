@@ -2,7 +2,17 @@
 harness) for records, and renders them; none imports CUDA. `app` holds the group and what every
 command shares."""
 
-from nnbench.cli import check, conv, devices, gemm, profile, report, sweep, train  # noqa: F401 - registers commands
+from nnbench.cli import (  # noqa: F401 - registers commands
+    check,
+    conv,
+    devices,
+    gemm,
+    history,
+    profile,
+    report,
+    sweep,
+    train,
+)
 from nnbench.cli.app import cli, main
 
 __all__ = ["cli", "main"]

@@ -33,7 +33,7 @@ class Tolerance(click.ParamType):
 
 
 @app.cli.command()
-@click.argument("files", nargs=-1, metavar="[BASELINE.csv CURRENT.csv]", type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, metavar="[BASELINE.csv] CURRENT.csv", type=click.Path(dir_okay=False))
 @click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
               help="The smallest change of the median that counts (e.g. 5% or 0.05); a rank test on the raw samples "
                    "says whether a change that large is real.")
@@ -53,11 +53,17 @@ class Tolerance(click.ParamType):
                    "JUnit XML for CI annotations. The other formats print the document alone on stdout.")
 @click.option("--retry-errors/--no-retry-errors", default=True, show_default=True,
               help="With --run resuming --out: run again the cases whose last row is ERROR.")
+@click.option("--against-history", is_flag=True,
+              help="Compare with each case's last stable segment in the history (after its last change point) "
+                   "instead of a baseline file; give CURRENT.csv alone, or --run.")
+@click.option("--db", "history_db", metavar="PATH|URL", default=None,
+              help="With --against-history: the history database (default $NNBENCH_HISTORY_DB, else "
+                   "results/history.sqlite).")
 @app.json_option
 @app.keep_throttled_option
 @backend_option
 def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable, fmt,
-          retry_errors, backend) -> None:
+          retry_errors, backend, against_history=False, history_db=None) -> None:
     """Compare a result file (CSV or --json) against a baseline, case by case, on raw samples.
 
     SLOWER or FASTER where the median moved by more than --tolerance and a Mann-Whitney U test on
@@ -72,22 +78,33 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
       nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
       nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
       nnbench check base.csv new.csv --format markdown >> "$GITHUB_STEP_SUMMARY"
+      nnbench check --against-history results/ci-….json --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
+    history = (against_history, history_db)
     if fmt == "table":
         return _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing,
-                      allow_unstable, fmt, retry_errors, backend)
+                      allow_unstable, fmt, retry_errors, backend, history)
     out = app.out
     app.out = app.err  # stdout carries the document alone (a step summary, a JUnit file)
     try:
         _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
-               fmt, retry_errors, backend)
+               fmt, retry_errors, backend, history)
     finally:
         app.out = out
 
 
 def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
-           fmt, retry_errors, backend) -> None:
+           fmt, retry_errors, backend, history=(False, None)) -> None:
     from nnbench import config, paths, verdict
+    against_history, history_db = history
+    if history_db and not against_history:
+        raise NnbenchError("--db applies only with --against-history")
+    if against_history and (baseline_path or any_gpu):
+        raise NnbenchError("--against-history compares with the history: --baseline and --any-gpu do not apply")
+    if against_history and not run_config:
+        if len(files) != 1:
+            raise NnbenchError("check --against-history needs one CURRENT.csv (or --run CONFIG.yaml)")
+        files = (None, files[0])
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
@@ -100,7 +117,7 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
             specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
         current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors,
                             show=fmt == "table", json_path=app.JSON[0])[0].path
-        if not baseline_path:
+        if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"
             baseline_path = paths.RESULTS / "baselines" / f"{name}.csv"
@@ -114,7 +131,12 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
             raise NnbenchError("--baseline, --out and --json apply only with --run")
         baseline_path, current = files
     from nnbench import api
-    result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu, allow_unstable)
+    if against_history:
+        from nnbench.history import gate
+        result = gate.check(history_db, current, tolerance, allow_missing=allow_missing, allow_unstable=allow_unstable)
+        baseline_path = f"the last stable segment of each case in {result.where}"
+    else:
+        result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu, allow_unstable)
     verdicts = result.verdicts
     title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% of the median, tested by "
              f"a Mann-Whitney U test on raw samples (p < {verdict.ALPHA:g})")

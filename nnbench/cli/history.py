@@ -1,0 +1,142 @@
+"""`nnbench history`: record result files into the history database, and show trends and change points."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.markup import escape
+from rich.table import Table
+
+from nnbench.cli import app
+from nnbench.errors import NnbenchError
+
+
+def db_option(f):
+    return click.option("--db", "target", metavar="PATH|URL", default=None,
+                        help="The history: a SQLite file, or postgresql://user@host/db for a fleet of runners "
+                             "(default: $NNBENCH_HISTORY_DB, else results/history.sqlite).")(f)
+
+
+class Fraction(click.ParamType):
+    name = "P"
+
+    def __init__(self, low: float, high: float, percent: bool = False) -> None:
+        self.low, self.high, self.percent = low, high, percent
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, float):
+            return value
+        text = str(value).strip()
+        try:
+            v = float(text[:-1]) / 100 if self.percent and text.endswith("%") else float(text)
+        except ValueError:
+            v = None
+        if v is None or not self.low < v < self.high:
+            self.fail(f"{value!r}: expected a number in ({self.low:g}, {self.high:g})" +
+                      (", or a percentage such as 2%" if self.percent else ""), param, ctx)
+        return v
+
+
+def detection_options(f):
+    from nnbench.history import changepoints
+    f = click.option("--pvalue", "max_pvalue", type=Fraction(0, 1), default=changepoints.MAX_PVALUE,
+                     show_default=True, help="A change point must pass a t-test between its segments at this level.")(f)
+    return click.option("--min-change", type=Fraction(0, 10, percent=True),
+                        default=f"{100 * changepoints.MIN_CHANGE:g}%", show_default=True,
+                        help="A change point must move the mean by at least this much.")(f)
+
+
+@app.cli.group()
+def history() -> None:
+    """Results across commits: record runs into a database, show trends and change points.
+
+    \b
+    Examples:
+      nnbench history record results/ci-*.csv
+      nnbench history show --case 'gemm|cublas*'
+      nnbench history record results/ci.csv --db postgresql://nnbench@db.example/nnbench
+      nnbench check --against-history results/ci.csv
+    """
+
+
+@history.command("record")
+@click.argument("files", nargs=-1, required=True, metavar="RESULTS...", type=click.Path(dir_okay=False))
+@db_option
+def record(files, target) -> None:
+    """Store the runs in result files (CSV or --json files): commit, time, GPU, every case's statistics, raw
+    samples and energy. A run already stored is not stored again."""
+    from nnbench.history import db, migrations, source, store
+    # Every file is read before anything is written: a bad file among several stores nothing.
+    runs = [run for path in files for run in source.read(path)]
+    with db.connect(target, create=True) as database:
+        migrations.ready(database)
+        for run in runs:
+            done = store.record(database, run, store.commit_time(run.commit_sha))
+            what = f"{len(run.cases)} cases of {run.commit_sha[:12]} on {run.gpu} from {run.source}"
+            if done.new:
+                app.out.print(f"recorded run {done.run_id}: {escape(what)}")
+            else:
+                app.out.print(f"already recorded (run {done.run_id}): {escape(what)}")
+        app.out.print(f"history: {escape(database.where)}")
+
+
+@history.command("show")
+@db_option
+@click.option("--case", "cases", multiple=True, metavar="PATTERN",
+              help="Only cases whose key (suite|variant|params|shape|hot) contains this, or matches it with * and ?. "
+                   "Repeatable.")
+@click.option("--gpu", default=None, help="Only this GPU's runs (by name, as in the records).")
+@click.option("--png", "png_dir", type=click.Path(file_okay=False), default=None,
+              help="Folder for one PNG per case (default results/history/; replaced on every call).")
+@click.option("--no-png", is_flag=True, help="Print the table only.")
+@detection_options
+def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
+    """Trends per case: commits, the latest median, change points and the last stable segment; one PNG per case."""
+    from nnbench import paths
+    from nnbench.history import db, figures, migrations, store, trend
+    with db.connect(target, create=False) as database:
+        migrations.ready(database)
+        points = store.points(database, gpu=gpu, cases=cases)
+        where = database.where
+    if points.empty:
+        what = f" matching {', '.join(cases)}" if cases else ""
+        on = f" on {gpu}" if gpu else ""
+        raise NnbenchError(f"{where}: no verified cases{what}{on} in the history")
+    found = trend.trends(points, max_pvalue, min_change)
+    app.out.print(_table(found, f"history {where} · {len(found)} cases · change points: p < {max_pvalue:g}, "
+                                f"change >= {100 * min_change:g}%"))
+    if not no_png:
+        folder = Path(png_dir) if png_dir else paths.RESULTS / "history"
+        for t in found:
+            figures.write(t, folder)
+        app.out.print(f"figures: {len(found)} PNG in {escape(str(folder))}")
+
+
+def _table(found, title: str) -> Table:
+    from nnbench.tables import _num
+    several = len({t.gpu for t in found}) > 1
+    t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
+    names = ["case", "gpu", "commits", "first ms", "latest ms", "change", "change points", "stable since",
+             "stable ms", "latest vs stable"]
+    if not several:
+        names.remove("gpu")
+    for name in names:
+        t.add_column(name, justify="left" if name in ("case", "gpu", "change points", "stable since") else "right")
+    for tr in found:
+        v = tr.values
+        stable = float(_median(tr.stable["median_ms"]))
+        cps = ", ".join(f"{tr.commits[c.index][:9]} {100 * c.change:+.1f}%" for c in tr.change_points) or "none"
+        row = [escape(tr.label), tr.gpu, str(len(v)), _num(v[0], ".4f"), _num(v[-1], ".4f"),
+               f"{100 * (v[-1] / v[0] - 1):+.1f}%", cps,
+               f"{tr.commits[tr.stable_from][:9]} ({len(tr.stable)})", _num(stable, ".4f"),
+               f"{100 * (v[-1] / stable - 1):+.1f}%"]
+        if not several:
+            row.pop(1)
+        t.add_row(*row)
+    return t
+
+
+def _median(s) -> float:
+    import numpy as np
+    return float(np.median(s.to_numpy(dtype=float)))

@@ -1,0 +1,96 @@
+"""Results files in, runs out: the one place that knows how a record carries its raw samples and energy.
+
+A file becomes one run per (commit, GPU, sweep name) it holds: a file normally has one of each; a sweep resumed
+after a commit has two commits; a file of repeated runs labels each run's sweep. Within a run a case recorded
+twice (a resumed sweep, a retried ERROR) keeps its last record, as the gate does. A run's digest is a hash of its
+records, so recording the same file twice stores it once.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from nnbench import results
+from nnbench.errors import NnbenchError
+
+
+@dataclass
+class Case:
+    """One case of a run: the flat record (results.FIELDS; numbers as floats, empty as None) and its raw
+    samples in ms (None where the file has none)."""
+
+    fields: dict
+    samples_ms: list[float] | None = None
+
+    @property
+    def key(self) -> str:
+        return results.case_key_of(self.fields)
+
+
+@dataclass
+class Run:
+    commit_sha: str
+    gpu: str
+    host: str | None
+    run_time: str
+    nnbench_version: str | None
+    source: str
+    cases: list[Case] = field(default_factory=list)
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for c in self.cases:
+            h.update(json.dumps([c.fields, c.samples_ms], sort_keys=True, default=str).encode())
+        return h.hexdigest()
+
+
+def read(path: str | Path) -> list[Run]:
+    """The runs in one results file (a result CSV, or a `--json` results file)."""
+    cases = _cases(Path(path))
+    if not cases:
+        raise NnbenchError(f"{path}: no records to record")
+    runs: dict[tuple[str, str, str], Run] = {}
+    for c in cases:
+        f = c.fields
+        sha, gpu = str(f.get("git_sha") or "unknown"), str(f.get("gpu") or "cpu")
+        ident = (sha, gpu, str(f.get("sweep") or ""))
+        run = runs.get(ident)
+        if run is None:
+            run = runs[ident] = Run(sha, gpu, f.get("host"), str(f.get("timestamp") or ""), f.get("nnbench_version"),
+                                    str(path))
+        stamp = str(f.get("timestamp") or "")
+        if stamp and (not run.run_time or stamp < run.run_time):
+            run.run_time = stamp
+        run.cases = [x for x in run.cases if x.key != c.key] + [c]
+    for run in runs.values():
+        if not run.run_time:
+            raise NnbenchError(f"{path}: records of {run.commit_sha} on {run.gpu} have no timestamp; not an nnbench "
+                               "result file")
+    return list(runs.values())
+
+
+def energy(fields: dict) -> tuple[float | None, float | None]:
+    """(J per timed unit, average W) where the record has them (NVML builds), else (None, None)."""
+    return _number(fields.get("energy_j")), _number(fields.get("power_w"))
+
+
+def _number(v) -> float | None:
+    try:
+        x = float(v)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def _cases(path: Path) -> list[Case]:
+    """Through the gate's own reader (rawresults: a result CSV or a --json file, with raw samples where kept);
+    rows without a valid status (cut short by a kill) are left out, as the gate leaves them out."""
+    from nnbench import rawresults
+    return [Case({k: v for k, v in r.fields.items() if k != "samples_ms"},
+                 None if r.samples_ms is None else [float(x) for x in r.samples_ms])
+            for r in rawresults.load(path) if r.fields.get("status") in results.STATUSES]
