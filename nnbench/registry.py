@@ -435,7 +435,7 @@ MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas
 # the launch geometry depends on the layer (nnbench/suites/conv.py).
 _IMPLICIT = dict(
     _WGMMA, params=(replace(_WGMMA["params"][0], default=128), replace(_WGMMA["params"][1], default=64),
-                    *_WGMMA["params"][2:]),
+                    *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT")),  # GEMM step 9's launch rule only
     tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
 )
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

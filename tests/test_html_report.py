@@ -1,6 +1,6 @@
 """`nnbench report --html`: the page is self-contained (no address outside it), and in a real headless
 Chromium (Debian's, driven by Playwright) it renders with no console error, its tables sort and
-filter, and its figures load. Made from the H100 gate run of configs/ci.yaml (docs/data/contract/ci_again.csv,
+filter, and its figures load. Made from the H100 gate run of configs/ci.yaml (docs/data/session3/ci_again.csv,
 with the verdicts against results/baselines/), the training table sweep, and a fresh CPU run."""
 
 import re
@@ -58,10 +58,10 @@ def _column(page, table: str, name: str) -> list[str]:
 
 
 def test_the_page_is_self_contained(tmp_path):
-    text = _report(tmp_path, str(DATA / "contract" / "ci_again.csv"), "--baseline", str(BASELINE)).read_text()
+    text = _report(tmp_path, str(DATA / "session3" / "ci_again.csv"), "--baseline", str(BASELINE)).read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from elsewhere
     for needle in ("NVIDIA H100 80GB HBM3", "Gate verdicts", "the gate <b>passes</b>", "DataTable(",
-                   "nnbench report docs/data/contract/ci_again.csv --suite gemm --plot roofline --out "
+                   "nnbench report docs/data/session3/ci_again.csv --suite gemm --plot roofline --out "
                    "gemm-roofline.png",
                    'id="fig-gemm-roofline"', 'id="fig-conv-conv"', 'id="fig-train-train"',
                    'id="rows-gemm"', 'id="rows-train"', 'id="rows-conv"'):
@@ -69,7 +69,7 @@ def test_the_page_is_self_contained(tmp_path):
 
 
 def test_ci_report_renders_sorts_and_filters_in_chromium(tmp_path):
-    out = _report(tmp_path, str(DATA / "contract" / "ci_again.csv"), "--baseline", str(BASELINE))
+    out = _report(tmp_path, str(DATA / "session3" / "ci_again.csv"), "--baseline", str(BASELINE))
     seen = {}
 
     def act(page):

@@ -193,9 +193,10 @@ def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
 
 def test_a_seconds_budget_stops_the_search(tmp_path, spec):
     """budget: {seconds: 0.3} with cases that take 50 ms each: the search stops after its round that
-    crosses 0.3 s (rounds of 4 for TPE), far short of the 218 candidates."""
+    crosses 0.3 s (rounds of 4 for TPE), far short of the 218 candidates (at least one round: on a
+    loaded machine the rounds' own overhead counts against the budget too)."""
     run = replace(spec, strategy="tpe", budget=strategies.Budget(seconds=0.3), vendor=False,
                   shapes=spec.shapes[:1])
     outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, replay_sleep_ms=50)
     n = outcome.searches[0]["evaluated"]
-    assert 6 <= n <= 13, n
+    assert 4 <= n <= 13, n
