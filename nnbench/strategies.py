@@ -13,6 +13,13 @@ a case that failed, faulted or was refused after compiling).
   that is not a candidate, or was evaluated already, is replaced by the nearest unevaluated
   candidate of the same variant (a restriction or a rule excluded it), and the study learns the
   point actually measured.
+- `tpe_halving`: successive halving over the variants, then TPE inside the survivor. Each variant
+  is an arm; the case budget is cut into rounds of equal size, and each round spends its share
+  evenly over the arms still in play, then keeps the better half of them (ranked by the fastest
+  case each has found), until one is left; it gets the last round, and what remains of the budget
+  goes to the arms in that order. Inside an arm the cases come from the arm's own TPE study (its
+  first few at random). A space of variants that differ by a large factor, whose best case is one
+  tile of one variant, is where plain TPE's smoothed categorical keeps paying for the slow ones.
 
 Budgets are per shape: `cases` evaluations (cases timed; a case refused after compiling does not
 count), or `seconds` of the shape's run phase. A resumed sweep tells the strategy every result
@@ -27,9 +34,11 @@ from dataclasses import dataclass
 
 from nnbench.errors import NnbenchError
 
-STRATEGIES = ("brute_force", "random", "tpe")
+STRATEGIES = ("brute_force", "random", "tpe", "tpe_halving")
 BUDGET_KEYS = ("cases", "seconds")
 TPE_STARTUP = 10  # random proposals before the Parzen estimators take over (optuna's default)
+HALVING_KEEP = 2  # tpe_halving keeps the better half of its arms after each round (successive halving's eta)
+ARM_STARTUP = 4  # an arm's random proposals before its own Parzen estimators take over
 
 
 @dataclass(frozen=True)
@@ -103,7 +112,7 @@ class TpeSearch(Search):
 
     adaptive = True
 
-    def __init__(self, candidates: list, seed: int, coords) -> None:
+    def __init__(self, candidates: list, seed: int, coords, startup: int = TPE_STARTUP) -> None:
         super().__init__(candidates, seed)
         optuna = _optuna()
         self.coords = [coords(c) for c in self.candidates]
@@ -122,7 +131,7 @@ class TpeSearch(Search):
         # constant_liar: a batch's proposals that are still running count as bad, so a batch spreads out.
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # `group` is marked experimental
-            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=TPE_STARTUP, multivariate=True,
+            sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup, multivariate=True,
                                                  group=True, constant_liar=True)
         self.study = optuna.create_study(sampler=sampler, direction="minimize")
         self.trials: dict[int, object] = {}  # candidate index -> its pending trial
@@ -185,6 +194,89 @@ class TpeSearch(Search):
         super().forget(index)
 
 
+class HalvingSearch(Search):
+    """Successive halving over the variants (arms), TPE inside each; see the module doc.
+
+    The schedule is cumulative (after round r every arm still in play has had `quota[r]` results), so
+    cases already in a resumed file count where they belong. Without a case budget (`seconds`) the
+    schedule assumes the whole space: it then explores longer before it commits."""
+
+    adaptive = True
+
+    def __init__(self, candidates: list, seed: int, coords, budget_cases: int | None = None) -> None:
+        super().__init__(candidates, seed)
+        groups = [coords(c)[0] for c in self.candidates]
+        self.arms = list(dict.fromkeys(groups))
+        self.members = {a: [i for i, g in enumerate(groups) if g == a] for a in self.arms}
+        self.inner = {a: TpeSearch([self.candidates[i] for i in self.members[a]], seed * 31 + k, coords,
+                                   startup=ARM_STARTUP) for k, a in enumerate(self.arms)}
+        self.where = {i: (a, k) for a in self.arms for k, i in enumerate(self.members[a])}
+        # Rounds: every arm, then the better half, ..., then one; each round gets an equal share.
+        sizes = [len(self.arms)]
+        while sizes[-1] > 1:
+            sizes.append(-(-sizes[-1] // HALVING_KEEP))
+        share = (budget_cases or len(self.candidates)) / len(sizes)
+        self.quota, total = [], 0.0
+        for n in sizes:
+            total += share / n
+            self.quota.append(max(1, round(total)))
+        self.sizes = sizes
+        self.round = 0
+        self.alive = list(self.arms)
+
+    def _best(self, arm: str) -> float:
+        found = self.inner[arm].best()
+        return found[1] if found else float("inf")
+
+    def _count(self, arm: str) -> int:
+        return self.inner[arm].evaluated + len(self.inner[arm].pending)
+
+    def _advance(self) -> None:
+        """Next round once every arm in play has its quota (or nothing left to give)."""
+        while self.round < len(self.sizes) - 1 and all(
+                self._count(a) >= self.quota[self.round] or self.inner[a].left() == 0 for a in self.alive):
+            if any(self.inner[a].pending for a in self.alive):
+                return  # the round's last results are still running
+            self.round += 1
+            self.alive = sorted(self.alive, key=self._best)[:self.sizes[self.round]]
+
+    def ask(self, n: int) -> list[int]:
+        for i in self.pending:  # one the sweep runs without asking (the baseline) is not the arm's to propose
+            arm, k = self.where[i]
+            if k not in self.inner[arm].results:
+                self.inner[arm].pending.add(k)
+        out: list[int] = []
+        while len(out) < n and self.left() > 0:
+            self._advance()
+            last = self.round == len(self.sizes) - 1
+            if last:  # the survivor, then the others by their best, until the budget ends
+                order = self.alive + sorted((a for a in self.arms if a not in self.alive), key=self._best)
+                arm = next(a for a in order if self.inner[a].left() > 0)
+            else:
+                short = [a for a in self.alive if self._count(a) < self.quota[self.round] and self.inner[a].left() > 0]
+                if not short:
+                    break  # this round's results decide the next: the batch ends here
+                arm = min(short, key=self._count)  # the round's cases spread over its arms
+            k = self.inner[arm].ask(1)
+            if not k:
+                break
+            i = self.members[arm][k[0]]
+            self.pending.add(i)
+            out.append(i)
+        return out
+
+    def tell(self, index: int, value: float | None) -> None:
+        super().tell(index, value)
+        arm, k = self.where[index]
+        self.inner[arm].pending.add(k)  # a baseline or a resumed case reaches the arm without its ask
+        self.inner[arm].tell(k, value)
+
+    def forget(self, index: int) -> None:
+        super().forget(index)
+        arm, k = self.where[index]
+        self.inner[arm].forget(k)
+
+
 def _optuna():
     try:
         import optuna
@@ -196,7 +288,7 @@ def _optuna():
 
 def available(name: str) -> str | None:
     """Why strategy `name` cannot run here (a missing library), or None."""
-    if name == "tpe":
+    if name in ("tpe", "tpe_halving"):
         try:
             _optuna()
         except NnbenchError as e:
@@ -204,11 +296,13 @@ def available(name: str) -> str | None:
     return None
 
 
-def make(name: str, candidates: list, seed: int, coords=None) -> Search:
+def make(name: str, candidates: list, seed: int, coords=None, budget_cases: int | None = None) -> Search:
     if name == "brute_force":
         return BruteForce(candidates, seed)
     if name == "random":
         return RandomSearch(candidates, seed)
     if name == "tpe":
         return TpeSearch(candidates, seed, coords)
+    if name == "tpe_halving":
+        return HalvingSearch(candidates, seed, coords, budget_cases)
     raise NnbenchError(f"strategy {name!r}: unknown; choose from {', '.join(STRATEGIES)}")

@@ -502,7 +502,7 @@ def _search(spec: SweepSpec, shape_index: int, jobs: list[Job], skip: dict, done
     vendor = [j for j in jobs if j.kind == "vendor" and job_key(spec, j) not in done]
     cands = [j for j in jobs if j.kind == "case" and id(j) not in skip]
     search = strategies.make(spec.strategy, [j.case for j in cands], spec.seed * 1000 + shape_index,
-                             coords=lambda c: (c.variant.name, c.param_dict))
+                             coords=lambda c: (c.variant.name, c.param_dict), budget_cases=spec.budget.cases)
     for i, j in enumerate(cands):
         key = job_key(spec, j)
         if key in done:

@@ -5,7 +5,11 @@ runs; each run is exactly `nnbench sweep CONFIG --replay CSV` with the config's 
 and seed replaced (sweep.execute through nnbench.api, a worker process answering from the file).
 
     python3 scripts/search_replay.py [--config configs/gemm_sweep.yaml] [--replay docs/data/gemm_sweep_h100.csv]
-        [--fraction 0.2] [--seeds 20] [--strategies random tpe] [--out docs/data/search/replay.csv]
+        [--fraction 0.2] [--seeds 20] [--strategies random tpe] [--without VARIANT ...]
+        [--out docs/data/search/replay.csv]
+
+`--without` drops variants from the config's space: with the winning variant gone, the same file
+is a second space with its best case elsewhere (a check on a strategy tuned on the whole space).
 
 Per shape: the brute-force best (the fastest PASS row of the file), the budget (fraction x the
 cases brute force timed there), and per strategy, over the seeds, the median of (best found /
@@ -37,10 +41,12 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.2)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--strategies", nargs="+", default=["random", "tpe"])
+    ap.add_argument("--without", nargs="+", default=[], metavar="VARIANT", help="variants to drop from the space")
     ap.add_argument("--out", help="CSV of every run (strategy, seed, shape, evaluated, best found, excess)")
     args = ap.parse_args()
 
     spec = config.load_sweep(Path(args.config))
+    spec = replace(spec, cases=[c for c in spec.cases if c.variant.name not in args.without])
     rows = replay.load(Path(args.replay), spec.suite)
     replay.check_space(spec, rows, Path(args.replay))
     best, timed = {}, {}

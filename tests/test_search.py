@@ -59,7 +59,7 @@ def test_brute_force_replay_returns_every_row_as_measured(tmp_path, spec, truth)
     assert all(r["gpu"].startswith("replay of NVIDIA H100") for r in got)
 
 
-@pytest.mark.parametrize("name", ["random", "tpe"])
+@pytest.mark.parametrize("name", ["random", "tpe", "tpe_halving"])
 def test_a_strategy_evaluates_its_budget_once_each(tmp_path, spec, truth, name):
     run = replace(spec, strategy=name, budget=strategies.Budget(cases=12), vendor=False)
     outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100)
@@ -85,9 +85,10 @@ def test_a_resumed_random_search_continues_its_sequence(tmp_path, spec):
     assert sorted(results.case_key_of(r) for r in rows(out)) == sorted(results.case_key_of(r) for r in rows(whole))
 
 
-def test_a_resumed_tpe_search_counts_what_is_done(tmp_path, spec):
+@pytest.mark.parametrize("name", ["tpe", "tpe_halving"])
+def test_a_resumed_tpe_search_counts_what_is_done(tmp_path, spec, name):
     out = tmp_path / "r.csv"
-    run = replace(spec, strategy="tpe", vendor=False)
+    run = replace(spec, strategy=name, vendor=False)
     sweep.execute(replace(run, budget=strategies.Budget(cases=6)), out=out, replay=H100)
     again = sweep.execute(replace(run, budget=strategies.Budget(cases=14)), out=out, replay=H100)
     assert [f["evaluated"] for f in again.searches] == [14, 14] and again.jobs == 16
@@ -113,6 +114,29 @@ def test_tpe_learns_on_a_smooth_space():
     tpe = sorted(best("tpe", seed) for seed in range(5))
     rnd = sorted(best("random", seed) for seed in range(5))
     assert tpe[2] < rnd[2] or tpe[2] == 1.0, (tpe, rnd)
+
+
+def test_tpe_halving_commits_to_the_variant_with_the_best_case():
+    """Six variants of 36 points each, offset from one another, with a bowl inside each: after the
+    halving rounds (6, 3, 2, 1 arms; 8 cases each of a 32-case budget) the fastest variant has half
+    the budget, the slowest three only their first-round case, and the best found is within one step
+    of the bowl's bottom of the fastest variant, for every seed."""
+    cands = [(v, a, b) for v in range(6) for a in range(6) for b in range(6)]
+
+    def f(c):
+        return 1.0 + 0.25 * c[0] + 0.01 * ((c[1] - 4) ** 2 + (c[2] - 1) ** 2)
+
+    for seed in range(4):
+        s = strategies.make("tpe_halving", cands, seed, coords=lambda c: (f"v{c[0]}", {"A": c[1], "B": c[2]}),
+                            budget_cases=32)
+        while s.evaluated < 32:
+            batch = s.ask(min(4, 32 - s.evaluated - len(s.pending)))
+            assert batch
+            for i in batch:
+                s.tell(i, f(cands[i]))
+        per_arm = [sum(cands[i][0] == v for i in s.results) for v in range(6)]
+        assert per_arm[0] >= 16 and per_arm[3:] == [1, 1, 1], per_arm
+        assert s.best()[1] <= 1.02, (seed, s.best())
 
 
 def test_several_workers_write_each_case_once(tmp_path, spec):
