@@ -109,9 +109,9 @@ def _write_json(sources, suite, variants, target: Path) -> None:
         keep = keep[keep["variant"].isin(variants)]
     sink = rawresults.JsonSink(target)
     try:
-        for i in keep.index:
-            r = recs[i]
-            sink.append({**rawresults.typed(r.fields), "samples_ms": None if r.samples_ms is None else list(r.samples_ms)})
+        for r in (recs[i] for i in keep.index):
+            samples = None if r.samples_ms is None else list(r.samples_ms)
+            sink.append({**rawresults.typed(r.fields), "samples_ms": samples})
     finally:
         sink.close()
     app.out.print(f"JSON of {len(keep)} rows: {escape(str(target))}")
