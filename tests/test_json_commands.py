@@ -180,3 +180,13 @@ def test_results_files_from_before_kinds_still_read(tmp_path):
     head, *rest = old.read_text().splitlines()
     old.write_text("\n".join([json.dumps({k: v for k, v in json.loads(head).items() if k != "kind"}), *rest]) + "\n")
     assert [r.fields["variant"] for r in rawresults.load(old)] == ["a"]
+
+
+def test_the_writer_itself_never_overwrites(tmp_path):
+    """The last guard, for a file made between the command's early refusal and its write."""
+    from nnbench.errors import NnbenchError
+    taken = tmp_path / "taken.jsonl"
+    taken.write_text("precious\n")
+    with pytest.raises(NnbenchError, match="never overwrites"):
+        rawresults.write_document(taken, "devices", [{"kind": "device"}])
+    assert taken.read_text() == "precious\n"
