@@ -190,3 +190,27 @@ def test_the_writer_itself_never_overwrites(tmp_path):
     with pytest.raises(NnbenchError, match="never overwrites"):
         rawresults.write_document(taken, "devices", [{"kind": "device"}])
     assert taken.read_text() == "precious\n"
+
+
+def test_a_gpu_profile_line_validates_with_its_timed_record():
+    """The GPU fields of a profile (timed record, roofline, ncu) without a GPU: a Profile as the H100 fills it."""
+    from nnbench import registry
+    from nnbench.profiling.profile import KernelProfile, Profile, as_json
+    from nnbench.profiling.roofline import Roof, position
+    v = next(x for x in registry.suite_variants("gemm") if x.name == "tiled")
+    roof = Roof(51.2e12, 3.0e12)
+    ms = [0.061, 0.060, 0.062]
+    rec = dict(variant="tiled", params="TS=32", shape="4096×4096×4096", status="PASS", unit="launch",
+               **measure.summarize(ms).as_record())
+    prof = Profile("gemm", v, {"TS": 32}, "sm_90", "NVIDIA H100 80GB HBM3",
+                   [KernelProfile("gemm", 1024, 32, 8192, 0, 0, 2, 1.0, "threads", (672, 2240), {"FFMA": 32})],
+                   record=rec, flops=2 * 4096**3, bytes=3 * 4 * 4096**2, seconds=0.061e-3, roof=roof,
+                   where=position(2 * 4096**3, 3 * 4 * 4096**2, 0.061e-3, roof), ncu={"sm__throughput": 71.2},
+                   ncu_ms=0.0605)
+    env = dict(backend="cuda", gpu="NVIDIA H100 80GB HBM3", git_sha="abc", timestamp="2026-11-24T00:00:00+00:00")
+    line = json.loads(json.dumps(rawresults._jsonable(as_json(prof, env))))
+    jsonschema.validate(line, rawresults.schema())
+    timed = line["record"]
+    assert timed["raw"]["ms"] == ms and timed["suite"] == "gemm" and timed["gpu"] == env["gpu"]
+    assert line["position"]["bound"] == "compute" and line["roof"]["ridge"] == roof.ridge
+    assert line["kernels"][0]["loop"] == [672, 2240] and line["ncu"] == {"sm__throughput": 71.2}

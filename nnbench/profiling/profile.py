@@ -251,6 +251,13 @@ def useful_note(m: dict[str, int] | None) -> str:
             f"{loads} loads for {math_} math" if frac > 0 else f"no math in {m['total']} instructions")
 
 
+def _with_environment(prof: Profile, environment: dict) -> dict:
+    """The timed case's record as a sweep writes it: a profile's session runs without the environment
+    columns (run_case), so they come from the command's, with the suite, wherever the record has none."""
+    fill = {"suite": prof.suite, **environment}
+    return {**prof.record, **{k: v for k, v in fill.items() if prof.record.get(k) is None}}
+
+
 def as_json(prof: Profile, environment: dict) -> dict:
     """A profile as its `--json` line (kind "profile"; docs/JSON.md): what the tables print, in SI units
     (FLOP/s, bytes/s, seconds), with the timed case's record where one ran (its raw samples included)."""
@@ -264,5 +271,5 @@ def as_json(prof: Profile, environment: dict) -> dict:
             "roof": None if prof.roof is None else {**asdict(prof.roof), "ridge": prof.roof.ridge},
             "position": None if prof.where is None else asdict(prof.where),
             "ncu": prof.ncu, "ncu_ms": prof.ncu_ms,
-            "record": None if prof.record is None else rawresults.to_json(prof.record),
+            "record": None if prof.record is None else rawresults.to_json(_with_environment(prof, environment)),
             "environment": environment}
