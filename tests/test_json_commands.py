@@ -104,6 +104,10 @@ def test_devices_json_of_a_gpu_matches_its_table(tmp_path, monkeypatch):
                       mem_clock_mhz=2619.0, bus_width_bits=5120, mem_bytes=80 * 2**30, l2_bytes=50 * 2**20)
     monkeypatch.setattr(runtime, "devices", lambda: [h100])
     monkeypatch.setitem(sys.modules, "nnbench.runtime.cuda", types.SimpleNamespace(device_nvml=lambda i: Nvml()))
+    from rich.console import Console
+
+    from nnbench.cli import app
+    monkeypatch.setattr(app, "out", Console(highlight=False, width=260))  # the whole table, unsqueezed
     out = tmp_path / "d.jsonl"
     res = CliRunner().invoke(cli, ["devices", "--json", str(out)])
     assert res.exit_code == 0, res.output
@@ -111,7 +115,7 @@ def test_devices_json_of_a_gpu_matches_its_table(tmp_path, monkeypatch):
     assert dev["index"] == 0 and dev["uuid"] == "GPU-1234" and dev["cc"] == "9.0" and dev["sms"] == 132
     assert dev["clocks_locked"] is True and dev["throttle_reasons"] == "idle" and dev["power_w_now"] == 71.5
     assert dev["power_limits_w"]["enforced"] == 700.0 and dev["fp32_peak_flops"] == h100.fp32_peak_flops
-    assert res.output.startswith("CUDA devices")
+    assert "locked, idle" in res.output and "700 W (200–700)" in res.output and "GPU-1234" in res.output
 
 
 # -- check ----------------------------------------------------------------------------------------
