@@ -47,9 +47,15 @@ def result_csv(path, variants=("a", "b"), suite="gemm"):
     return path
 
 
+def leaves(group, prefix=""):
+    """Every runnable command, subcommands of groups included (`history record`)."""
+    for name, c in group.commands.items():
+        yield from leaves(c, f"{prefix}{name} ") if hasattr(c, "commands") else [(f"{prefix}{name}", c)]
+
+
 def test_every_command_takes_json():
-    assert all("json_path" in {p.name for p in c.params} for c in cli.commands.values()), \
-        [n for n, c in cli.commands.items() if "json_path" not in {p.name for p in c.params}]
+    lacking = [name for name, c in leaves(cli) if "json_path" not in {p.name for p in c.params}]
+    assert not lacking, f"no --json on: {', '.join(lacking)}"
 
 
 # -- profile --------------------------------------------------------------------------------------
@@ -125,8 +131,10 @@ def test_check_json_keeps_the_format_json_document(tmp_path):
     res = CliRunner().invoke(cli, ["check", str(b), str(b), "--json", str(out)])
     assert res.exit_code == 0, res.output
     (doc,) = valid(out, "check")
-    printed = json.loads(CliRunner().invoke(cli, ["check", str(b), str(b), "--format", "json"]).stdout)
-    assert {k: v for k, v in doc.items() if k != "kind"} == printed
+    both = tmp_path / "both.jsonl"
+    res = CliRunner().invoke(cli, ["check", str(b), str(b), "--format", "json", "--json", str(both)])
+    printed = json.loads(res.stdout)  # stdout stays the document alone; the file's name goes to stderr
+    assert {k: v for k, v in doc.items() if k != "kind"} == printed and valid(both, "check") == [doc]
     assert doc["passed"] is True and [c["verdict"] for c in doc["cases"]] == ["SAME", "SAME"]
 
 
