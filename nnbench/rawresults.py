@@ -64,6 +64,8 @@ KINDS = ("results", "profile", "devices", "check")  # what a file's lines are (d
 
 def header(kind: str = "results") -> dict:
     import datetime as dt
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: the schema knows {', '.join(KINDS)}")
     return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "kind": kind, "nnbench_version": __version__,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
 
@@ -274,5 +276,5 @@ def _record_properties() -> dict:
 
 
 def schema() -> dict:
-    """The JSON Schema of one line of a results file (header or record)."""
+    """The JSON Schema of one line of any `--json` file (a header, or a line of its kind)."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

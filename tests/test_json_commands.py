@@ -226,3 +226,7 @@ def test_a_gpu_profile_line_validates_with_its_timed_record():
     assert timed["raw"]["ms"] == ms and timed["suite"] == "gemm" and timed["gpu"] == env["gpu"]
     assert line["position"]["bound"] == "compute" and line["roof"]["ridge"] == roof.ridge
     assert line["kernels"][0]["loop"] == [672, 2240] and line["ncu"] == {"sm__throughput": 71.2}
+
+
+def test_the_schema_knows_every_kind_the_writer_writes():
+    assert rawresults.schema()["$defs"]["header"]["properties"]["kind"]["enum"] == list(rawresults.KINDS)
