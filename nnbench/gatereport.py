@@ -50,6 +50,11 @@ def markdown(verdicts, title: str, passed: bool, notes: list[str], show_same: bo
 
 
 def to_json(verdicts, baseline: str, current: str, tolerance: float, passed: bool, notes: list[str]) -> str:
+    return json.dumps(document(verdicts, baseline, current, tolerance, passed, notes), indent=1) + "\n"
+
+
+def document(verdicts, baseline: str, current: str, tolerance: float, passed: bool, notes: list[str]) -> dict:
+    """The gate's verdicts as one JSON object: `--format json` prints it, `--json FILE` keeps it (docs/JSON.md)."""
     def num(x):
         return x if x is None or math.isfinite(x) else str(x)
     doc = {
@@ -62,7 +67,7 @@ def to_json(verdicts, baseline: str, current: str, tolerance: float, passed: boo
                    "p_value": num(v.p_value), "base_samples": v.base_n, "cur_samples": v.cur_n, "why": v.why}
                   for v in verdicts],
     }
-    return json.dumps(doc, indent=1) + "\n"
+    return doc
 
 
 def junit(verdicts, title: str, allow_missing: bool, allow_unstable: bool) -> str:

@@ -16,8 +16,10 @@ older CSVs have none), into `RawRecord`s: one reader for the gate and for the hi
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -57,10 +59,30 @@ class RawRecord:
 
 
 # -- writing --------------------------------------------------------------------------------------
-def header() -> dict:
+KINDS = ("results", "profile", "devices", "check")  # what a file's lines are (docs/JSON.md: one kind per file)
+
+
+def header(kind: str = "results") -> dict:
     import datetime as dt
-    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "nnbench_version": __version__,
+    if kind not in KINDS:
+        raise ValueError(f"kind {kind!r}: the schema knows {', '.join(KINDS)}")
+    return {"format": FORMAT, "schema_version": SCHEMA_VERSION, "kind": kind, "nnbench_version": __version__,
             "created": dt.datetime.now(dt.UTC).isoformat(timespec="seconds")}
+
+
+def write_document(path, kind: str, lines: list[dict]) -> Path:
+    """A whole `--json FILE` of one kind at once (a command whose output exists only at its end: a
+    profile, the device list, the gate's verdicts): the header, then one line per object. A new file
+    only (safeio), written under its lock; returns where it went."""
+    text = json.dumps(header(kind)) + "\n" + "".join(
+        json.dumps(_jsonable(obj), allow_nan=False, separators=(",", ":")) + "\n" for obj in lines)
+    path, fd = safeio.open_locked(Path(path))
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise safeio.os_problem(path, e) from None
+    return path
 
 
 def to_json(record: dict) -> dict:
@@ -87,9 +109,11 @@ def _jsonable(v):
         return v if math.isfinite(v) else ("nan" if math.isnan(v) else "inf" if v > 0 else "-inf")
     if isinstance(v, list | tuple):
         return [_jsonable(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
     if isinstance(v, BaseException):
         return str(v)
-    return str(v) if not isinstance(v, str | dict) else v
+    return v if isinstance(v, str) else str(v)
 
 
 class JsonSink(results.LineSink):
@@ -112,7 +136,7 @@ class JsonSink(results.LineSink):
         return json.dumps(to_json(record), allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def check_header(path, first_line: str) -> dict:
+def check_header(path, first_line: str, kind: str = "results") -> dict:
     try:
         head = json.loads(first_line)
     except ValueError:
@@ -126,6 +150,9 @@ def check_header(path, first_line: str) -> dict:
     if version > SCHEMA_VERSION:
         raise NnbenchError(f"{path}:1: schema_version {version} is newer than this nnbench reads "
                            f"({SCHEMA_VERSION}); upgrade nnbench")
+    found = head.get("kind", "results")  # files from before kinds existed hold results
+    if found != kind:
+        raise NnbenchError(f"{path}:1: a {found!r} file (nnbench {found}), not {kind}")
     return head
 
 
@@ -224,6 +251,30 @@ def _load_csv(path: Path, notes) -> list[RawRecord]:
     return out
 
 
+def typed(fields: dict) -> dict:
+    """A record read from a CSV (numbers as floats, the rest as text) with each field of integer or
+    boolean type in the schema made one again, as a record written straight from a run has it."""
+    props = _record_properties()
+    out = dict(fields)
+    for k, v in fields.items():
+        types = props.get(k, {}).get("type", ())
+        if isinstance(v, str) and "boolean" in types and v in ("True", "False"):
+            out[k] = v == "True"
+        elif "integer" in types and isinstance(v, str | float) and not isinstance(v, bool):
+            try:
+                f = float(v)
+            except ValueError:
+                continue
+            if f.is_integer():
+                out[k] = int(f)
+    return out
+
+
+@functools.cache
+def _record_properties() -> dict:
+    return schema()["$defs"]["record"]["properties"]
+
+
 def schema() -> dict:
-    """The JSON Schema of one line of a results file (header or record)."""
+    """The JSON Schema of one line of any `--json` file (a header, or a line of its kind)."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

@@ -43,7 +43,7 @@ def test_energy_counter_over_a_long_window(cuda_backend):
 
 def test_devices_shows_power_and_clocks():
     res = CliRunner().invoke(cli, ["devices"])
-    if res.exit_code == 2 and "no CUDA GPU" in res.output:
+    if "CPU backend" in res.output:  # no GPU: devices lists the CPU
         pytest.skip("no GPU")
     assert res.exit_code == 0, res.output
     assert "power limit" in res.output and " W" in res.output and ("free" in res.output or "locked" in res.output)

@@ -123,8 +123,20 @@ JSON = [None]  # this invocation's --json FILE
 def json_option(f):
     return click.option("--json", "json_path", type=click.Path(dir_okay=False), expose_value=False,
                         callback=lambda ctx, param, value: JSON.__setitem__(0, value),
-                        help="Also write every record with its raw samples to this JSON Lines file (a new file; "
-                             "docs/JSON.md).")(f)
+                        help="Also write what the command reports to this JSON Lines file (a new file; docs/JSON.md): "
+                             "measured records with their raw samples, a profile, the devices, or the gate's "
+                             "verdicts.")(f)
+
+
+def refuse_taken(path) -> None:
+    """A --json FILE that cannot be a new file, refused before the work (safeio says the same at write time)."""
+    from pathlib import Path
+    p = Path(path)
+    if p.is_dir():
+        raise NnbenchError(f"--json {path}: is a folder; name a file")
+    if p.exists() or p.is_symlink():
+        raise NnbenchError(f"--json {path}: the file exists and nnbench never overwrites a result file; name a new "
+                           "file")
 
 
 def open_sink(csv_path, suite: str, gpu: str, force: bool = False):

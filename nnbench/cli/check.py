@@ -127,8 +127,10 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
     else:
         if len(files) != 2:
             raise NnbenchError("check needs BASELINE.csv and CURRENT.csv, or --run CONFIG.yaml")
-        if baseline_path or out_path or app.JSON[0]:
-            raise NnbenchError("--baseline, --out and --json apply only with --run")
+        if baseline_path or out_path:
+            raise NnbenchError("--baseline and --out apply only with --run")
+        if app.JSON[0] is not None:
+            app.refuse_taken(app.JSON[0])
         baseline_path, current = files
     from nnbench import api
     if against_history:
@@ -138,6 +140,11 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
     else:
         result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu, allow_unstable)
     verdicts = result.verdicts
+    if app.JSON[0] is not None and not run_config:  # with --run, --json holds the run's records (as sweep's)
+        from nnbench import rawresults
+        doc = {"kind": "check", **gatereport.document(verdicts, str(baseline_path), str(current), tolerance,
+                                                      result.passed, result.notes)}
+        app.out.print(f"JSON: {escape(str(rawresults.write_document(app.JSON[0], 'check', [doc])))}")
     title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% of the median, tested by "
              f"a Mann-Whitney U test on raw samples (p < {verdict.ALPHA:g})")
     if fmt != "table":

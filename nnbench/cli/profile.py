@@ -42,6 +42,7 @@ from nnbench.errors import NnbenchError
               help="The kernel --ncu profiles (default: the variant's main one, e.g. gemm, forward, fused_train).")
 @click.option("--arch", default=None, metavar="sm_XY",
               help="Without a GPU: the architecture to compile for and take limits from (default sm_90).")
+@app.json_option
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
 def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, ncu_csv, kernel,
@@ -77,6 +78,8 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
     if ncu_csv is not None and not with_ncu:
         raise NnbenchError("--ncu-csv: keeps ncu's output, so it needs --ncu")
+    if app.JSON[0] is not None and not launch_only:
+        app.refuse_taken(app.JSON[0])  # before minutes of compiling and ncu, not after
     be = open_device(backend)
     if launch_only:
         profiler.launch_only(be, suite, variant, overrides, problem, case)
@@ -85,7 +88,8 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
     prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case)
-    app.out.print(device_line(results.environment(be)))
+    env = results.environment(be)
+    app.out.print(device_line(env))
     for t in tables.profile_tables(prof):
         app.out.print(t)
     if ncu_csv is not None and prof.ncu_csv is not None:
@@ -94,6 +98,9 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         with os.fdopen(fd, "w") as f:
             f.write(prof.ncu_csv)
         app.out.print(f"ncu's raw CSV: {path}")
+    if app.JSON[0] is not None:
+        from nnbench import rawresults
+        app.out.print(f"JSON: {rawresults.write_document(app.JSON[0], 'profile', [profiler.as_json(prof, env)])}")
     if be.name != "cuda":
         app.out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
 

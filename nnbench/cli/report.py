@@ -44,23 +44,26 @@ class Ceilings(click.ParamType):
 @click.option("--suite", default=None, help="Only the rows of this suite (gemm, train, conv, ...).")
 @click.option("--variant", "-v", "variants", multiple=True, help="Only these variants (repeatable).")
 @click.option("--title", default="", help="Title over the plot.")
+@app.json_option
 @force_option
 def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, variants, title, force) -> None:
-    """Plot result CSVs as PNG, or put them all in one HTML page.
+    """Plot result CSVs as PNG, or put them all in one HTML page; --json keeps the rows it reports as
+    one JSON results file (with their raw samples).
 
     \b
     Examples:
       nnbench report docs/data/ladder_4096.csv docs/data/ladder_odd.csv --plot roofline --out roofline.png
       nnbench report docs/data/train_table.csv --plot train --out train.png
       nnbench report results/ci.csv --baseline results/baselines/h100.csv --html report.html
+      nnbench report results/a.csv results/b.csv --suite gemm --json gemm.jsonl
     """
     import pandas as pd
 
     from nnbench.profiling import plots
     if (kind is None) != (out_path is None):
         raise NnbenchError("--plot and --out go together: --plot KIND --out FILE.png")
-    if kind is None and html_path is None:
-        raise NnbenchError("say what to write: --plot KIND --out FILE.png, or --html FILE.html")
+    if kind is None and html_path is None and app.JSON[0] is None:
+        raise NnbenchError("say what to write: --plot KIND --out FILE.png, --html FILE.html or --json FILE.jsonl")
     if kind is not None and kind not in plots.KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(plots.KINDS)}")
     if baseline and not html_path:
@@ -69,6 +72,8 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         plots.png_path(Path(out_path))  # a wrong --out is refused before any file is read
     if html_path and Path(html_path).suffix.lower() not in (".html", ".htm"):
         raise NnbenchError(f"--html {html_path}: name a .html file")
+    if app.JSON[0] is not None:
+        app.refuse_taken(app.JSON[0])
     df = pd.concat([_read(p).assign(_file=p) for p in csv_paths], ignore_index=True)
     if suite is not None:
         present = sorted(set(plots.normalize(df)["suite"]))
@@ -85,6 +90,31 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")
     if html_path:
         _write_html(list(csv_paths), df, Path(html_path), baseline, tolerance, ceilings, force)
+    if app.JSON[0] is not None:
+        _write_json(csv_paths, suite, variants, Path(app.JSON[0]))
+
+
+def _write_json(sources, suite, variants, target: Path) -> None:
+    """The reported rows as a results file: each read again by the gate's reader (which keeps the raw
+    samples), under the same --suite and --variant filters."""
+    import pandas as pd
+
+    from nnbench import rawresults
+    from nnbench.profiling import plots
+    recs = [r for p in sources for r in rawresults.load(p)]
+    keep = plots.normalize(pd.DataFrame([r.fields for r in recs]))
+    if suite is not None:
+        keep = keep[keep["suite"] == suite]
+    if variants:
+        keep = keep[keep["variant"].isin(variants)]
+    sink = rawresults.JsonSink(target)
+    try:
+        for r in (recs[i] for i in keep.index):
+            samples = None if r.samples_ms is None else list(r.samples_ms)
+            sink.append({**rawresults.typed(r.fields), "samples_ms": samples})
+    finally:
+        sink.close()
+    app.out.print(f"JSON of {len(keep)} rows: {escape(str(target))}")
 
 
 def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force) -> None:

@@ -249,3 +249,27 @@ def useful_note(m: dict[str, int] | None) -> str:
     frac = sass.useful_fraction(m)
     return (f"{math_} math of {m['total']} instructions ({100 * frac:.0f}%, 1 in {1 / frac:.1f}); "
             f"{loads} loads for {math_} math" if frac > 0 else f"no math in {m['total']} instructions")
+
+
+def _with_environment(prof: Profile, environment: dict) -> dict:
+    """The timed case's record as a sweep writes it: a profile's session runs without the environment
+    columns (run_case), so they come from the command's, with the suite, wherever the record has none."""
+    fill = {"suite": prof.suite, **environment}
+    return {**prof.record, **{k: v for k, v in fill.items() if prof.record.get(k) is None}}
+
+
+def as_json(prof: Profile, environment: dict) -> dict:
+    """A profile as its `--json` line (kind "profile"; docs/JSON.md): what the tables print, in SI units
+    (FLOP/s, bytes/s, seconds), with the timed case's record where one ran (its raw samples included)."""
+    from dataclasses import asdict
+
+    from nnbench import rawresults
+    return {"kind": "profile", "suite": prof.suite, "variant": prof.variant.name, "params": dict(prof.params),
+            "arch": prof.arch, "device": prof.device, "problem": None if prof.problem is None else str(prof.problem),
+            "kernels": [asdict(k) for k in prof.kernels], "flops": prof.flops, "bytes": prof.bytes,
+            "seconds": prof.seconds, "fidelity_pct": fidelity_pct(prof),
+            "roof": None if prof.roof is None else {**asdict(prof.roof), "ridge": prof.roof.ridge},
+            "position": None if prof.where is None else asdict(prof.where),
+            "ncu": prof.ncu, "ncu_ms": prof.ncu_ms,
+            "record": None if prof.record is None else rawresults.to_json(_with_environment(prof, environment)),
+            "environment": environment}
