@@ -53,8 +53,14 @@ def leaves(group, prefix=""):
         yield from leaves(c, f"{prefix}{name} ") if hasattr(c, "commands") else [(f"{prefix}{name}", c)]
 
 
+# `history record` writes into the results database, which is its output; `history show`'s trends have no
+# JSON kind yet (issue 29's closing note says so). Any other command without --json fails here.
+NOT_YET = {"history record", "history show"}
+
+
 def test_every_command_takes_json():
-    lacking = [name for name, c in leaves(cli) if "json_path" not in {p.name for p in c.params}]
+    lacking = [name for name, c in leaves(cli) if "json_path" not in {p.name for p in c.params}
+               and name not in NOT_YET]
     assert not lacking, f"no --json on: {', '.join(lacking)}"
 
 
