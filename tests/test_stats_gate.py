@@ -106,20 +106,20 @@ def rec(variant, samples, status="PASS", shape="64×64×64", suite="gemm", **kw)
     return r
 
 
-def write_csv(path, recs):
-    sink = results.CsvSink(path)
+def write(sink, path, recs):
+    out = sink(path)
     for r in recs:
-        sink.append(r)
-    sink.close()
+        out.append(r)
+    out.close()
     return path
+
+
+def write_csv(path, recs):
+    return write(results.CsvSink, path, recs)
 
 
 def write_json(path, recs):
-    sink = rawresults.JsonSink(path)
-    for r in recs:
-        sink.append(r)
-    sink.close()
-    return path
+    return write(rawresults.JsonSink, path, recs)
 
 
 @pytest.fixture
