@@ -36,7 +36,7 @@ def test_below_sm90_the_implicit_paths_are_one_skip_line_each():
 
 
 def test_defaults_and_build_target():
-    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "PRECISION": 3}
+    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "ALOAD": 0, "PRECISION": 3}
     assert FORWARD.target("sm_80") == BACKWARD.target("sm_90") == "sm_90a"
     assert registry.get("conv", "implicit-wgmma-tf32").rtol is not None  # TF32 has its own limit
 
@@ -74,3 +74,16 @@ def test_forward_splits_k_only_where_the_last_wave_is_short():
     assert conv.forward_slices(tiles=392, k_blocks=36, sms=132) == 1
     assert conv.forward_slices(tiles=1, k_blocks=48, sms=132) == 3
     assert conv.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks
+
+
+def test_tap_boxes_take_stride_1_layers_whose_rows_fit_a_tile_and_the_copy_engines_rule():
+    take = dict(FORWARD.defaults(), ALOAD=1)
+    resnet = conv.load_sets()["resnet"]
+    assert [conv.refusal(FORWARD, take, s) for s in resnet[:2]] == [None, None]
+    assert "stride 1" in conv.refusal(FORWARD, take, resnet[2])
+    assert "multiples of 4" in conv.refusal(BACKWARD, take, conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1))
+    assert "BM=64" in conv.refusal(FORWARD, dict(take, BM=64), conv.ConvShape(1, 3, 68, 68, 4, 3, 1, 1))
+    assert conv.refusal(FORWARD, dict(take, BM=64), resnet[0]) is None  # 56-wide rows fit 64-row tiles
+    assert conv.refusal(FORWARD, FORWARD.defaults(), resnet[2]) is None  # the gather takes every layer
+    # tiles of BM // width whole rows of one image: 4 rows of 28 (112 pixels), 7 a 28-row image
+    assert conv.row_tiles(32, 28, 28, 128) == 224 and conv.row_tiles(2, 9, 12, 64) == 4

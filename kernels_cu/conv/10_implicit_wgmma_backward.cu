@@ -19,9 +19,13 @@
 //         w % stride), gridDim.z, each a stride-1 gather over only the taps that reach it: gathering
 //         every tap and dividing cost 2.37 ms at N32 C64 56x56 K128 s2, 3/4 of the products zeros.
 // Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
-// Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
-//         (nnbench/registry.py). The filter gradient's split count comes from the host.
-// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2);
+//         ALOAD = 1 (stride 1) loads the data gradient's A by the copy engine as step 9's forward does
+//         (TapBoxes: one box of dY a k row, the tile BM / W whole rows of dX's image); the filter
+//         gradient still gathers.
+// Params: BM, BN, BK, STAGES, PRECISION, ALOAD as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
+//         ALOAD=0 (nnbench/registry.py). The filter gradient's split count comes from the host.
+// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2),
+//         with ALOAD 1 (N * ceil(H / (BM / W)), ceil(C / BN), 1);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -38,19 +42,36 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef ALOAD
+#define ALOAD 0
+#endif
 
 #include "conv/implicit_wgmma.cuh"
 
 struct DataGather {
+#if ALOAD == 1
+    TapBoxes<true> grads;
+    int box_bytes;
+#else
     PatchRows<true> grads;
+#endif
     const float* Wt;
     Taps taps;
     int C, Kk, R, n0, pt;
 
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES;
+#if ALOAD == 1
+        if (pt == 0) mbar_expect_tx(ring.full(s), BK * box_bytes);
+        if (pt < 32) {
+            __syncwarp();
+            grads.load(ring.a(s), kb * BK, ring.full(s));
+        }
+#endif
         load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
+#if ALOAD != 1
         grads.load(ring.a(s), kb * BK);
+#endif
         mbar_arrive_cp_async(ring.full(s));
     }
 };
@@ -67,26 +88,43 @@ __device__ __forceinline__ KRange whole(int K) {
 // and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
 // which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
+// dy_map (ALOAD 1, stride 1): dY as (Wo, Ho, K, N), box (W, BM / W, 1, 1); tiles of BM / W whole rows
+// of dX's image (RowTile); unused otherwise.
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
+               const __grid_constant__ CUtensorMap dy_map) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     const int st = d.stride, ph = blockIdx.z / st, pw = blockIdx.z % st;
     const int r0 = (ph + d.pad) % st, s0 = (pw + d.pad) % st;
     const Taps taps{r0 < d.R ? (d.R - r0 + st - 1) / st : 0, s0 < d.R ? (d.R - s0 + st - 1) / st : 0, st, r0, s0};
     const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
-    const int M = d.N * grid.gh * grid.gw, Kk = d.K * taps.count();
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
+    const int Kk = d.K * taps.count();
+#if ALOAD == 1
+    const RowTile tile(grid.gh, grid.gw);
+    const int m0 = tile.m0, M = tile.end;
+#else
+    const int m0 = blockIdx.x * BM, M = d.N * grid.gh * grid.gw;
+#endif
+    const int n0 = blockIdx.y * BN;
     if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
+    if (threadIdx.x == 0) {
+        ring_init(ring, 0, nullptr, nullptr);
+        if (ALOAD == 1) tma_prefetch_map(&dy_map);
+    }
     __syncthreads();
 
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
         const KRange kr = whole(Kk);
+#if ALOAD == 1
+        DataGather g{TapBoxes<true>{&dy_map, Kk, taps.count(), taps.cols, d.K, tile.n, tile.h0 + d.pad, d.pad},
+                     grid.gw * (BM / grid.gw) * 4,
+#else
         DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
                                      (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
+#endif
                      Wt, taps, d.C, Kk, d.R, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;

@@ -5,8 +5,14 @@
 // copy engine's 128-byte swizzle), so nothing is unrolled in global memory. The consumers, the
 // 3xTF32 split and the ring's barriers are step 9's, unchanged.
 //
-// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's).
+// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's), and ALOAD: 0, the A
+// tile gathered by the producer as above; 1, by the copy engine, one box a k row (TapBoxes below).
 #pragma once
+#if ALOAD == 1
+// A box lands whole at a 128-byte aligned address, so each k row starts at one: BM floats (the
+// consumers' float2 reads then meet 4-way bank conflicts instead of 2, ~100 cycles a k-block).
+#define A_PITCH BM
+#endif
 #include "common/wgmma_mainloop.cuh"
 #include "conv/conv_common.cuh"
 
@@ -177,3 +183,54 @@ __device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __re
 extern "C" __global__ void clear(float* __restrict__ out, int count) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
 }
+
+// -- A by the copy engine (ALOAD = 1) --------------------------------------------------------------
+// A box of a 4-D tensor map at element coordinates (c0 innermost); out-of-bounds elements arrive as zeros.
+__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
+                                            unsigned long long* bar) {
+    asm volatile(
+        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
+        "r"(smem_addr(bar))
+        : "memory");
+}
+
+// A tile of whole rows of the GEMM's output grid (gh x gw per image): BM / gw rows of one image, so
+// that for a fixed k its A row is one rectangle of the gathered tensor. Its pixels are GEMM rows
+// m0 .. end - 1 (end: the image's last pixel or the tile's); tile rows past rows * gw stay unused.
+struct RowTile {
+    int n, h0, m0, end;
+    __device__ RowTile(int gh, int gw) {
+        const int rows = BM / gw, per_image = (gh + rows - 1) / rows;
+        n = blockIdx.x / per_image;
+        h0 = (blockIdx.x - n * per_image) * rows;
+        m0 = (n * gh + h0) * gw;
+        end = min(m0 + rows * gw, (n + 1) * gh * gw);
+    }
+};
+
+// A(m, k) of PatchRows (stride 1), loaded by the copy engine: for k = (q, i, j) the tile's A row is
+// the (gw x rows) box of plane q of the gathered tensor (a 4-D map over (Wi, Hi, Ci, N)) at
+//   forward (DGRAD false): (w_base + j, h_base + i), w_base = -pad, h_base = h0 - pad
+//   data gradient (true):  (w_base - j, h_base - i), w_base = pad,  h_base = h0 + pad
+// whose parts outside the image arrive as zeros: the padding. Lane L of the producer's first warp
+// issues k row k0 + L into row L of the tile (BK = 32 = the warp); a k past the GEMM's K gets a box
+// wholly outside the tensor (plane Ci), zeros, as its B row is. BOX_BYTES(gw, rows) each.
+template <bool DGRAD>
+struct TapBoxes {
+    const CUtensorMap* map;
+    int Kk, taps, cols, Ci, n, h_base, w_base;
+
+    __device__ __forceinline__ void load(float* as, int k0, unsigned long long* bar) const {
+        const int lane = threadIdx.x % 32, k = k0 + lane, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
+        int q = k < Kk ? c : Ci, w = DGRAD ? w_base - j : w_base + j;
+        const int h = DGRAD ? h_base - i : h_base + i;
+#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap's box lies outside the tensor
+        if (i == taps / cols - 1 && j == cols - 1) q = Ci;
+#endif
+#ifdef MUTATE_BOX_PAD  // test-only: the boxes one column off, as with the padding misread
+        w += 1;
+#endif
+        tma_load_4d(as + lane * A_PITCH, map, w, h, q, n, bar);
+    }
+};
