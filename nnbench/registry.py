@@ -437,7 +437,7 @@ _IMPLICIT = dict(
     _WGMMA, params=(replace(_WGMMA["params"][0], default=128), replace(_WGMMA["params"][1], default=64),
                     *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT"),  # GEMM step 9's launch rule only
                     _p("ALOAD", 0, (0, 1), "the input's A tile: 0 gathered by the producer's cp.async; 1 by the "
-                       "copy engine, one box a filter tap (stride 1, W and Wo multiples of 4, Wo and W <= BM)")),
+                       "copy engine, one box a filter tap (stride 1, W and Wo multiples of 4 and <= BM - 4)")),
     tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
 )
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

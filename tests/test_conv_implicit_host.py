@@ -82,8 +82,8 @@ def test_tap_boxes_take_stride_1_layers_whose_rows_fit_a_tile_and_the_copy_engin
     assert [conv.refusal(FORWARD, take, s) for s in resnet[:2]] == [None, None]
     assert "stride 1" in conv.refusal(FORWARD, take, resnet[2])
     assert "multiples of 4" in conv.refusal(BACKWARD, take, conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1))
-    assert "BM=64" in conv.refusal(FORWARD, dict(take, BM=64), conv.ConvShape(1, 3, 68, 68, 4, 3, 1, 1))
-    assert conv.refusal(FORWARD, dict(take, BM=64), resnet[0]) is None  # 56-wide rows fit 64-row tiles
+    assert "BM-4=60" in conv.refusal(FORWARD, dict(take, BM=64), conv.ConvShape(1, 3, 64, 64, 4, 3, 1, 1))
+    assert conv.refusal(FORWARD, dict(take, BM=64), resnet[0]) is None  # 56 + 4 columns fit 64-row tiles
     assert conv.refusal(FORWARD, FORWARD.defaults(), resnet[2]) is None  # the gather takes every layer
-    # tiles of BM // width whole rows of one image: 4 rows of 28 (112 pixels), 7 a 28-row image
-    assert conv.row_tiles(32, 28, 28, 128) == 224 and conv.row_tiles(2, 9, 12, 64) == 4
+    # tiles of BM // (width + 4) whole rows of one image: 4 rows of 28 (112 pixels), 7 a 28-row image
+    assert conv.row_tiles(32, 28, 28, 128) == 224 and conv.row_tiles(2, 9, 12, 64) == 6

@@ -173,13 +173,13 @@ def test_tap_box_paths_on_the_layers_they_take(cuda_backend, suite, name):
         assert r["status"] == want, (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
-@pytest.mark.parametrize("suite,name,defect", [("conv", "implicit-wgmma", "MUTATE_BOX_PAD"),
+@pytest.mark.parametrize("suite,name,defect", [("conv", "implicit-wgmma", "MUTATE_NO_ALIGN"),
                                                ("conv", "implicit-wgmma", "MUTATE_DROP_TAP"),
-                                               ("conv-backward", "implicit-wgmma-backward", "MUTATE_BOX_PAD")])
+                                               ("conv-backward", "implicit-wgmma-backward", "MUTATE_NO_ALIGN")])
 def test_tap_boxes_with_a_planted_defect_fail_verification(cuda_backend, suite, name, defect):
-    """ALOAD=1 built with a test-only switch: the boxes one column off (MUTATE_BOX_PAD: the padding
-    misread) or the last tap's box outside the tensor (MUTATE_DROP_TAP); the verification fails, and
-    passes without it."""
+    """ALOAD=1 built with a test-only switch: the landed rows left where the aligned boxes put them, up
+    to 3 columns off (MUTATE_NO_ALIGN: the padding and taps misread), or the last tap's box outside the
+    tensor (MUTATE_DROP_TAP); the verification fails, and passes without it."""
     from nnbench.runtime.compile import compile_sources
     v = _implicit(cuda_backend, suite, name)
     params = dict(v.defaults(), ALOAD=1)

@@ -16,14 +16,16 @@
 //         (n, oh, ow) is divided out once; the k of an element is the same for every lane, so lane L
 //         decodes (c, r, s) of k-block row L once and the elements take theirs by shuffle
 //         (implicit_wgmma.cuh says why: the producer is one warp per scheduler and stalls on latency).
-//         ALOAD = 1 (stride 1) leaves A to the copy engine too: a tile is BM / Wo whole output rows of
-//         one image, so each k row (c, r, s) of it is one box of X's plane c shifted by the tap, its
+//         ALOAD = 1 (stride 1) leaves A to the copy engine too: a tile is whole output rows of one
+//         image, so each k row (c, r, s) of it is one box of X's plane c shifted by the tap, its
 //         padding the box's out-of-bounds zeros; the producer issues 32 copies a k-block instead of
 //         gathering 4,096 elements (the gather left it issue-bound at N32 C128 28x28: ncu, 0.39 IPC).
+//         A box must start at a 16-byte aligned column, so it starts up to 3 columns early, 4
+//         wider, and the producer moves each landed row into place (TapBoxes::align).
 // Source: the implicit-GEMM convolution of cuDNN/CUTLASS ("implicit GEMM" in CUTLASS's
 //         conv2d_fprop, analytic iterators); ladder step 9 (kernels_cu/gemm/09_tf32x3_wgmma.cu).
 // Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRECISION 3 (3xTF32) or 1
-//         (TF32), ALOAD 0 (gathered A) or 1 (A by tap boxes: stride 1, W and Wo multiples of 4, Wo <= BM).
+//         (TF32), ALOAD 0 (gathered A) or 1 (A by tap boxes: stride 1, W and Wo multiples of 4, Wo + 4 <= BM).
 //         Defaults BM=128 BN=64 STAGES=4 PRECISION=3 ALOAD=0 (nnbench/registry.py): 64 output maps
 //         are one BN = 64 tile, and 128-row tiles give 2 to 6 full waves on the resnet layers.
 // Sizes:  any layer (odd N, C, H, W, K, R, stride, pad). The filters come by tensor map when
@@ -33,7 +35,7 @@
 //         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K into a
 //         zeroed Y (`clear`), each adding its share with atomics (nnbench/suites/conv.py says when).
 // Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices), with ALOAD 1
-//         (N * ceil(Ho / (BM / Wo)), ceil(K / BN), slices); sm_90a only.
+//         (N * ceil(Ho / (BM / (Wo + 4))), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
 #endif
@@ -91,10 +93,16 @@ struct ForwardGather {
 #endif
         mbar_arrive_cp_async(ring.full(s));
     }
+
+    __device__ __forceinline__ void landed(const Ring& ring, int i, int kb) const {
+#if ALOAD == 1
+        patches.align(ring.a(i % STAGES), kb * BK, pt);
+#endif
+    }
 };
 
-// x_map (ALOAD 1): X as (W, H, C, N), box (Wo, BM / Wo, 1, 1); unused otherwise. Tiles: BM pixels
-// (ALOAD 0) or BM / Wo whole output rows of one image (ALOAD 1, stride 1), blockIdx.x.
+// x_map (ALOAD 1): X as (W, H, C, N), box (Wo + 4, BM / (Wo + 4), 1, 1); unused otherwise. Tiles: BM
+// pixels (ALOAD 0) or BM / (Wo + 4) whole output rows of one image (ALOAD 1, stride 1; RowTile).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
              const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int paths) {
@@ -121,7 +129,7 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
         const KRange kr(Kk);
 #if ALOAD == 1
         ForwardGather g{TapBoxes<false>{&x_map, Kk, d.R * d.R, d.R, d.C, tile.n, tile.h0 - d.pad, -d.pad},
-                        d.Wo * (BM / d.Wo) * 4,
+                        (d.Wo + 4) * (BM / (d.Wo + 4)) * 4,
 #else
         ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
                                          wt),
@@ -136,5 +144,10 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
     if (kr.count == 0) return;  // an empty slice of a split K
-    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt);
+#if ALOAD == 1
+    const PixelGrid grid{d.Ho, d.Wo + 4, d.Ho, d.Wo, 1, 0, 0, d.Wo};
+#else
+    const PixelGrid grid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0};
+#endif
+    store_nchw(acc, Y, M, grid, d.K, m0, n0, wg, wt);
 }

@@ -25,7 +25,7 @@
 // Params: BM, BN, BK, STAGES, PRECISION, ALOAD as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
 //         ALOAD=0 (nnbench/registry.py). The filter gradient's split count comes from the host.
 // Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2),
-//         with ALOAD 1 (N * ceil(H / (BM / W)), ceil(C / BN), 1);
+//         with ALOAD 1 (N * ceil(H / (BM / (W + 4))), ceil(C / BN), 1);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -74,6 +74,12 @@ struct DataGather {
 #endif
         mbar_arrive_cp_async(ring.full(s));
     }
+
+    __device__ __forceinline__ void landed(const Ring& ring, int i, int kb) const {
+#if ALOAD == 1
+        grads.align(ring.a(i % STAGES), kb * BK, pt);
+#endif
+    }
 };
 
 // All of K in one slice (gridDim.z holds the data gradient's phases, not slices of K).
@@ -88,8 +94,8 @@ __device__ __forceinline__ KRange whole(int K) {
 // and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
 // which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-// dy_map (ALOAD 1, stride 1): dY as (Wo, Ho, K, N), box (W, BM / W, 1, 1); tiles of BM / W whole rows
-// of dX's image (RowTile); unused otherwise.
+// dy_map (ALOAD 1, stride 1): dY as (Wo, Ho, K, N), box (W + 4, BM / (W + 4), 1, 1); tiles of whole
+// rows of dX's image (RowTile); unused otherwise.
 conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
                const __grid_constant__ CUtensorMap dy_map) {
     extern __shared__ unsigned char smem_raw[];
@@ -120,7 +126,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
         const KRange kr = whole(Kk);
 #if ALOAD == 1
         DataGather g{TapBoxes<true>{&dy_map, Kk, taps.count(), taps.cols, d.K, tile.n, tile.h0 + d.pad, d.pad},
-                     grid.gw * (BM / grid.gw) * 4,
+                     (grid.gw + 4) * (BM / (grid.gw + 4)) * 4,
 #else
         DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
                                      (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
@@ -134,7 +140,11 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     const KRange kr = whole(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
+#if ALOAD == 1
+    store_nchw(acc, dX, M, PixelGrid{grid.gh, grid.gw + 4, d.H, d.W, 1, 0, 0, grid.gw}, d.C, m0, n0, wg, wt);
+#else
     store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
+#endif
 }
 
 // A bulk tensor copy of one box of a 3-D tensor map at element coordinates (c0 innermost).
@@ -212,6 +222,8 @@ struct FilterGather {
         }
         mbar_arrive_cp_async(ring.full(s));
     }
+
+    __device__ __forceinline__ void landed(const Ring&, int, int) const {}
 };
 
 // Slices of the k-blocks over gridDim.z; each adds its share of dW^T into dW (zeroed by `clear`).

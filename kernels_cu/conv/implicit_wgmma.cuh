@@ -39,7 +39,8 @@ __device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
 }
 
 // Step 9's producer with the copies left to `g`: g.load(ring, i, kb) issues k-block kb into slot
-// i % STAGES and arrives on its `full` barrier. The k-blocks are loaded in order, one after the
+// i % STAGES and arrives on its `full` barrier; g.landed(ring, i, kb), once it has landed and before
+// the consumers may read it, rearranges it in place where the copies could not lay it out (TapBoxes). The k-blocks are loaded in order, one after the
 // other, so a gather may keep running counters instead of dividing for every element.
 template <class Gather>
 __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
@@ -48,6 +49,7 @@ __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange&
     for (int i = 0; i < kr.count; ++i) {
         const int s = i % STAGES;
         mbar_wait(ring.full(s), (i / STAGES) & 1);
+        g.landed(ring, i, kr.first + i);
         split_b_tile(ring, s, pt);
         fence_proxy_async();
         mbar_arrive(ring.ready(s));
@@ -149,6 +151,8 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
 // one 8-byte store.
 struct PixelGrid {
     int gh, gw, H, W, step, h0, w0;
+    int live_w = 1 << 30;  // the grid's columns that are pixels (RowTile's grid is 4 wider than the image)
+    __device__ bool live(int gm) const { return gm % gw < live_w; }
     __device__ size_t offset(int gm, int maps) const {
         const int g = gh * gw, n = gm / g, pix = gm - n * g, y = pix / gw, x = pix - y * gw;
         return (size_t)n * maps * H * W + (size_t)(h0 + step * y) * W + w0 + step * x;
@@ -158,7 +162,8 @@ struct PixelGrid {
 __device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __restrict__ out, int M,
                                            const PixelGrid& grid, int maps, int m0, int n0, int wg, int wt) {
     const int gm = m0 + consumer_row(wg, wt);
-    if (gm >= M) return;
+    if (gm >= M || !grid.live(gm)) return;  // gm is even, and so are a RowTile grid's gw and live_w:
+                                            // rows gm and gm + 1 are live together
     const bool second = gm + 1 < M;
     const size_t y0 = grid.offset(gm, maps), y1 = second ? grid.offset(gm + 1, maps) : 0;
     const size_t hw = (size_t)grid.H * grid.W;
@@ -195,42 +200,75 @@ __device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, i
         : "memory");
 }
 
-// A tile of whole rows of the GEMM's output grid (gh x gw per image): BM / gw rows of one image, so
-// that for a fixed k its A row is one rectangle of the gathered tensor. Its pixels are GEMM rows
-// m0 .. end - 1 (end: the image's last pixel or the tile's); tile rows past rows * gw stay unused.
+// A tile of whole rows of the GEMM's output grid (gh x gw per image), for the tap boxes: BM / pitch
+// rows of one image, each `pitch` = gw + 4 tile rows long (a box is 4 columns wider than the grid, so
+// that it can start at a 16-byte aligned column), of which the first gw are pixels. Tile row m is
+// GEMM row m0 + m of a grid gw + 4 wide (PixelGrid's live_w drops the 4 extra columns); its rows
+// run to `end` (the image's last or the tile's).
 struct RowTile {
     int n, h0, m0, end;
     __device__ RowTile(int gh, int gw) {
-        const int rows = BM / gw, per_image = (gh + rows - 1) / rows;
+        const int pitch = gw + 4, rows = BM / pitch, per_image = (gh + rows - 1) / rows;
         n = blockIdx.x / per_image;
         h0 = (blockIdx.x - n * per_image) * rows;
-        m0 = (n * gh + h0) * gw;
-        end = min(m0 + rows * gw, (n + 1) * gh * gw);
+        m0 = (n * gh + h0) * pitch;
+        end = min(m0 + rows * pitch, (n + 1) * gh * pitch);
     }
 };
 
-// A(m, k) of PatchRows (stride 1), loaded by the copy engine: for k = (q, i, j) the tile's A row is
-// the (gw x rows) box of plane q of the gathered tensor (a 4-D map over (Wi, Hi, Ci, N)) at
+// A(m, k) of PatchRows (stride 1), loaded by the copy engine: for k = (q, i, j) the tile's A row is a
+// (gw + 4) x rows box of plane q of the gathered tensor (a 4-D map over (Wi, Hi, Ci, N)) whose
+// first column lies `lead` = 0..3 columns before the tap's (a box's first column must be 16-byte
+// aligned: else the copy engine faults, an illegal instruction), tap column and row
 //   forward (DGRAD false): (w_base + j, h_base + i), w_base = -pad, h_base = h0 - pad
 //   data gradient (true):  (w_base - j, h_base - i), w_base = pad,  h_base = h0 + pad
-// whose parts outside the image arrive as zeros: the padding. Lane L of the producer's first warp
-// issues k row k0 + L into row L of the tile (BK = 32 = the warp); a k past the GEMM's K gets a box
-// wholly outside the tensor (plane Ci), zeros, as its B row is. BOX_BYTES(gw, rows) each.
+// and whose parts outside the image arrive as zeros: the padding. Lane L of the producer's first
+// warp issues k row k0 + L into row L of the tile (BK = 32 = the warp); a k past the GEMM's K gets a
+// box wholly outside the tensor (plane Ci), zeros, as its B row is. Once it has landed, `align`
+// moves each row `lead` floats down (in place, a warp a row), so that tile row m is the same pixel
+// in every k row.
 template <bool DGRAD>
 struct TapBoxes {
     const CUtensorMap* map;
     int Kk, taps, cols, Ci, n, h_base, w_base;
 
+    // k row k's plane q (Ci past K), tap (i, j), and its first column.
+    __device__ __forceinline__ int column(int k, int& q, int& i, int& j) const {
+        const int c = k / taps, t = k - c * taps;
+        i = t / cols;
+        j = t - i * cols;
+        q = k < Kk ? c : Ci;
+        return DGRAD ? w_base - j : w_base + j;
+    }
+
     __device__ __forceinline__ void load(float* as, int k0, unsigned long long* bar) const {
-        const int lane = threadIdx.x % 32, k = k0 + lane, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
-        int q = k < Kk ? c : Ci, w = DGRAD ? w_base - j : w_base + j;
-        const int h = DGRAD ? h_base - i : h_base + i;
+        int q, i, j;
+        const int w = column(k0 + threadIdx.x % 32, q, i, j), h = DGRAD ? h_base - i : h_base + i;
 #ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap's box lies outside the tensor
         if (i == taps / cols - 1 && j == cols - 1) q = Ci;
 #endif
-#ifdef MUTATE_BOX_PAD  // test-only: the boxes one column off, as with the padding misread
-        w += 1;
+        tma_load_4d(as + threadIdx.x % 32 * A_PITCH, map, w & ~3, h, q, n, bar);
+    }
+
+    // Row kk of the landed tile moves down by its lead: new[m] = old[m + lead]; lane l holds floats
+    // 4l..4l+3 and takes the floats past them from lane l + 1 (the last lane's are a junk column's).
+    __device__ __forceinline__ void align(float* as, int k0, int pt) const {
+#ifndef MUTATE_NO_ALIGN  // test-only: the rows left where the aligned boxes put them
+        const int lane = pt % 32, warp = pt / 32;
+        int q, i, j;
+        const int my_lead = column(k0 + lane, q, i, j) & 3;
+#pragma unroll
+        for (int r = 0; r < BK / 4; ++r) {
+            const int kk = warp * (BK / 4) + r, lead = __shfl_sync(0xffffffffu, my_lead, kk);
+            if (lead == 0) continue;  // uniform across the warp
+            float4* row = reinterpret_cast<float4*>(as + kk * A_PITCH);
+            const float4 v = lane < A_PITCH / 4 ? row[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+            const float n0 = __shfl_down_sync(0xffffffffu, v.x, 1), n1 = __shfl_down_sync(0xffffffffu, v.y, 1),
+                        n2 = __shfl_down_sync(0xffffffffu, v.z, 1);
+            const float4 out = lead == 1 ? make_float4(v.y, v.z, v.w, n0)
+                               : lead == 2 ? make_float4(v.z, v.w, n0, n1) : make_float4(v.w, n0, n1, n2);
+            if (lane < A_PITCH / 4) row[lane] = out;
+        }
 #endif
-        tma_load_4d(as + lane * A_PITCH, map, w, h, q, n, bar);
     }
 };

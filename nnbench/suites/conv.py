@@ -146,23 +146,24 @@ def tap_box_refusal(s: ConvShape, bm: int) -> str | None:
     if s.W % 4 or s.Wo % 4:
         return (f"ALOAD=1 (tap boxes): W and Wo must be multiples of 4 (the copy engine's 16-byte rule), got "
                 f"W={s.W}, Wo={s.Wo}")
-    if max(s.W, s.Wo) > bm:
-        return f"ALOAD=1 (tap boxes): a tile holds whole rows, so W and Wo must be <= BM={bm}"
+    if max(s.W, s.Wo) + 4 > bm:
+        return f"ALOAD=1 (tap boxes): a tile holds whole rows (4 floats wider), so W and Wo must be <= BM-4={bm - 4}"
     return None
 
 
 def tap_box_map(tensor: int, dims: tuple[int, int, int, int], grid_width: int, bm: int) -> bytes:
     """The 4-D map (W, H, C, N) over an NCHW tensor whose box is one k row of a tap-box tile: the
-    grid's width by BM // width rows of one plane (unswizzled: a k row is BM floats apart)."""
+    grid's width + 4 (a box starts at a 16-byte aligned column, up to 3 before the tap's) by
+    BM // (width + 4) rows of one plane (unswizzled: a k row is BM floats apart)."""
     from nnbench.runtime import tensormap
     w, h, c, n = dims
     strides = (4 * w, 4 * w * h, 4 * w * h * c)
-    return tensormap.encode_tiled(tensor, dims, strides, (grid_width, bm // grid_width, 1, 1))
+    return tensormap.encode_tiled(tensor, dims, strides, (grid_width + 4, bm // (grid_width + 4), 1, 1))
 
 
 def row_tiles(images: int, grid_h: int, grid_w: int, bm: int) -> int:
-    """Tap-box tiles (RowTile): BM // width whole rows of one image each."""
-    return images * -(-grid_h // (bm // grid_w))
+    """Tap-box tiles (RowTile): BM // (width + 4) whole rows of one image each."""
+    return images * -(-grid_h // (bm // (grid_w + 4)))
 
 
 # -- the reference --------------------------------------------------------------------------------
