@@ -105,7 +105,8 @@ def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, 
 IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
 ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
               conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
-              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1)]
+              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
+              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)]  # the data gradient split in 2 (36 k-blocks, 2 tiles)
 
 
 def _implicit(cuda_backend, suite: str, name: str):
@@ -151,10 +152,12 @@ def test_an_implicit_path_that_drops_a_filter_tap_fails_verification(cuda_backen
 
 # Layers the tap boxes (ALOAD=1) take: stride 1, W and Wo multiples of 4. A K tail (C*R*R not a multiple
 # of 32: its boxes lie wholly outside the tensor), images whose last tile has fewer rows, pads 0 to 2,
-# 1x1 and 5x5 filters, K = 130 (two BN tiles, one narrow), and a split K (C128 12x12: 36 k-blocks, 2 tiles).
+# 1x1 and 5x5 filters, K = 130 (two BN tiles, one narrow), and a split K (C128 12x12: 36 k-blocks, 2 tiles;
+# K128 12x12: the data gradient's).
 TAP_BOX_LAYERS = [conv.ConvShape(3, 5, 12, 8, 7, 3, 1, 1), conv.ConvShape(2, 33, 20, 20, 66, 5, 1, 2),
                   conv.ConvShape(2, 4, 9, 12, 130, 1, 1, 0), conv.ConvShape(2, 6, 12, 12, 9, 5, 1, 0),
-                  conv.ConvShape(2, 64, 28, 28, 64, 3, 1, 1), conv.ConvShape(1, 128, 12, 12, 20, 3, 1, 1)]
+                  conv.ConvShape(2, 64, 28, 28, 64, 3, 1, 1), conv.ConvShape(1, 128, 12, 12, 20, 3, 1, 1),
+                  conv.ConvShape(1, 20, 12, 12, 128, 3, 1, 1)]
 
 
 @pytest.mark.parametrize("suite,name", IMPLICIT)

@@ -74,11 +74,7 @@ struct ForwardGather {
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES, k0 = kb * BK;
 #if ALOAD == 1
-        if (pt == 0) mbar_expect_tx(ring.full(s), BK * box_bytes);
-        if (pt < 32) {
-            __syncwarp();
-            patches.load(ring.a(s), k0, ring.full(s));
-        }
+        patches.load(ring.a(s), k0, pt, box_bytes, ring.full(s));
 #endif
         if (paths & PATH_TMA_B) {
             if (pt == 0) {

@@ -24,8 +24,9 @@
 //         gradient still gathers.
 // Params: BM, BN, BK, STAGES, PRECISION, ALOAD as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
 //         ALOAD=0 (nnbench/registry.py). The filter gradient's split count comes from the host.
-// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2),
-//         with ALOAD 1 (N * ceil(H / (BM / (W + 4))), ceil(C / BN), 1);
+// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2 or,
+//         at stride 1, the forward's slices of K),
+//         with ALOAD 1 (N * ceil(H / (BM / (W + 4))), ceil(C / BN), slices);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -62,11 +63,7 @@ struct DataGather {
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES;
 #if ALOAD == 1
-        if (pt == 0) mbar_expect_tx(ring.full(s), BK * box_bytes);
-        if (pt < 32) {
-            __syncwarp();
-            grads.load(ring.a(s), kb * BK, ring.full(s));
-        }
+        grads.load(ring.a(s), kb * BK, pt, box_bytes, ring.full(s));
 #endif
         load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
 #if ALOAD != 1
@@ -82,7 +79,7 @@ struct DataGather {
     }
 };
 
-// All of K in one slice (gridDim.z holds the data gradient's phases, not slices of K).
+// All of K in one slice (gridDim.z holds a strided data gradient's phases, not slices of K).
 __device__ __forceinline__ KRange whole(int K) {
     KRange kr(K);
     kr.first = 0;
@@ -100,7 +97,8 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
                const __grid_constant__ CUtensorMap dy_map) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int st = d.stride, ph = blockIdx.z / st, pw = blockIdx.z % st;
+    // gridDim.z: the stride^2 phases, or at stride 1 slices of K (split-K into a zeroed dX, as the forward's)
+    const int st = d.stride, phase = st == 1 ? 0 : blockIdx.z, ph = phase / st, pw = phase % st;
     const int r0 = (ph + d.pad) % st, s0 = (pw + d.pad) % st;
     const Taps taps{r0 < d.R ? (d.R - r0 + st - 1) / st : 0, s0 < d.R ? (d.R - s0 + st - 1) / st : 0, st, r0, s0};
     const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
@@ -123,7 +121,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
 
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
-        const KRange kr = whole(Kk);
+        const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
 #if ALOAD == 1
         DataGather g{TapBoxes<true>{&dy_map, Kk, taps.count(), taps.cols, d.K, tile.n, tile.h0 + d.pad, d.pad},
                      (grid.gw + 4) * (BM / (grid.gw + 4)) * 4,
@@ -137,9 +135,10 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     }
 
     regs_alloc<MATH_REGS>();
-    const KRange kr = whole(Kk);
+    const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
+    if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
 #if ALOAD == 1
     store_nchw(acc, dX, M, PixelGrid{grid.gh, grid.gw + 4, d.H, d.W, 1, 0, 0, grid.gw}, d.C, m0, n0, wg, wt);
 #else

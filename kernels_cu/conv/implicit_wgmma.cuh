@@ -222,11 +222,12 @@ struct RowTile {
 // aligned: else the copy engine faults, an illegal instruction), tap column and row
 //   forward (DGRAD false): (w_base + j, h_base + i), w_base = -pad, h_base = h0 - pad
 //   data gradient (true):  (w_base - j, h_base - i), w_base = pad,  h_base = h0 + pad
-// and whose parts outside the image arrive as zeros: the padding. Lane L of the producer's first
-// warp issues k row k0 + L into row L of the tile (BK = 32 = the warp); a k past the GEMM's K gets a
-// box wholly outside the tensor (plane Ci), zeros, as its B row is. Once it has landed, `align`
-// moves each row `lead` floats down (in place, a warp a row), so that tile row m is the same pixel
-// in every k row.
+// and whose parts outside the image arrive as zeros: the padding. Lanes 0-7 of producer warp w issue
+// k rows k0 + 8w .. k0 + 8w + 7 into those rows of the tile (a copy's coordinates live in uniform
+// registers, so a warp issues its lanes' copies one after the other: 32 from one warp took longer
+// than the k-block's math); a k past the GEMM's K gets a box wholly outside the tensor (plane Ci),
+// zeros, as its B row is. Once it has landed, `align` moves each row `lead` floats down (in place, a
+// warp 8 rows), so that tile row m is the same pixel in every k row.
 template <bool DGRAD>
 struct TapBoxes {
     const CUtensorMap* map;
@@ -241,33 +242,44 @@ struct TapBoxes {
         return DGRAD ? w_base - j : w_base + j;
     }
 
-    __device__ __forceinline__ void load(float* as, int k0, unsigned long long* bar) const {
+    // By every producer thread (pt); `box_bytes` each.
+    __device__ __forceinline__ void load(float* as, int k0, int pt, int box_bytes, unsigned long long* bar) const {
+        const int lane = pt % 32, kk = pt / 32 * (BK / 4) + lane;
+        if (lane == 0) mbar_expect_tx(bar, BK / 4 * box_bytes);
+        __syncwarp();
+        if (lane >= BK / 4) return;
         int q, i, j;
-        const int w = column(k0 + threadIdx.x % 32, q, i, j), h = DGRAD ? h_base - i : h_base + i;
+        const int w = column(k0 + kk, q, i, j), h = DGRAD ? h_base - i : h_base + i;
 #ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap's box lies outside the tensor
         if (i == taps / cols - 1 && j == cols - 1) q = Ci;
 #endif
-        tma_load_4d(as + threadIdx.x % 32 * A_PITCH, map, w & ~3, h, q, n, bar);
+        tma_load_4d(as + kk * A_PITCH, map, w & ~3, h, q, n, bar);
     }
 
     // Row kk of the landed tile moves down by its lead: new[m] = old[m + lead]; lane l holds floats
     // 4l..4l+3 and takes the floats past them from lane l + 1 (the last lane's are a junk column's).
+    // Branch-free (a lead of 0 keeps the row), the warp's 8 rows loaded before any is stored.
     __device__ __forceinline__ void align(float* as, int k0, int pt) const {
 #ifndef MUTATE_NO_ALIGN  // test-only: the rows left where the aligned boxes put them
-        const int lane = pt % 32, warp = pt / 32;
+        const int lane = pt % 32, first = pt / 32 * (BK / 4);
         int q, i, j;
-        const int my_lead = column(k0 + lane, q, i, j) & 3;
+        const int my_lead = column(k0 + first + lane % (BK / 4), q, i, j) & 3;
+        const bool mine = lane < A_PITCH / 4;
+        float4 v[BK / 4];
 #pragma unroll
         for (int r = 0; r < BK / 4; ++r) {
-            const int kk = warp * (BK / 4) + r, lead = __shfl_sync(0xffffffffu, my_lead, kk);
-            if (lead == 0) continue;  // uniform across the warp
-            float4* row = reinterpret_cast<float4*>(as + kk * A_PITCH);
-            const float4 v = lane < A_PITCH / 4 ? row[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-            const float n0 = __shfl_down_sync(0xffffffffu, v.x, 1), n1 = __shfl_down_sync(0xffffffffu, v.y, 1),
-                        n2 = __shfl_down_sync(0xffffffffu, v.z, 1);
-            const float4 out = lead == 1 ? make_float4(v.y, v.z, v.w, n0)
-                               : lead == 2 ? make_float4(v.z, v.w, n0, n1) : make_float4(v.w, n0, n1, n2);
-            if (lane < A_PITCH / 4) row[lane] = out;
+            const float4* row = reinterpret_cast<const float4*>(as + (first + r) * A_PITCH);
+            v[r] = mine ? row[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int r = 0; r < BK / 4; ++r) {
+            const int lead = __shfl_sync(0xffffffffu, my_lead, r);
+            const float n0 = __shfl_down_sync(0xffffffffu, v[r].x, 1), n1 = __shfl_down_sync(0xffffffffu, v[r].y, 1),
+                        n2 = __shfl_down_sync(0xffffffffu, v[r].z, 1);
+            const float4 out = lead == 0 ? v[r]
+                               : lead == 1 ? make_float4(v[r].y, v[r].z, v[r].w, n0)
+                               : lead == 2 ? make_float4(v[r].z, v[r].w, n0, n1) : make_float4(v[r].w, n0, n1, n2);
+            if (mine) reinterpret_cast<float4*>(as + (first + r) * A_PITCH)[lane] = out;
         }
 #endif
     }

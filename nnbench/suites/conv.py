@@ -444,16 +444,27 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     else:
         phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
         m_tiles, a_map = -(-phase_pixels // bm), bytes(tensormap.MAP_BYTES)
-    data = backend.launcher(backend.load(comp, "conv_data_grad"), (m_tiles, -(-s.C // bn), s.stride * s.stride),
-                            block, (dims, ip(dY), ip(Wt), ip(dX), a_map),
-                            DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN), smem=smem)
+    # gridDim.z: a strided layer's phases; at stride 1 the forward's split of K, into a zeroed dX
+    data_slices = 1 if s.stride > 1 else forward_slices(m_tiles * -(-s.C // bn), -(-s.K * s.R * s.R // bk),
+                                                       backend.device.sm_count)
+    data_launch = backend.launcher(backend.load(comp, "conv_data_grad"),
+                                   (m_tiles, -(-s.C // bn), s.stride * s.stride * data_slices), block,
+                                   (dims, ip(dY), ip(Wt), ip(dX), a_map),
+                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN), smem=smem)
+    clear_dx = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                                (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
+
+    def data():
+        if data_slices > 1:
+            clear_dx()
+        data_launch()
 
     def run():
         clear()
         filt()
         data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
-    return run, f"filter split-K {slices}, {path}"
+    return run, f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
 
 
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
