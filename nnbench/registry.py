@@ -435,9 +435,7 @@ MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas
 # the launch geometry depends on the layer (nnbench/suites/conv.py).
 _IMPLICIT = dict(
     _WGMMA, params=(replace(_WGMMA["params"][0], default=128), replace(_WGMMA["params"][1], default=64),
-                    *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT"),  # GEMM step 9's launch rule only
-                    _p("ALOAD", 0, (0, 1), "the input's A tile: 0 gathered by the producer's cp.async; 1 by the "
-                       "copy engine, one box a filter tap (stride 1, W and Wo multiples of 4 and <= BM - 4)")),
+                    *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT")),  # GEMM step 9's launch rule only
     tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
 )
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

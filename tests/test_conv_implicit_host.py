@@ -36,7 +36,7 @@ def test_below_sm90_the_implicit_paths_are_one_skip_line_each():
 
 
 def test_defaults_and_build_target():
-    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "ALOAD": 0, "PRECISION": 3}
+    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "PRECISION": 3}
     assert FORWARD.target("sm_80") == BACKWARD.target("sm_90") == "sm_90a"
     assert registry.get("conv", "implicit-wgmma-tf32").rtol is not None  # TF32 has its own limit
 
@@ -76,14 +76,10 @@ def test_forward_splits_k_only_where_the_last_wave_is_short():
     assert conv.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks
 
 
-def test_tap_boxes_take_stride_1_layers_whose_rows_fit_a_tile_and_the_copy_engines_rule():
-    take = dict(FORWARD.defaults(), ALOAD=1)
-    resnet = conv.load_sets()["resnet"]
-    assert [conv.refusal(FORWARD, take, s) for s in resnet[:2]] == [None, None]
-    assert "stride 1" in conv.refusal(FORWARD, take, resnet[2])
-    assert "multiples of 4" in conv.refusal(BACKWARD, take, conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1))
-    assert "BM-4=60" in conv.refusal(FORWARD, dict(take, BM=64), conv.ConvShape(1, 3, 64, 64, 4, 3, 1, 1))
-    assert conv.refusal(FORWARD, dict(take, BM=64), resnet[0]) is None  # 56 + 4 columns fit 64-row tiles
-    assert conv.refusal(FORWARD, FORWARD.defaults(), resnet[2]) is None  # the gather takes every layer
-    # tiles of BM // (width + 4) whole rows of one image: 4 rows of 28 (112 pixels), 7 a 28-row image
-    assert conv.row_tiles(32, 28, 28, 128) == 224 and conv.row_tiles(2, 9, 12, 64) == 6
+def test_the_data_gradient_splits_k_as_the_forward_does_at_stride_1_only():
+    sms = 132
+    layer2, strided = conv.load_sets()["resnet"][1:]
+    assert conv.conv_data_slices(layer2, 128, 128, 32, sms) == 2  # 196 tiles: 2 slices of 18 k-blocks
+    assert conv.conv_data_slices(strided, 128, 128, 32, sms) == 1  # gridDim.z holds its 4 phases
+    assert conv.conv_data_slices(conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
+    assert conv.conv_data_slices(conv.ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block

@@ -131,67 +131,23 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
         assert r["status"] == "PASS", (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
-@pytest.mark.parametrize("suite,name", IMPLICIT[::2])
-def test_an_implicit_path_that_drops_a_filter_tap_fails_verification(cuda_backend, suite, name):
-    """Built with the test-only switch -DMUTATE_DROP_TAP (the last filter tap is gathered as zero),
-    the forward and the backward fail the suite's verification; built without it, they pass."""
+@pytest.mark.parametrize("suite,name,defect,shape", [
+    ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    # the data gradient in 2 slices of K (conv_data_slices), the last one never added
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1))])
+def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
+    """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
+    -DMUTATE_DROP_SLICE: a split data gradient loses a slice), the forward and the backward fail the
+    suite's verification; built without it, they pass."""
     from nnbench.runtime.compile import compile_sources
     v = _implicit(cuda_backend, suite, name)
     params = v.defaults()
     real, mutated = compile_sources(v.target(cuda_backend.arch), [(v.source, params),
-                                                                  (v.source, {**params, "MUTATE_DROP_TAP": 1})])
-    shape = conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)
+                                                                  (v.source, {**params, defect: 1})])
     session = conv.WORKLOAD.session(cuda_backend, FAST, conv.DEFAULT_RTOL, 0, {})
     session.prepare(shape)
     case = Case.defaults(v)
-    ok = session.run_case(case, shape, real)
-    assert ok["status"] == "PASS", ok.get("rel_err")
-    bad = session.run_case(case, shape, mutated)
-    assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL
-
-
-# Layers the tap boxes (ALOAD=1) take: stride 1, W and Wo multiples of 4. A K tail (C*R*R not a multiple
-# of 32: its boxes lie wholly outside the tensor), images whose last tile has fewer rows, pads 0 to 2,
-# 1x1 and 5x5 filters, K = 130 (two BN tiles, one narrow), and a split K (C128 12x12: 36 k-blocks, 2 tiles;
-# K128 12x12: the data gradient's).
-TAP_BOX_LAYERS = [conv.ConvShape(3, 5, 12, 8, 7, 3, 1, 1), conv.ConvShape(2, 33, 20, 20, 66, 5, 1, 2),
-                  conv.ConvShape(2, 4, 9, 12, 130, 1, 1, 0), conv.ConvShape(2, 6, 12, 12, 9, 5, 1, 0),
-                  conv.ConvShape(2, 64, 28, 28, 64, 3, 1, 1), conv.ConvShape(1, 128, 12, 12, 20, 3, 1, 1),
-                  conv.ConvShape(1, 20, 12, 12, 128, 3, 1, 1)]
-
-
-@pytest.mark.parametrize("suite,name", IMPLICIT)
-def test_tap_box_paths_on_the_layers_they_take(cuda_backend, suite, name):
-    """ALOAD=1 (A by one bulk tensor copy a filter tap) against float64, with every tile shape; a
-    strided layer is refused with one SKIP line."""
-    v = _implicit(cuda_backend, suite, name)
-    cases = [Case(v, tuple(dict(v.defaults(), ALOAD=1, **p).items()))
-             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2})]
-    strided = conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1)
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, TAP_BOX_LAYERS + [strided], FAST,
-                            conv.DEFAULT_RTOL, seed=0, vendor=False))
-    assert len(recs) == len(cases) * (len(TAP_BOX_LAYERS) + 1)
-    for r in recs:
-        want = "SKIP" if r["shape"] == strided.label else "PASS"
-        assert r["status"] == want, (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
-
-
-@pytest.mark.parametrize("suite,name,defect", [("conv", "implicit-wgmma", "MUTATE_NO_ALIGN"),
-                                               ("conv", "implicit-wgmma", "MUTATE_DROP_TAP"),
-                                               ("conv-backward", "implicit-wgmma-backward", "MUTATE_NO_ALIGN")])
-def test_tap_boxes_with_a_planted_defect_fail_verification(cuda_backend, suite, name, defect):
-    """ALOAD=1 built with a test-only switch: the landed rows left where the aligned boxes put them, up
-    to 3 columns off (MUTATE_NO_ALIGN: the padding and taps misread), or the last tap's box outside the
-    tensor (MUTATE_DROP_TAP); the verification fails, and passes without it."""
-    from nnbench.runtime.compile import compile_sources
-    v = _implicit(cuda_backend, suite, name)
-    params = dict(v.defaults(), ALOAD=1)
-    real, mutated = compile_sources(v.target(cuda_backend.arch),
-                                    [(v.source, params), (v.source, {**params, defect: 1})])
-    shape = TAP_BOX_LAYERS[0]
-    session = conv.WORKLOAD.session(cuda_backend, FAST, conv.DEFAULT_RTOL, 0, {})
-    session.prepare(shape)
-    case = Case(v, tuple(params.items()))
     ok = session.run_case(case, shape, real)
     assert ok["status"] == "PASS", ok.get("rel_err")
     bad = session.run_case(case, shape, mutated)

@@ -15,9 +15,7 @@
 
 #define CONSUMERS (BM / 64)
 #define THREADS (128 * (CONSUMERS + 1))
-#ifndef A_PITCH  // an includer whose A rows arrive by other copies may set its own (a multiple of 4 floats)
 #define A_PITCH (BM + 8)                 // floats per k-row of the A tile: rows 32 bytes apart mod 128
-#endif
 #define B_COPIES (PRECISION == 3 ? 2 : 1)  // big (and small) B tiles per stage
 #define A_TILE_BYTES (BK * A_PITCH * 4)
 #define B_TILE_BYTES (BN * BK * 4)

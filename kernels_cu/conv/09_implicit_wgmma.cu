@@ -16,17 +16,10 @@
 //         (n, oh, ow) is divided out once; the k of an element is the same for every lane, so lane L
 //         decodes (c, r, s) of k-block row L once and the elements take theirs by shuffle
 //         (implicit_wgmma.cuh says why: the producer is one warp per scheduler and stalls on latency).
-//         ALOAD = 1 (stride 1) leaves A to the copy engine too: a tile is whole output rows of one
-//         image, so each k row (c, r, s) of it is one box of X's plane c shifted by the tap, its
-//         padding the box's out-of-bounds zeros; the producer issues 32 copies a k-block instead of
-//         gathering 4,096 elements (the gather left it issue-bound at N32 C128 28x28: ncu, 0.39 IPC).
-//         A box must start at a 16-byte aligned column, so it starts up to 3 columns early, 4
-//         wider, and the producer moves each landed row into place (TapBoxes::align).
 // Source: the implicit-GEMM convolution of cuDNN/CUTLASS ("implicit GEMM" in CUTLASS's
 //         conv2d_fprop, analytic iterators); ladder step 9 (kernels_cu/gemm/09_tf32x3_wgmma.cu).
 // Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRECISION 3 (3xTF32) or 1
-//         (TF32), ALOAD 0 (gathered A) or 1 (A by tap boxes: stride 1, W and Wo multiples of 4, Wo + 4 <= BM).
-//         Defaults BM=128 BN=64 STAGES=4 PRECISION=3 ALOAD=0 (nnbench/registry.py): 64 output maps
+//         (TF32). Defaults BM=128 BN=64 STAGES=4 PRECISION=3 (nnbench/registry.py): 64 output maps
 //         are one BN = 64 tile, and 128-row tiles give 2 to 6 full waves on the resnet layers.
 // Sizes:  any layer (odd N, C, H, W, K, R, stride, pad). The filters come by tensor map when
 //         C*R*R is a multiple of 4 (the 16-byte stride rule), else by the producer's cp.async
@@ -34,8 +27,7 @@
 // Split-K: where the tiles make a short last wave (196 tiles on 132 SMs at N32 C128 28x28 K128: the
 //         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K into a
 //         zeroed Y (`clear`), each adding its share with atomics (nnbench/suites/conv.py says when).
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices), with ALOAD 1
-//         (N * ceil(Ho / (BM / (Wo + 4))), ceil(K / BN), slices); sm_90a only.
+// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
 #endif
@@ -51,21 +43,13 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
-#ifndef ALOAD
-#define ALOAD 0
-#endif
 
 #include "conv/implicit_wgmma.cuh"
 
-// The forward's copies of one k-block: the input patches by gather (ALOAD 0) or one box a k row
-// (ALOAD 1), the filters by the copy engine (or by cp.async where they could not be mapped).
+// The forward's copies of one k-block: the input patches by gather, the filters by the copy engine
+// (or by cp.async where they could not be mapped).
 struct ForwardGather {
-#if ALOAD == 1
-    TapBoxes<false> patches;
-    int box_bytes;
-#else
     PatchRows<false> patches;
-#endif
     const float* Wt;
     const CUtensorMap* w_map;
     Taps taps;
@@ -73,9 +57,6 @@ struct ForwardGather {
 
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
         const int s = i % STAGES, k0 = kb * BK;
-#if ALOAD == 1
-        patches.load(ring.a(s), k0, pt, box_bytes, ring.full(s));
-#endif
         if (paths & PATH_TMA_B) {
             if (pt == 0) {
                 mbar_expect_tx(ring.full(s), B_TILE_BYTES);
@@ -84,52 +65,28 @@ struct ForwardGather {
         } else {
             load_filters(ring.b_big(s), Wt, K, Kk, taps, R, Kk, R * R, n0, k0, pt);
         }
-#if ALOAD != 1
         patches.load(ring.a(s), k0);
-#endif
         mbar_arrive_cp_async(ring.full(s));
-    }
-
-    __device__ __forceinline__ void landed(const Ring& ring, int i, int kb) const {
-#if ALOAD == 1
-        patches.align(ring.a(i % STAGES), kb * BK, pt);
-#endif
     }
 };
 
-// x_map (ALOAD 1): X as (W, H, C, N), box (Wo + 4, BM / (Wo + 4), 1, 1); unused otherwise. Tiles: BM
-// pixels (ALOAD 0) or BM / (Wo + 4) whole output rows of one image (ALOAD 1, stride 1; RowTile).
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
-             const __grid_constant__ CUtensorMap w_map, const __grid_constant__ CUtensorMap x_map, int paths) {
+             const __grid_constant__ CUtensorMap w_map, int paths) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int Kk = d.C * d.R * d.R;
-#if ALOAD == 1
-    const RowTile tile(d.Ho, d.Wo);
-    const int m0 = tile.m0, M = tile.end;
-#else
-    const int m0 = blockIdx.x * BM, M = d.N * d.Ho * d.Wo;
-#endif
-    const int n0 = blockIdx.y * BN;
+    const int M = d.N * d.Ho * d.Wo, Kk = d.C * d.R * d.R;
+    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) {
-        ring_init(ring, paths, &w_map, &w_map);
-        if (ALOAD == 1) tma_prefetch_map(&x_map);
-    }
+    if (threadIdx.x == 0) ring_init(ring, paths, &w_map, &w_map);
     __syncthreads();
 
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-#if ALOAD == 1
-        ForwardGather g{TapBoxes<false>{&x_map, Kk, d.R * d.R, d.R, d.C, tile.n, tile.h0 - d.pad, -d.pad},
-                        (d.Wo + 4) * (BM / (d.Wo + 4)) * 4,
-#else
         ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
                                          wt),
-#endif
                         Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, wt};
         produce_gathered(ring, kr, wt, g);
         return;
@@ -140,10 +97,5 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
     if (kr.count == 0) return;  // an empty slice of a split K
-#if ALOAD == 1
-    const PixelGrid grid{d.Ho, d.Wo + 4, d.Ho, d.Wo, 1, 0, 0, d.Wo};
-#else
-    const PixelGrid grid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0};
-#endif
-    store_nchw(acc, Y, M, grid, d.K, m0, n0, wg, wt);
+    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt);
 }

@@ -5,14 +5,8 @@
 // copy engine's 128-byte swizzle), so nothing is unrolled in global memory. The consumers, the
 // 3xTF32 split and the ring's barriers are step 9's, unchanged.
 //
-// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's), and ALOAD: 0, the A
-// tile gathered by the producer as above; 1, by the copy engine, one box a k row (TapBoxes below).
+// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's).
 #pragma once
-#if ALOAD == 1
-// A box lands whole at a 128-byte aligned address, so each k row starts at one: BM floats (the
-// consumers' float2 reads then meet 4-way bank conflicts instead of 2, ~100 cycles a k-block).
-#define A_PITCH BM
-#endif
 #include "common/wgmma_mainloop.cuh"
 #include "conv/conv_common.cuh"
 
@@ -39,8 +33,7 @@ __device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
 }
 
 // Step 9's producer with the copies left to `g`: g.load(ring, i, kb) issues k-block kb into slot
-// i % STAGES and arrives on its `full` barrier; g.landed(ring, i, kb), once it has landed and before
-// the consumers may read it, rearranges it in place where the copies could not lay it out (TapBoxes). The k-blocks are loaded in order, one after the
+// i % STAGES and arrives on its `full` barrier. The k-blocks are loaded in order, one after the
 // other, so a gather may keep running counters instead of dividing for every element.
 template <class Gather>
 __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
@@ -49,7 +42,6 @@ __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange&
     for (int i = 0; i < kr.count; ++i) {
         const int s = i % STAGES;
         mbar_wait(ring.full(s), (i / STAGES) & 1);
-        g.landed(ring, i, kr.first + i);
         split_b_tile(ring, s, pt);
         fence_proxy_async();
         mbar_arrive(ring.ready(s));
@@ -151,8 +143,6 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
 // one 8-byte store.
 struct PixelGrid {
     int gh, gw, H, W, step, h0, w0;
-    int live_w = 1 << 30;  // the grid's columns that are pixels (RowTile's grid is 4 wider than the image)
-    __device__ bool live(int gm) const { return gm % gw < live_w; }
     __device__ size_t offset(int gm, int maps) const {
         const int g = gh * gw, n = gm / g, pix = gm - n * g, y = pix / gw, x = pix - y * gw;
         return (size_t)n * maps * H * W + (size_t)(h0 + step * y) * W + w0 + step * x;
@@ -162,8 +152,7 @@ struct PixelGrid {
 __device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __restrict__ out, int M,
                                            const PixelGrid& grid, int maps, int m0, int n0, int wg, int wt) {
     const int gm = m0 + consumer_row(wg, wt);
-    if (gm >= M || !grid.live(gm)) return;  // gm is even, and so are a RowTile grid's gw and live_w:
-                                            // rows gm and gm + 1 are live together
+    if (gm >= M) return;
     const bool second = gm + 1 < M;
     const size_t y0 = grid.offset(gm, maps), y1 = second ? grid.offset(gm + 1, maps) : 0;
     const size_t hw = (size_t)grid.H * grid.W;
@@ -188,99 +177,3 @@ __device__ __forceinline__ void store_nchw(const float (&acc)[NACC], float* __re
 extern "C" __global__ void clear(float* __restrict__ out, int count) {
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) out[i] = 0.0f;
 }
-
-// -- A by the copy engine (ALOAD = 1) --------------------------------------------------------------
-// A box of a 4-D tensor map at element coordinates (c0 innermost); out-of-bounds elements arrive as zeros.
-__device__ __forceinline__ void tma_load_4d(void* dst, const CUtensorMap* map, int c0, int c1, int c2, int c3,
-                                            unsigned long long* bar) {
-    asm volatile(
-        "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], [%6];"
-        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3),
-        "r"(smem_addr(bar))
-        : "memory");
-}
-
-// A tile of whole rows of the GEMM's output grid (gh x gw per image), for the tap boxes: BM / pitch
-// rows of one image, each `pitch` = gw + 4 tile rows long (a box is 4 columns wider than the grid, so
-// that it can start at a 16-byte aligned column), of which the first gw are pixels. Tile row m is
-// GEMM row m0 + m of a grid gw + 4 wide (PixelGrid's live_w drops the 4 extra columns); its rows
-// run to `end` (the image's last or the tile's).
-struct RowTile {
-    int n, h0, m0, end;
-    __device__ RowTile(int gh, int gw) {
-        const int pitch = gw + 4, rows = BM / pitch, per_image = (gh + rows - 1) / rows;
-        n = blockIdx.x / per_image;
-        h0 = (blockIdx.x - n * per_image) * rows;
-        m0 = (n * gh + h0) * pitch;
-        end = min(m0 + rows * pitch, (n + 1) * gh * pitch);
-    }
-};
-
-// A(m, k) of PatchRows (stride 1), loaded by the copy engine: for k = (q, i, j) the tile's A row is a
-// (gw + 4) x rows box of plane q of the gathered tensor (a 4-D map over (Wi, Hi, Ci, N)) whose
-// first column lies `lead` = 0..3 columns before the tap's (a box's first column must be 16-byte
-// aligned: else the copy engine faults, an illegal instruction), tap column and row
-//   forward (DGRAD false): (w_base + j, h_base + i), w_base = -pad, h_base = h0 - pad
-//   data gradient (true):  (w_base - j, h_base - i), w_base = pad,  h_base = h0 + pad
-// and whose parts outside the image arrive as zeros: the padding. Lanes 0-7 of producer warp w issue
-// k rows k0 + 8w .. k0 + 8w + 7 into those rows of the tile (a copy's coordinates live in uniform
-// registers, so a warp issues its lanes' copies one after the other: 32 from one warp took longer
-// than the k-block's math); a k past the GEMM's K gets a box wholly outside the tensor (plane Ci),
-// zeros, as its B row is. Once it has landed, `align` moves each row `lead` floats down (in place, a
-// warp 8 rows), so that tile row m is the same pixel in every k row.
-template <bool DGRAD>
-struct TapBoxes {
-    const CUtensorMap* map;
-    int Kk, taps, cols, Ci, n, h_base, w_base;
-
-    // k row k's plane q (Ci past K), tap (i, j), and its first column.
-    __device__ __forceinline__ int column(int k, int& q, int& i, int& j) const {
-        const int c = k / taps, t = k - c * taps;
-        i = t / cols;
-        j = t - i * cols;
-        q = k < Kk ? c : Ci;
-        return DGRAD ? w_base - j : w_base + j;
-    }
-
-    // By every producer thread (pt); `box_bytes` each.
-    __device__ __forceinline__ void load(float* as, int k0, int pt, int box_bytes, unsigned long long* bar) const {
-        const int lane = pt % 32, kk = pt / 32 * (BK / 4) + lane;
-        if (lane == 0) mbar_expect_tx(bar, BK / 4 * box_bytes);
-        __syncwarp();
-        if (lane >= BK / 4) return;
-        int q, i, j;
-        const int w = column(k0 + kk, q, i, j), h = DGRAD ? h_base - i : h_base + i;
-#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap's box lies outside the tensor
-        if (i == taps / cols - 1 && j == cols - 1) q = Ci;
-#endif
-        tma_load_4d(as + kk * A_PITCH, map, w & ~3, h, q, n, bar);
-    }
-
-    // Row kk of the landed tile moves down by its lead: new[m] = old[m + lead]; lane l holds floats
-    // 4l..4l+3 and takes the floats past them from lane l + 1 (the last lane's are a junk column's).
-    // Branch-free (a lead of 0 keeps the row), the warp's 8 rows loaded before any is stored.
-    __device__ __forceinline__ void align(float* as, int k0, int pt) const {
-#ifndef MUTATE_NO_ALIGN  // test-only: the rows left where the aligned boxes put them
-        const int lane = pt % 32, first = pt / 32 * (BK / 4);
-        int q, i, j;
-        const int my_lead = column(k0 + first + lane % (BK / 4), q, i, j) & 3;
-        const bool mine = lane < A_PITCH / 4;
-        float4 v[BK / 4];
-#pragma unroll
-        for (int r = 0; r < BK / 4; ++r) {
-            const float4* row = reinterpret_cast<const float4*>(as + (first + r) * A_PITCH);
-            v[r] = mine ? row[lane] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int r = 0; r < BK / 4; ++r) {
-            const int lead = __shfl_sync(0xffffffffu, my_lead, r);
-            const float n0 = __shfl_down_sync(0xffffffffu, v[r].x, 1), n1 = __shfl_down_sync(0xffffffffu, v[r].y, 1),
-                        n2 = __shfl_down_sync(0xffffffffu, v[r].z, 1);
-            const float4 out = lead == 0 ? v[r]
-                               : lead == 1 ? make_float4(v[r].y, v[r].z, v[r].w, n0)
-                               : lead == 2 ? make_float4(v[r].z, v[r].w, n0, n1) : make_float4(v[r].w, n0, n1, n2);
-            if (mine) reinterpret_cast<float4*>(as + (first + r) * A_PITCH)[lane] = out;
-        }
-#endif
-    }
-};

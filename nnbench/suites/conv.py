@@ -133,37 +133,7 @@ def refusal(v: Variant, params: dict, shape: ConvShape) -> str | None:
                 f"{CONSTANT_FLOATS:,} of 64 KiB constant memory")
     if v.source == "conv/03_tiled.cu" and (shape.R > TILED_RMAX or shape.stride > TILED_SMAX):
         return f"tiled: supports filters up to {TILED_RMAX}x{TILED_RMAX} and strides up to {TILED_SMAX}"
-    if v.runner == "implicit" and params.get("ALOAD") == 1:
-        return tap_box_refusal(shape, params["BM"])
     return None
-
-
-def tap_box_refusal(s: ConvShape, bm: int) -> str | None:
-    """Why the A tile cannot come by tap boxes (ALOAD=1, implicit_wgmma.cuh's TapBoxes) on this layer:
-    a tile is whole output rows of one image, each box one row band of a plane shifted by a tap."""
-    if s.stride != 1:
-        return f"ALOAD=1 (tap boxes): stride 1 only, this layer has stride {s.stride}"
-    if s.W % 4 or s.Wo % 4:
-        return (f"ALOAD=1 (tap boxes): W and Wo must be multiples of 4 (the copy engine's 16-byte rule), got "
-                f"W={s.W}, Wo={s.Wo}")
-    if max(s.W, s.Wo) + 4 > bm:
-        return f"ALOAD=1 (tap boxes): a tile holds whole rows (4 floats wider), so W and Wo must be <= BM-4={bm - 4}"
-    return None
-
-
-def tap_box_map(tensor: int, dims: tuple[int, int, int, int], grid_width: int, bm: int) -> bytes:
-    """The 4-D map (W, H, C, N) over an NCHW tensor whose box is one k row of a tap-box tile: the
-    grid's width + 4 (a box starts at a 16-byte aligned column, up to 3 before the tap's) by
-    BM // (width + 4) rows of one plane (unswizzled: a k row is BM floats apart)."""
-    from nnbench.runtime import tensormap
-    w, h, c, n = dims
-    strides = (4 * w, 4 * w * h, 4 * w * h * c)
-    return tensormap.encode_tiled(tensor, dims, strides, (grid_width + 4, bm // (grid_width + 4), 1, 1))
-
-
-def row_tiles(images: int, grid_h: int, grid_w: int, bm: int) -> int:
-    """Tap-box tiles (RowTile): BM // (width + 4) whole rows of one image each."""
-    return images * -(-grid_h // (bm // (grid_w + 4)))
 
 
 # -- the reference --------------------------------------------------------------------------------
@@ -354,12 +324,11 @@ PATH_TMA_B = 2  # kernels_cu/common/wgmma_mainloop.cuh's `paths` bit: the filter
 DIMS_SIGNATURE = "{40@4}"  # ConvDims by value: ten ints
 
 
-def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, slices: int | None = None):
+def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y):
     """Conv step 9 (09_implicit_wgmma.cu): one launch, no workspace. The filters, read as the K-major
     GEMM operand (C*R*R x K, leading dimension C*R*R), come by a tensor map where the 16-byte stride
-    rule allows, else by the producer's cp.async; the input by gather or tap boxes (ALOAD). `slices`
-    overrides the split of K (scripts/conv_tap_boxes.py). Returns (run, path): the launcher and the
-    operands' paths, for the table."""
+    rule allows, else by the producer's cp.async. Returns (run, path): the launcher and the filters'
+    path, for the table."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
     kernel = backend.load(comp, "conv_forward")
@@ -370,16 +339,11 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
         w_map, bits, path = tensormap.encode_tiled(int(Wt), (crr, s.K), (4 * crr,), box, tm.swizzle), PATH_TMA_B, "TMA"
     else:
         w_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async filters"
-    if params.get("ALOAD") == 1:
-        m_tiles = row_tiles(s.N, s.Ho, s.Wo, params["BM"])
-        x_map, path = tap_box_map(int(X), (s.W, s.H, s.C, s.N), s.Wo, params["BM"]), f"{path}, A by tap boxes"
-    else:
-        m_tiles, x_map = -(-s.N * s.Ho * s.Wo // params["BM"]), bytes(tensormap.MAP_BYTES)
-    tiles = m_tiles * -(-s.K // params["BN"])
-    slices = slices or forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
-    grid = (m_tiles, -(-s.K // params["BN"]), slices)
-    sig = DIMS_SIGNATURE + "PPP" + 2 * raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
-    args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, x_map, np.int32(bits))
+    tiles = -(-s.N * s.Ho * s.Wo // params["BM"]) * -(-s.K // params["BN"])
+    slices = forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
+    grid = (-(-s.N * s.Ho * s.Wo // params["BM"]), -(-s.K // params["BN"]), slices)
+    sig = DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
+    args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
     main = backend.launcher(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
     if slices == 1:
         return main, path
@@ -438,24 +402,16 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
                             (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
                             DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
-    if params.get("ALOAD") == 1:  # stride 1 (tap_box_refusal): one phase, tiles of whole rows of dX
-        m_tiles, a_map = row_tiles(s.N, s.H, s.W, bm), tap_box_map(int(dY), (s.Wo, s.Ho, s.K, s.N), s.W, bm)
-        path = f"{path}, dY by tap boxes"
-    else:
-        phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
-        m_tiles, a_map = -(-phase_pixels // bm), bytes(tensormap.MAP_BYTES)
-    # gridDim.z: a strided layer's phases; at stride 1 the forward's split of K, into a zeroed dX
-    data_slices = 1 if s.stride > 1 else forward_slices(m_tiles * -(-s.C // bn), -(-s.K * s.R * s.R // bk),
-                                                       backend.device.sm_count)
+    phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
+    data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
     data_launch = backend.launcher(backend.load(comp, "conv_data_grad"),
-                                   (m_tiles, -(-s.C // bn), s.stride * s.stride * data_slices), block,
-                                   (dims, ip(dY), ip(Wt), ip(dX), a_map),
-                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN), smem=smem)
+                                   (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
+                                   (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
     clear_dx = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
                                 (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
 
     def data():
-        if data_slices > 1:
+        if data_slices > 1:  # the slices add into dX
             clear_dx()
         data_launch()
 
@@ -465,6 +421,14 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
         data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
     return run, f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
+
+
+def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:
+    """Slices of K for the data gradient: at stride 1 the forward's rule over its tiles (N*H*W x C) and
+    K*R*R; a strided layer's gridDim.z holds its stride^2 phases instead, one slice."""
+    if s.stride > 1:
+        return 1
+    return forward_slices(-(-s.N * s.H * s.W // bm) * -(-s.C // bn), -(-s.K * s.R * s.R // bk), sms)
 
 
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
