@@ -74,3 +74,12 @@ def test_forward_splits_k_only_where_the_last_wave_is_short():
     assert conv.forward_slices(tiles=392, k_blocks=36, sms=132) == 1
     assert conv.forward_slices(tiles=1, k_blocks=48, sms=132) == 3
     assert conv.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks
+
+
+def test_the_data_gradient_splits_k_as_the_forward_does_at_stride_1_only():
+    sms = 132
+    layer2, strided = conv.load_sets()["resnet"][1:]
+    assert conv.conv_data_slices(layer2, 128, 128, 32, sms) == 2  # 196 tiles: 2 slices of 18 k-blocks
+    assert conv.conv_data_slices(strided, 128, 128, 32, sms) == 1  # gridDim.z holds its 4 phases
+    assert conv.conv_data_slices(conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
+    assert conv.conv_data_slices(conv.ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block

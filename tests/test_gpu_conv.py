@@ -105,7 +105,8 @@ def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, 
 IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
 ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
               conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
-              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1)]
+              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
+              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)]  # the data gradient split in 2 (36 k-blocks, 2 tiles)
 
 
 def _implicit(cuda_backend, suite: str, name: str):
@@ -130,16 +131,20 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
         assert r["status"] == "PASS", (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
-@pytest.mark.parametrize("suite,name", IMPLICIT[::2])
-def test_an_implicit_path_that_drops_a_filter_tap_fails_verification(cuda_backend, suite, name):
-    """Built with the test-only switch -DMUTATE_DROP_TAP (the last filter tap is gathered as zero),
-    the forward and the backward fail the suite's verification; built without it, they pass."""
+@pytest.mark.parametrize("suite,name,defect,shape", [
+    ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    # the data gradient in 2 slices of K (conv_data_slices), the last one never added
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1))])
+def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
+    """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
+    -DMUTATE_DROP_SLICE: a split data gradient loses a slice), the forward and the backward fail the
+    suite's verification; built without it, they pass."""
     from nnbench.runtime.compile import compile_sources
     v = _implicit(cuda_backend, suite, name)
     params = v.defaults()
     real, mutated = compile_sources(v.target(cuda_backend.arch), [(v.source, params),
-                                                                  (v.source, {**params, "MUTATE_DROP_TAP": 1})])
-    shape = conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)
+                                                                  (v.source, {**params, defect: 1})])
     session = conv.WORKLOAD.session(cuda_backend, FAST, conv.DEFAULT_RTOL, 0, {})
     session.prepare(shape)
     case = Case.defaults(v)

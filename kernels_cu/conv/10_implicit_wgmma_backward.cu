@@ -18,10 +18,13 @@
 //         A strided layer's data gradient runs in stride^2 phases of input pixels (h % stride,
 //         w % stride), gridDim.z, each a stride-1 gather over only the taps that reach it: gathering
 //         every tap and dividing cost 2.37 ms at N32 C64 56x56 K128 s2, 3/4 of the products zeros.
+//         At stride 1 gridDim.z splits K instead where the tiles leave a short last wave, as the
+//         forward's does (196 tiles at N32 C128 28x28: 0.160 -> 0.143 ms in 2 slices).
 // Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
 // Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
 //         (nnbench/registry.py). The filter gradient's split count comes from the host.
-// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2);
+// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
+//         stride 1 the forward's split of K, conv_data_slices in nnbench/suites/conv.py);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128
@@ -55,7 +58,7 @@ struct DataGather {
     }
 };
 
-// All of K in one slice (gridDim.z holds the data gradient's phases, not slices of K).
+// All of K in one slice (gridDim.z holds a strided data gradient's phases, not slices of K).
 __device__ __forceinline__ KRange whole(int K) {
     KRange kr(K);
     kr.first = 0;
@@ -70,7 +73,8 @@ extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int st = d.stride, ph = blockIdx.z / st, pw = blockIdx.z % st;
+    // gridDim.z: the stride^2 phases, or at stride 1 slices of K (split-K into a zeroed dX, as the forward's)
+    const int st = d.stride, phase = st == 1 ? 0 : blockIdx.z, ph = phase / st, pw = phase % st;
     const int r0 = (ph + d.pad) % st, s0 = (pw + d.pad) % st;
     const Taps taps{r0 < d.R ? (d.R - r0 + st - 1) / st : 0, s0 < d.R ? (d.R - s0 + st - 1) / st : 0, st, r0, s0};
     const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
@@ -84,7 +88,7 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
 
     if (wg == 0) {
         regs_dealloc<GATHER_REGS>();
-        const KRange kr = whole(Kk);
+        const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
         DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
                                      (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
                      Wt, taps, d.C, Kk, d.R, n0, wt};
@@ -93,9 +97,13 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     }
 
     regs_alloc<MATH_REGS>();
-    const KRange kr = whole(Kk);
+    const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
+    if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
+#ifdef MUTATE_DROP_SLICE  // test-only (tests/test_gpu_conv.py): a split data gradient's last slice is never added
+    if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
+#endif
     store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
 }
 

@@ -403,16 +403,32 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
                             (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
                             DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
-    data = backend.launcher(backend.load(comp, "conv_data_grad"),
-                            (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride), block,
-                            (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
+    data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
+    data_launch = backend.launcher(backend.load(comp, "conv_data_grad"),
+                                   (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
+                                   (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
+    clear_dx = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                                (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
+
+    def data():
+        if data_slices > 1:  # the slices add into dX
+            clear_dx()
+        data_launch()
 
     def run():
         clear()
         filt()
         data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
-    return run, f"filter split-K {slices}, {path}"
+    return run, f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
+
+
+def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:
+    """Slices of K for the data gradient: at stride 1 the forward's rule over its tiles (N*H*W x C) and
+    K*R*R; a strided layer's gridDim.z holds its stride^2 phases instead, one slice."""
+    if s.stride > 1:
+        return 1
+    return forward_slices(-(-s.N * s.H * s.W // bm) * -(-s.C // bn), -(-s.K * s.R * s.R // bk), sms)
 
 
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
