@@ -37,3 +37,9 @@ def test_stride_blocks():
                      mem_bytes=0, l2_bytes=0)
     assert dev.stride_blocks(0) == 1 and dev.stride_blocks(257) == 2 and dev.stride_blocks(10**9) == 8 * 132
     assert dev.stride_blocks(1000, threads=100) == 10
+
+
+def test_an_arch_specific_target_takes_its_familys_limits():
+    # `profile --arch sm_90a` without a GPU: Hopper's wgmma target has sm_90's limits, not a parse error.
+    hopper = for_arch("sm_90a")
+    assert hopper.cc == (9, 0) and hopper.smem_per_block_optin == for_arch("sm_90").smem_per_block_optin

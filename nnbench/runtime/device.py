@@ -115,9 +115,10 @@ _ARCH_LIMITS = {
 
 def for_arch(arch: str) -> DeviceInfo:
     """A DeviceInfo with an architecture's documented limits (no clocks): for checks, not peaks."""
-    cc = (int(arch[3:-1]), int(arch[-1]))
+    family = arch.removesuffix("a")  # sm_90a: Hopper's arch-specific instructions on sm_90's limits
+    cc = (int(family[3:-1]), int(family[-1]))
     return DeviceInfo(name=arch, cc=cc, sm_count=0, sm_clock_mhz=0, mem_clock_mhz=0, bus_width_bits=0,
-                      mem_bytes=0, l2_bytes=0, **_ARCH_LIMITS.get(arch, {}))
+                      mem_bytes=0, l2_bytes=0, **_ARCH_LIMITS.get(family, {}))
 
 
 @dataclass
