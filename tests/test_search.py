@@ -139,6 +139,30 @@ def test_tpe_halving_commits_to_the_variant_with_the_best_case():
         assert s.best()[1] <= 1.02, (seed, s.best())
 
 
+def test_tpe_halving_tries_the_incumbents_tile_in_the_other_variants():
+    """Variant x has two cases, the faster at A=4 B=1; variant y looks slow everywhere (3.0 and up)
+    except at its own A=4 B=1 (1.0): the needle that a tile shape found in one variant points to in
+    the next. y's analogue of x's incumbent is among y's first three proposals, for every seed (at
+    random: about 3 in 36)."""
+    cands = [("x", 4, 1), ("x", 0, 5)] + [("y", a, b) for a in range(6) for b in range(6)]
+
+    def f(c):
+        if c[0] == "x":
+            return 2.0 if c[1:] == (4, 1) else 2.5
+        return 1.0 if c[1:] == (4, 1) else 3.0 + 0.01 * (c[1] + c[2])
+
+    for seed in range(5):
+        s = strategies.make("tpe_halving", cands, seed, coords=lambda c: (c[0], {"A": c[1], "B": c[2]}),
+                            budget_cases=12)
+        ys = []
+        while s.evaluated < 12:
+            for i in s.ask(1):
+                s.tell(i, f(cands[i]))
+                if cands[i][0] == "y":
+                    ys.append(cands[i])
+        assert ("y", 4, 1) in ys[:3], (seed, ys)
+
+
 def test_several_workers_write_each_case_once(tmp_path, spec):
     """Three CPU workers answer from the file in parallel into one result file, each case sleeping
     its recorded time (the baseline, tiled TS=32, is the slowest: other cases finish before it);
