@@ -69,6 +69,7 @@ class Outcome:
     skipped: int = 0
     failed: int = 0
     restarts: int = 0
+    requeued: int = 0  # jobs sent again because their MPI rank was lost or failed
     wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
     run_s: float = 0.0  # the jobs alone, compilation excluded
     gpu_s: float = 0.0
@@ -360,7 +361,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             worker.close()  # the ranks run every job; this GPU is theirs
             worker = None
             pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
-                           spec.watchdog_s, on_restart=restarted)
+                           spec.watchdog_s, on_restart=restarted, on_lost=lambda job: emit("lost", job=job))
             slots = pool.size
             starting = threading.Thread(target=lambda: None)
             starting.start()
@@ -464,6 +465,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             sink.close()
         outcome.failed = sum(st in results.FAILED for st in last_status.values())
         outcome.restarts = pool.restarts
+        outcome.requeued = getattr(pool, "requeued", 0)
         if first_worker is not None and first_worker.ready:
             phases = dict(first_worker.ready)
             at = phases.pop("at")

@@ -239,6 +239,31 @@ def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
     assert all(r["speedup"] and r["pct_vendor"] for r in got if r["variant"] != "cublas")
 
 
+@pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
+def test_a_lost_mpi_rank_has_its_case_requeued(tmp_path):
+    """One of two worker ranks dies while it holds a job (tests/mpi/lose_a_rank.py: its process exits at
+    once, no answer, as if its node were gone). The job is sent again after 3 watchdog periods (3 s
+    here, most of this test's time) and the other rank runs it and every later one: each case once,
+    the re-queue said on stdout."""
+    import os
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(CONFIG.read_text() + "strategy: random\nbudget: {cases: 6}\n")
+    out, marker = tmp_path / "r.csv", tmp_path / "lost"
+    env = dict(os.environ, NNBENCH_TEST_LOSE_MARKER=str(marker),
+               PYTHONPATH=os.pathsep.join([str(paths.ROOT / "tests/mpi"), str(paths.ROOT)]))
+    cmd = ["mpirun", "--enable-recovery", "-np", "3", "--oversubscribe", "-x", "NNBENCH_TEST_LOSE_MARKER",
+           "-x", "PYTHONPATH"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    res = subprocess.run([*cmd, sys.executable, "-m", "mpi4py.futures", str(paths.ROOT / "tests/mpi/lose_a_rank.py"),
+                          str(cfg), "--replay", str(H100), "--out", str(out), "--watchdog", "1"],
+                         capture_output=True, text=True, cwd=paths.ROOT, env=env, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = " ".join(res.stdout.split())  # the console wraps lines
+    assert marker.exists() and "1 case re-queued from lost MPI ranks" in said, res.stdout + res.stderr
+    got = [r for r in rows(out) if r["status"] != "SKIP"]
+    assert len(got) == 14 and len({results.case_key_of(r) for r in got}) == 14
+    assert all(r["status"] == "PASS" for r in got)
+
+
 def test_a_seconds_budget_stops_the_search(tmp_path, spec):
     """budget: {seconds: 0.3} with cases that take 50 ms each: the search stops after its round that
     crosses 0.3 s (rounds of 4 for TPE), far short of the 218 candidates (at least one round: on a
