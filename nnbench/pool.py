@@ -189,10 +189,23 @@ class MpiPool:
     CONFIG --mpi` (or `srun`), rank 0 runs the sweep and every other rank is a worker host of
     mpi4py.futures' MPIPoolExecutor. Each rank keeps one nnbench Worker process (the same watchdog
     and replacement as on one host) pinned to its GPU on its node; a kernel whose cubin is not in that
-    node's cache is compiled there once (the cache is content-addressed and written atomically). A
-    job whose rank fails (the future raises) is sent again, once, to another rank."""
+    node's cache is compiled there once (the cache is content-addressed and written atomically).
 
-    def __init__(self, init: tuple, watchdog_s: float, on_restart: Callable[[int], None] | None = None) -> None:
+    A lost rank (its process or its node gone): on a healthy rank a job's two phases (inputs, then
+    the case) are each cut off by the worker's watchdog, so a job dispatched to a rank and still
+    unanswered after `LOST_AFTER` watchdog periods (the third covers a worker's restart and the pipe)
+    is taken as lost and sent again; the pool's other ranks take it and every later job. If the rank
+    was only slow, its late answer is dropped: the first answer is the one written. The MPI job must
+    outlive a dead rank (`mpirun --enable-recovery`; under Slurm `srun --no-kill`, docs/results/sweep.md);
+    by default Open MPI ends the whole job, and a re-run of the same command resumes from the file.
+    A job whose future raises (the rank failed, the pool broke) is sent again too. A job lost or
+    failed `TRIES` times is an ERROR row."""
+
+    LOST_AFTER = 3  # watchdog periods
+    TRIES = 3
+
+    def __init__(self, init: tuple, watchdog_s: float, on_restart: Callable[[int], None] | None = None,
+                 on_lost: Callable[[Job], None] | None = None) -> None:
         try:
             from mpi4py.futures import MPIPoolExecutor
         except ImportError:
@@ -205,30 +218,77 @@ class MpiPool:
         self.init = (*init, socket.gethostname())
         self.watchdog_s = watchdog_s
         self.on_restart = on_restart or (lambda pid: None)
+        self.on_lost = on_lost or (lambda job: None)
         self.restarts = 0
+        self.requeued = 0  # jobs sent again because their rank was lost or failed
 
     def run(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
-        from concurrent.futures import as_completed
-        futures = {self.executor.submit(remote_run, self.init, job, self.watchdog_s): (job, 0) for job in jobs}
-        while futures:
-            for fut in as_completed(list(futures)):
-                job, tries = futures.pop(fut)
+        import time
+        from concurrent.futures import FIRST_COMPLETED, wait
+        lost_after = self.LOST_AFTER * self.watchdog_s
+        inflight: dict = {}  # future -> [job, tries, when its rank took it (None: still queued)]
+
+        def send(job: Job, tries: int) -> None:
+            try:
+                fut = self.executor.submit(remote_run, self.init, job, self.watchdog_s)
+            except Exception as e:  # noqa: BLE001 - a broken pool: no rank is left to take a job
+                from nnbench.errors import NnbenchError
+                raise NnbenchError(f"the MPI pool is broken ({e}); every case written is kept: run the same "
+                                   "command again to resume") from None
+            inflight[fut] = [job, tries, None]
+
+        def again(job: Job, tries: int, why: str) -> tuple[Job, dict] | None:
+            """Send the job again, or its ERROR record once it has had its tries."""
+            if tries + 1 >= self.TRIES:
+                return job, {"status": "ERROR", "error": f"MPI worker lost {self.TRIES} times: {why}"}
+            self.requeued += 1
+            send(job, tries + 1)
+            return None
+
+        for job in jobs:
+            send(job, 0)
+        while inflight:
+            done, _ = wait(list(inflight), timeout=min(1.0, lost_after / 4), return_when=FIRST_COMPLETED)
+            for fut in done:
+                job, tries, _ = inflight.pop(fut)
                 try:
                     rec, restarted = fut.result()
                 except Exception as e:  # noqa: BLE001 - the rank is gone or broken: the job goes elsewhere
-                    if tries == 0:
-                        futures[self.executor.submit(remote_run, self.init, job, self.watchdog_s)] = (job, 1)
-                        break
-                    rec, restarted = {"status": "ERROR", "error": f"MPI worker lost twice: {e}"}, 0
+                    failed = again(job, tries, str(e) or type(e).__name__)
+                    if failed is not None:
+                        yield failed
+                    continue
                 if restarted:
                     self.restarts += 1
                     self.on_restart(restarted)
                 yield job, rec
+            now = time.monotonic()
+            for fut, entry in list(inflight.items()):
+                if entry[2] is None and fut.running():
+                    entry[2] = now
+                elif entry[2] is not None and now - entry[2] > lost_after:
+                    del inflight[fut]  # its rank is lost: a late answer from it is dropped
+                    self.on_lost(entry[0])
+                    failed = again(entry[0], entry[1], f"no answer in {lost_after:g} s")
+                    if failed is not None:
+                        yield failed
 
     def close(self) -> None:
-        self.executor.shutdown(wait=True)
+        # A lost rank never answers the shutdown: with a job re-queued, leave without waiting for it.
+        self.executor.shutdown(wait=self.requeued == 0, cancel_futures=True)
 
     kill = close
+
+
+def end_mpi_job(code: int) -> None:
+    """End the whole MPI job from rank 0 once every record is written and the summary printed, after a
+    rank was lost: MPI_Finalize (at exit) would wait for the lost rank, and the live ranks for more jobs."""
+    import sys
+
+    from mpi4py import MPI
+    sys.stdout.flush()
+    sys.stderr.flush()
+    MPI.COMM_WORLD.Abort(code)
 
 
 _RANK: dict = {}  # an MPI rank's own Worker, kept between jobs

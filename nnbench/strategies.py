@@ -18,7 +18,10 @@ a case that failed, faulted or was refused after compiling).
   evenly over the arms still in play, then keeps the better half of them (ranked by the fastest
   case each has found), until one is left; it gets the last round, and what remains of the budget
   goes to the arms in that order. Inside an arm the cases come from the arm's own TPE study (its
-  first few at random). A space of variants that differ by a large factor, whose best case is one
+  first few at random), except that whenever the fastest case so far (the incumbent) is another
+  arm's, the arm's next case is first the analogue of the incumbent: its own case nearest in the
+  parameters both share (a tile shape that wins in one step of a ladder is the first to try in the
+  next), once per incumbent. A space of variants that differ by a large factor, whose best case is one
   tile of one variant, is where plain TPE's smoothed categorical keeps paying for the slow ones.
 
 Budgets are per shape: `cases` evaluations (cases timed; a case refused after compiling does not
@@ -211,6 +214,9 @@ class HalvingSearch(Search):
         self.inner = {a: TpeSearch([self.candidates[i] for i in self.members[a]], seed * 31 + k, coords,
                                    startup=ARM_STARTUP) for k, a in enumerate(self.arms)}
         self.where = {i: (a, k) for a in self.arms for k, i in enumerate(self.members[a])}
+        self.points = [coords(c)[1] for c in self.candidates]
+        self.values = {k: sorted({p[k] for p in self.points if k in p}) for k in {k for p in self.points for k in p}}
+        self.carried: set[tuple[str, int]] = set()  # (arm, incumbent) pairs whose analogue was proposed
         # Rounds: every arm, then the better half, ..., then one; each round gets an equal share.
         sizes = [len(self.arms)]
         while sizes[-1] > 1:
@@ -257,13 +263,40 @@ class HalvingSearch(Search):
                 if not short:
                     break  # this round's results decide the next: the batch ends here
                 arm = min(short, key=self._count)  # the round's cases spread over its arms
-            k = self.inner[arm].ask(1)
-            if not k:
-                break
-            i = self.members[arm][k[0]]
+            k = self._analogue(arm)
+            if k is None:
+                got = self.inner[arm].ask(1)
+                if not got:
+                    break
+                k = got[0]
+            i = self.members[arm][k]
             self.pending.add(i)
             out.append(i)
         return out
+
+    def _analogue(self, arm: str) -> int | None:
+        """The arm's case nearest to the incumbent (the fastest case found so far, in another arm),
+        once per incumbent: the distance counts, over the parameters both have, how many values
+        apart they are (same-named parameters mean the same along a ladder: a tile shape that wins
+        in one step is the first one to try in the next). None if the incumbent is the arm's own,
+        or its analogue was measured already."""
+        best = self.best()
+        if best is None or self.where[best[0]][0] == arm or (arm, best[0]) in self.carried:
+            return None
+        self.carried.add((arm, best[0]))
+        inner, want = self.inner[arm], self.points[best[0]]
+        taken = set(inner.results) | inner.pending
+
+        def distance(k: int) -> int:
+            mine = self.points[self.members[arm][k]]
+            return sum(abs(self.values[a].index(mine[a]) - self.values[a].index(want[a])) for a in mine if a in want)
+
+        free = [k for k in range(len(self.members[arm])) if k not in taken]
+        if not free:
+            return None
+        k = min(free, key=distance)
+        inner.pending.add(k)  # its own study learns the result like any other (a point it did not ask)
+        return k
 
     def tell(self, index: int, value: float | None) -> None:
         super().tell(index, value)

@@ -69,11 +69,13 @@ class Outcome:
     skipped: int = 0
     failed: int = 0
     restarts: int = 0
+    requeued: int = 0  # jobs sent again because their MPI rank was lost or failed
     wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
     run_s: float = 0.0  # the jobs alone, compilation excluded
     gpu_s: float = 0.0
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
     first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
+    startup: dict | None = None  # the first worker's start-up phases (nnbench/worker.py), seconds after its spawn
     compile: CompileStats = field(default_factory=CompileStats)
     searches: list[dict] = field(default_factory=list)  # per shape, under a strategy: what it found
     summary: Summary | None = None
@@ -359,7 +361,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             worker.close()  # the ranks run every job; this GPU is theirs
             worker = None
             pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
-                           spec.watchdog_s, on_restart=restarted)
+                           spec.watchdog_s, on_restart=restarted, on_lost=lambda job: emit("lost", job=job))
             slots = pool.size
             starting = threading.Thread(target=lambda: None)
             starting.start()
@@ -377,6 +379,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             outcome.compile.load_s = reply["load_s"]
             return outcome
         starting.join()
+        first_worker = worker
         worker = None  # the pool owns it now
 
         def run(batch: list[Job]) -> Iterator[tuple[Job, dict]]:
@@ -443,6 +446,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             return rec
 
         t_run = time.perf_counter()
+        run_started = time.time()
         try:
             if not searching:
                 link_shapes(todo)
@@ -461,6 +465,12 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             sink.close()
         outcome.failed = sum(st in results.FAILED for st in last_status.values())
         outcome.restarts = pool.restarts
+        outcome.requeued = getattr(pool, "requeued", 0)
+        if first_worker is not None and first_worker.ready:
+            phases = dict(first_worker.ready)
+            at = phases.pop("at")
+            outcome.startup = dict(phases, ready_s=at - first_worker.spawned,
+                                   run_start_s=run_started - first_worker.spawned)
         outcome.run_s = time.perf_counter() - t_run
         outcome.wall_s = time.perf_counter() - t_start
         return outcome

@@ -10,7 +10,8 @@ fresh worker, and goes on. Nothing already written to disk is touched.
 Protocol (parent -> worker): first (backend, suite, settings, rtol, seed, env, first problem), whose
 inputs and reference the worker builds on a thread at once (while the parent compiles); then
 ("run", job_id, Job) | ("load", job_id, [(Compiled, kernel)]) | None (exit).
-Worker -> parent: ("hello", info) once, then ("progress", job_id, what) and ("record", job_id, rec).
+Worker -> parent: ("hello", info) once, ("ready", 0, start-up phases) once it is ready for jobs,
+then ("progress", job_id, what) and ("record", job_id, rec).
 The parent may send the next job before it has written the last record (`submit`, then `wait`): the
 job waits in the pipe, so the GPU never idles while the parent appends and fsyncs a row.
 
@@ -84,6 +85,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     from nnbench.runtime import open_backend
     from nnbench.suites import session_for
 
+    t0 = time.perf_counter()
     try:
         if backend_name.startswith("replay:"):
             from nnbench import replay
@@ -101,11 +103,21 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
         conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
                              "arch": getattr(backend, "arch", None)}))
         session = session_for(suite, backend, settings, rtol, seed, env)
+    # Start-up, all while the parent compiles: each phase's end, in seconds from the worker's first
+    # line (after Python and nnbench are imported), told to the parent once the worker is ready.
+    ready = {"backend_s": time.perf_counter() - t0}
     if first is not None and hasattr(session, "prefetch"):  # built while cuBLAS loads and the parent compiles
         session.prefetch(first)
     session.warm_up()
+    ready["vendor_s"] = time.perf_counter() - t0
+    if hasattr(backend, "prime"):  # the verifier and the blocking kernel, compiled on a cold cache
+        backend.prime()
+    ready["helpers_s"] = time.perf_counter() - t0
     if first is not None:  # its device buffers too, while the parent still compiles
         session.prepare(first, None)
+    ready["first_problem_s"] = time.perf_counter() - t0
+    ready["at"] = time.time()  # the parent's clock too: how long after it started this process
+    conn.send(("ready", 0, ready))
     while True:
         msg = conn.recv()
         if msg is None:
@@ -150,6 +162,7 @@ class Worker:
         """`first`: the problem to build at once; `share`: how many workers share this host's cores."""
         # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
         # undefined, and multiprocessing's spawn would re-import the caller's __main__ script.
+        self.spawned = time.time()
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
@@ -166,6 +179,7 @@ class Worker:
         self.conn = _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
         self.conn.send((backend_name, suite, settings, rtol, seed, env_extra, first))
         self._next = 0
+        self.ready: dict | None = None  # the worker's start-up phases (serve), once it has said
         try:
             kind, info = self._recv(HELLO_TIMEOUT_S)
         except (WorkerDied, WorkerHung) as e:
@@ -231,6 +245,8 @@ class Worker:
                 raise
             if msg[0] == "progress" and on_progress:
                 on_progress(msg[2])
+            elif msg[0] == "ready":
+                self.ready = msg[2]
             elif msg[0] == "record" and msg[1] == job_id:
                 return msg[2]
 

@@ -113,3 +113,22 @@ def test_a_launch_that_synchronizes_falls_back_to_unblocked_timing(cuda_backend)
     assert len(cuda_backend.timed_samples(syncing, 1, 3)) == 3
     assert id(syncing) in cuda_backend._syncing
     assert len(cuda_backend.timed_samples(syncing, 1, 3)) == 3
+
+
+def test_a_worker_is_ready_with_its_helper_kernels_before_the_first_job(tmp_path, monkeypatch):
+    """The verifier and the blocking kernel are compiled (cold cache) and loaded while the parent
+    compiles, not inside the first case's run (about a second of nvcc on the H100 host)."""
+    from nnbench import paths
+    from nnbench.runtime.compile import CompileRequest, compile_cubin
+    from nnbench.worker import Worker
+
+    monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cubins"))
+    w = Worker("cuda", "gemm", measure.TimingSettings(), gemm.DEFAULT_RTOL, 3, {}, first=gemm.Shape(64, 64, 64))
+    try:
+        assert w.run("load", [], 60)["modules"] == 0  # no job yet: its answer comes after "ready"
+        assert w.ready is not None and w.ready["helpers_s"] <= w.ready["first_problem_s"]
+        arch = w.info["arch"]
+    finally:
+        w.close()
+    for source in ("common/verify.cu", "common/blocking.cu"):
+        assert compile_cubin(CompileRequest.make(paths.KERNELS / source, {}, arch)).cached, source

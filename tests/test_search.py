@@ -139,6 +139,30 @@ def test_tpe_halving_commits_to_the_variant_with_the_best_case():
         assert s.best()[1] <= 1.02, (seed, s.best())
 
 
+def test_tpe_halving_tries_the_incumbents_tile_in_the_other_variants():
+    """Variant x has two cases, the faster at A=4 B=1; variant y looks slow everywhere (3.0 and up)
+    except at its own A=4 B=1 (1.0): the needle that a tile shape found in one variant points to in
+    the next. y's analogue of x's incumbent is among y's first three proposals, for every seed (at
+    random: about 3 in 36)."""
+    cands = [("x", 4, 1), ("x", 0, 5)] + [("y", a, b) for a in range(6) for b in range(6)]
+
+    def f(c):
+        if c[0] == "x":
+            return 2.0 if c[1:] == (4, 1) else 2.5
+        return 1.0 if c[1:] == (4, 1) else 3.0 + 0.01 * (c[1] + c[2])
+
+    for seed in range(5):
+        s = strategies.make("tpe_halving", cands, seed, coords=lambda c: (c[0], {"A": c[1], "B": c[2]}),
+                            budget_cases=12)
+        ys = []
+        while s.evaluated < 12:
+            for i in s.ask(1):
+                s.tell(i, f(cands[i]))
+                if cands[i][0] == "y":
+                    ys.append(cands[i])
+        assert ("y", 4, 1) in ys[:3], (seed, ys)
+
+
 def test_several_workers_write_each_case_once(tmp_path, spec):
     """Three CPU workers answer from the file in parallel into one result file, each case sleeping
     its recorded time (the baseline, tiled TS=32, is the slowest: other cases finish before it);
@@ -213,6 +237,31 @@ def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
     got = [r for r in rows(out) if r["status"] != "SKIP"]
     assert len(got) == 32 and len({results.case_key_of(r) for r in got}) == 32
     assert all(r["speedup"] and r["pct_vendor"] for r in got if r["variant"] != "cublas")
+
+
+@pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
+def test_a_lost_mpi_rank_has_its_case_requeued(tmp_path):
+    """One of two worker ranks dies while it holds a job (tests/mpi/lose_a_rank.py: its process exits at
+    once, no answer, as if its node were gone). The job is sent again after 3 watchdog periods (3 s
+    here, most of this test's time) and the other rank runs it and every later one: each case once,
+    the re-queue said on stdout."""
+    import os
+    cfg = tmp_path / "search.yaml"
+    cfg.write_text(CONFIG.read_text() + "strategy: random\nbudget: {cases: 6}\n")
+    out, marker = tmp_path / "r.csv", tmp_path / "lost"
+    env = dict(os.environ, NNBENCH_TEST_LOSE_MARKER=str(marker),
+               PYTHONPATH=os.pathsep.join([str(paths.ROOT / "tests/mpi"), str(paths.ROOT)]))
+    cmd = ["mpirun", "--enable-recovery", "-np", "3", "--oversubscribe", "-x", "NNBENCH_TEST_LOSE_MARKER",
+           "-x", "PYTHONPATH"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    res = subprocess.run([*cmd, sys.executable, "-m", "mpi4py.futures", str(paths.ROOT / "tests/mpi/lose_a_rank.py"),
+                          str(cfg), "--replay", str(H100), "--out", str(out), "--watchdog", "1"],
+                         capture_output=True, text=True, cwd=paths.ROOT, env=env, timeout=60)
+    assert res.returncode == 0, res.stdout + res.stderr
+    said = " ".join(res.stdout.split())  # the console wraps lines
+    assert marker.exists() and "1 case re-queued from lost MPI ranks" in said, res.stdout + res.stderr
+    got = [r for r in rows(out) if r["status"] != "SKIP"]
+    assert len(got) == 14 and len({results.case_key_of(r) for r in got}) == 14
+    assert all(r["status"] == "PASS" for r in got)
 
 
 def test_a_seconds_budget_stops_the_search(tmp_path, spec):

@@ -54,6 +54,11 @@ class _SweepView:
             self.progress.advance(self.task)
         elif kind == "worker" and data["restart"] and self.progress:
             self.progress.console.print(f"[yellow]started a fresh worker (pid {data['pid']})[/]")
+        elif kind == "lost":
+            job = data["job"]
+            what = job.case if job.kind == "vendor" else f"{job.case.variant.name} {job.case.param_label}"
+            console = self.progress.console if self.progress else app.err
+            console.print(f"[yellow]an MPI rank did not answer; re-queued {what} at {job.shape.label}[/]")
 
     def stop(self) -> None:
         if self.progress:
@@ -181,8 +186,12 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     gpus = _gpus(gpus_opt, backend) if gpus_opt else None
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
                          gpus=gpus, replay=replay_path, mpi=mpi)
-    if any(o.failed for o in outcomes):
-        sys.exit(1)
+    code = 1 if any(o.failed for o in outcomes) else 0
+    if mpi and any(o.requeued for o in outcomes):
+        from nnbench.pool import end_mpi_job
+        end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
+    if code:
+        sys.exit(code)
 
 
 def _gpus(text: str, backend: str) -> list[int]:
@@ -225,6 +234,8 @@ def print_outcome(spec, outcome) -> None:
         line += f" · {outcome.failed} failed"
     if outcome.restarts:
         line += f" · {outcome.restarts} worker restarts"
+    if outcome.requeued:
+        line += f" · {outcome.requeued} case{'s' if outcome.requeued > 1 else ''} re-queued from lost MPI ranks"
     for found in outcome.searches:
         line_s = (f"{spec.strategy} ({spec.budget}) at {found['shape']}: evaluated {found['evaluated']} of "
                   f"{found['candidates']} candidates")

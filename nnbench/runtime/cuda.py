@@ -246,12 +246,7 @@ class CudaBackend:
     def rel_err(self, out, ref, count: int) -> float:
         """||out - ref|| / ||ref|| for float32 `out` against a float64 `ref` already on the device,
         reduced on the GPU (kernels_cu/common/verify.cu) so C never has to come back to the host."""
-        if self._verifier is None:
-            comp = compile_cubin(CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, self.arch))
-            kernel = self.load(comp, "sq_err")
-            kernel.func.prepare("PPiP")
-            self._verifier = (kernel.func, drv.mem_alloc(16))
-        func, acc = self._verifier
+        func, acc = self._verify_kernel()
         drv.memset_d32(acc, 0, 4)
         blocks = self.device.stride_blocks(count)
         func.prepared_call((blocks, 1, 1), (256, 1, 1), int(out), int(ref), np.int32(count), int(acc))
@@ -261,6 +256,21 @@ class CudaBackend:
         except drv.Error as e:
             raise KernelFault(str(e)) from None
         return rel_err_from_sums(float(sums[0]), float(sums[1]))
+
+    def _verify_kernel(self):
+        if self._verifier is None:
+            comp = compile_cubin(CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, self.arch))
+            kernel = self.load(comp, "sq_err")
+            kernel.func.prepare("PPiP")
+            self._verifier = (kernel.func, drv.mem_alloc(16))
+        return self._verifier
+
+    def prime(self) -> None:
+        """Compile (on a cold cache: nvcc, about a second) and load the two helper kernels every case
+        uses, the verifier and the blocking kernel, before the first case instead of inside it. A
+        sweep's worker calls this while its parent compiles the sweep's kernels."""
+        self._verify_kernel()
+        self._blocker()
 
     def ptr(self, buf) -> int:
         return int(buf)
