@@ -168,6 +168,43 @@ def test_cli_record_and_show(target, tmp_path):
                    "no verified cases matching nothing-like-this")
 
 
+def test_cli_record_and_show_json(target, tmp_path):
+    """`history record --json` lists each run as stored (new or not); `history show --json` each case's series
+    and change points, the table's figures; both validate against the schema and are never written over."""
+    jsonschema = _need("jsonschema", "test")
+    from nnbench import rawresults
+    runs = synthetic.history(12, {8: 0.10}, cases={"tiled": 0.25, "coarse": 0.1})
+    files = [tmp_path / f"run{i:02d}.csv" for i in range(len(runs))]
+    for r, path in zip(runs, files):
+        synthetic.write(r, path)
+    res = run("history", "record", *files[:11], "--db", target, "--json", tmp_path / "rec.jsonl")
+    assert res.exit_code == 0, res.output
+    res = run("history", "record", files[10], files[11], "--db", target, "--json", tmp_path / "rec2.jsonl")
+    assert res.exit_code == 0, res.output
+
+    def lines(path, kind):
+        objs = [json.loads(x) for x in path.read_text().splitlines()]
+        for obj in objs:
+            jsonschema.validate(obj, rawresults.schema())
+        assert objs[0]["kind"] == kind and objs[0]["schema_version"] == rawresults.SCHEMA_VERSION
+        return objs[1:]
+    first, again = lines(tmp_path / "rec.jsonl", "history-record"), lines(tmp_path / "rec2.jsonl", "history-record")
+    assert [r["new"] for r in first] == [True] * 11 and [r["new"] for r in again] == [False, True]
+    assert again[0]["run_id"] == first[10]["run_id"] and first[0]["commit"] == synthetic.commit(0)
+    assert first[0]["cases"] == 2 and first[0]["source"].endswith("run00.csv")
+    res = run("history", "show", "--db", target, "--no-png", "--json", tmp_path / "show.jsonl")
+    assert res.exit_code == 0, res.output
+    trends = {t["variant"]: t for t in lines(tmp_path / "show.jsonl", "history")}
+    tiled = trends["tiled"]
+    assert [p["commit"] for p in tiled["series"]] == [synthetic.commit(i) for i in range(12)]
+    assert [c["commit"] for c in tiled["change_points"]] == [synthetic.commit(8)] == [tiled["stable_from"]]
+    assert 0.08 < tiled["change_points"][0]["change"] < 0.12 and tiled["stable_commits"] == 4
+    assert f"{tiled['stable_ms']:.4f}" in res.output and len(trends["coarse"]["series"]) == 12
+    for cmd in (["history", "show", "--db", target, "--no-png"], ["history", "record", files[0], "--db", target]):
+        one_line_error(run(*cmd, "--json", tmp_path / "show.jsonl"), "never overwrites")
+    assert count_runs(target) == 12
+
+
 def test_a_failed_write_stores_nothing(target, monkeypatch):
     """A run is written in one transaction: a failure after its row and before its cases leaves no trace."""
     fill(target, synthetic.history(2, {}))
