@@ -6,7 +6,7 @@ process (NNBENCH_PLANT is read at each compile), and the energy check must read 
 log against the exact timed window. Every number comes from nnbench's own `measure` and harness.
 
   python3 scripts/measurement_targets.py OUT_DIR [--pairs 20] [--parts nvml,energy,overhead,planted,noisy,pairs]
-      [--deadline SECONDS] [--pair-shapes subset|all]
+      [--deadline SECONDS] [--pair-shapes subset|all] [--calibration N,N,...]
 
 --deadline: the pairs part starts no new pair of runs after this many seconds since the script started (a
 device call's time is bounded); --pair-shapes all runs every case of configs/ci.yaml (default), subset the
@@ -45,6 +45,8 @@ from nnbench.runtime.cuda import CudaBackend  # noqa: E402
 OUT = Path(sys.argv[1])
 ARGS = sys.argv[2:]
 PAIRS = int(ARGS[ARGS.index("--pairs") + 1]) if "--pairs" in ARGS else 20
+CALIBRATION = [int(x) for x in (ARGS[ARGS.index("--calibration") + 1] if "--calibration" in ARGS
+                                else "16,32,64,128,512").split(",")]
 DEADLINE = float(ARGS[ARGS.index("--deadline") + 1]) if "--deadline" in ARGS else float("inf")
 PAIR_SHAPES_ALL = (ARGS[ARGS.index("--pair-shapes") + 1] if "--pair-shapes" in ARGS else "all") == "all"
 T_START = time.perf_counter()
@@ -294,9 +296,9 @@ def part_planted() -> None:
     try:
         clean = conv_direct(0, "calib-clean", sink)["median_ms"]
         calib = {}
-        # The first session's line through N = 4..64 gave N = 315 for 3%, which ran +3.7% (the slowdown grows
-        # faster than N): interpolate between measured points around the targets instead.
-        for n in (192, 256, 320, 1000, 1600):
+        # Interpolated between measured points around the targets (PLANT_SLOWDOWN spins N x 128 cycles; the
+        # __nanosleep it used before slept in power-of-two steps, and no N gave 3%).
+        for n in CALIBRATION:
             calib[n] = conv_direct(n, f"calib-{n}", sink)["median_ms"] / clean - 1
             log(f"calibration: PLANT_SLOWDOWN={n}: {100 * calib[n]:+.2f}%")
         n3, n20 = _interpolate(calib, 0.03), _interpolate(calib, 0.20)
