@@ -51,6 +51,7 @@ def _consoles():
     app.out = out
 
 
+from nnbench import verdict  # noqa: E402
 from nnbench.history import changepoints, db, gate, migrations, source, store, synthetic, trend  # noqa: E402
 
 
@@ -392,7 +393,11 @@ def test_check_against_history_baseline_pools_samples():
     base, short = gate.baseline(trend.trends(pts), cur)
     assert short == {} and len(base.iloc[0]["samples_ms"]) == 6 * 30
     medians = [r.cases[0].fields["median_ms"] for r in runs]
-    assert base.iloc[0]["run_spread"] == pytest.approx(__import__("numpy").std(medians, ddof=1) / (sum(medians) / 6))
+    measured = __import__("numpy").std(medians, ddof=1) / (sum(medians) / 6)
+    # six runs are too few to trust their spread (verdict.MIN_SPREAD_RUNS): at least UNKNOWN_RUN_SPREAD
+    assert base.iloc[0]["run_spread"] == pytest.approx(max(measured, verdict.UNKNOWN_RUN_SPREAD))
+    assert verdict.run_spread_of(medians * 2) == pytest.approx(__import__("numpy").std(medians * 2, ddof=1) /
+                                                               (sum(medians) / 6))
 
 
 def test_check_against_history_options(tmp_path):
@@ -459,3 +464,24 @@ def test_check_against_history_allows_for_the_spread_between_runs(target, tmp_pa
                   "--format", "json")
         verdicts = [c["verdict"] for c in json.loads(res.stdout)["cases"]]
         assert verdicts == (["SAME"] if name == "noisy" else ["SLOWER"]), (name, res.output)
+
+
+def test_the_history_gate_defaults_catch_3_percent_where_two_files_do_not(target, tmp_path):
+    """The gate's defaults (verdict.py, docs/results/measurement.md): against a steady history of 12 runs (0.2%
+    between runs) a run 3.5% slower is SLOWER at the default 2% floor, while the same two runs compared as two
+    files are SAME at the default 5%; a history of 6 runs is too short to trust its spread, so it counts as 1%
+    and the tolerance is the two-file 5%."""
+    for n, expect in ((12, "SLOWER"), (6, "SAME")):
+        db_ = target if n == 12 else str(tmp_path / "short.sqlite")
+        runs = synthetic.history(n, {}, noise=0.002, seed=31, samples=40, cases={"tiled": 0.25})
+        files = [tmp_path / f"h{n}-{i}.json" for i in range(n)]
+        for r, path in zip(runs, files):
+            synthetic.write(r, path)
+        assert run("history", "record", *files, "--db", db_).exit_code == 0
+        cur = _current(tmp_path, f"cur{n}.json", 0.035, samples=40)
+        res = run("check", "--against-history", cur, "--db", db_, "--format", "json")
+        got = json.loads(res.stdout)
+        assert [c["verdict"] for c in got["cases"]] == [expect] and got["tolerance"] == 0.02, (n, res.output)
+    two = run("check", files[0], cur, "--format", "json")
+    assert [c["verdict"] for c in json.loads(two.stdout)["cases"]] == ["SAME"], two.output
+    assert json.loads(two.stdout)["tolerance"] == 0.05
