@@ -16,7 +16,8 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
   FASTER     r < 1 - tolerance, and the test says they are smaller, p < ALPHA
   UNSTABLE   r is beyond the tolerance but the test cannot tell it from noise (p >= ALPHA), or r is
              inside it but the medians are too uncertain to say so: the distribution-free 99%
-             confidence intervals of the two medians, combined, are wider than the tolerance
+             confidence intervals of the two medians, combined, are wider than the tolerance; or a side
+             ran under a power or thermal limit throughout (`throttle` names one, nothing was dropped)
   SAME       r inside the tolerance, with medians known well enough to say so
 The tolerance is the smallest change that matters (an effect size); the test says whether a change
 of that size is real. The rank test sees only the spread inside each run; on the H100, identical runs
@@ -259,6 +260,8 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: floa
             v.verdict, v.why = "INVALID", b_bad or c_bad
         elif b is None:
             v.verdict, v.why = "NEW", "not in the baseline"
+        elif throttled := _throttled_throughout(b, "the baseline") or _throttled_throughout(c, "the current run"):
+            v.verdict, v.why = "UNSTABLE", throttled
         elif (sb := samples_of(b)) is not None and (sc := samples_of(c)) is not None:
             v.noise_ms = 0.5 * (float(b["iqr_ms"]) + float(c["iqr_ms"]))
             found = compare_samples(sb, sc, tolerance, alpha, run_spread=_number(b.get("run_spread")))
@@ -309,6 +312,23 @@ def methods_note(verdicts: list[Verdict]) -> str | None:
         return None
     return (f"{n} of {sum(bool(v.method) for v in verdicts)} cases were compared by the older IQR rule: a side has no "
             "raw samples (a file from before nnbench kept them); re-make the baseline to test them on samples")
+
+
+THROTTLED = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")  # nvml.THROTTLE's names
+
+
+def _throttled_throughout(row, side: str) -> str | None:
+    """Why a side's samples are not the kernel's own speed, or None: a power or thermal limit held the clocks
+    and no sample was dropped for it, so every kept sample ran throttled (measure keeps them only where the GPU
+    was throttled for twice the budget, or with --keep-throttled). On the H100 such a run of an unchanged
+    kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (docs/results/measurement.md)."""
+    reasons = str(row.get("throttle") or "")  # a result row, or a record's fields (a NaN reads "nan": none)
+    held = [r for r in reasons.split("|") if r in THROTTLED]
+    if not held or (_number(row.get("dropped")) or 0) > 0:
+        return None
+    low, mid = _number(row.get("sm_clock_min_mhz")), _number(row.get("sm_clock_mhz"))
+    clocks = f", SM clock {low:,.0f}-{mid:,.0f} MHz" if low and mid else ""
+    return f"{side} ran throttled throughout ({', '.join(held)}{clocks}): not the kernel's own speed"
 
 
 def _bad_stats(row, side: str) -> str | None:

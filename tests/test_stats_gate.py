@@ -375,3 +375,19 @@ def test_throttle_rule():
     assert throttled(1500.0, 0, 1980.0) is False
     assert throttled(1980.0, 0x40, 1980.0) is True  # hardware thermal slowdown
     assert throttled(1980.0, 0x1 | 0x2, 1980.0) is False  # idle and user clocks are not throttling
+
+
+def test_a_side_throttled_throughout_is_unstable_not_slower(tmp_path):
+    """On the H100 an unchanged kernel read 6.3% slower in a run whose every batch ran under the power cap (SM
+    clock 1,635-1,860 MHz; measure kept them, having nothing else): UNSTABLE, saying why, never SLOWER. A run
+    whose throttled batches were dropped is compared as usual."""
+    rng = np.random.default_rng(9)
+    base = rec("k", list(noisy(rng, 1.0, 0.002, 40)), throttle="", dropped=0, sm_clock_mhz=1980.0)
+    capped = rec("k", list(noisy(rng, 1.063, 0.002, 40)), throttle="sw_power_cap", dropped=0, sm_clock_mhz=1860.0,
+                 sm_clock_min_mhz=1635.0)
+    cleaned = rec("k", list(noisy(rng, 1.063, 0.002, 40)), throttle="sw_power_cap", dropped=30, sm_clock_mhz=1980.0)
+    b = write_csv(tmp_path / "b.csv", [base])
+    (v,) = verdict.compare(verdict.load(b), verdict.load(write_csv(tmp_path / "c.csv", [capped])), 0.05)
+    assert v.verdict == "UNSTABLE" and "throttled throughout (sw_power_cap, SM clock 1,635-1,860 MHz)" in v.why
+    (v,) = verdict.compare(verdict.load(b), verdict.load(write_csv(tmp_path / "d.csv", [cleaned])), 0.05)
+    assert v.verdict == "SLOWER"
