@@ -16,7 +16,9 @@ Timer (after nvbench's "cold"/"hot" measurements):
   wait: SM and memory clocks and the throttle reasons. A batch that ran with the SM clock under 75%
   of its maximum, or under a power or thermal limit, is dropped (nvbench's rule) and counted in
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
-  samples are kept and `throttle` says why, rather than reporting nothing;
+  samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
+  UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
+  runs that a suite times itself (a trainer's epochs) get the same readings through RunWatch;
 - `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
   first batch and after the last where the window lasts a second or more (host gaps between batches
   included), else the mean of the power read with each kept batch (nnbench/runtime/nvml.py says
