@@ -16,7 +16,9 @@ Timer (after nvbench's "cold"/"hot" measurements):
   wait: SM and memory clocks and the throttle reasons. A batch that ran with the SM clock under 75%
   of its maximum, or under a power or thermal limit, is dropped (nvbench's rule) and counted in
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
-  samples are kept and `throttle` says why, rather than reporting nothing;
+  samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
+  UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
+  runs that a suite times itself (a trainer's epochs) get the same readings through RunWatch;
 - `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
   first batch and after the last where the window lasts a second or more (host gaps between batches
   included), else the mean of the power read with each kept batch (nnbench/runtime/nvml.py says
@@ -157,6 +159,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     slow: set[int] = set()  # the probes of dropped batches
     t_end = time.perf_counter() + settings.budget_s
     converged = False
+    issued = 0  # host-issued samples so far
     if tel is not None:
         one_ms = est if not settings.cold else gpu_ms
         tel.start(max(settings.budget_s, settings.min_samples * reps * one_ms / 1e3))
@@ -169,9 +172,14 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
                 backend.flush_l2()
             count = min(batch, settings.max_samples - len(kept) - len(dropped))
             if settings.host_issued:
-                got = [backend.timed(launch, reps)]
-                if during is not None:
-                    during()
+                # One probe per BATCH samples, as a hot batch has, taken while the sample's launches run
+                # (inside `timed`, before it waits): a probe after every sample would leave the GPU idle
+                # for its 8-40 us each time, and the decision below applies to the samples it covers.
+                if during is not None and issued % BATCH == 0:
+                    got = [backend.timed(launch, reps, during)]
+                else:
+                    got = [backend.timed(launch, reps)]
+                issued += 1
             elif tel is not None:
                 got = backend.timed_samples(launch, reps, count, during)
             else:
@@ -206,6 +214,49 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     else:
         _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     return stats
+
+
+class RunWatch:
+    """NVML over timed runs that `measure` does not drive: a per-sample trainer's epochs or fused launches
+    and PyTorch's per-sample epochs, each a sample timed by events as the host issues it. Each run is
+    probed once while its launches execute (`during`, given to the run's `timed` before it waits); the
+    energy counter is read over the whole window where it lasts ENERGY_COUNTER_S or more (a trainer's
+    runs usually do), else the probes' power. `stats` applies measure's rules to the samples: a run
+    probed throttled is dropped from the statistics (not from the training) and counted, unless
+    throttled samples are kept or every run was throttled. Without NVML every reading stays None."""
+
+    def __init__(self, backend) -> None:
+        from nnbench.runtime.nvml import ENERGY_COUNTER_S
+        self.tel = backend.telemetry() if hasattr(backend, "telemetry") else None
+        self.probes: list = []
+        if self.tel is not None:
+            self.tel.start(ENERGY_COUNTER_S)
+
+    @property
+    def during(self):
+        """The probe to call while a run executes, or None without NVML (nothing to call)."""
+        return None if self.tel is None else (lambda: self.probes.append(self.tel.probe()))
+
+    def stats(self, samples_ms: list[float], skip: int = 0, keep_throttled: bool = False) -> Stats:
+        """The samples after the first `skip` (warm-up) runs, summarized with the NVML columns; the
+        probes match the samples one to one (a run without its probe keeps its sample, unjudged)."""
+        samples = list(samples_ms)[skip:]
+        probes = self.probes[skip:skip + len(samples)] if self.tel is not None else []
+        if self.tel is None or len(probes) != len(samples):
+            stats = summarize(samples)
+            if self.tel is not None:
+                self.tel.stop()
+                _clocks(stats, self.tel, probes, probes)
+            return stats
+        self.tel.stop()
+        keep = keep_throttled or KEEP_THROTTLED[0]
+        slow = [not keep and self.tel.throttled(p) for p in probes]
+        kept = [x for x, s in zip(samples, slow) if not s]
+        stats = summarize(kept or samples)
+        stats.dropped = len(samples) - len(kept) if kept else 0
+        kept_probes = [p for p, s in zip(probes, slow) if not s] if kept else probes
+        _clocks(stats, self.tel, probes, kept_probes)
+        return stats
 
 
 def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:

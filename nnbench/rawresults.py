@@ -59,7 +59,8 @@ class RawRecord:
 
 
 # -- writing --------------------------------------------------------------------------------------
-KINDS = ("results", "profile", "devices", "check")  # what a file's lines are (docs/JSON.md: one kind per file)
+# What a file's lines are (docs/JSON.md: one kind per file).
+KINDS = ("results", "profile", "devices", "check", "history-record", "history")
 
 
 def header(kind: str = "results") -> dict:

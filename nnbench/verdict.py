@@ -16,7 +16,8 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
   FASTER     r < 1 - tolerance, and the test says they are smaller, p < ALPHA
   UNSTABLE   r is beyond the tolerance but the test cannot tell it from noise (p >= ALPHA), or r is
              inside it but the medians are too uncertain to say so: the distribution-free 99%
-             confidence intervals of the two medians, combined, are wider than the tolerance
+             confidence intervals of the two medians, combined, are wider than the tolerance; or a side
+             ran under a power or thermal limit throughout (`throttle` names one, nothing was dropped)
   SAME       r inside the tolerance, with medians known well enough to say so
 The tolerance is the smallest change that matters (an effect size); the test says whether a change
 of that size is real. The rank test sees only the spread inside each run; on the H100, identical runs
@@ -66,10 +67,21 @@ NEEDED = ["suite", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", 
 MIN_SAMPLES = 5  # per side; with fewer, not even complete separation is evidence (4 vs 4: p >= 0.014)
 ALPHA = 0.001  # the rank test's level: with ~60 cases a run, about one case in 17 runs would pass it by chance
 CI_LEVEL = 0.99  # of each median's distribution-free confidence interval
-# A case's tolerance is at least this many times its between-run spread, where that is known: over 20 pairs of
-# identical H100 runs (29 cases), a 2% tolerance so raised (the spread taken from the 38 other runs) gave no false
-# SLOWER and still caught a planted 3.5% slowdown in 20 of 20 runs; 3 and 4 gave one false SLOWER in 580.
+# The gate's defaults, derived in docs/results/measurement.md ("The gate's defaults") from identical H100 runs:
+# - comparing two files, nothing says how far a case's median moves between identical runs (up to 4.7% on the
+#   H100 in 804 comparisons, 0.1-3% standard deviation by case), so the tolerance must cover every case:
+TWO_FILE_TOLERANCE = 0.05
+# - against a history, each case's own between-run spread s is known and its tolerance is max(tolerance,
+#   RUN_SPREAD_K x s): a floor of 2% is the effect size that counts, and K bounds the false alarms. A run
+#   checked against a pooled history moves from it by about s x sqrt(1 + 1/n); for no false SLOWER in a
+#   whole gate's 20 runs (56 cases: 1,120 one-sided tests) at 95% confidence, a normal deviation must stay
+#   under z = 3.9; s estimated from n >= MIN_SPREAD_RUNS runs can be 24% low at one standard error, so
+#   K = 3.9 x 1.24 ~ 5. Where the history holds fewer runs, s is taken to be at least UNKNOWN_RUN_SPREAD,
+#   which makes the tolerance the two-file one (5 x 1% = 5%).
+HISTORY_TOLERANCE = 0.02
 RUN_SPREAD_K = 5.0
+MIN_SPREAD_RUNS = 10
+UNKNOWN_RUN_SPREAD = TWO_FILE_TOLERANCE / RUN_SPREAD_K
 
 
 @dataclass
@@ -81,6 +93,16 @@ class SampleComparison:
     p_value: float | None  # the one-sided rank test's p in the direction of the change
     uncertainty: float | None  # combined relative half-width of the two medians' confidence intervals
     why: str = ""
+
+
+def run_spread_of(medians) -> float | None:
+    """A case's between-run spread for the gate: the relative standard deviation of its runs' medians, and at
+    least UNKNOWN_RUN_SPREAD where fewer than MIN_SPREAD_RUNS runs say it (module constants); None for one run."""
+    m = np.asarray(medians, dtype=np.float64)
+    if m.size < 2:
+        return None
+    s = float(np.std(m, ddof=1) / np.mean(m))
+    return s if m.size >= MIN_SPREAD_RUNS else max(s, UNKNOWN_RUN_SPREAD)
 
 
 def compare_samples(base, new, tolerance: float, alpha: float = ALPHA,
@@ -238,6 +260,8 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: floa
             v.verdict, v.why = "INVALID", b_bad or c_bad
         elif b is None:
             v.verdict, v.why = "NEW", "not in the baseline"
+        elif throttled := _throttled_throughout(b, "the baseline") or _throttled_throughout(c, "the current run"):
+            v.verdict, v.why = "UNSTABLE", throttled
         elif (sb := samples_of(b)) is not None and (sc := samples_of(c)) is not None:
             v.noise_ms = 0.5 * (float(b["iqr_ms"]) + float(c["iqr_ms"]))
             found = compare_samples(sb, sc, tolerance, alpha, run_spread=_number(b.get("run_spread")))
@@ -288,6 +312,23 @@ def methods_note(verdicts: list[Verdict]) -> str | None:
         return None
     return (f"{n} of {sum(bool(v.method) for v in verdicts)} cases were compared by the older IQR rule: a side has no "
             "raw samples (a file from before nnbench kept them); re-make the baseline to test them on samples")
+
+
+THROTTLED = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")  # nvml.THROTTLE's names
+
+
+def _throttled_throughout(row, side: str) -> str | None:
+    """Why a side's samples are not the kernel's own speed, or None: a power or thermal limit held the clocks
+    and no sample was dropped for it, so every kept sample ran throttled (measure keeps them only where the GPU
+    was throttled for twice the budget, or with --keep-throttled). On the H100 such a run of an unchanged
+    kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (docs/results/measurement.md)."""
+    reasons = str(row.get("throttle") or "")  # a result row, or a record's fields (a NaN reads "nan": none)
+    held = [r for r in reasons.split("|") if r in THROTTLED]
+    if not held or (_number(row.get("dropped")) or 0) > 0:
+        return None
+    low, mid = _number(row.get("sm_clock_min_mhz")), _number(row.get("sm_clock_mhz"))
+    clocks = f", SM clock {low:,.0f}-{mid:,.0f} MHz" if low and mid else ""
+    return f"{side} ran throttled throughout ({', '.join(held)}{clocks}): not the kernel's own speed"
 
 
 def _bad_stats(row, side: str) -> str | None:

@@ -5,14 +5,20 @@ context once) to fit the device time, the planted slowdowns are compiled in and 
 process (NNBENCH_PLANT is read at each compile), and the energy check must read nvidia-smi's power
 log against the exact timed window. Every number comes from nnbench's own `measure` and harness.
 
-  python3 scripts/measurement_targets.py OUT_DIR [--pairs 20] [--parts energy,nvml,planted,noisy,overhead,pairs]
+  python3 scripts/measurement_targets.py OUT_DIR [--pairs 20] [--parts nvml,energy,overhead,planted,noisy,pairs]
+      [--deadline SECONDS] [--pair-shapes subset|all] [--calibration N,N,...]
+
+--deadline: the pairs part starts no new pair of runs after this many seconds since the script started (a
+device call's time is bounded); --pair-shapes all runs every case of configs/ci.yaml (default), subset the
+29 cases of the first session (GEMM at two shapes, conv at its ResNet layer).
 
 Writes into OUT_DIR:
   targets.json      every summary figure (the energy comparison, NVML call costs, calibration, verdicts);
   smi.csv           nvidia-smi's power log during the energy loop;
   pairs.jsonl       the false-alarm runs: every record with its raw samples, run index in `sweep`;
   planted.jsonl     the planted-slowdown and noisy runs, likewise;
-  overhead.log      the overhead sweeps' output (this tree against the checkout's root, the code before);
+  overhead.log      the overhead sweeps' output (this tree against base29/, the code before issue 29);
+  overhead_ab.jsonl the in-process comparison of measure's loop: before issue 29, at HEAD of main, now;
   log.txt           progress.
 The verdicts are recomputed from the JSON files on any machine by scripts/measurement_verdicts.py.
 """
@@ -39,7 +45,12 @@ from nnbench.runtime.cuda import CudaBackend  # noqa: E402
 OUT = Path(sys.argv[1])
 ARGS = sys.argv[2:]
 PAIRS = int(ARGS[ARGS.index("--pairs") + 1]) if "--pairs" in ARGS else 20
-ALL_PARTS = "energy,nvml,planted,noisy,overhead,pairs"
+CALIBRATION = [int(x) for x in (ARGS[ARGS.index("--calibration") + 1] if "--calibration" in ARGS
+                                else "16,32,64,128,512").split(",")]
+DEADLINE = float(ARGS[ARGS.index("--deadline") + 1]) if "--deadline" in ARGS else float("inf")
+PAIR_SHAPES_ALL = (ARGS[ARGS.index("--pair-shapes") + 1] if "--pair-shapes" in ARGS else "all") == "all"
+T_START = time.perf_counter()
+ALL_PARTS = "nvml,energy,overhead,planted,noisy,pairs"
 PARTS = (ARGS[ARGS.index("--parts") + 1] if "--parts" in ARGS else ALL_PARTS).split(",")
 SUMMARY: dict = {}
 LOG = open(OUT / "log.txt", "a", buffering=1)
@@ -71,14 +82,15 @@ def run_part(spec, shape_labels, variants=None, vendor=True, tag="", sink=None, 
     sessions kept from run to run, so the float64 references are computed once per process."""
     work = spec.workload
     cases = [c for c in spec.cases if variants is None or c.variant.name in variants]
-    if (spec.suite, plant) not in COMPILED:
+    key = (spec.suite, plant, tuple(c.variant.name for c in cases))  # compiled for these cases only
+    if key not in COMPILED:
         if plant:
             os.environ["NNBENCH_PLANT"] = f"PLANT_SLOWDOWN={plant}"
         try:
-            COMPILED[spec.suite, plant] = work.compile(BE.arch, spec.cases)
+            COMPILED[key] = work.compile(BE.arch, cases)
         finally:
             os.environ.pop("NNBENCH_PLANT", None)
-    compiled = COMPILED[spec.suite, plant]
+    compiled = COMPILED[key]
     out = []
     for shape in [s for s in spec.shapes if s.label in shape_labels]:
         key = (spec.suite, shape.label)
@@ -102,9 +114,9 @@ def run_part(spec, shape_labels, variants=None, vendor=True, tag="", sink=None, 
     return out
 
 
-def gemm4096(budget_s: float) -> dict:
-    """Ladder step 7 (double_buffered) at 4096^3 for `budget_s` seconds (the stop rule never met), on a
-    session kept for the process (its float64 reference made once)."""
+def gemm4096(budget_s: float, max_noise: float = 0.0, min_samples: int = 10) -> dict:
+    """Ladder step 7 (double_buffered) at 4096^3 for `budget_s` seconds (with max_noise 0 the stop rule is
+    never met), on a session kept for the process (its float64 reference made once)."""
     from dataclasses import replace
 
     from nnbench.suites.gemm import Shape
@@ -117,7 +129,7 @@ def gemm4096(budget_s: float) -> dict:
         session.prepare(shape)
         SESSIONS["gemm", "4096"] = session
     session = SESSIONS["gemm", "4096"]
-    session.settings = replace(spec.settings, budget_s=budget_s, min_samples=10, max_noise=0.0)
+    session.settings = replace(spec.settings, budget_s=budget_s, min_samples=min_samples, max_noise=max_noise)
     case = next(c for c in spec.cases if c.variant.name == "double_buffered")
     rec = session.run_case(case, shape, COMPILED["gemm", 0].get(case))
     return harness.Comparisons(spec.workload).derive(rec)
@@ -139,23 +151,34 @@ def part_energy() -> None:
     from nnbench.runtime import nvml as nvml_mod
     t_start, t_stop = nvml_mod.Telemetry.start, nvml_mod.Telemetry.stop
 
-    def start(self):
-        t_start(self)
+    def start(self, expect_s=0.0):
+        t_start(self, expect_s)
         self._wall0 = time.time()
 
     def stop(self):
         t_stop(self)
         windows.append((self._wall0, time.time(), self.energy_j, self.window_s))
     nvml_mod.Telemetry.start, nvml_mod.Telemetry.stop = start, stop
+    # Short windows (the fix fd304dc: under ENERGY_COUNTER_S the power is the probes' mean), as configs/ci.yaml
+    # times a case (budget 0.5 s, 20 samples, 1% noise: a window of tens of ms), and of 0.2 s and 0.5 s; the
+    # first one straight after idle, the rest right after the 2 s loop; each against the 2 s loop's counter.
+    shorts = []  # (label, record, window index)
     try:
+        shorts.append(("ci-style after idle", gemm4096(0.5, 0.01, 20), len(windows) - 1))
+        time.sleep(0.5)
         recs = [gemm4096(2.0)]
+        long_idx = len(windows) - 1
+        for i in range(3):
+            shorts.append((f"ci-style #{i + 1}", gemm4096(0.5, 0.01, 20), len(windows) - 1))
+        shorts.append(("0.2 s window", gemm4096(0.2), len(windows) - 1))
+        shorts.append(("0.5 s window", gemm4096(0.5), len(windows) - 1))
     finally:
         nvml_mod.Telemetry.start, nvml_mod.Telemetry.stop = t_start, t_stop
     time.sleep(1.0)
     smi.terminate()
     smi.wait()
     rec = recs[-1]
-    w0, w1, e_j, win_s = windows[-1]
+    w0, w1, e_j, win_s = windows[long_idx]
     lines = smi_path.read_text().splitlines()
     head = [h.strip() for h in lines[0].split(",")]
     pts = []
@@ -185,8 +208,25 @@ def part_energy() -> None:
         "sm_clock_mhz": rec.get("sm_clock_mhz"), "sm_clock_min_mhz": rec.get("sm_clock_min_mhz"),
         "mem_clock_mhz": rec.get("mem_clock_mhz"), "throttle": rec.get("throttle"),
         "clocks_locked": rec.get("clocks_locked"), "dropped": rec.get("dropped"), "smi_fields": fields,
+        "energy_method": rec.get("energy_method"),
     }
+    short_out = []
+    for label, r, idx in shorts:
+        s0, s1, _, s_win = windows[idx]
+        pts_in = [p for p in pts if s0 - 0.05 <= p[0] <= s1 + 0.05]
+        inst_in = [p[2] for p in pts_in if p[2] is not None]
+        short_out.append({
+            "label": label, "window_s": s_win, "samples": r["samples"], "median_ms": r["median_ms"],
+            "energy_method": r.get("energy_method"), "power_w": r.get("power_w"), "energy_j": r.get("energy_j"),
+            "long_power_w": rec.get("power_w"), "long_energy_j": rec.get("energy_j"),
+            "power_vs_long": r["power_w"] / rec["power_w"] if r.get("power_w") and rec.get("power_w") else None,
+            "energy_vs_long": r["energy_j"] / rec["energy_j"] if r.get("energy_j") and rec.get("energy_j") else None,
+            "smi_points": len(pts_in), "smi_instant_w": float(np.mean(inst_in)) if inst_in else None,
+            "power_vs_smi_instant": r["power_w"] / float(np.mean(inst_in)) if inst_in and r.get("power_w") else None,
+            "sm_clock_mhz": r.get("sm_clock_mhz"), "throttle": r.get("throttle"), "dropped": r.get("dropped")})
+    SUMMARY["energy_short"] = short_out
     log("energy:", json.dumps(SUMMARY["energy"]))
+    log("energy_short:", json.dumps(short_out))
 
 
 # -- B: what NVML costs per call, and how often the energy counter moves ---------------------------
@@ -223,6 +263,10 @@ def part_nvml() -> None:
     costs["energy_counter_update_ms_p90"] = float(np.percentile(gaps, 90)) if gaps.size else None
     costs["power_limits_w"] = nv.power_limits_w()
     costs["power_method"] = nv.power_method
+    t0 = time.perf_counter()
+    for _ in range(200):
+        nv.probe()
+    costs["probe_idle_us"] = (time.perf_counter() - t0) / 200 * 1e6
     SUMMARY["nvml"] = costs
     log("nvml:", json.dumps(costs))
 
@@ -238,18 +282,27 @@ def conv_direct(plant: int, tag: str, sink):
     return rec
 
 
+def _interpolate(calib: dict, target: float) -> int:
+    """N for a `target` slowdown, linear between the two measured points around it (or the nearest two)."""
+    pts = sorted(calib.items())
+    pairs = list(zip(pts, pts[1:]))
+    (n0, c0), (n1, c1) = next(((a, b) for a, b in pairs if a[1] <= target <= b[1]),
+                              pairs[0] if target < pts[0][1] else pairs[-1])
+    return max(1, round(n0 + (target - c0) * (n1 - n0) / (c1 - c0))) if c1 != c0 else n1
+
+
 def part_planted() -> None:
     sink = rawresults.JsonSink(OUT / "planted.jsonl", safeio.APPEND)
     try:
         clean = conv_direct(0, "calib-clean", sink)["median_ms"]
         calib = {}
-        for n in (4, 16, 64):
+        # Interpolated between measured points around the targets (PLANT_SLOWDOWN spins N x 128 cycles; the
+        # __nanosleep it used before slept in power-of-two steps, and no N gave 3%).
+        for n in CALIBRATION:
             calib[n] = conv_direct(n, f"calib-{n}", sink)["median_ms"] / clean - 1
             log(f"calibration: PLANT_SLOWDOWN={n}: {100 * calib[n]:+.2f}%")
-        # slowdown against N: fit a line through the origin on the points below 40%
-        pts = [(n, c) for n, c in calib.items() if 0 < c < 0.4] or list(calib.items())
-        slope = sum(n * c for n, c in pts) / sum(n * n for n, _ in pts)
-        n3, n20 = max(1, round(0.03 / slope)), max(1, round(0.20 / slope))
+        n3, n20 = _interpolate(calib, 0.03), _interpolate(calib, 0.20)
+        slope = None
         SUMMARY["calibration"] = {"clean_ms": clean, "slowdown_by_n": calib, "slope": slope, "n3": n3, "n20": n20}
         log("calibration:", SUMMARY["calibration"])
         save()
@@ -263,15 +316,18 @@ def part_planted() -> None:
 
 
 LOAD = """
-import os, sys, time, torch
-a = torch.randn(4096, 4096, device="cuda"); b = torch.randn(4096, 4096, device="cuda")
+import random, sys, time, torch
+# An intermittent load: a 2048^2 matmul now and then, so that some samples of the measured kernel share the
+# GPU and others do not (noise of the planted change's own size, not a uniformly slower GPU).
+a = torch.randn(2048, 2048, device="cuda"); b = torch.randn(2048, 2048, device="cuda")
 open(sys.argv[1], "w").write("ready")
 end = time.time() + float(sys.argv[2])
+rng = random.Random(1)
 while time.time() < end:
-    for _ in range(4):
-        c = a @ b
+    c = a @ b
+    c = a @ b
     torch.cuda.synchronize()
-    time.sleep(0.002 * (hash(time.time()) % 5))
+    time.sleep(rng.uniform(0.0, 0.012))
 """
 
 
@@ -307,7 +363,7 @@ def part_overhead() -> None:
     trees = [("this", HERE)] + ([("before", root)] if root else [])
     found = []
     with open(OUT / "overhead.log", "a") as logf:
-        for rnd in range(2):
+        for rnd in range(3):
             for name, tree in (trees if rnd % 2 == 0 else trees[::-1]):
                 env = dict(os.environ, PYTHONPATH=f"{site}:{tree}", PYTHONUNBUFFERED="1", COLUMNS="200")
                 env.pop("NNBENCH_PLANT", None)
@@ -328,6 +384,100 @@ def part_overhead() -> None:
                 log("overhead:", found[-1])
     SUMMARY["overhead"] = found
     save()
+    overhead_ab(root)
+
+
+def _old_measure(path: Path, name: str):
+    """A measure.py of another commit, loaded as its own module (it imports nothing of nnbench)."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def overhead_ab(root) -> None:
+    """measure's own loop, in one process on the same launches: the code before issue 29 (base29/), main's
+    HEAD before this change (head29/), and this tree with and without NVML. Each variant times each case of
+    configs/overhead.yaml for a fixed 0.06 s (max_noise 0: the stop rule never ends it early), in two rounds that
+    alternate the order; the kernel's share of that wall time is what the harness leaves to the kernel. The
+    host-issued settings (a PyTorch eager row's) are compared the same way, between HEAD and now."""
+    from nnbench import measure as now_mod
+    variants = {"now": now_mod}
+    if root is not None:
+        variants["before"] = _old_measure(root / "nnbench" / "measure.py", "measure_before29")
+    if (HERE / "head29" / "measure.py").is_file():
+        variants["head"] = _old_measure(HERE / "head29" / "measure.py", "measure_head29")
+    rows = []
+    real = now_mod.measure
+    budget = 0.06
+
+    def run_variant(name, launch, hot: bool):
+        mod = variants["now" if name == "now-nvml-off" else name]
+        kw = dict(budget_s=budget, min_samples=10, max_noise=0.0)
+        if not hot:
+            if not hasattr(mod.TimingSettings(), "host_issued"):
+                return None
+            kw["host_issued"] = True
+        settings = mod.TimingSettings(**kw)
+        tel_off = name == "now-nvml-off"
+        saved = BE.telemetry
+        if tel_off:
+            BE.telemetry = lambda: None
+        try:
+            t0 = time.perf_counter()
+            st = (real if mod is now_mod else mod.measure)(BE, launch, settings)
+            wall = time.perf_counter() - t0
+        finally:
+            BE.telemetry = saved
+        kernel = st.gpu_ms / 1e3  # every event-timed launch: warm-up, estimate, kept and dropped samples
+        return {"wall_s": wall, "kernel_s": kernel, "samples": st.samples, "reps": st.reps,
+                "median_ms": st.median_ms}
+
+    def patched(backend, launch, settings=now_mod.TimingSettings()):
+        label = CURRENT[0]
+        order = ["before", "head", "now", "now-nvml-off"]
+        order = [v for v in order if v in variants or v == "now-nvml-off"]
+        for rnd in range(2):
+            for name in (order if rnd % 2 == 0 else order[::-1]):
+                for hot in (True, False):
+                    got = run_variant(name, launch, hot)
+                    if got is not None:
+                        rows.append(dict(case=label, variant=name, round=rnd, mode="hot" if hot else "host-issued",
+                                         **got))
+        return real(backend, launch, settings)
+
+    CURRENT = [""]
+    spec = config.load_config(HERE / "configs" / "overhead.yaml")[0]
+    work = spec.workload
+    compiled = work.compile(BE.arch, spec.cases)
+    session = work.session(BE, spec.settings, spec.rtol, spec.seed, dict(ENV))
+    session.warm_up()
+    now_mod.measure = patched
+    try:
+        for shape in spec.shapes:
+            session.prepare(shape)
+            for case in spec.cases:
+                if work.applies(case, shape) and not work.refusal(case, shape):
+                    CURRENT[0] = f"{case.variant.name} {shape.label}"
+                    session.run_case(case, shape, compiled.get(case))
+    finally:
+        now_mod.measure = real
+    with open(OUT / "overhead_ab.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r) + "\n")
+    summary = {}
+    for mode in ("hot", "host-issued"):
+        for name in ("before", "head", "now", "now-nvml-off"):
+            sel = [r for r in rows if r["variant"] == name and r["mode"] == mode]
+            if sel:
+                wall, kern = sum(r["wall_s"] for r in sel), sum(r["kernel_s"] for r in sel)
+                summary[f"{mode} {name}"] = {"runs": len(sel), "wall_s": wall, "kernel_s": kern,
+                                             "outside_kernel_pct": 100 * (1 - kern / wall)}
+    SUMMARY["overhead_ab"] = summary
+    log("overhead_ab:", json.dumps(summary))
+    save()
 
 
 # -- F: back-to-back identical runs of the gate's cases, in one process -----------------------------
@@ -335,14 +485,26 @@ PAIR_SHAPES = {"gemm": {"1000×777×1234", "2048×2048×2048"}, "conv": {CONV_SH
 
 
 def part_pairs() -> None:
+    """Back-to-back identical runs of configs/ci.yaml (every part and shape, or the first session's subset) in
+    one process; run 2k is the baseline of run 2k+1. A new pair starts only while the deadline allows."""
     sink = rawresults.JsonSink(OUT / "pairs.jsonl", safeio.APPEND)
     t0 = time.perf_counter()
+    shapes = {suite: {s.label for s in CI[suite].shapes} for suite in CI} if PAIR_SHAPES_ALL else PAIR_SHAPES
+    per_run = []
     try:
         for i in range(2 * PAIRS):
-            for suite, labels in PAIR_SHAPES.items():
-                run_part(CI[suite], labels, vendor=CI[suite].vendor, tag=f"run-{i}", sink=sink)
+            if i % 2 == 0 and per_run and time.perf_counter() - T_START + 2 * max(per_run) > DEADLINE:
+                log(f"pairs: stopped before run {i}: the deadline ({DEADLINE:.0f} s) leaves no time for a pair")
+                break
+            t_run = time.perf_counter()
+            for suite, labels in shapes.items():
+                t_part = time.perf_counter()
+                recs = run_part(CI[suite], labels, vendor=CI[suite].vendor, tag=f"run-{i}", sink=sink)
+                log(f"pairs: run {i} {suite}: {len(recs)} records in {time.perf_counter() - t_part:.1f} s")
+            per_run.append(time.perf_counter() - t_run)
             log(f"pairs: run {i} done at {time.perf_counter() - t0:.1f} s")
-            SUMMARY["pairs"] = {"runs_done": i + 1, "seconds": time.perf_counter() - t0}
+            SUMMARY["pairs"] = {"runs_done": i + 1, "seconds": time.perf_counter() - t0, "all_cases": PAIR_SHAPES_ALL,
+                                "seconds_per_run": per_run}
             save()
     finally:
         sink.close()

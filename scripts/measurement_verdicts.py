@@ -5,7 +5,10 @@ Not the CLI because: it pairs 40 runs inside one file (by the record's `sweep` t
 verdicts over all pairs; each single comparison is `verdict.compare_samples`, the function that
 `nnbench check` applies to every case with raw samples, and the older IQR rule beside it.
 
-  python3 scripts/measurement_verdicts.py DIR [--tolerance 0.05 0.02]
+  python3 scripts/measurement_verdicts.py DIR [--also DIR2] [--tolerance 0.05 0.02]
+
+--also DIR2 appends DIR2's back-to-back runs to DIR's (renumbered after them: the runs of two device calls of
+the same config, as one history); the planted runs stay DIR's.
 """
 
 from __future__ import annotations
@@ -49,8 +52,16 @@ def compare_runs(base: dict, new: dict, tol: float, spread: dict | None = None):
         if c is None or b.status != "PASS" or c.status != "PASS" or b.samples_ms is None or c.samples_ms is None:
             continue
         s = verdict.compare_samples(b.samples_ms, c.samples_ms, tol, run_spread=(spread or {}).get(key))
+        s = throttled(b, c, s)
         out.append((key, s, iqr_rule(b, c, tol)))
     return out
+
+
+def throttled(b, c, s):
+    """The gate's rule (verdict.compare) before the rank test: a side that ran throttled throughout is UNSTABLE."""
+    why = verdict._throttled_throughout(b.fields, "the baseline") or verdict._throttled_throughout(c.fields,
+                                                                                                  "the current run")
+    return verdict.SampleComparison("UNSTABLE", s.ratio, s.p_value, s.uncertainty, why) if why else s
 
 
 def spread_without(runs: dict, tags: list[str], leave_out: set[str]) -> dict[str, float]:
@@ -64,6 +75,57 @@ def spread_without(runs: dict, tags: list[str], leave_out: set[str]) -> dict[str
     return out
 
 
+def against_history(runs: dict, current: str, history: list[str], tol: float = verdict.HISTORY_TOLERANCE):
+    """`check --against-history` on these runs, as nnbench/history/gate.py builds its baseline: per case the
+    history runs' samples pooled, its between-run spread from their medians (verdict.run_spread_of: at least
+    1% over fewer than 10 runs), and the rank test at the tolerance. [(key, SampleComparison)]"""
+    out = []
+    for key, c in runs[current].items():
+        hist = [runs[t][key] for t in history if key in runs[t] and runs[t][key].status == "PASS"
+                and runs[t][key].samples_ms is not None]
+        if c.status != "PASS" or c.samples_ms is None or len(hist) < 3:
+            continue
+        spread = verdict.run_spread_of([h.fields["median_ms"] for h in hist])
+        pooled = np.concatenate([h.samples_ms for h in hist])
+        s = verdict.compare_samples(pooled, c.samples_ms, tol, run_spread=spread)
+        why = verdict._throttled_throughout(c.fields, "the current run")
+        out.append((key, verdict.SampleComparison("UNSTABLE", s.ratio, s.p_value, s.uncertainty, why) if why else s))
+    return out
+
+
+def history_report(pairs_runs: dict | None, planted_runs: dict | None) -> dict:
+    """The gate's defaults on the data: each second run of a pair against the others as its history (all other
+    runs, and only the earlier ones); each planted and noisy run against the clean runs."""
+    rep: dict = {"tolerance": verdict.HISTORY_TOLERANCE, "k": verdict.RUN_SPREAD_K,
+                 "min_spread_runs": verdict.MIN_SPREAD_RUNS}
+    if pairs_runs:
+        tags = sorted((t for t in pairs_runs if t.startswith("run-")), key=lambda t: int(t[4:]))
+        for name, pick in (("others", lambda i: [t for t in tags if t != tags[i]]), ("earlier", lambda i: tags[:i])):
+            counts, lines = Counter(), []
+            for k in range(len(tags) // 2):
+                b = 2 * k + 1
+                for key, s in against_history(pairs_runs, tags[b], pick(b)):
+                    counts[s.verdict] += 1
+                    if s.verdict != "SAME":
+                        lines.append(f"{tags[b]}: {key} {s.verdict} {100 * (s.ratio - 1):+.2f}% {s.why}")
+            rep[f"pairs_vs_{name}"] = {"comparisons": sum(counts.values()), "verdicts": dict(counts), "not_same": lines}
+    if planted_runs:
+        clean = sorted((t for t in planted_runs if t.startswith("clean-")), key=lambda t: int(t.split("-")[1]))
+        for prefix in ("plant3-", "noisy20-", "noisy0-"):
+            counts, ratios = Counter(), []
+            for tag in sorted(t for t in planted_runs if t.startswith(prefix)):
+                for _key, s in against_history(planted_runs, tag, clean):
+                    counts[s.verdict] += 1
+                    ratios.append(s.ratio)
+            if ratios:
+                rep[prefix.rstrip("-")] = {"runs": len(ratios), "verdicts": dict(counts),
+                                           "change_pct": [round(100 * (r - 1), 2) for r in ratios]}
+        rep["clean_between_run_spread_pct"] = {
+            key: 100 * verdict.run_spread_of([planted_runs[t][key].fields["median_ms"] for t in clean])
+            for key in planted_runs[clean[0]]}
+    return rep
+
+
 def find(d: Path, name: str) -> Path:
     return d / name if (d / name).exists() else d / f"{name}.gz"
 
@@ -72,11 +134,19 @@ def main() -> None:
     d = Path(sys.argv[1])
     args = sys.argv[2:]
     tols = [float(x) for x in args[args.index("--tolerance") + 1:]] if "--tolerance" in args else [0.05, 0.02, 0.01]
+    also = Path(args[args.index("--also") + 1]) if "--also" in args else None
     report: dict = {}
     pairs_path = find(d, "pairs.jsonl")
     planted_path = find(d, "planted.jsonl")
-    if pairs_path.exists():
-        runs = by_tag(pairs_path)
+    pairs_runs = by_tag(pairs_path) if pairs_path.exists() else None
+    if pairs_runs is not None and also is not None:
+        first = len([t for t in pairs_runs if t.startswith("run-")])
+        pairs_runs.update({f"run-{first + int(t[4:])}": v for t, v in by_tag(find(also, "pairs.jsonl")).items()
+                           if t.startswith("run-")})
+    planted_runs = by_tag(planted_path) if planted_path.exists() else None
+    report["history_gate_defaults"] = history_report(pairs_runs, planted_runs)
+    if pairs_runs is not None:
+        runs = pairs_runs
         n = len([t for t in runs if t.startswith("run-")]) // 2
         tags = [f"run-{i}" for i in range(2 * n)]
         for tol in tols:

@@ -47,3 +47,25 @@ def test_devices_shows_power_and_clocks():
         pytest.skip("no GPU")
     assert res.exit_code == 0, res.output
     assert "power limit" in res.output and " W" in res.output and ("free" in res.output or "locked" in res.output)
+
+
+def test_per_sample_trainers_record_nvml(tmp_path):
+    """Every per-sample GPU row (a kernel-per-layer version, the persistent `fused` kernel and PyTorch's
+    eager and graph rows) carries the clocks, the throttle reasons and the energy over its timed runs
+    (measure.RunWatch), as rows timed by `measure` do; the NumPy row, on the host, carries none."""
+    out = tmp_path / "t.jsonl"
+    res = CliRunner().invoke(cli, ["train", "--net", "1", "-V", "fused", "-V", "simple", "-V", "sequential",
+                                   "--max-iterations", "3120", "--compare", "torch", "--torch-iterations", "520",
+                                   "--no-letters", "--csv", str(tmp_path / "t.csv"), "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    recs = {r.fields["variant"]: r.fields for r in rawresults.load(out)}
+    assert set(recs) >= {"fused", "simple", "sequential", "torch-eager", "torch-graph"}, set(recs)
+    for name, r in recs.items():
+        if name == "sequential":
+            assert r["sm_clock_mhz"] is None and r["energy_method"] is None
+            continue
+        assert r["status"] == "PASS", (name, r)
+        assert r["sm_clock_mhz"] and r["mem_clock_mhz"] and r["throttle"] is not None, name
+        assert r["energy_method"] in ("counter", "instant power", "average power"), name
+        assert 20 < r["power_w"] < 1500 and r["energy_j"] > 0 and r["items_per_j"] > 0, name
+        assert r["timing"] == "host-issued" and r["samples"] >= 1, name

@@ -289,7 +289,9 @@ class Backend:
     def issued_by_host(self, fn):
         return False
 
-    def timed(self, fn, reps):
+    def timed(self, fn, reps, during=None):
+        if during is not None:
+            during()
         return 1.0
 
     def timed_samples(self, fn, reps, count, during=None):
@@ -330,8 +332,62 @@ def test_a_gpu_throttled_throughout_still_reports_and_says_why():
     assert s.samples >= 10 and s.dropped == 0 and s.sm_clock_mhz == 1000.0
 
 
+def test_host_issued_samples_are_probed_once_a_batch_while_they_run():
+    """A probe after every host-issued sample left the GPU idle for its cost each time: one probe per BATCH
+    samples now, taken inside `timed` (before it waits), and its verdict covers the samples of its group."""
+    probes = [Probe(1980.0, 2619.0, 0, 300.0), Probe(1000.0, 2619.0, 0, 300.0)] + [Probe(1980.0, 2619.0, 0, 300.0)] * 50
+    be = Backend(probes)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10.0, min_samples=25, host_issued=True))
+    used = 52 - sum(1 for _ in be.tel.probes)
+    assert s.samples == 25 and s.dropped == measure.BATCH  # the second group of BATCH samples ran slow
+    assert used == -(-(s.samples + s.dropped) // measure.BATCH)  # one probe per BATCH samples
+    assert s.sm_clock_mhz == 1980.0 and s.sm_clock_min_mhz == 1980.0
+
+
+def test_a_trainers_runs_carry_nvml_and_drop_throttled_runs():
+    """measure.RunWatch: the runs a trainer times itself (epochs, fused launches) get one probe each;
+    the warm-up run is left out, a throttled run is dropped from the statistics and counted, the
+    clocks and power are the kept runs', and a long window takes the energy counter."""
+    probes = [Probe(1980.0, 2619.0, 0, 300.0), Probe(1980.0, 2619.0, 0, 310.0), Probe(1980.0, 2619.0, 0x20, 500.0),
+              Probe(1950.0, 2619.0, 0, 320.0)]
+    be = Backend(probes)
+    watch = measure.RunWatch(be)
+    runs = [9.0, 2.0, 5.0, 2.2]
+    for _ in runs:
+        be.timed(None, 1, watch.during)
+    s = watch.stats(runs, skip=1)
+    assert be.tel.expected >= 1.0  # the counter is asked for: a trainer's window usually lasts
+    assert s.samples == 2 and s.dropped == 1 and s.median_ms == pytest.approx(2.1)
+    assert s.throttle == "sw_thermal" and s.sm_clock_min_mhz == 1950.0 and s.mem_clock_mhz == 2619.0
+    assert s.energy_method == "instant power" and s.power_w == pytest.approx(315.0)
+    assert s.energy_j == pytest.approx(315.0 * 2.1e-3)
+    long = Backend([Probe(1980.0, 2619.0, 0, 300.0)] * 3, window_s=2.0)
+    w = measure.RunWatch(long)
+    for _ in range(3):
+        long.timed(None, 1, w.during)
+    assert w.stats([3.0, 1.0, 1.0], skip=1).energy_method == "counter"
+    assert measure.RunWatch(object()).during is None  # no NVML (the CPU backend): nothing to call
+    assert measure.RunWatch(object()).stats([1.0, 2.0, 3.0], skip=1).sm_clock_mhz is None
+
+
 def test_throttle_rule():
     assert throttled(1400.0, 0, 1980.0) is True  # under 75% of the maximum
     assert throttled(1500.0, 0, 1980.0) is False
     assert throttled(1980.0, 0x40, 1980.0) is True  # hardware thermal slowdown
     assert throttled(1980.0, 0x1 | 0x2, 1980.0) is False  # idle and user clocks are not throttling
+
+
+def test_a_side_throttled_throughout_is_unstable_not_slower(tmp_path):
+    """On the H100 an unchanged kernel read 6.3% slower in a run whose every batch ran under the power cap (SM
+    clock 1,635-1,860 MHz; measure kept them, having nothing else): UNSTABLE, saying why, never SLOWER. A run
+    whose throttled batches were dropped is compared as usual."""
+    rng = np.random.default_rng(9)
+    base = rec("k", list(noisy(rng, 1.0, 0.002, 40)), throttle="", dropped=0, sm_clock_mhz=1980.0)
+    capped = rec("k", list(noisy(rng, 1.063, 0.002, 40)), throttle="sw_power_cap", dropped=0, sm_clock_mhz=1860.0,
+                 sm_clock_min_mhz=1635.0)
+    cleaned = rec("k", list(noisy(rng, 1.063, 0.002, 40)), throttle="sw_power_cap", dropped=30, sm_clock_mhz=1980.0)
+    b = write_csv(tmp_path / "b.csv", [base])
+    (v,) = verdict.compare(verdict.load(b), verdict.load(write_csv(tmp_path / "c.csv", [capped])), 0.05)
+    assert v.verdict == "UNSTABLE" and "throttled throughout (sw_power_cap, SM clock 1,635-1,860 MHz)" in v.why
+    (v,) = verdict.compare(verdict.load(b), verdict.load(write_csv(tmp_path / "d.csv", [cleaned])), 0.05)
+    assert v.verdict == "SLOWER"

@@ -34,9 +34,11 @@ class Tolerance(click.ParamType):
 
 @app.cli.command()
 @click.argument("files", nargs=-1, metavar="[BASELINE.csv] CURRENT.csv", type=click.Path(dir_okay=False))
-@click.option("--tolerance", type=Tolerance(), default="5%", show_default=True,
+@click.option("--tolerance", type=Tolerance(), default=None,
               help="The smallest change of the median that counts (e.g. 5% or 0.05); a rank test on the raw samples "
-                   "says whether a change that large is real.")
+                   "says whether a change that large is real. Default 5% between two files; 2% against the history, "
+                   "where each case's tolerance is raised to 5 times its between-run spread "
+                   "(docs/results/measurement.md).")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
               help="Run this sweep config now and check it against --baseline (fresh; where --out names an existing "
                    "file, that file is resumed, its ERROR cases run again).")
@@ -97,6 +99,8 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
            fmt, retry_errors, backend, history=(False, None)) -> None:
     from nnbench import config, paths, verdict
     against_history, history_db = history
+    if tolerance is None:
+        tolerance = verdict.HISTORY_TOLERANCE if against_history else verdict.TWO_FILE_TOLERANCE
     if history_db and not against_history:
         raise NnbenchError("--db applies only with --against-history")
     if against_history and (baseline_path or any_gpu):

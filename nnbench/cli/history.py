@@ -63,12 +63,18 @@ def history() -> None:
 @history.command("record")
 @click.argument("files", nargs=-1, required=True, metavar="RESULTS...", type=click.Path(dir_okay=False))
 @db_option
+@app.json_option
 def record(files, target) -> None:
     """Store the runs in result files (CSV or --json files): commit, time, GPU, every case's statistics, raw
-    samples and energy. A run already stored is not stored again."""
+    samples and energy. A run already stored is not stored again. --json FILE lists each run: its id in the
+    history, whether it was new, its commit, GPU, time, source and cases."""
+    from nnbench import rawresults
     from nnbench.history import db, migrations, source, store
+    if app.JSON[0]:
+        app.refuse_taken(app.JSON[0])  # before anything is stored
     # Every file is read before anything is written: a bad file among several stores nothing.
     runs = [run for path in files for run in source.read(path)]
+    lines = []
     with db.connect(target, create=True) as database:
         migrations.ready(database)
         for run in runs:
@@ -78,7 +84,12 @@ def record(files, target) -> None:
                 app.out.print(f"recorded run {done.run_id}: {escape(what)}")
             else:
                 app.out.print(f"already recorded (run {done.run_id}): {escape(what)}")
+            lines.append(dict(kind="recorded-run", run_id=done.run_id, new=done.new, commit=run.commit_sha,
+                              gpu=run.gpu, host=run.host, run_time=run.run_time, source=str(run.source),
+                              cases=len(run.cases), database=database.where))
         app.out.print(f"history: {escape(database.where)}")
+    if app.JSON[0]:
+        app.out.print(f"JSON: {escape(str(rawresults.write_document(app.JSON[0], 'history-record', lines)))}")
 
 
 @history.command("show")
@@ -91,10 +102,14 @@ def record(files, target) -> None:
               help="Folder for one PNG per case (default results/history/; replaced on every call).")
 @click.option("--no-png", is_flag=True, help="Print the table only.")
 @detection_options
+@app.json_option
 def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
-    """Trends per case: commits, the latest median, change points and the last stable segment; one PNG per case."""
-    from nnbench import paths
+    """Trends per case: commits, the latest median, change points and the last stable segment; one PNG per case.
+    --json FILE writes each case's series (commit, time, median per commit) with its change points."""
+    from nnbench import paths, rawresults
     from nnbench.history import db, figures, migrations, store, trend
+    if app.JSON[0]:
+        app.refuse_taken(app.JSON[0])
     with db.connect(target, create=False) as database:
         migrations.ready(database)
         points = store.points(database, gpu=gpu, cases=cases)
@@ -106,6 +121,9 @@ def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
     found = trend.trends(points, max_pvalue, min_change)
     app.out.print(_table(found, f"history {where} · {len(found)} cases · change points: p < {max_pvalue:g}, "
                                 f"change >= {100 * min_change:g}%"))
+    if app.JSON[0]:
+        lines = [_trend_json(t, where, max_pvalue, min_change) for t in found]
+        app.out.print(f"JSON: {escape(str(rawresults.write_document(app.JSON[0], 'history', lines)))}")
     if not no_png:
         folder = Path(png_dir) if png_dir else paths.RESULTS / "history"
         for t in found:
@@ -135,6 +153,24 @@ def _table(found, title: str) -> Table:
             row.pop(1)
         t.add_row(*row)
     return t
+
+
+def _trend_json(tr, where: str, max_pvalue: float, min_change: float) -> dict:
+    """One case's trend as `history show --json` writes it (docs/JSON.md): what the table prints, and the series."""
+    pts = tr.points
+    at = [None if x is None or (isinstance(x, float) and x != x) else str(x) for x in pts["at"]] \
+        if "at" in pts.columns else [None] * len(pts)
+    stable = float(_median(tr.stable["median_ms"]))
+    v = tr.values
+    return dict(
+        kind="trend", case=tr.key, gpu=tr.gpu, suite=tr.suite, variant=tr.variant, params=tr.params, shape=tr.shape,
+        database=where, detection={"max_pvalue": max_pvalue, "min_change": min_change},
+        series=[{"commit": c, "at": a, "median_ms": float(m), "runs": int(r)}
+                for c, a, m, r in zip(tr.commits, at, v, pts["runs"])],
+        change_points=[{"commit": tr.commits[c.index], "index": c.index, "p_value": c.pvalue, "before_ms": c.before,
+                        "after_ms": c.after, "change": c.change} for c in tr.change_points],
+        stable_from=tr.commits[tr.stable_from], stable_commits=len(tr.stable), stable_ms=stable,
+        latest_ms=float(v[-1]), latest_vs_stable=float(v[-1] / stable - 1))
 
 
 def _median(s) -> float:

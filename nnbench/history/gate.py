@@ -5,8 +5,8 @@ The segment becomes one baseline row per case and goes through the gate's own ru
 verdicts, their meaning and the exit code are those of `check`:
 - where every run in the segment and the current run carry raw samples, the segment's samples are pooled and
   the rank test decides (verdict.compare_samples), with the case's between-run spread over the segment
-  (`run_spread`: the relative standard deviation of its per-commit medians) raising the tolerance where that
-  spread is large;
+  (`run_spread`: the relative standard deviation of its runs' medians, at least 1% over fewer than 10 runs:
+  verdict.run_spread_of) raising the tolerance to 5 times it where that is more;
 - otherwise the segment's median of per-commit medians is the baseline median, and its noise is the larger of
   the runs' own IQR and the spread between commits (the IQR of the per-commit medians): a run is SLOWER only
   beyond both the tolerance and what history itself moves by.
@@ -54,7 +54,7 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
         # the case's between-run spread (relative standard deviation of the medians of the segment's runs): the
         # rank test sees only the spread inside each run, so compare_samples raises the tolerance to a multiple of it
         per_run = np.concatenate([np.asarray(m, dtype=np.float64) for m in seg["run_medians"]])
-        spread = float(np.std(per_run, ddof=1) / np.mean(per_run)) if per_run.size >= 2 else None
+        spread = verdict.run_spread_of(per_run)  # at least 1% where fewer than 10 runs say it
         row = dict(cur.loc[t.key])
         pooled = list(seg["samples"])
         row.update(status="PASS", median_ms=str(float(np.median(medians))),

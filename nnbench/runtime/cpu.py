@@ -39,8 +39,8 @@ class CpuBackend:
     def synchronize(self) -> None:
         pass
 
-    def timed(self, fn, reps: int) -> float:
-        """Milliseconds per call over `reps` back-to-back calls."""
+    def timed(self, fn, reps: int, during=None) -> float:
+        """Milliseconds per call over `reps` back-to-back calls (no NVML here: `during` is never given)."""
         t0 = time.perf_counter()
         for _ in range(reps):
             fn()

@@ -285,15 +285,19 @@ class CudaBackend:
     MAX_QUEUED = 512  # launches queued behind the blocking kernel; the driver's queue holds ~1,000
     BLOCK_TIMEOUT_NS = 200_000_000  # Python queues 512 launches in a few ms; 200 ms means a sync inside
 
-    def timed(self, fn, reps: int) -> float:
+    def timed(self, fn, reps: int, during=None) -> float:
         """Milliseconds per launch over `reps` back-to-back launches between two CUDA events, as
-        the host issues them: for warm-up and estimates, and for launches that synchronize."""
+        the host issues them: for warm-up and estimates, and for launches that synchronize.
+        `during()` (an NVML probe) is called once the launches are issued, while the GPU may still
+        run them and the host would only wait."""
         start, end = drv.Event(), drv.Event()
         try:
             start.record()
             for _ in range(reps):
                 fn()
             end.record()
+            if during is not None:
+                during()
             end.synchronize()
         except drv.Error as e:
             raise KernelFault(str(e)) from None
@@ -333,10 +337,8 @@ class CudaBackend:
         return [start.time_till(end) / reps for start, end in events]
 
     def _host_issued(self, fn, reps: int, count: int, during) -> list[float]:
-        out = [self.timed(fn, reps) for _ in range(count)]
-        if during is not None:
-            during()
-        return out
+        """The batch's samples one by one; its one probe taken while the first sample runs."""
+        return [self.timed(fn, reps, during if i == 0 else None) for i in range(count)]
 
     def issued_by_host(self, fn) -> bool:
         """Whether `fn` fell back to host-issued timing (its blocking kernel timed out)."""

@@ -205,8 +205,9 @@ class FusedNet:
         self.d_t = self.be.upload(np.ascontiguousarray(data.t, dtype=np.float32))
         self.d_pred = self.be.upload(np.zeros(len(data) * self.layers[-1], np.float32))
 
-    def _launch(self, iterations: int, mode: int, tolerance: float) -> tuple[float, int, np.ndarray]:
-        """Milliseconds (CUDA events), iterations run, and each epoch's summed error."""
+    def _launch(self, iterations: int, mode: int, tolerance: float, during=None) -> tuple[float, int, np.ndarray]:
+        """Milliseconds (CUDA events), iterations run, and each epoch's summed error; `during()` (an NVML
+        probe) runs while the kernel does."""
         be = self.be
         g = self.blocks
         be.write(self.d_bar, np.zeros(g + 2, np.uint32))
@@ -217,7 +218,7 @@ class FusedNet:
                 np.float32(tolerance), self.d_pred, np.intp(p), np.intp(p + 4 * g), np.intp(p + 4 * g + 4), self.rate,
                 self.momentum, np.int64(BARRIER_TIMEOUT_NS), np.uint32(self.tag0), self.d_phase)
         ms = be.timed(lambda: self.func.prepared_call((self.blocks, 1, 1), (self.threads, 1, 1), *args,
-                                                      shared_size=self.dyn), 1)
+                                                      shared_size=self.dyn), 1, during)
         state = be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
         if state[0] == 2:
             raise KernelFault("fused: a block read a value tagged with a later iteration than it awaited (a bug in "
@@ -230,11 +231,11 @@ class FusedNet:
         self.columns_swapped = self.prev_w and mode == 0 and int(state[1]) % 2 == 1
         return ms, int(state[1]), be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
 
-    def train(self, iterations: int, tolerance: float) -> tuple[float, list[float]]:
+    def train(self, iterations: int, tolerance: float, during=None) -> tuple[float, list[float]]:
         """Train up to `iterations` samples (at most EPOCHS_PER_LAUNCH epochs) from sample 0, stopping
         after an epoch whose mean error is within `tolerance` (negative: never). Returns seconds
         and the mean error of each epoch run (the last may be partial)."""
-        ms, done, sums = self._launch(iterations, 0, tolerance)
+        ms, done, sums = self._launch(iterations, 0, tolerance, during)
         sizes = [min(self.n, done - e * self.n) for e in range(-(-done // self.n))]
         return ms * 1e-3, [float(np.float32(s) / np.float32(k)) for s, k in zip(sums, sizes)]  # as the kernel
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from nnbench import glyphs, registry
+from nnbench import glyphs, measure, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import INITS
 from nnbench.registry import Variant
@@ -344,7 +344,17 @@ class Outcome:
     # order: the samples whose median and spread the record reports (the first is the warm-up).
     samples_s: list[float] = field(default_factory=list)
     weights_rel_err: float | None = None  # a PyTorch row's check (train_torch's `check`)
-    stats: object | None = None  # measure.Stats of a steady-state step (train_torch's `time_step`)
+    # measure.Stats of a steady-state step (train_torch's `time_step`), or of the timed runs after the first,
+    # with NVML's clocks, throttle reasons and energy over them (measure.RunWatch)
+    stats: object | None = None
+
+
+def watched_stats(watch: measure.RunWatch, samples_s: list[float]) -> measure.Stats:
+    """The timed runs' statistics with NVML's columns, the first run (the warm-up) left out where others
+    exist, as train.unify does without a watch; host-issued, as every per-sample run is."""
+    stats = watch.stats([1e3 * x for x in samples_s], skip=1 if len(samples_s) > 1 else 0)
+    stats.timing = measure.HOST_ISSUED
+    return stats
 
 
 def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run: int = 1) -> float:
@@ -417,13 +427,16 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
     out.threads_per_iteration = sum(la.grid * la.block for la in sample_launches)
     out.busy_threads_mean = float(np.mean([la.useful_threads for la in sample_launches]))
 
+    watch = measure.RunWatch(backend)
+
     def run_epoch(n: int) -> tuple[float, list[float]]:
         net.epoch_error_reset()
-        ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
+        ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1, watch.during)
         return ms * 1e-3, [net.epoch_error() / n]
 
     seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
     out.seconds_per_iteration = seconds / out.iterations
+    out.stats = watched_stats(watch, out.samples_s)
     score(out, net.feedforward, train, test)
     return out
 
@@ -445,9 +458,11 @@ def train_fused(backend, variant: Variant, params: dict, compiled, layers, init,
     out.threads_per_iteration = net.blocks * net.threads
     out.busy_threads_mean = float(net.blocks * net.threads)
     out.blocks = net.blocks
-    seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance), progress,
+    watch = measure.RunWatch(backend)
+    seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance, watch.during), progress,
                       fused.EPOCHS_PER_LAUNCH)
     out.seconds_per_iteration = seconds / out.iterations
+    out.stats = watched_stats(watch, out.samples_s)
     score(out, net.feedforward, train, test)
     return out
 
@@ -462,7 +477,8 @@ def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset
 
 
 def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph: bool, batch: int = 1,
-                check: tuple[int, list[np.ndarray]] | None = None, time_step=None) -> Outcome:
+                check: tuple[int, list[np.ndarray]] | None = None, time_step=None,
+                watch: measure.RunWatch | None = None) -> Outcome:
     """The same net, data, initial weights and optimizer in PyTorch on the GPU (TF32 off): eager, or
     whole epochs captured as one CUDA graph (the inputs are slices of the training set on the device
     and the error sum is on the device, so nothing of a step runs outside the graph). torch.optim.SGD
@@ -476,7 +492,8 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     state (the first epoch, which takes the warm-up, is not a sample), whole epochs only; or, with
     time_step(launch, host_issued) -> measure.Stats (the mini-batch rows, whose own steps are timed
     by `measure`), the same as ours: after the epochs, one step on the first batch timed by `measure`,
-    eager issued by the host as it goes (its cost is the host's), the graph row one captured step."""
+    eager issued by the host as it goes (its cost is the host's), the graph row one captured step.
+    `watch` (per-sample rows) probes NVML during each timed epoch, and the epochs' statistics carry it."""
     import torch
     import torch.nn.functional as F
 
@@ -563,12 +580,16 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         start.record()
         epoch(steps_per_epoch)
         end.record()
+        if watch is not None and watch.during is not None:
+            watch.during()
         end.synchronize()
         out.samples_s.append(start.elapsed_time(end) * 1e-3 / steps_per_epoch)
         out.iterations += steps_per_epoch
         out.final_error = float(errors) / steps_per_epoch
         out.error_curve.append((out.iterations, out.final_error))
     out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
+    if watch is not None:
+        out.stats = watched_stats(watch, out.samples_s)
     if time_step is not None:  # steady state, after the epochs (these steps go on training on batch 0)
         launch = (lambda: step_t(*sample(0)))
         if graph:
@@ -764,7 +785,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             steps = CHECK_ITERATIONS  # checked like ours
             ref = reference_weights(init, train, hyper, steps)
             out = train_torch(layers, init, train, test, hyper, torch_iterations, graph=(mode == "graph"),
-                              check=(steps, ref))
+                              check=(steps, ref), watch=measure.RunWatch(backend))
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue

@@ -110,7 +110,7 @@ def unify(rec: dict, problem: TrainProblem, unit_samples_s: list[float] | None =
         # events around whole epochs (or fused launches) as the host issues them; a host version's clock
         stats.timing = measure.HOST if rec.get("precision") == HOST else measure.HOST_ISSUED
     if stats is not None and rec.get("status") in ("PASS", "FAIL"):
-        rec.update({k: v for k, v in stats.as_record().items() if k not in ("gpu_ms", "sm_clock_mhz", "converged")})
+        rec.update({k: v for k, v in stats.as_record().items() if k not in ("gpu_ms", "converged")})
         rec["items_per_s"] = problem.batch / (stats.median_ms * 1e-3) if stats.median_ms > 0 else None
         rec["items_per_j"] = problem.batch / stats.energy_j if stats.energy_j else None  # training samples per J
         # The tables' time per iteration (or step) is the same steady-state median.
