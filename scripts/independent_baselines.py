@@ -177,10 +177,10 @@ TORCH_ROWS = ("torch-eager", "torch-graph")
 
 
 def host_cpus() -> set[int] | None:
-    """Two CPUs that both of a round's PyTorch processes are pinned to (the same two every round), or
-    None where this process may use fewer than four."""
+    """Four CPUs that both of a round's PyTorch processes are pinned to (the same two every round), or
+    None where this process may use fewer than eight."""
     cpus = sorted(os.sched_getaffinity(0))
-    return set(cpus[2:4]) if len(cpus) >= 4 else None
+    return set(cpus[2:6]) if len(cpus) >= 8 else None
 
 
 # -- rounds -------------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def summary(key: str, mine: list[float], theirs: list[float]) -> dict:
 def main(out: Path, rounds: int = 5) -> int:
     out.mkdir(parents=True, exist_ok=True)
     cpus = host_cpus()
-    print(f"PyTorch processes pinned to CPUs {sorted(cpus) if cpus else 'none (fewer than four)'}", flush=True)
+    print(f"PyTorch processes pinned to CPUs {sorted(cpus) if cpus else 'none (fewer than eight)'}", flush=True)
     gemm = nnbench_rows(out, ["gemm", "--size", "4096", "-v", "naive"], "gemm")
     ours = _float(gemm.get("cublas", {}).get("median_ms"))
     rows = [summary("cuBLAS SGEMM 4096^3 (ms)", [ours], [cublas_sgemm(4096)])]
