@@ -177,7 +177,7 @@ TORCH_ROWS = ("torch-eager", "torch-graph")
 
 
 def host_cpus() -> set[int] | None:
-    """Four CPUs that both of a round's PyTorch processes are pinned to (the same two every round), or
+    """Four CPUs that both of a round's PyTorch processes are pinned to (the same four every round), or
     None where this process may use fewer than eight."""
     cpus = sorted(os.sched_getaffinity(0))
     return set(cpus[2:6]) if len(cpus) >= 8 else None
