@@ -15,19 +15,29 @@ written too, with the spread.
   autotune cache on it, so each is a draw of its own), time both and keep the faster, as nnbench's
   cuDNN rows do; and both name the kernels each draw ran (the algorithm cuDNN chose), from PyTorch's
   profiler after the timing, so that a disagreement can be read off the kernels.
-- PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them): it moves
-  with the host's state between processes seconds apart (single rounds by up to 26%). Both of a
-  round's PyTorch processes are pinned to the same CPUs (HOST_CPUS), so that they see the same cores.
+- PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them), and the
+  host's speed moves between processes seconds apart: a fresh process's eager step took 3.6 to
+  4.1 ms, nnbench's 3.4 to 5.2, in three rounds of one run (pinning both to the same CPUs did not
+  help). So the independent PyTorch steps run in nnbench's own process, before nnbench's command
+  (run in-process, as `python -m nnbench` would) and after it, and nnbench's row is compared with
+  their mean: the timing code is independent, the host state is shared. Both freeze Python's
+  collector over the heap that exists before their samples (gc.freeze), so that a step's garbage
+  collections walk the step's own objects, not nnbench's or the script's.
+- The profiler's after-effect: PyTorch's profiler leaves CUPTI subscribed unless TEARDOWN_CUPTI=1 is
+  set when it stops; both sides set it, and the cuDNN process times a host-bound and a GPU-bound
+  call before and after its profiling and writes the ratio.
 
 Why a script, not the CLI: it is the check of the CLI's baselines, so it must not use the CLI's code.
 Usage: python3 scripts/independent_baselines.py OUTDIR [ROUNDS]   (GPU, PyTorch and CuPy; ROUNDS 5)
        python3 scripts/independent_baselines.py --conv    (one process: the four cuDNN rows, JSON)
-       python3 scripts/independent_baselines.py --step    (one process: PyTorch's Net 8 B=4096 steps, JSON)
+       python3 scripts/independent_baselines.py --train CSV    (PyTorch's Net 8 B=4096 steps, nnbench's train
+                                                                in the same process, JSON)
 """
 
 from __future__ import annotations
 
 import csv
+import gc
 import json
 import os
 import statistics
@@ -78,6 +88,7 @@ def profiled_kernels(torch, fn) -> str:
     """The GPU kernels of one call of fn, in order, from PyTorch's profiler ('?' where it fails)."""
     try:
         torch.cuda.synchronize()
+        os.environ["TEARDOWN_CUPTI"] = "1"  # read when the profiler stops: CUPTI unsubscribed
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             fn()
             torch.cuda.synchronize()
@@ -157,7 +168,12 @@ def torch_step(layers, batch: int, graph: bool) -> float:
         loss.backward()
         opt.step()
     if not graph:
-        return events_median_ms(step, calls=5, samples=30)
+        gc.collect()
+        gc.freeze()
+        try:
+            return events_median_ms(step, calls=5, samples=30)
+        finally:
+            gc.unfreeze()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -171,31 +187,51 @@ def torch_step(layers, batch: int, graph: bool) -> float:
 
 
 NET8 = (120, *[500] * 13, 100, 7)
-TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "2",
+TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "1",
               "--no-letters"]
 TORCH_ROWS = ("torch-eager", "torch-graph")
 
 
-def host_cpus() -> set[int] | None:
-    """Four CPUs that both of a round's PyTorch processes are pinned to (the same four every round), or
-    None where this process may use fewer than eight."""
-    cpus = sorted(os.sched_getaffinity(0))
-    return set(cpus[2:6]) if len(cpus) >= 8 else None
+def steps() -> dict:
+    import torch
+    got = {"eager": torch_step(NET8, 4096, False), "graph": torch_step(NET8, 4096, True)}
+    torch.cuda.empty_cache()
+    return got
+
+
+def train_round(csv_path: str) -> dict:
+    """This process: the independent steps, nnbench's train command (in-process, as `python -m
+    nnbench` runs it), the independent steps again."""
+    import runpy
+    out = {"before": steps()}
+    sys.argv = ["nnbench", *TORCH_ARGS, "--csv", csv_path]
+    try:
+        runpy.run_module("nnbench", run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        out["nnbench_exit"] = e.code
+    try:
+        out["after"] = steps()
+    except Exception as e:  # noqa: BLE001 - the steps before nnbench still stand
+        out["after_error"] = f"{type(e).__name__}: {e}"
+    return out
 
 
 # -- rounds -------------------------------------------------------------------------------------------
-def run(args: list[str], log: Path, cpus: set[int] | None = None) -> str:
-    """A fresh process (pinned to cpus if given); its stdout, its stderr appended to log."""
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
-    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, preexec_fn=pin, check=False)
+def run(args: list[str], log: Path) -> str:
+    """A fresh process; its stdout, its stderr appended to log."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False)
     with open(log, "a") as f:
         f.write(f"$ {' '.join(args)}  (exit {proc.returncode})\n{proc.stderr[-4000:]}\n")
     return proc.stdout
 
 
-def nnbench_rows(out: Path, args: list[str], name: str, cpus: set[int] | None = None) -> dict[str, dict]:
+def nnbench_rows(out: Path, args: list[str], name: str) -> dict[str, dict]:
     path = out / f"{name}.csv"
-    run(["-m", "nnbench", *args, "--csv", str(path)], out / "commands.log", cpus)
+    run(["-m", "nnbench", *args, "--csv", str(path)], out / "commands.log")
+    return read_rows(path)
+
+
+def read_rows(path: Path) -> dict[str, dict]:
     try:
         with open(path) as f:
             return {r["variant"]: r for r in csv.DictReader(f)}
@@ -203,40 +239,42 @@ def nnbench_rows(out: Path, args: list[str], name: str, cpus: set[int] | None = 
         return {}
 
 
-def independent(mode: str, out: Path, cpus: set[int] | None = None) -> dict:
-    text = run([__file__, mode], out / "commands.log", cpus).strip()
+def independent(mode: str, out: Path, *args: str) -> dict:
+    text = run([__file__, mode, *args], out / "commands.log").strip()
     try:
         return json.loads(text.splitlines()[-1])
     except (ValueError, IndexError):
         return {}
 
 
-def one_round(i: int, out: Path, cpus) -> list[dict]:
-    """Round i's pairs: the cuDNN rows, then the PyTorch rows; nnbench first in even rounds."""
+def one_round(i: int, out: Path) -> list[dict]:
+    """Round i's pairs: the cuDNN rows (nnbench's process first in even rounds), then the PyTorch rows."""
     pairs = []
-    order = (0, 1) if i % 2 == 0 else (1, 0)
     got: list = [None, None]
-    for side in order:
+    for side in ((0, 1) if i % 2 == 0 else (1, 0)):
         got[side] = (nnbench_rows(out, CONV_ARGS, f"conv_round{i}") if side == 0 else independent("--conv", out))
     ours, theirs = got
     for name in CUDNN_ROWS:
         r, t = ours.get(name, {}), theirs.get(name, {})
         pairs.append(dict(baseline=f"{name} {LAYER} (ms)", round=i, nnbench=_float(r.get("median_ms")),
-                          independent=t.get("ms", float("nan")), nnbench_algorithm=r.get("tiles", ""),
-                          independent_algorithm=f"kept {t.get('kept', '?')} · " + "; ".join(
+                          independent=t.get("ms", float("nan")), nnbench_note=r.get("tiles", ""),
+                          independent_note=f"kept {t.get('kept', '?')} · " + "; ".join(
                               f"deterministic {'on' if d['deterministic'] else 'off'} {d['ms']:.4f} ms: {d['kernels']}"
                               for d in t.get("draws", []))))
     if "profiler_after_effect" in theirs:
         print(f"round {i}: the profiler's after-effect (after/before): {theirs['profiler_after_effect']}", flush=True)
-    for side in order:
-        got[side] = (nnbench_rows(out, TORCH_ARGS, f"train_round{i}", cpus) if side == 0
-                     else independent("--step", out, cpus))
-    ours, theirs = got
+    path = out / f"train_round{i}.csv"
+    theirs = independent("--train", out, str(path))
+    ours = read_rows(path)
     for name in TORCH_ROWS:
+        mode = name.removeprefix("torch-")
+        both = [theirs[k][mode] for k in ("before", "after") if k in theirs]
         pairs.append(dict(baseline=f"{name} Net 8 B=4096 step (ms)", round=i,
                           nnbench=_float(ours.get(name, {}).get("median_ms")),
-                          independent=theirs.get(name.removeprefix("torch-"), float("nan")),
-                          nnbench_algorithm="", independent_algorithm=""))
+                          independent=statistics.mean(both) if both else float("nan"), nnbench_note="",
+                          independent_note=" · ".join(f"{k} nnbench {theirs[k][mode]:.4f} ms"
+                                                      for k in ("before", "after") if k in theirs)
+                          + theirs.get("after_error", "")))
     for p in pairs:
         print(f"round {i}: {p['baseline']:44} nnbench {p['nnbench']:.4f} independent {p['independent']:.4f}",
               flush=True)
@@ -263,14 +301,12 @@ def summary(key: str, mine: list[float], theirs: list[float]) -> dict:
 
 def main(out: Path, rounds: int = 5) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    cpus = host_cpus()
-    print(f"PyTorch processes pinned to CPUs {sorted(cpus) if cpus else 'none (fewer than eight)'}", flush=True)
     gemm = nnbench_rows(out, ["gemm", "--size", "4096", "-v", "naive"], "gemm")
     ours = _float(gemm.get("cublas", {}).get("median_ms"))
     rows = [summary("cuBLAS SGEMM 4096^3 (ms)", [ours], [cublas_sgemm(4096)])]
     pairs = []
     for i in range(rounds):  # each round's pairs written as they come: a cut-off run keeps its rounds
-        got = one_round(i, out, cpus)
+        got = one_round(i, out)
         with open(out / "rounds.csv", "a" if pairs else "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(got[0]))
             if not pairs:
@@ -295,7 +331,8 @@ if __name__ == "__main__":
     if sys.argv[1] == "--conv":
         print(json.dumps(cudnn_rows()))
         sys.exit(0)
-    if sys.argv[1] == "--step":
-        print(json.dumps({"eager": torch_step(NET8, 4096, False), "graph": torch_step(NET8, 4096, True)}))
+    if sys.argv[1] == "--train":
+        result = train_round(sys.argv[2])
+        print(json.dumps(result))
         sys.exit(0)
     sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 5))

@@ -72,3 +72,39 @@ def test_a_pytorch_row_timed_by_measure_trains_as_many_epochs_as_ours():
     assert mlp.torch_epochs(257, 256, warm_up_epoch=False) == 2  # whole epochs, at least the steps asked for
     assert mlp.torch_epochs(256, 256, warm_up_epoch=True) == 2  # the per-sample rows' first epoch is no sample
     assert mlp.torch_epochs(10 * 256, 256, warm_up_epoch=True) == 10
+
+
+def test_the_profiler_stops_with_cupti_teardown_asked_and_the_environment_is_restored(monkeypatch):
+    """Left subscribed, CUPTI made every later launch 1.4-2.5x slower to issue (H100): TEARDOWN_CUPTI
+    must be 1 when PyTorch's profiler stops (it reads it then), and as before afterwards."""
+    import os
+    import sys
+    import types
+    seen = {}
+
+    class Profile:
+        def __init__(self, activities):
+            self.activities = activities
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            seen["at_stop"] = os.environ.get("TEARDOWN_CUPTI")
+
+        def events(self):
+            return [SimpleNamespace(name="cudaLaunchKernel", device_type="DeviceType.CPU"),
+                    SimpleNamespace(name="void k<float>(float*)", device_type="DeviceType.CUDA")]
+
+    profiler = types.ModuleType("torch.profiler")
+    profiler.ProfilerActivity, profiler.profile = SimpleNamespace(CUDA="cuda"), Profile
+    fake = types.ModuleType("torch")
+    fake.profiler, fake.cuda = profiler, SimpleNamespace(synchronize=lambda: None)
+    monkeypatch.setitem(sys.modules, "torch", fake)
+    monkeypatch.setitem(sys.modules, "torch.profiler", profiler)
+    monkeypatch.delenv("TEARDOWN_CUPTI", raising=False)
+    assert vendor.kernel_names(fake, lambda: None) == "k"
+    assert seen["at_stop"] == "1" and "TEARDOWN_CUPTI" not in os.environ
+    monkeypatch.setenv("TEARDOWN_CUPTI", "0")
+    vendor.kernel_names(fake, lambda: None)
+    assert seen["at_stop"] == "1" and os.environ["TEARDOWN_CUPTI"] == "0"

@@ -7,7 +7,9 @@ stopping rule) and the suites verify their outputs with the same verifier. Knows
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import numpy as np
@@ -213,17 +215,35 @@ def _cudnn_draw(torch, call, outputs: tuple[int, ...], tf32: bool, deterministic
 def kernel_names(torch, launch) -> str:
     """The kernels one call of `launch` runs, as short_kernel_names writes them, from PyTorch's
     profiler (CUPTI); or why they are unknown. Call it after the timing: the profiler's first use in a
-    process costs a second or so on the host."""
+    process costs a second or so on the host. CUPTI is torn down when the profiler stops
+    (TEARDOWN_CUPTI=1 while it does; PyTorch's profiler reads it then): left subscribed, it made every
+    later launch 1.4-2.5x slower to issue on the H100 (scripts/independent_baselines.py measures it).
+    Kept off where a CUDA graph may run in the process: PyTorch turns it off there (CUPTI re-init
+    after a teardown has crashed with graphs); nnbench's cuDNN rows run in processes without graphs."""
     try:
         from torch.profiler import ProfilerActivity, profile
         torch.cuda.synchronize()
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with _environment("TEARDOWN_CUPTI", "1"), profile(activities=[ProfilerActivity.CUDA]) as prof:
             launch()
             torch.cuda.synchronize()
         names = [e.name for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
     except Exception as e:  # noqa: BLE001 - a name is a note on the row, never a reason to lose it
         return f"kernels unknown ({type(e).__name__}: {e})"[:160]
     return short_kernel_names(names) or "kernels unknown (the profiler saw none)"
+
+
+@contextmanager
+def _environment(name: str, value: str):
+    """os.environ[name] = value inside the block, as it was after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
 
 
 def short_kernel_names(names: list[str]) -> str:
