@@ -3,23 +3,43 @@ nnbench's own rows from the same run (issue 25: every baseline row within 3% of 
 
 Independent means: plain CuPy and PyTorch, their own buffers, their own warm-up (10 calls), and the
 median of 50 samples, each sample CUDA events around 20 back-to-back calls issued from Python. The
-nnbench rows come from `nnbench gemm`, `nnbench conv` and `nnbench train` run as commands.
+nnbench rows come from `nnbench gemm`, `nnbench conv --backward` and `nnbench train` run as commands.
 
-PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them), so it moves
-with the host's state: by 10% between runs of the same code minutes apart, and with the process it runs
-in (a long-lived process full of objects pays more for Python's garbage collection). Its two timings are
-therefore taken in interleaved rounds, each in a fresh process (nnbench's command, then the independent
-step as `--step eager|graph`), ROUNDS times, so that both see the same host, and compared as the median
-over rounds; each round's pair is written too.
+What a process decides for itself is compared over fresh processes, in interleaved rounds: each round
+runs nnbench's command and the independent code, each in a process of its own (which goes first
+alternates), ROUNDS times, and the rows are compared as medians over rounds; every round's pair is
+written too, with the spread.
+- cuDNN autotunes once per process and convolution (PyTorch's benchmark mode), and its pick moves
+  between processes: TF32 forward on N32 C64 56² K64 3x3 took 0.091 ms in one process and 0.100 in
+  another. Both sides autotune twice, once per value of the deterministic flag (PyTorch keys its
+  autotune cache on it, so each is a draw of its own), time both and keep the faster, as nnbench's
+  cuDNN rows do; and both name the kernels each draw ran (the algorithm cuDNN chose), from PyTorch's
+  profiler after the timing, so that a disagreement can be read off the kernels.
+- PyTorch eager is host time (Python issuing ~400 kernels a step, the GPU waiting on them), and the
+  host's speed moves between processes seconds apart: a fresh process's eager step took 3.6 to
+  4.1 ms, nnbench's 3.4 to 5.2, in three rounds of one run (pinning both to the same CPUs did not
+  help). So the independent PyTorch steps run in nnbench's own process, before nnbench's command
+  (run in-process, as `python -m nnbench` would) and after it, and nnbench's row is compared with
+  their mean: the timing code is independent, the host state is shared. Both freeze Python's
+  collector over the heap that exists before their samples (gc.freeze), so that a step's garbage
+  collections walk the step's own objects, not nnbench's or the script's.
+- The profiler's after-effect: PyTorch's profiler leaves CUPTI subscribed unless TEARDOWN_CUPTI=1 is
+  set when it stops; both sides set it, and the cuDNN process times a host-bound and a GPU-bound
+  call before and after its profiling and writes the ratio.
 
 Why a script, not the CLI: it is the check of the CLI's baselines, so it must not use the CLI's code.
 Usage: python3 scripts/independent_baselines.py OUTDIR [ROUNDS]   (GPU, PyTorch and CuPy; ROUNDS 5)
-       python3 scripts/independent_baselines.py --step eager|graph   (one PyTorch Net 8 B=4096 step, ms)
+       python3 scripts/independent_baselines.py --conv    (one process: the four cuDNN rows, JSON)
+       python3 scripts/independent_baselines.py --train CSV    (PyTorch's Net 8 B=4096 steps, nnbench's train
+                                                                in the same process, JSON)
 """
 
 from __future__ import annotations
 
 import csv
+import gc
+import json
+import os
 import statistics
 import subprocess
 import sys
@@ -57,16 +77,74 @@ def cublas_sgemm(n: int) -> float:
                                                   zero.ctypes.data, c.data.ptr, n))
 
 
-def cudnn_conv(tf32: bool) -> float:
+# -- cuDNN ------------------------------------------------------------------------------------------
+LAYER = "N32 C64 56^2 K64 3x3"
+CUDNN_ROWS = ("cudnn", "cudnn-tf32", "cudnn-backward", "cudnn-backward-tf32")  # nnbench's variant names
+CONV_ARGS = ["conv", "--n", "32", "--c", "64", "--h", "56", "--w", "56", "--k", "64", "--r", "3", "--pad", "1",
+             "-p", "direct", "--backward"]
+
+
+def profiled_kernels(torch, fn) -> str:
+    """The GPU kernels of one call of fn, in order, from PyTorch's profiler ('?' where it fails)."""
+    try:
+        torch.cuda.synchronize()
+        os.environ["TEARDOWN_CUPTI"] = "1"  # read when the profiler stops: CUPTI unsubscribed
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            fn()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if "CUDA" in str(e.device_type)]
+    except Exception as e:  # noqa: BLE001
+        return f"? ({type(e).__name__})"
+    short = []
+    for n in names:  # "void ns::kernel<...>(args)" -> "ns::kernel"
+        n = n.removeprefix("void ").split("(")[0].split("<")[0].strip()
+        if n and not n.startswith(("Memcpy", "Memset")) and n not in short:
+            short.append(n)
+    return " + ".join(short) or "?"
+
+
+def cudnn_rows() -> dict:
+    """The four cuDNN rows of LAYER in this process: each autotuned twice (deterministic off, on:
+    two keys of PyTorch's autotune cache), both timed, the faster kept; then each draw's kernels.
+    Also the profiler's after-effect: a GPU-bound and a host-bound timing before and after it."""
     import torch
     import torch.nn.functional as F
     torch.backends.cudnn.benchmark = True
-    torch.backends.cudnn.allow_tf32 = tf32
     x = torch.randn(32, 64, 56, 56, device="cuda")
     w = torch.randn(64, 64, 3, 3, device="cuda")
-    return events_median_ms(lambda: F.conv2d(x, w, padding=1))
+    dy = torch.randn(32, 64, 56, 56, device="cuda")
+
+    def forward():
+        return F.conv2d(x, w, padding=1)
+
+    def backward():
+        return torch.ops.aten.convolution_backward(dy, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                   [True, True, False])
+
+    def flagged(fn, tf32: bool, deterministic: bool):
+        def call():
+            torch.backends.cudnn.allow_tf32, torch.backends.cudnn.deterministic = tf32, deterministic
+            fn()
+        return call
+
+    timed = {}
+    for name, fn, tf32 in zip(CUDNN_ROWS, (forward, forward, backward, backward), (False, True, False, True)):
+        timed[name] = [(events_median_ms(flagged(fn, tf32, det)), det, flagged(fn, tf32, det)) for det in (False, True)]
+    tiny = torch.zeros(16, device="cuda")
+    host_before = events_median_ms(lambda: tiny.add_(1.0))
+    out = {}
+    for name, draws in timed.items():
+        ms, det, _ = min(draws, key=lambda d: d[0])
+        out[name] = dict(ms=ms, kept=f"deterministic {'on' if det else 'off'}",
+                         draws=[dict(deterministic=d, ms=m, kernels=profiled_kernels(torch, call))
+                                for m, d, call in draws])
+    first = min(timed["cudnn"], key=lambda d: d[0])
+    out["profiler_after_effect"] = dict(gpu_bound=events_median_ms(first[2]) / first[0],
+                                        host_bound=events_median_ms(lambda: tiny.add_(1.0)) / host_before)
+    return out
 
 
+# -- PyTorch ----------------------------------------------------------------------------------------
 def torch_step(layers, batch: int, graph: bool) -> float:
     """One mini-batch SGD step of the MLP in plain PyTorch (sigmoid units, squared error, momentum),
     written as the functional layers the seed's net is (weights and biases as tensors, F.linear):
@@ -90,7 +168,12 @@ def torch_step(layers, batch: int, graph: bool) -> float:
         loss.backward()
         opt.step()
     if not graph:
-        return events_median_ms(step, calls=5, samples=30)
+        gc.collect()
+        gc.freeze()
+        try:
+            return events_median_ms(step, calls=5, samples=30)
+        finally:
+            gc.unfreeze()
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
@@ -103,74 +186,153 @@ def torch_step(layers, batch: int, graph: bool) -> float:
     return events_median_ms(g.replay, calls=5, samples=30)
 
 
-def nnbench_rows(out: Path, args: list[str], name: str) -> list[dict]:
-    path = out / f"{name}.csv"
-    subprocess.run([sys.executable, "-m", "nnbench", *args, "--csv", str(path)], check=False,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    with open(path) as f:
-        return list(csv.DictReader(f))
-
-
 NET8 = (120, *[500] * 13, 100, 7)
-TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "6",
+TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "1",
               "--no-letters"]
+TORCH_ROWS = ("torch-eager", "torch-graph")
 
 
-def torch_rounds(out: Path, rounds: int) -> dict[str, tuple[float, float]]:
-    """(nnbench, independent) medians over interleaved rounds for the two PyTorch rows; every round's
-    pair goes to torch_rounds.csv."""
-    pairs: dict[str, list[tuple[float, float]]] = {}
-    for i in range(rounds):
-        ours = {f"{r['variant']} Net 8 B=4096 step (ms)": float(r["median_ms"])
-                for r in nnbench_rows(out, TORCH_ARGS, f"train_round{i}") if r["variant"].startswith("torch")}
-        for graph in (False, True):
-            key = f"torch-{'graph' if graph else 'eager'} Net 8 B=4096 step (ms)"
-            theirs = float(subprocess.run([sys.executable, __file__, "--step", "graph" if graph else "eager"],
-                                          check=True, capture_output=True, text=True).stdout.split()[-1])
-            pairs.setdefault(key, []).append((ours.get(key, float("nan")), theirs))
-            print(f"round {i}: {key:40} nnbench {ours.get(key, float('nan')):.4f} independent {theirs:.4f}",
-                  flush=True)
-    with open(out / "torch_rounds.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["baseline", "round", "nnbench", "independent"])
-        for key, got in pairs.items():
-            w.writerows([key, i, a, b] for i, (a, b) in enumerate(got))
-    return {k: (statistics.median(a for a, _ in v), statistics.median(b for _, b in v)) for k, v in pairs.items()}
+def steps() -> dict:
+    import torch
+    got = {"eager": torch_step(NET8, 4096, False), "graph": torch_step(NET8, 4096, True)}
+    torch.cuda.empty_cache()
+    return got
+
+
+def train_round(csv_path: str) -> dict:
+    """This process: the independent steps, nnbench's train command (in-process, as `python -m
+    nnbench` runs it), the independent steps again."""
+    import runpy
+    out = {"before": steps()}
+    sys.argv = ["nnbench", *TORCH_ARGS, "--csv", csv_path]
+    try:
+        runpy.run_module("nnbench", run_name="__main__", alter_sys=True)
+    except SystemExit as e:
+        out["nnbench_exit"] = e.code
+    try:
+        out["after"] = steps()
+    except Exception as e:  # noqa: BLE001 - the steps before nnbench still stand
+        out["after_error"] = f"{type(e).__name__}: {e}"
+    return out
+
+
+# -- rounds -------------------------------------------------------------------------------------------
+def run(args: list[str], log: Path) -> str:
+    """A fresh process; its stdout, its stderr appended to log."""
+    proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, check=False)
+    with open(log, "a") as f:
+        f.write(f"$ {' '.join(args)}  (exit {proc.returncode})\n{proc.stderr[-4000:]}\n")
+    return proc.stdout
+
+
+def nnbench_rows(out: Path, args: list[str], name: str) -> dict[str, dict]:
+    path = out / f"{name}.csv"
+    run(["-m", "nnbench", *args, "--csv", str(path)], out / "commands.log")
+    return read_rows(path)
+
+
+def read_rows(path: Path) -> dict[str, dict]:
+    try:
+        with open(path) as f:
+            return {r["variant"]: r for r in csv.DictReader(f)}
+    except OSError:
+        return {}
+
+
+def independent(mode: str, out: Path, *args: str) -> dict:
+    text = run([__file__, mode, *args], out / "commands.log").strip()
+    try:
+        return json.loads(text.splitlines()[-1])
+    except (ValueError, IndexError):
+        return {}
+
+
+def one_round(i: int, out: Path) -> list[dict]:
+    """Round i's pairs: the cuDNN rows (nnbench's process first in even rounds), then the PyTorch rows."""
+    pairs = []
+    got: list = [None, None]
+    for side in ((0, 1) if i % 2 == 0 else (1, 0)):
+        got[side] = (nnbench_rows(out, CONV_ARGS, f"conv_round{i}") if side == 0 else independent("--conv", out))
+    ours, theirs = got
+    for name in CUDNN_ROWS:
+        r, t = ours.get(name, {}), theirs.get(name, {})
+        pairs.append(dict(baseline=f"{name} {LAYER} (ms)", round=i, nnbench=_float(r.get("median_ms")),
+                          independent=t.get("ms", float("nan")), nnbench_note=r.get("tiles", ""),
+                          independent_note=f"kept {t.get('kept', '?')} · " + "; ".join(
+                              f"deterministic {'on' if d['deterministic'] else 'off'} {d['ms']:.4f} ms: {d['kernels']}"
+                              for d in t.get("draws", []))))
+    if "profiler_after_effect" in theirs:
+        print(f"round {i}: the profiler's after-effect (after/before): {theirs['profiler_after_effect']}", flush=True)
+    path = out / f"train_round{i}.csv"
+    theirs = independent("--train", out, str(path))
+    ours = read_rows(path)
+    for name in TORCH_ROWS:
+        mode = name.removeprefix("torch-")
+        both = [theirs[k][mode] for k in ("before", "after") if k in theirs]
+        pairs.append(dict(baseline=f"{name} Net 8 B=4096 step (ms)", round=i,
+                          nnbench=_float(ours.get(name, {}).get("median_ms")),
+                          independent=statistics.mean(both) if both else float("nan"), nnbench_note="",
+                          independent_note=" · ".join(f"{k} nnbench {theirs[k][mode]:.4f} ms"
+                                                      for k in ("before", "after") if k in theirs)
+                          + theirs.get("after_error", "")))
+    for p in pairs:
+        print(f"round {i}: {p['baseline']:44} nnbench {p['nnbench']:.4f} independent {p['independent']:.4f}",
+              flush=True)
+    return pairs
+
+
+def _float(text) -> float:
+    try:
+        return float(text)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def summary(key: str, mine: list[float], theirs: list[float]) -> dict:
+    """Medians over rounds, their difference, and the spread: each side's range over rounds and the
+    range of the rounds' own differences, all in % of the medians."""
+    m, t = statistics.median(mine), statistics.median(theirs)
+    rounds = [100 * (a / b - 1) for a, b in zip(mine, theirs)]
+    return dict(baseline=key, nnbench=m, independent=t, difference_pct=100 * (m / t - 1), rounds=len(mine),
+                nnbench_range_pct=100 * (max(mine) - min(mine)) / m,
+                independent_range_pct=100 * (max(theirs) - min(theirs)) / t,
+                round_difference_min_pct=min(rounds), round_difference_max_pct=max(rounds))
 
 
 def main(out: Path, rounds: int = 5) -> int:
     out.mkdir(parents=True, exist_ok=True)
-    ours = {}
-    for r in nnbench_rows(out, ["gemm", "--size", "4096", "-v", "naive"], "gemm"):
-        if r["variant"] == "cublas":
-            ours["cuBLAS SGEMM 4096^3 (ms)"] = float(r["median_ms"])
-    for r in nnbench_rows(out, ["conv", "--n", "32", "--c", "64", "--h", "56", "--w", "56", "--k", "64", "--r", "3",
-                                "--pad", "1", "-p", "direct"], "conv"):
-        if r["variant"] in ("cudnn", "cudnn-tf32"):
-            ours[f"{r['variant']} N32 C64 56^2 K64 3x3 (ms)"] = float(r["median_ms"])
-    theirs = {
-        "cuBLAS SGEMM 4096^3 (ms)": cublas_sgemm(4096),
-        "cudnn N32 C64 56^2 K64 3x3 (ms)": cudnn_conv(False),
-        "cudnn-tf32 N32 C64 56^2 K64 3x3 (ms)": cudnn_conv(True),
-    }
-    for key, (mine, indep) in torch_rounds(out, rounds).items():
-        ours[key], theirs[key] = mine, indep
-    rows = []
-    print(f"{'baseline':40} {'nnbench':>10} {'independent':>12} {'difference':>11}")
-    for k, v in theirs.items():
-        mine = ours.get(k)
-        diff = 100 * (mine / v - 1) if mine else float("nan")
-        rows.append({"baseline": k, "nnbench": mine, "independent": v, "difference_pct": diff})
-        print(f"{k:40} {mine if mine else float('nan'):10.4f} {v:12.4f} {diff:+10.1f}%")
+    gemm = nnbench_rows(out, ["gemm", "--size", "4096", "-v", "naive"], "gemm")
+    ours = _float(gemm.get("cublas", {}).get("median_ms"))
+    rows = [summary("cuBLAS SGEMM 4096^3 (ms)", [ours], [cublas_sgemm(4096)])]
+    pairs = []
+    for i in range(rounds):  # each round's pairs written as they come: a cut-off run keeps its rounds
+        got = one_round(i, out)
+        with open(out / "rounds.csv", "a" if pairs else "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(got[0]))
+            if not pairs:
+                w.writeheader()
+            w.writerows(got)
+        pairs += got
+    for key in dict.fromkeys(p["baseline"] for p in pairs):
+        got = [p for p in pairs if p["baseline"] == key]
+        rows.append(summary(key, [p["nnbench"] for p in got], [p["independent"] for p in got]))
+    print(f"{'baseline':44} {'nnbench':>9} {'independent':>11} {'diff':>7} {'rounds: min..max diff':>22}")
+    for r in rows:
+        print(f"{r['baseline']:44} {r['nnbench']:9.4f} {r['independent']:11.4f} {r['difference_pct']:+6.1f}% "
+              f"{r['round_difference_min_pct']:+10.1f}%..{r['round_difference_max_pct']:+.1f}%")
     with open(out / "independent_baselines.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
-    return 0
+    return 0 if all(abs(r["difference_pct"]) <= 3 for r in rows) else 1
 
 
 if __name__ == "__main__":
-    if sys.argv[1] == "--step":
-        print(f"{torch_step(NET8, 4096, sys.argv[2] == 'graph'):.6f}")
+    if sys.argv[1] == "--conv":
+        print(json.dumps(cudnn_rows()))
+        sys.exit(0)
+    if sys.argv[1] == "--train":
+        result = train_round(sys.argv[2])
+        print(json.dumps(result))
         sys.exit(0)
     sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 5))

@@ -235,6 +235,16 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
     assert all(f"{role}=" in gpu["batched"]["tiles"] for role in batched.GEMM_ROLES)
 
 
+def test_pytorch_rows_train_as_many_steps_as_ours(cuda_backend):
+    """A 1-epoch run: the PyTorch rows, timed by `measure`, train one epoch too (they trained two, the
+    per-sample rows' warm-up epoch, and reported twice our steps)."""
+    chosen = mlp.plan(["batched"], "cuda", batched.versions())
+    recs = list(batched.run(cuda_backend, chosen, nets.get(2).layers, mlp.Hyper(rate=1.0, momentum=0.5), batch=64,
+                            epochs=1, train_samples=640, test_per_letter=2, torch_modes=("eager", "graph")))
+    assert [(r["version"], r["status"], r["steps"], r["epochs_run"]) for r in recs] == [
+        (name, "PASS", 10, 1) for name in ("batched", "torch-eager", "torch-graph")]
+
+
 @pytest.mark.parametrize("exchange", ["nccl", "mpi"])
 def test_data_parallel_gpus_match_one_gpu(tmp_path, exchange):
     """Two GPUs, one MPI rank each (nnbench starts mpirun): every version passes the check against

@@ -7,6 +7,11 @@ stopping rule) and the suites verify their outputs with the same verifier. Knows
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
+from contextlib import contextmanager
+from typing import NamedTuple
+
 import numpy as np
 
 from nnbench.errors import KernelFault, NnbenchError
@@ -143,12 +148,32 @@ def _loaded_cublas():
 
 
 # -- cuDNN ----------------------------------------------------------------------------------------
-def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: int, pad: int, out: int,
-                       tf32: bool = False):
-    """cuDNN's forward convolution through PyTorch on nnbench's X and filters (NCHW), autotuned
-    (benchmark mode: cuDNN times its algorithms on the first call, which `measure`'s warm-up takes),
-    writing its own output. Returns (launch, result): result() is the last output, for the verifier,
-    copied into nnbench's buffer at `out`. None without PyTorch."""
+# PyTorch keys its autotune cache on the convolution, the TF32 flag and the deterministic flag, and
+# autotunes once per key and process: each value of the deterministic flag is therefore an autotune
+# draw of its own. A single draw can pick an algorithm 10% off cuDNN's best (cuDNN TF32 on N32 C64 56²
+# K64 3x3 on the H100 took 0.091 ms in one process and 0.100 in another); the suites time every draw
+# and keep the fastest, so that the baseline gets cuDNN's best of two. (Deterministic engines are a
+# subset of all; for a forward convolution nearly all of them.)
+AUTOTUNE_DRAWS = (False, True)
+
+
+class CudnnDraw(NamedTuple):
+    """One autotune draw of a cuDNN call: launch() enqueues the call (its first call autotunes),
+    result() copies the last outputs into nnbench's buffers for the verifier, kernels() names the
+    kernels one call runs (the algorithm this draw chose)."""
+    launch: Callable[[], None]
+    result: Callable[[], None]
+    kernels: Callable[[], str]
+    label: str
+
+
+def cudnn_conv(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: int, pad: int, outputs: tuple[int, ...],
+               tf32: bool = False, dy_ptr: int | None = None) -> list[CudnnDraw] | None:
+    """cuDNN's convolution through PyTorch on nnbench's X and filters (NCHW), autotuned (benchmark
+    mode: cuDNN times its algorithms on the first call, which `measure`'s warm-up takes), writing its
+    own outputs: the forward (outputs: Y), or with dy_ptr the data and filter gradients in one call as
+    autograd issues them, aten.convolution_backward (outputs: dX, dW). One draw per AUTOTUNE_DRAWS.
+    None without PyTorch."""
     try:
         import torch
         import torch.nn.functional as F
@@ -157,45 +182,87 @@ def cudnn_conv_forward(x_ptr: int, w_ptr: int, dims: tuple[int, ...], stride: in
     torch.backends.cudnn.benchmark = True
     N, C, H, W, K, R = dims
     x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
-    last = {}
+    if dy_ptr is None:
+        def call():
+            return (F.conv2d(x, w, stride=stride, padding=pad),)
+    else:
+        Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
+        dy = torch_view(torch, dy_ptr, (N, K, Ho, Wo))
 
-    def launch():  # the flag is global and read at each call: set for this row's calls only
-        torch.backends.cudnn.allow_tf32 = tf32
-        last["y"] = F.conv2d(x, w, stride=stride, padding=pad)
-        torch.backends.cudnn.allow_tf32 = False
+        def call():
+            dx, dw, _ = torch.ops.aten.convolution_backward(
+                dy, x, w, None, [stride, stride], [pad, pad], [1, 1], False, [0, 0], 1, [True, True, False])
+            return dx, dw
+    return [_cudnn_draw(torch, call, outputs, tf32, deterministic) for deterministic in AUTOTUNE_DRAWS]
+
+
+def _cudnn_draw(torch, call, outputs: tuple[int, ...], tf32: bool, deterministic: bool) -> CudnnDraw:
+    flags, last = torch.backends.cudnn, []
+
+    def launch() -> None:  # the flags are global and read at each call: set for this draw's calls only
+        flags.allow_tf32, flags.deterministic = tf32, deterministic
+        last[:] = call()
+        flags.allow_tf32, flags.deterministic = False, False
 
     def result() -> None:
-        y = last["y"]
-        torch_view(torch, out, tuple(y.shape)).copy_(y)
+        for ptr, t in zip(outputs, last):
+            torch_view(torch, ptr, tuple(t.shape)).copy_(t)
         torch.cuda.synchronize()
-    return launch, result
+    return CudnnDraw(launch, result, lambda: kernel_names(torch, launch),
+                     f"deterministic {'on' if deterministic else 'off'}")
 
 
-def cudnn_conv_backward(x_ptr: int, w_ptr: int, dy_ptr: int, dims: tuple[int, ...], stride: int, pad: int,
-                        dx_out: int, dw_out: int, tf32: bool = False):
-    """cuDNN's backward convolution (data and filter gradients in one call, as autograd issues them:
-    aten.convolution_backward) through PyTorch on nnbench's X, filters and dY (NCHW), autotuned like
-    the forward, writing its own outputs. Returns (launch, result): result() copies the last dX and
-    dW into nnbench's buffers, for the verifier. None without PyTorch."""
+def kernel_names(torch, launch) -> str:
+    """The kernels one call of `launch` runs, as short_kernel_names writes them, from PyTorch's
+    profiler (CUPTI); or why they are unknown. Call it after the timing: the profiler's first use in a
+    process costs a second or so on the host. CUPTI is torn down when the profiler stops
+    (TEARDOWN_CUPTI=1 while it does; PyTorch's profiler reads it then): left subscribed, it made every
+    later launch 1.4-2.5x slower to issue on the H100 (scripts/independent_baselines.py measures it;
+    docs/results/baselines.md). PyTorch itself leaves the teardown off under torch.compile's CUDA
+    graphs, where re-initializing CUPTI after one crashed on CUDA 11 and 12; the H100 runs were CUDA 13."""
     try:
-        import torch
-    except ImportError:
-        return None
-    torch.backends.cudnn.benchmark = True
-    N, C, H, W, K, R = dims
-    x, w = torch_view(torch, x_ptr, (N, C, H, W)), torch_view(torch, w_ptr, (K, C, R, R))
-    Ho, Wo = (H + 2 * pad - R) // stride + 1, (W + 2 * pad - R) // stride + 1
-    dy = torch_view(torch, dy_ptr, (N, K, Ho, Wo))
-    last = {}
-
-    def launch():
-        torch.backends.cudnn.allow_tf32 = tf32
-        last["dx"], last["dw"], _ = torch.ops.aten.convolution_backward(
-            dy, x, w, None, [stride, stride], [pad, pad], [1, 1], False, [0, 0], 1, [True, True, False])
-        torch.backends.cudnn.allow_tf32 = False
-
-    def result() -> None:
-        torch_view(torch, dx_out, (N, C, H, W)).copy_(last["dx"])
-        torch_view(torch, dw_out, (K, C, R, R)).copy_(last["dw"])
+        from torch.profiler import ProfilerActivity, profile
         torch.cuda.synchronize()
-    return launch, result
+        with _environment("TEARDOWN_CUPTI", "1"), profile(activities=[ProfilerActivity.CUDA]) as prof:
+            launch()
+            torch.cuda.synchronize()
+        names = [e.name for e in prof.events() if str(getattr(e, "device_type", "")).endswith("CUDA")]
+    except Exception as e:  # noqa: BLE001 - a name is a note on the row, never a reason to lose it
+        return f"kernels unknown ({type(e).__name__}: {e})"[:160]
+    return short_kernel_names(names) or "kernels unknown (the profiler saw none)"
+
+
+@contextmanager
+def _environment(name: str, value: str):
+    """os.environ[name] = value inside the block, as it was after it."""
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def short_kernel_names(names: list[str]) -> str:
+    """Kernel names without `void`, namespaces' template arguments and the argument list, in the order
+    they ran, each once with its count: "sm90_xmma_fprop_implicit_gemm_..._cudnn + nchwToNhwcKernel x2"."""
+    counts: dict[str, int] = {}
+    for name in names:
+        name = name.strip().removeprefix("void ")
+        depth, out = 0, []
+        for ch in name:  # drop every <...> (nested) and everything from the argument list's "(" on
+            if ch == "<":
+                depth += 1
+            elif ch == ">" and depth:
+                depth -= 1
+            elif ch == "(" and not depth:
+                break
+            elif not depth:
+                out.append(ch)
+        short = "".join(out).strip()
+        if short and not short.startswith(("Memcpy", "Memset")):
+            counts[short] = counts.get(short, 0) + 1
+    return " + ".join(k if n == 1 else f"{k} x{n}" for k, n in counts.items())

@@ -491,9 +491,10 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     (`weights_rel_err`), as every nnbench version is. Timing: events around each epoch, in steady
     state (the first epoch, which takes the warm-up, is not a sample), whole epochs only; or, with
     time_step(launch, host_issued) -> measure.Stats (the mini-batch rows, whose own steps are timed
-    by `measure`), the same as ours: after the epochs, one step on the first batch timed by `measure`,
-    eager issued by the host as it goes (its cost is the host's), the graph row one captured step.
-    `watch` (per-sample rows) probes NVML during each timed epoch, and the epochs' statistics carry it."""
+    by `measure`), the same as ours: after the epochs (as many as ours: torch_epochs), one step on the
+    first batch timed by `measure`, eager issued by the host as it goes (its cost is the host's), the
+    graph row one captured step. `watch` (per-sample rows) probes NVML during each timed epoch, and the
+    epochs' statistics carry it."""
     import torch
     import torch.nn.functional as F
 
@@ -574,7 +575,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         out.weights_rel_err = weight_change_error(got, ref, init)
         restart()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    epochs = max(2, -(-iterations // steps_per_epoch))  # whole epochs; the first is the warm-up
+    epochs = torch_epochs(iterations, steps_per_epoch, warm_up_epoch=time_step is None)
     for _ in range(epochs):
         errors.zero_()
         start.record()
@@ -587,10 +588,11 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         out.iterations += steps_per_epoch
         out.final_error = float(errors) / steps_per_epoch
         out.error_curve.append((out.iterations, out.final_error))
-    out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
-    if watch is not None:
-        out.stats = watched_stats(watch, out.samples_s)
-    if time_step is not None:  # steady state, after the epochs (these steps go on training on batch 0)
+    if time_step is None:
+        out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
+        if watch is not None:
+            out.stats = watched_stats(watch, out.samples_s)
+    else:  # steady state, after the epochs (these steps go on training on batch 0)
         launch = (lambda: step_t(*sample(0)))
         if graph:
             one = torch.cuda.CUDAGraph()
@@ -611,6 +613,14 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         out.train_accuracy = accuracy(forward_t(X).cpu().numpy(), train.t)
     out.test_accuracy = accuracy(out.test_outputs, test.t)
     return out
+
+
+def torch_epochs(iterations: int, steps_per_epoch: int, warm_up_epoch: bool) -> int:
+    """Whole epochs for a PyTorch row to train at least `iterations` steps: as many as ours when its
+    step is timed by `measure` (which warms up on its own), at least two when its epochs are the
+    samples (the first, which takes the warm-up, is not one)."""
+    epochs = -(-iterations // steps_per_epoch)
+    return max(2, epochs) if warm_up_epoch else epochs
 
 
 # -- the command's whole job ----------------------------------------------------------------------
