@@ -121,9 +121,9 @@ def test_host_issued_samples_are_never_queued_behind_the_blocking_kernel():
     """A PyTorch eager step's cost is the host's own work: queued behind the blocking kernel, the GPU
     would run its ~400 kernels back to back and the figure would hide it. host_issued times each sample
     as the host issues it, with the same warm-up and stopping rule, and the row says so."""
-    be = FakeBackend([4.0] * 100)
+    be = FakeBackend([4.0] * 1000)
     s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10, min_samples=12, host_issued=True))
-    assert be.batches == [] and s.samples == 12 and s.converged
+    assert be.batches == [] and s.samples == measure.HOST_WINDOW_MS / 4.0 and s.converged
     assert s.timing == measure.HOST_ISSUED
     queued = FakeBackend([4.0] * 100)
     assert measure.measure(queued, lambda: None, measure.TimingSettings(budget_s=10)).timing == measure.HOT_BATCHED
@@ -142,6 +142,19 @@ def test_host_issued_samples_do_not_scan_the_harness_heap():
             return super().timed(fn, reps)
 
     keep = [object() for _ in range(1000)]  # the harness's heap
-    measure.measure(Watching([4.0] * 100), lambda: None, measure.TimingSettings(budget_s=10, host_issued=True))
+    measure.measure(Watching([4.0] * 1000), lambda: None, measure.TimingSettings(budget_s=10, host_issued=True))
     assert frozen[:2] == [0, 0] and min(frozen[2:]) >= len(keep)  # warm-up and estimate, then the samples
     assert gc.get_freeze_count() == 0
+
+
+def test_host_issued_samples_cover_the_hosts_window_whatever_the_budget():
+    """The host's speed wanders over tenths of a second (an eager step read 3.0-7.0 ms inside 0.15 s on
+    the H100): a host-issued row that stopped at its 10th quiet sample, or at a short budget, would read
+    one stretch of it. It goes on until its samples cover HOST_WINDOW_MS; a queued row stops as before."""
+    quiet = FakeBackend([5.0] * 1000)
+    s = measure.measure(quiet, lambda: None, measure.TimingSettings(budget_s=0.0, host_issued=True))
+    assert s.samples * 5.0 >= measure.HOST_WINDOW_MS and s.samples == measure.HOST_WINDOW_MS / 5.0
+    slow_start = FakeBackend([7.0] * 20 + [3.0] * 1000)  # a slow stretch, then the host's usual speed
+    s = measure.measure(slow_start, lambda: None, measure.TimingSettings(budget_s=0.0, host_issued=True))
+    assert s.median_ms == 3.0
+    assert measure.measure(FakeBackend([5.0] * 1000), lambda: None, measure.TimingSettings(budget_s=0.0)).samples == 10

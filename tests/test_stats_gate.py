@@ -332,9 +332,10 @@ def test_a_gpu_throttled_throughout_still_reports_and_says_why():
     assert s.samples >= 10 and s.dropped == 0 and s.sm_clock_mhz == 1000.0
 
 
-def test_host_issued_samples_are_probed_once_a_batch_while_they_run():
+def test_host_issued_samples_are_probed_once_a_batch_while_they_run(monkeypatch):
     """A probe after every host-issued sample left the GPU idle for its cost each time: one probe per BATCH
     samples now, taken inside `timed` (before it waits), and its verdict covers the samples of its group."""
+    monkeypatch.setattr(measure, "HOST_WINDOW_MS", 0.0)  # the probes' cadence, not the window, is tested here
     probes = [Probe(1980.0, 2619.0, 0, 300.0), Probe(1000.0, 2619.0, 0, 300.0)] + [Probe(1980.0, 2619.0, 0, 300.0)] * 50
     be = Backend(probes)
     s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=10.0, min_samples=25, host_issued=True))
