@@ -61,6 +61,12 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1
+#endif
+#ifndef PERSISTENT
+#define PERSISTENT 0
+#endif
 #ifndef ADAPT
 #define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
 #endif
@@ -136,7 +142,13 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER_M > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_M, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_DIMS
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B, float beta,
      float* __restrict__ C, const __grid_constant__ OperandMaps a_maps, const __grid_constant__ OperandMaps b_maps,
      int paths, int* __restrict__ split_sync, float* __restrict__ split_work) {
@@ -144,27 +156,40 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     // Aligned by pointer arithmetic on the shared array: an integer cast would lose the address space
     // and turn every access into a generic one.
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+    // Tiles in m-major order, the m tiles rounded up to whole clusters (a cluster's blocks share n0). A
+    // block takes tile `first`, and with PERSISTENT every `stride`-th after it (the host launches fewer
+    // blocks than tiles); the pairs of a cluster stay together, since stride and tiles_m are multiples of
+    // CLUSTER_M.
+    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M) * CLUSTER_M;
+    const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
+    const int mine = PERSISTENT ? max(0, (tiles_m * ((N + BN - 1) / BN) - first + stride - 1) / stride) : 1;
 
     if (threadIdx.x == 0) ring_init(ring, paths, a_maps.m, b_maps.m);
-    __syncthreads();
+    if constexpr (CLUSTER_M > 1) cluster_sync();
+    else __syncthreads();
 
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(K);
-        produce(ring, kr, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
+        produce_stream(ring, mine * kr.count, wt, [&](int g) {
+            const int j = g / kr.count, t = first + j * stride;
+            load_k_block(ring, g, kr.first + g - j * kr.count, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K,
+                         t % tiles_m * BM, t / tiles_m * BN);
+        });
         return;
     }
 
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
-    float acc[NACC];
-    consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64);
-
     const int row = consumer_row(wg, wt);
-    if (gridDim.z > 1)
-        reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
-    else
-        store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
+    for (int j = 0; j < mine; ++j) {
+        const int t = first + j * stride, m0 = t % tiles_m * BM, n0 = t / tiles_m * BN;
+        float acc[NACC];
+        consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64, j * kr.count);
+        if (gridDim.z > 1)
+            reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
+        else
+            store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
+    }
 }

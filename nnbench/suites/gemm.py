@@ -332,6 +332,9 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
+    elif params.get("PERSISTENT"):
+        grid = persistent_grid(grid, params.get("CLUSTER_M", 1), backend.device.sm_count)
+        path += f", persistent {grid[0]}"
     smem = v.dynamic_smem_bytes(params)
     M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
 
@@ -398,6 +401,12 @@ def operand_maps(ptr: int, rows: int, cols: int, box: tuple[int, int], swizzle: 
             return None
         maps += tensormap.encode_tiled(*args)
     return maps, True
+
+
+def persistent_grid(grid: tuple[int, int, int], cluster: int, sms: int) -> tuple[int, int, int]:
+    """A persistent launch of a (tiles_m, tiles_n) grid: one block per SM at most (step 9 fits one), whole
+    clusters, each block looping over every grid-size-th tile (kernels_cu/gemm/09_tf32x3_wgmma.cu)."""
+    return min(grid[0] * grid[1], sms - sms % cluster), 1, 1
 
 
 def split_k(tiles: int, k_blocks: int, sms: int) -> int:
