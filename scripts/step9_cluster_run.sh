@@ -9,6 +9,17 @@ timeout 200 python3 -m nnbench sweep configs/step9_cluster.yaml --fresh --out "$
 tail -30 "$out/cluster.log"
 timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_gemm_step9.py 2>&1 | tee "$out/gpu_tests.txt" | tail -4
 timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_mlp.py -k wgmma 2>&1 | tee -a "$out/gpu_tests.txt" | tail -2
+# 4096^3 was ~2% slower after the small-shape change: this tree against an older one (AB_OLD, a `git archive`
+# of 6fc1f24 beside this checkout), alternately in fresh processes, the same settings.
+if [ -d "${AB_OLD:-/nonexistent}" ]; then
+  here=$PWD
+  for round in 1 2; do
+    for tree in "$AB_OLD" "$here"; do
+      (cd "$tree" && PYTHONPATH="/tmp/nnbench-gpu-site:$tree" timeout 90 python3 -m nnbench gemm --size 4096 \
+        -v tf32x3_wgmma --no-cublas --budget 2 --seed 7 2>&1 | grep -E "tf32x3_wgmma" | sed "s|^|$round $(basename "$tree") |")
+    done
+  done 2>&1 | tee "$out/ab_4096.txt"
+fi
 timeout 200 python3 -m nnbench sweep configs/step9_small_diag.yaml --fresh --out "$out/small_diag.csv" > "$out/small_diag.log" 2>&1
 tail -22 "$out/small_diag.log"
 # Planted defects, in a copy: the consumers store every later tile one tile off (persistent loop); a
