@@ -112,6 +112,10 @@ def test_split_k_only_where_tiles_leave_sms_idle():
         s = gemm.split_k(tiles, k_blocks, 132)
         per = -(-k_blocks // s)
         assert (s - 1) * per < k_blocks and s * tiles <= 132  # the kernel's KRange: no slice empty
+    assert gemm.split_k(1024, 128, 132, asked=4) == 1  # asked, but the tiles alone fill the SMs
+    assert gemm.split_k(32, 16, 132, asked=2) == 2 and gemm.split_k(32, 16, 132, asked=8) == 4  # 4 x 32 <= 132
+    assert gemm.split_k(4, 3, 132, asked=8) == 3  # one k-block a slice
+    assert gemm.split_k(4, 5, 132, asked=4) == 3  # 2 k-blocks a slice: a fourth slice would be empty
 
 
 def _device(cc):
@@ -152,3 +156,4 @@ def test_step9_tile_rules():
     assert tile(7, 4096, 101) == (128, False)  # B by cp.async and M <= 64: one slice
     assert tile(121, 500, 4096) == (128, True)
     assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays
+    assert gemm.step9_tile(gemm.Shape(7, 4096, 101), dict(d, BN=64), 132)[1] is False  # M <= 64, B by cp.async

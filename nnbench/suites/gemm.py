@@ -303,8 +303,9 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
             kernel = backend.load(_tile_module(backend, v, params), v.kernel)
             path = f"BN={params['BN']} here ({why}), "
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
-    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
-        if v.split_k and allow_split else 1
+    asked = params.get("SPLIT_K", 0)
+    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count, asked) \
+        if v.split_k and (allow_split or asked) else 1
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
@@ -353,11 +354,11 @@ def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str
     - B by cp.async (K % 4 != 0) and a 128-column grid that would leave half the SMs idle: BN = 64, twice
       the tiles (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us);
     - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
-    if params.get("BN") != 128:
-        return params, True, ""
     by_copy = shape.K % PHASES != 0
     if by_copy and shape.M <= 64:
         return params, False, ""
+    if params.get("BN") != 128:
+        return params, True, ""
     tiles = -(-shape.M // params["BM"]) * -(-shape.N // 128)
     if shape.N <= 64:
         return dict(params, BN=64), True, "N <= 64"
@@ -409,12 +410,16 @@ def persistent_grid(grid: tuple[int, int, int], cluster: int, sms: int) -> tuple
     return min(grid[0] * grid[1], sms - sms % cluster), 1, 1
 
 
-def split_k(tiles: int, k_blocks: int, sms: int) -> int:
+def split_k(tiles: int, k_blocks: int, sms: int, asked: int = 0) -> int:
     """How many slices of K a split-K kernel takes: where its tiles fill less than half the SMs, as many
-    as fill them, each of at least 2 k-blocks, and no slice empty."""
-    if 2 * tiles > sms or k_blocks < 4:
+    as fill them, each of at least 2 k-blocks, and no slice empty. `asked` (SPLIT_K > 0): that many, as far
+    as every slice of every tile stays resident at once (the slices of a tile meet) and none is empty."""
+    if asked:
+        want = max(1, min(asked, sms // tiles, k_blocks))
+    elif 2 * tiles > sms or k_blocks < 4:
         return 1
-    want = max(1, min(sms // tiles, k_blocks // 2))
+    else:
+        want = max(1, min(sms // tiles, k_blocks // 2))
     per = -(-k_blocks // want)
     return -(-k_blocks // per)
 
