@@ -2,9 +2,9 @@
 shapes that take its special paths: leading dimensions that are not multiples of 4 (A's phase maps, B's
 cp.async), operands too small to map (cp.async), single-launch split-K (partials, a per-tile meeting, a
 reduction in slice order; both checks of a case reuse one launch's counters, so a counter left set
-hangs or fails the second), idle consumer warpgroups (M <= 64) and narrow tiles (N <= 64); thread-block clusters sharing B by multicast (odd m-tile counts round
-up to whole clusters) and the persistent tile loop (shapes of more tiles than SMs, so blocks take several).
-Skips off sm_90."""
+hangs or fails the second), idle consumer warpgroups (M <= 64) and narrow tiles (N <= 64); thread-block
+clusters sharing B by multicast (odd m-tile counts round up to whole clusters) and the persistent tile loop
+(shapes of more tiles than SMs, so blocks take several). Skips off sm_90."""
 
 import pytest
 

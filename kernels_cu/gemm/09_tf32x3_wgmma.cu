@@ -25,9 +25,12 @@
 // Params: BM in {64, 128}: block rows, 64 per consumer warpgroup; BN in {64, 128}: block columns
 //         (one wgmma m64nBNk8 per k8 step); BK = 32: one 128-byte swizzle row of TF32 per B row;
 //         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}; ADAPT in {1, 0}: whether the host
-//         picks BN and split-K per shape. Defaults BM=128 BN=128 STAGES=4 PRECISION=3 ADAPT=1
-//         (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
-//         bytes of dynamic shared memory, plus 1 KiB of alignment.
+//         picks BN and split-K per shape; CLUSTER_M in {1, 2}: blocks per cluster along m, sharing B
+//         by multicast (wgmma_mainloop.cuh says how); PERSISTENT in {0, 1}: blocks loop over tiles;
+//         SPLIT_K (host side): slices of K asked for, 0 = the host's rule. Defaults BM=128 BN=128
+//         STAGES=4 PRECISION=3 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 (nnbench/registry.py). Shared
+//         memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4 bytes of dynamic shared memory, plus 1 KiB
+//         of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
 //         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
@@ -45,7 +48,11 @@
 //         kernel holding SMs at the same time could make it wait forever). The counters
 //         (`split_sync`, 2 ints per tile) are left zeroed for the next launch.
 // Epilogue: one walk of a consumer thread's fragment (`store_fragment`) writes C, or a partial tile.
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
+// Persistent: with PERSISTENT=1 the host launches min(tiles, SMs) blocks and each takes every
+//         gridDim-th tile; its producer streams all its tiles' k-blocks through the ring, so the next
+//         tile's copies are in flight during this tile's last k-blocks and epilogue. Never with split-K.
+// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM) rounded up to whole clusters, ceil(N/BN),
+//         splits), or (min(tiles, SMs), 1, 1) persistent; clusters of (CLUSTER_M, 1, 1); sm_90a only.
 #ifndef BM
 #define BM 128
 #endif
