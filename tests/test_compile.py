@@ -93,6 +93,11 @@ ptxas info    : Used 128 registers, used 1 barriers, 33280 bytes smem, 400 bytes
     rep = cc.parse_ptxas(text)["gemm"]
     assert (rep.registers, rep.smem_bytes, rep.stack_bytes, rep.spill_store_bytes, rep.spill_load_bytes) == (
         128, 33280, 8, 4, 12)
+    assert not rep.wgmma_serialized
+    serialized = text.replace("ptxas info    : Used", "ptxas info    : (C7511) Potential Performance Loss: "
+                              "wgmma.mma_async instructions are serialized due to insufficient register resources for "
+                              "the wgmma pipeline in the function 'gemm'\nptxas info    : Used")
+    assert cc.parse_ptxas(serialized)["gemm"].wgmma_serialized  # as ptxas 13.0 words it
 
 
 def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
@@ -128,6 +133,7 @@ def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
         assert comp.request.arch == "sm_90a"
         rep = comp.ptxas["gemm"]
         assert rep.spill_store_bytes == 0 and rep.spill_load_bytes == 0 and rep.stack_bytes == 0, name
+        assert not rep.wgmma_serialized, (name, extra)  # C7511: the wgmmas would run one at a time
         if sass.cuobjdump():
             fn = sass.parse(sass.dump(comp.cubin))["gemm"]
             lo, hi = fn.hot_loop()

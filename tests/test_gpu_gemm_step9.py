@@ -52,5 +52,6 @@ def test_step9_paths_verify(cuda_backend, params):
                                                           "cp.async B")  # step9_tile: M <= 64, no split
         assert path["4097×129×1", "tf32x3_wgmma"].endswith("BN=64 here (B by cp.async, few tiles), cp.async A+B")
         assert "BN=64 here (N <= 64)" in path["101×7×4096", "tf32x3_wgmma"]
+        assert "BM=64 BN=64 here (M <= 64, B by cp.async, few tiles)" in path["7×4096×101", "tf32x3_wgmma"]
         assert path["121×500×4096", "tf32x3_wgmma"].endswith("A by 4 phase maps (leading dim % 4 != 0), split-K 32")
         assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, cp.async B")

@@ -297,9 +297,13 @@ __device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 
 template <bool NARROW, bool PHASED>
 __device__ __forceinline__ void consume_k_blocks(float (&acc)[NACC], const Ring& ring, const KRange& kr, int row,
                                                  int lane, int lead, int g0) {
+    // The slot and its phase parity, advanced one k-block at a time (computing them from g0 + i costs
+    // registers that, with a cluster and a tile loop, ptxas took from the wgmma pipeline: C7511).
+    int s = g0 % STAGES;
+    unsigned parity = (g0 / STAGES) & 1;
     for (int i = 0; i < kr.count; ++i) {
-        const int s = (g0 + i) % STAGES;
-        wait_stage(ring, g0 + i);
+        mbar_wait(ring.full(s), parity);
+        mbar_wait(ring.ready(s), parity);
         AFrag f;
         load_a<PHASED>(ring.a(s), row, lane % 4, lead, f);
 #if PRECISION == 3
@@ -315,6 +319,10 @@ __device__ __forceinline__ void consume_k_blocks(float (&acc)[NACC], const Ring&
 #pragma unroll
         for (int r = 0; r < (NARROW ? NACC / 2 : NACC); ++r) acc[r] += part[r];  // round-to-nearest, outside the tensor core
 #endif
+        if (++s == STAGES) {
+            s = 0;
+            parity ^= 1;
+        }
     }
 }
 

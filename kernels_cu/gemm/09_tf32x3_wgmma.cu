@@ -168,9 +168,8 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     // block takes tile `first`, and with PERSISTENT every `stride`-th after it (the host launches fewer
     // blocks than tiles); the pairs of a cluster stay together, since stride and tiles_m are multiples of
     // CLUSTER_M.
-    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M) * CLUSTER_M;
-    const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = gridDim.x * gridDim.y;
-    const int mine = PERSISTENT ? max(0, (tiles_m * ((N + BN - 1) / BN) - first + stride - 1) / stride) : 1;
+    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M) * CLUSTER_M, tiles = tiles_m * ((N + BN - 1) / BN);
+    const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = PERSISTENT ? gridDim.x * gridDim.y : tiles;
 
     if (threadIdx.x == 0) ring_init(ring, paths, a_maps.m, b_maps.m);
     if constexpr (CLUSTER_M > 1) cluster_sync();
@@ -179,24 +178,44 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(K);
-        produce_stream(ring, mine * kr.count, wt, [&](int g) {
-            const int j = g / kr.count, t = first + j * stride;
-            load_k_block(ring, g, kr.first + g - j * kr.count, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K,
-                         t % tiles_m * BM, t / tiles_m * BN);
-        });
+        if constexpr (!PERSISTENT) {
+            produce(ring, kr, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, first % tiles_m * BM, first / tiles_m * BN);
+        } else {
+            // The next copy's k-block and tile, advanced one copy at a time: a division per k-block here
+            // (the k-block and tile of iteration g) made 4096^3 8% slower, the producer's instructions per
+            // k-block being on the critical path (docs/results/gemm.md).
+            int kb = 0, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
+            const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
+            produce_stream(ring, mine * kr.count, wt, [&](int g) {
+                load_k_block(ring, g, kb, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
+                if (++kb == kr.count) {
+                    kb = 0;
+                    t += stride;
+                    m0 = t % tiles_m * BM;
+                    n0 = t / tiles_m * BN;
+                }
+            });
+        }
         return;
     }
 
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
     const int row = consumer_row(wg, wt);
-    for (int j = 0; j < mine; ++j) {
-        const int t = first + j * stride, m0 = t % tiles_m * BM, n0 = t / tiles_m * BN;
+    auto tile = [&](int t, int g0) {  // g0: the ring's iterations before this tile
+        const int m0 = t % tiles_m * BM, n0 = t / tiles_m * BN;
         float acc[NACC];
-        consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64, j * kr.count);
+        consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64, g0);
         if (gridDim.z > 1)
             reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
         else
             store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
+    };
+    // Without PERSISTENT the ring's iteration count stays a constant (a run-time offset costs the consumer
+    // loop 40 instructions per k-block).
+    if constexpr (PERSISTENT) {
+        for (int t = first, g0 = 0; t < tiles; t += stride, g0 += kr.count) tile(t, g0);
+    } else {
+        tile(first, 0);
     }
 }

@@ -299,9 +299,10 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     if params.get("ADAPT"):
         tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
         if tile != params:
+            changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
             params = tile
             kernel = backend.load(_tile_module(backend, v, params), v.kernel)
-            path = f"BN={params['BN']} here ({why}), "
+            path = f"{changed} here ({why}), "
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
     asked = params.get("SPLIT_K", 0)
     splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count, asked) \
@@ -349,22 +350,26 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
 
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
     """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
-    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes):
+    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes; clusters):
+    - M <= 64 (from BM = 128): BM = 64, one consumer warpgroup (7x4096x101: 11.9 -> 9.1 us with BN = 64);
     - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
-    - B by cp.async (K % 4 != 0) and a 128-column grid that would leave half the SMs idle: BN = 64, twice
-      the tiles (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us);
+    - B by cp.async (K % 4 != 0) and M <= 64, or a 128-column grid that would leave half the SMs idle:
+      BN = 64 (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us; 7x4096x101 above);
     - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
     by_copy = shape.K % PHASES != 0
-    if by_copy and shape.M <= 64:
-        return params, False, ""
-    if params.get("BN") != 128:
-        return params, True, ""
-    tiles = -(-shape.M // params["BM"]) * -(-shape.N // 128)
-    if shape.N <= 64:
-        return dict(params, BN=64), True, "N <= 64"
-    if by_copy and 2 * tiles <= sms:
-        return dict(params, BN=64), True, "B by cp.async, few tiles"
-    return params, True, ""
+    tile, why = dict(params), []
+    if shape.M <= 64 and params.get("BM") == 128:
+        tile["BM"] = 64
+        why.append("M <= 64")
+    if params.get("BN") == 128:
+        tiles = -(-shape.M // tile["BM"]) * -(-shape.N // 128)
+        if shape.N <= 64:
+            tile["BN"] = 64
+            why.append("N <= 64")
+        elif by_copy and (shape.M <= 64 or 2 * tiles <= sms):
+            tile["BN"] = 64
+            why.append("B by cp.async, few tiles")
+    return tile, not (by_copy and shape.M <= 64), ", ".join(why)
 
 
 def _tile_module(backend, v: Variant, params: dict[str, int]):
