@@ -184,12 +184,12 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
             // The next copy's k-block and tile, advanced one copy at a time: a division per k-block here
             // (the k-block and tile of iteration g) made 4096^3 8% slower, the producer's instructions per
             // k-block being on the critical path (docs/results/gemm.md).
-            int kb = 0, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
+            int kb = kr.first, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
             const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
             produce_stream(ring, mine * kr.count, wt, [&](int g) {
                 load_k_block(ring, g, kb, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
-                if (++kb == kr.count) {
-                    kb = 0;
+                if (++kb == kr.first + kr.count) {  // a split-K launch is one pass: kr.first may be > 0
+                    kb = kr.first;
                     t += stride;
                     m0 = t % tiles_m * BM;
                     n0 = t / tiles_m * BN;
