@@ -163,7 +163,9 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     // Aligned by pointer arithmetic on the shared array: an integer cast would lose the address space
     // and turn every access into a generic one.
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
+    // The warpgroup by a broadcast from lane 0: provably uniform across the warp, so the code under its
+    // branches (idle warpgroups) keeps the ring's slot arithmetic on the uniform datapath.
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0), wt = threadIdx.x % 128;
     // Tiles in m-major order, the m tiles rounded up to whole clusters (a cluster's blocks share n0). A
     // block takes tile `first`, and with PERSISTENT every `stride`-th after it (the host launches fewer
     // blocks than tiles); the pairs of a cluster stay together, since stride and tiles_m are multiples of
