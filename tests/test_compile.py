@@ -93,6 +93,11 @@ ptxas info    : Used 128 registers, used 1 barriers, 33280 bytes smem, 400 bytes
     rep = cc.parse_ptxas(text)["gemm"]
     assert (rep.registers, rep.smem_bytes, rep.stack_bytes, rep.spill_store_bytes, rep.spill_load_bytes) == (
         128, 33280, 8, 4, 12)
+    assert not rep.wgmma_serialized
+    serialized = text.replace("ptxas info    : Used", "ptxas info    : (C7511) Potential Performance Loss: "
+                              "wgmma.mma_async instructions are serialized due to insufficient register resources for "
+                              "the wgmma pipeline in the function 'gemm'\nptxas info    : Used")
+    assert cc.parse_ptxas(serialized)["gemm"].wgmma_serialized  # as ptxas 13.0 words it
 
 
 def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
@@ -116,16 +121,19 @@ def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
 
 def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
     """Step 9 is built with -gencode for sm_90a, and its machine code is Hopper's: HGMMA (wgmma),
-    UTMALDG (bulk tensor copies), no spills. Without cuobjdump only the build is checked."""
+    UTMALDG (bulk tensor copies), no spills; with a cluster (CLUSTER_M=2), B's copy is multicast and the
+    blocks meet at a cluster barrier, with the persistent tile loop too. Without cuobjdump only the build is
+    checked."""
     from nnbench import registry
     from nnbench.profiling import sass
-    for name in ("tf32x3_wgmma", "tf32_wgmma"):
+    for name, extra in (("tf32x3_wgmma", {}), ("tf32_wgmma", {}), ("tf32x3_wgmma", {"CLUSTER_M": 2, "PERSISTENT": 1})):
         v = registry.get("gemm", name)
-        comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, v.defaults(), v.target("sm_80")),
-                                tmp_path)
+        params = dict(v.defaults(), **extra)
+        comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target("sm_80")), tmp_path)
         assert comp.request.arch == "sm_90a"
         rep = comp.ptxas["gemm"]
         assert rep.spill_store_bytes == 0 and rep.spill_load_bytes == 0 and rep.stack_bytes == 0, name
+        assert not rep.wgmma_serialized, (name, extra)  # C7511: the wgmmas would run one at a time
         if sass.cuobjdump():
             fn = sass.parse(sass.dump(comp.cubin))["gemm"]
             lo, hi = fn.hot_loop()
@@ -133,6 +141,9 @@ def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
             per_slice = 12 if name == "tf32x3_wgmma" else 4  # 3 or 1 products x BK/8 k8 steps (ptxas may unroll)
             assert loop["HGMMA"] > 0 and loop["HGMMA"] % per_slice == 0 and loop["HMMA"] == 0, loop
             assert any(i.base == "UTMALDG" for i in fn.instructions)
+            ops = {i.opcode for i in fn.instructions}
+            clustered = params["CLUSTER_M"] > 1
+            assert ("UTMALDG.2D.MULTICAST" in ops) == clustered and ("UCGABAR_WAIT" in ops) == clustered, ops
 
 
 def test_arch_flags():

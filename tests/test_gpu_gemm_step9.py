@@ -2,7 +2,9 @@
 shapes that take its special paths: leading dimensions that are not multiples of 4 (A's phase maps, B's
 cp.async), operands too small to map (cp.async), single-launch split-K (partials, a per-tile meeting, a
 reduction in slice order; both checks of a case reuse one launch's counters, so a counter left set
-hangs or fails the second), idle consumer warpgroups (M <= 64) and narrow tiles (N <= 64). Skips off sm_90."""
+hangs or fails the second), idle consumer warpgroups (M <= 64) and narrow tiles (N <= 64); thread-block
+clusters sharing B by multicast (odd m-tile counts round up to whole clusters) and the persistent tile loop
+(shapes of more tiles than SMs, so blocks take several). Skips off sm_90."""
 
 import pytest
 
@@ -16,8 +18,9 @@ pytestmark = pytest.mark.gpu
 QUICK = TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0)
 ODD = [(1, 1, 1), (7, 9000, 13), (4097, 129, 1), (257, 511, 1023), (1002, 300, 1024), (127, 255, 63),
        (1000, 777, 1234), (65, 3, 4096), (130, 66, 129)]
+MANY = [(2049, 2047, 129), (1536, 1600, 256)]  # 272 and 156 tiles of 128 x 128: a persistent block takes 2 or 3
 NET8 = [(m, n, k) for _, m, n, k in nets.load()["8"].training_gemms(4096)]
-SHAPES = [gemm.Shape(*s) for s in dict.fromkeys(ODD + NET8)]
+SHAPES = [gemm.Shape(*s) for s in dict.fromkeys(ODD + MANY + NET8)]
 
 
 def _cases(params: dict[str, int]) -> list[Case]:
@@ -28,12 +31,13 @@ def _cases(params: dict[str, int]) -> list[Case]:
     return out
 
 
-@pytest.mark.parametrize("params", [{}, {"BM": 64, "BN": 64, "STAGES": 2}, {"BN": 64}],
-                         ids=["defaults", "bm64-bn64-s2", "bn64"])
+@pytest.mark.parametrize("params", [{}, {"BM": 64, "BN": 64, "STAGES": 2}, {"BN": 64}, {"CLUSTER_M": 2},
+                                    {"PERSISTENT": 1}, {"CLUSTER_M": 2, "PERSISTENT": 1, "BN": 64, "STAGES": 3}],
+                         ids=["defaults", "bm64-bn64-s2", "bn64", "cluster2", "persistent", "cluster2-persistent-bn64"])
 def test_step9_paths_verify(cuda_backend, params):
     if registry.get("gemm", "tf32x3_wgmma").arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
-    shapes = SHAPES if not params else SHAPES[:9]
+    shapes = SHAPES if not params else SHAPES[:len(ODD) + len(MANY)]
     recs = [r for r in harness.run(gemm.WORKLOAD, cuda_backend, _cases(params), shapes, QUICK, gemm.DEFAULT_RTOL)
             if r["variant"] in ("tf32x3_wgmma", "tf32_wgmma")]
     assert len(recs) == 2 * len(shapes)
@@ -41,10 +45,13 @@ def test_step9_paths_verify(cuda_backend, params):
            if r["status"] != "PASS"]
     assert not bad, bad
     path = {(r["shape"], r["variant"]): r["params"] for r in recs}
+    if params.get("PERSISTENT"):  # 1536 x 1600: 156 tiles (or 325 of 64 columns) on fewer blocks
+        assert ", persistent " in path["1536×1600×256", "tf32x3_wgmma"], path
     if not params:
         assert path["7×4096×101", "tf32x3_wgmma"].endswith("TMA, A by 4 phase maps (leading dim % 4 != 0), "
                                                           "cp.async B")  # step9_tile: M <= 64, no split
         assert path["4097×129×1", "tf32x3_wgmma"].endswith("BN=64 here (B by cp.async, few tiles), cp.async A+B")
         assert "BN=64 here (N <= 64)" in path["101×7×4096", "tf32x3_wgmma"]
+        assert "BM=64 BN=64 here (M <= 64, B by cp.async, few tiles)" in path["7×4096×101", "tf32x3_wgmma"]
         assert path["121×500×4096", "tf32x3_wgmma"].endswith("A by 4 phase maps (leading dim % 4 != 0), split-K 32")
         assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, cp.async B")

@@ -112,6 +112,10 @@ def test_split_k_only_where_tiles_leave_sms_idle():
         s = gemm.split_k(tiles, k_blocks, 132)
         per = -(-k_blocks // s)
         assert (s - 1) * per < k_blocks and s * tiles <= 132  # the kernel's KRange: no slice empty
+    assert gemm.split_k(1024, 128, 132, asked=4) == 1  # asked, but the tiles alone fill the SMs
+    assert gemm.split_k(32, 16, 132, asked=2) == 2 and gemm.split_k(32, 16, 132, asked=8) == 4  # 4 x 32 <= 132
+    assert gemm.split_k(4, 3, 132, asked=8) == 3  # one k-block a slice
+    assert gemm.split_k(4, 5, 132, asked=4) == 3  # 2 k-blocks a slice: a fourth slice would be empty
 
 
 def _device(cc):
@@ -144,11 +148,17 @@ def test_step9_tile_rules():
         params, split, _ = gemm.step9_tile(gemm.Shape(m, n, k), d, 132)
         return params["BN"], split
 
+    def rows(m, n, k):
+        return gemm.step9_tile(gemm.Shape(m, n, k), d, 132)[0]["BM"]
+
     assert tile(4096, 4096, 4096) == (128, True)
     assert tile(101, 7, 4096) == (64, True)  # N <= 64
     assert tile(100, 4096, 501) == (64, True)  # B by cp.async, 32 tiles of 128 columns
     assert tile(1000, 777, 1234) == (64, True)
     assert tile(500, 4096, 501) == (128, True)  # 128 tiles: the grid is full
-    assert tile(7, 4096, 101) == (128, False)  # B by cp.async and M <= 64: one slice
+    assert tile(7, 4096, 101) == (64, False)  # B by cp.async and M <= 64: one slice, 64 columns
+    assert (rows(7, 4096, 101), rows(64, 4096, 4096), rows(65, 4096, 4096), rows(100, 4096, 501)) == (64, 64, 128, 128)
+    assert gemm.step9_tile(gemm.Shape(7, 9000, 13), dict(d, BM=64), 132)[2] == "B by cp.async, few tiles"
     assert tile(121, 500, 4096) == (128, True)
     assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays
+    assert gemm.step9_tile(gemm.Shape(7, 4096, 101), dict(d, BN=64), 132)[1] is False  # M <= 64, B by cp.async

@@ -39,6 +39,24 @@ __device__ __forceinline__ void mbar_wait(unsigned long long* bar, unsigned pari
         "@!done bra WAIT_%=;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
 
+// -- clusters (thread-block clusters, sm_90) -----------------------------------------------------
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
+    return r;
+}
+// Every thread of every block of the cluster: the barriers one block initialised are then visible to
+// the others (a peer's copy may signal them).
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
+}
+// An arrival on the barrier at the same shared-memory offset in block `cta` of the cluster (this one too).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned long long* bar, unsigned cta) {
+    asm volatile(
+        "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+        "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(smem_addr(bar)), "r"(cta) : "memory");
+}
+
 // -- copies ---------------------------------------------------------------------------------------
 // One box of a 2-D tensor map at element coordinates (c0 inner, c1 outer) into shared memory;
 // elements outside the tensor arrive as zeros. Completion is counted in bytes on `bar`.
@@ -47,6 +65,18 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, i
     asm volatile(
         "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];"
         ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar))
+        : "memory");
+}
+// The same box, landing at the same offsets in the shared memory of every block of the cluster named
+// in `mask` (bit r: block r), each block's barrier at `bar`'s offset counting its bytes: one read of L2
+// for several blocks.
+__device__ __forceinline__ void tma_load_2d_multicast(void* dst, const CUtensorMap* map, int c0, int c1,
+                                                      unsigned long long* bar, unsigned short mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+        "[%0], [%1, {%2, %3}], [%4], %5;"
+        ::"r"(smem_addr(dst)), "l"(reinterpret_cast<unsigned long long>(map)), "r"(c0), "r"(c1), "r"(smem_addr(bar)),
+        "h"(mask)
         : "memory");
 }
 __device__ __forceinline__ void tma_prefetch_map(const CUtensorMap* map) {

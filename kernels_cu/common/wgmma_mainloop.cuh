@@ -8,6 +8,13 @@
 // A kernel: ring_init; then the producer warpgroup (wg == 0) calls produce and returns, and each
 // consumer thread calls consume, which leaves its fragment of the C tile in acc, and walks it with
 // for_each_pair. The roles must stay the two branches of one if/else (setmaxnreg's rule).
+//
+// CLUSTER_M (default 1; GEMM step 9 sets it): blocks of a thread-block cluster of CLUSTER_M along m share
+// their B tile (same n0). Each block's producer copies 1/CLUSTER_M of it, multicast into every block's
+// ring (its own bytes counted on every block's `full`), so a slot may be refilled only once the consumers
+// of every block of the cluster released it: they arrive on each block's `empty`. The includer launches
+// the blocks as clusters (__cluster_dims__), syncs the cluster after ring_init, and maps B with a box of
+// BN / CLUSTER_M columns.
 #pragma once
 #include "common/gemm_common.cuh"
 #include "common/hopper.cuh"
@@ -33,6 +40,9 @@
 #define PATH_LD_A(p) (((p) >> 4) & 3)
 #define PATH_COPY (PATH_TMA_A | PATH_TMA_B)
 #define PHASES 4
+#ifndef CLUSTER_M
+#define CLUSTER_M 1
+#endif
 // setmaxnreg: the producer needs few registers; the consumers get the rest of the SM's 64K.
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS (CONSUMERS == 2 ? 232 : 240)
@@ -40,6 +50,7 @@
 static_assert(BK == 32, "a B row is one 128-byte swizzle row of 32 TF32 values");
 static_assert(BM == 64 * CONSUMERS && (BN == 64 || BN == 128), "one m64nBNk8 wgmma per consumer and k8 step");
 static_assert(PRECISION == 3 || PRECISION == 1, "PRECISION is 3 (3xTF32) or 1 (TF32)");
+static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "a cluster of 1, 2 or 4 blocks along m");
 
 // An operand's maps as a kernel takes them: one, or one per phase (PATH_PHASED_A).
 struct OperandMaps {
@@ -78,7 +89,14 @@ __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, in
         } else if (paths & PATH_TMA_A) {
             tma_load_2d(as, a_map, m0, k0, ring.full(s));  // box (BM + 8) x BK
         }
-        if (paths & PATH_TMA_B) tma_load_2d(bs, b_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
+        if (paths & PATH_TMA_B) {  // box BK x BN / CLUSTER_M, 128-byte swizzle (8-row groups: whole ones per part)
+            if constexpr (CLUSTER_M > 1) {
+                const int part = cluster_ctarank() * (BN / CLUSTER_M);
+                tma_load_2d_multicast(bs + part * BK, b_map, k0, n0 + part, ring.full(s), (1u << CLUSTER_M) - 1);
+            } else {
+                tma_load_2d(bs, b_map, k0, n0, ring.full(s));
+            }
+        }
     }
     if (!(paths & PATH_TMA_A)) {
         for (int e = pt; e < BK * BM; e += 128) {  // consecutive threads, consecutive m: coalesced
@@ -217,7 +235,7 @@ __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUt
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(ring.full(s), 128);
         mbar_init(ring.ready(s), 128);
-        mbar_init(ring.empty(s), CONSUMERS * 4);  // one arrival per consumer warp
+        mbar_init(ring.empty(s), CONSUMERS * 4 * CLUSTER_M);  // one arrival per consumer warp of the cluster
     }
     mbar_init_fence();
     for (int r = 0; r < ((paths & PATH_PHASED_A) ? PHASES : 1); ++r)
@@ -227,24 +245,46 @@ __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUt
 
 // Producer: fill the ring STAGES deep, then per k-block: wait for its tile, split B, release it to
 // the consumers, and refill the slot the consumers finished last. The split stays one k-block ahead
-// of the consumers; the copies STAGES - 1 ahead.
-__device__ __forceinline__ void produce(const Ring& ring, const KRange& kr, int wt, int paths, const CUtensorMap* a_map,
-                                        const CUtensorMap* b_map, const float* __restrict__ A,
-                                        const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
-    const int first = kr.count < STAGES ? kr.count : STAGES;
-    for (int i = 0; i < first; ++i) load_k_block(ring, i, kr.first + i, wt, paths, a_map, b_map, A, B, M, N, K, m0, n0);
-    for (int i = 0; i < kr.count; ++i) {
+// of the consumers; the copies STAGES - 1 ahead. The stream is `total` iterations long; load(g) issues
+// iteration g's copies (a block that loops over tiles streams them all, so the next tile's copies are in
+// flight while the consumers finish this one). With a cluster, the producer waits at the end until every
+// block's consumers released the last slots: their arrivals on this block's barriers have then landed,
+// and the block may exit.
+template <class Load>
+__device__ __forceinline__ void produce_stream(const Ring& ring, int total, int wt, Load&& load) {
+    const int first = total < STAGES ? total : STAGES;
+    for (int i = 0; i < first; ++i) load(i);
+    for (int i = 0; i < total; ++i) {
         const int s = i % STAGES;
         mbar_wait(ring.full(s), (i / STAGES) & 1);
         split_b_tile(ring, s, wt);
         fence_proxy_async();
         mbar_arrive(ring.ready(s));
         const int done = i - 1;
-        if (done >= 0 && done + STAGES < kr.count) {
+        if (done >= 0 && done + STAGES < total) {
             mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
-            load_k_block(ring, done + STAGES, kr.first + done + STAGES, wt, paths, a_map, b_map, A, B, M, N, K, m0,
-                         n0);
+            load(done + STAGES);
         }
+    }
+    if constexpr (CLUSTER_M > 1)
+        for (int i = total > STAGES ? total - STAGES : 0; i < total; ++i) mbar_wait(ring.empty(i % STAGES), (i / STAGES) & 1);
+}
+
+__device__ __forceinline__ void produce(const Ring& ring, const KRange& kr, int wt, int paths, const CUtensorMap* a_map,
+                                        const CUtensorMap* b_map, const float* __restrict__ A,
+                                        const float* __restrict__ B, int M, int N, int K, int m0, int n0) {
+    produce_stream(ring, kr.count, wt, [&](int i) {
+        load_k_block(ring, i, kr.first + i, wt, paths, a_map, b_map, A, B, M, N, K, m0, n0);
+    });
+}
+
+// A consumer warp (lane 0) is done with slot s: every block of the cluster may refill it.
+__device__ __forceinline__ void release_stage(const Ring& ring, int s) {
+    if constexpr (CLUSTER_M > 1) {
+#pragma unroll
+        for (int r = 0; r < CLUSTER_M; ++r) mbar_arrive_cluster(ring.empty(s), r);
+    } else {
+        mbar_arrive(ring.empty(s));
     }
 }
 
@@ -256,10 +296,14 @@ __device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 
 // serializes it, C7511). NARROW: m64n64, acc's second half stays 0. PHASED: A by phase maps.
 template <bool NARROW, bool PHASED>
 __device__ __forceinline__ void consume_k_blocks(float (&acc)[NACC], const Ring& ring, const KRange& kr, int row,
-                                                 int lane, int lead) {
+                                                 int lane, int lead, int g0) {
+    // The slot and its phase parity, advanced one k-block at a time (computing them from g0 + i costs
+    // registers that, with a cluster and a tile loop, ptxas took from the wgmma pipeline: C7511).
+    int s = g0 % STAGES;
+    unsigned parity = (g0 / STAGES) & 1;
     for (int i = 0; i < kr.count; ++i) {
-        const int s = i % STAGES;
-        wait_stage(ring, i);
+        mbar_wait(ring.full(s), parity);
+        mbar_wait(ring.ready(s), parity);
         AFrag f;
         load_a<PHASED>(ring.a(s), row, lane % 4, lead, f);
 #if PRECISION == 3
@@ -270,38 +314,43 @@ __device__ __forceinline__ void consume_k_blocks(float (&acc)[NACC], const Ring&
 #endif
         wgmma_wait<0>();
         __syncwarp();
-        if (lane == 0) mbar_arrive(ring.empty(s));
+        if (lane == 0) release_stage(ring, s);
 #if PRECISION == 3
 #pragma unroll
         for (int r = 0; r < (NARROW ? NACC / 2 : NACC); ++r) acc[r] += part[r];  // round-to-nearest, outside the tensor core
 #endif
+        if (++s == STAGES) {
+            s = 0;
+            parity ^= 1;
+        }
     }
 }
 
 // Consumer: this thread's fragment of the block's C tile over the k-blocks of kr, into acc. Uniform per
 // warpgroup: `idle` (its 64 rows lie past M) only keeps the ring turning; `narrow` (the tile's columns
-// past 64 lie past N) runs m64n64.
+// past 64 lie past N) runs m64n64. g0: the ring's iterations before this tile's first k-block (a block
+// that loops over tiles keeps the ring turning across them).
 __device__ __forceinline__ void consume(float (&acc)[NACC], const Ring& ring, const KRange& kr, int wg, int wt,
-                                        int paths = 0, bool idle = false, bool narrow = false) {
+                                        int paths = 0, bool idle = false, bool narrow = false, int g0 = 0) {
     const int lane = wt % 32;
     const int row = consumer_row(wg, wt);
 #pragma unroll
     for (int r = 0; r < NACC; ++r) acc[r] = 0.0f;
     if (idle) {
         for (int i = 0; i < kr.count; ++i) {
-            wait_stage(ring, i);
+            wait_stage(ring, g0 + i);
             __syncwarp();
-            if (lane == 0) mbar_arrive(ring.empty(i % STAGES));
+            if (lane == 0) release_stage(ring, (g0 + i) % STAGES);
         }
         return;
     }
     const int lead = ((lane % 4) * PATH_LD_A(paths)) & 3;  // phase t = lane % 4's lead_t
     if (paths & PATH_PHASED_A) {
-        if (narrow) consume_k_blocks<true, true>(acc, ring, kr, row, lane, lead);
-        else consume_k_blocks<false, true>(acc, ring, kr, row, lane, lead);
+        if (narrow) consume_k_blocks<true, true>(acc, ring, kr, row, lane, lead, g0);
+        else consume_k_blocks<false, true>(acc, ring, kr, row, lane, lead, g0);
     } else {
-        if (narrow) consume_k_blocks<true, false>(acc, ring, kr, row, lane, lead);
-        else consume_k_blocks<false, false>(acc, ring, kr, row, lane, lead);
+        if (narrow) consume_k_blocks<true, false>(acc, ring, kr, row, lane, lead, g0);
+        else consume_k_blocks<false, false>(acc, ring, kr, row, lane, lead, g0);
     }
 }
 

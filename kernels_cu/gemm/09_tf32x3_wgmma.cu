@@ -25,9 +25,12 @@
 // Params: BM in {64, 128}: block rows, 64 per consumer warpgroup; BN in {64, 128}: block columns
 //         (one wgmma m64nBNk8 per k8 step); BK = 32: one 128-byte swizzle row of TF32 per B row;
 //         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}; ADAPT in {1, 0}: whether the host
-//         picks BN and split-K per shape. Defaults BM=128 BN=128 STAGES=4 PRECISION=3 ADAPT=1
-//         (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4
-//         bytes of dynamic shared memory, plus 1 KiB of alignment.
+//         picks BN and split-K per shape; CLUSTER_M in {1, 2}: blocks per cluster along m, sharing B
+//         by multicast (wgmma_mainloop.cuh says how); PERSISTENT in {0, 1}: blocks loop over tiles;
+//         SPLIT_K (host side): slices of K asked for, 0 = the host's rule. Defaults BM=128 BN=128
+//         STAGES=4 PRECISION=3 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 (nnbench/registry.py). Shared
+//         memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4 bytes of dynamic shared memory, plus 1 KiB
+//         of alignment.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
 //         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
@@ -45,7 +48,11 @@
 //         kernel holding SMs at the same time could make it wait forever). The counters
 //         (`split_sync`, 2 ints per tile) are left zeroed for the next launch.
 // Epilogue: one walk of a consumer thread's fragment (`store_fragment`) writes C, or a partial tile.
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM), ceil(N/BN), splits); sm_90a only.
+// Persistent: with PERSISTENT=1 the host launches min(tiles, SMs) blocks and each takes every
+//         gridDim-th tile; its producer streams all its tiles' k-blocks through the ring, so the next
+//         tile's copies are in flight during this tile's last k-blocks and epilogue. Never with split-K.
+// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM) rounded up to whole clusters, ceil(N/BN),
+//         splits), or (min(tiles, SMs), 1, 1) persistent; clusters of (CLUSTER_M, 1, 1); sm_90a only.
 #ifndef BM
 #define BM 128
 #endif
@@ -60,6 +67,12 @@
 #endif
 #ifndef PRECISION
 #define PRECISION 3
+#endif
+#ifndef CLUSTER_M
+#define CLUSTER_M 1
+#endif
+#ifndef PERSISTENT
+#define PERSISTENT 0
 #endif
 #ifndef ADAPT
 #define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
@@ -136,7 +149,13 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
     }
 }
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
+#if CLUSTER_M > 1
+#define CLUSTER_DIMS __cluster_dims__(CLUSTER_M, 1, 1)
+#else
+#define CLUSTER_DIMS
+#endif
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) CLUSTER_DIMS
 gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float* __restrict__ B, float beta,
      float* __restrict__ C, const __grid_constant__ OperandMaps a_maps, const __grid_constant__ OperandMaps b_maps,
      int paths, int* __restrict__ split_sync, float* __restrict__ split_work) {
@@ -144,27 +163,61 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
     // Aligned by pointer arithmetic on the shared array: an integer cast would lose the address space
     // and turn every access into a generic one.
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
-    const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
-
+    // The warpgroup by a broadcast from lane 0: provably uniform across the warp, so the consumer loops under
+    // its branches (idle warpgroups) keep the ring's slot arithmetic on the uniform datapath (4096^3 ~2%).
+    const int wg = __shfl_sync(0xffffffff, threadIdx.x / 128, 0), wt = threadIdx.x % 128;
+    // Tiles in m-major order, the m tiles rounded up to whole clusters (a cluster's blocks share n0). A
+    // block takes tile `first`, and with PERSISTENT every `stride`-th after it (the host launches fewer
+    // blocks than tiles); the pairs of a cluster stay together, since stride and tiles_m are multiples of
+    // CLUSTER_M.
     if (threadIdx.x == 0) ring_init(ring, paths, a_maps.m, b_maps.m);
-    __syncthreads();
+    if constexpr (CLUSTER_M > 1) cluster_sync();
+    else __syncthreads();
+    // After the barrier: kept live across ring_init, `first` was spilled (STAGES = 3 or 5).
+    const int tiles_m = (M + BM * CLUSTER_M - 1) / (BM * CLUSTER_M) * CLUSTER_M, tiles = tiles_m * ((N + BN - 1) / BN);
+    const int first = blockIdx.y * gridDim.x + blockIdx.x, stride = PERSISTENT ? gridDim.x * gridDim.y : tiles;
 
     if (wg == 0) {
         regs_dealloc<PRODUCER_REGS>();
         const KRange kr(K);
-        produce(ring, kr, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
+        if constexpr (!PERSISTENT) {
+            produce(ring, kr, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, first % tiles_m * BM, first / tiles_m * BN);
+        } else {
+            // The next copy's k-block and tile, advanced one copy at a time: a division per k-block here
+            // (the k-block and tile of iteration g) made 4096^3 8% slower, the producer's instructions per
+            // k-block being on the critical path (docs/results/gemm.md).
+            int kb = kr.first, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
+            const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
+            produce_stream(ring, mine * kr.count, wt, [&](int g) {
+                load_k_block(ring, g, kb, wt, paths, a_maps.m, b_maps.m, A, B, M, N, K, m0, n0);
+                if (++kb == kr.first + kr.count) {  // a split-K launch is one pass: kr.first may be > 0
+                    kb = kr.first;
+                    t += stride;
+                    m0 = t % tiles_m * BM;
+                    n0 = t / tiles_m * BN;
+                }
+            });
+        }
         return;
     }
 
     regs_alloc<CONSUMER_REGS>();
     const KRange kr(K);  // per role: computed before the split, it was spilled
-    float acc[NACC];
-    consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64);
-
     const int row = consumer_row(wg, wt);
-    if (gridDim.z > 1)
-        reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
-    else
-        store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
+    auto tile = [&](int t, int g0) {  // g0: the ring's iterations before this tile
+        const int m0 = t % tiles_m * BM, n0 = t / tiles_m * BN;
+        float acc[NACC];
+        consume(acc, ring, kr, wg, wt, paths, m0 + (wg - 1) * 64 >= M, BN == 128 && N - n0 <= 64, g0);
+        if (gridDim.z > 1)
+            reduce_split_k(acc, wt, row, C, M, N, m0, n0, alpha, beta, split_work, split_sync);
+        else
+            store_fragment(acc, wt, C, M, M, N, m0 + row, n0, alpha, beta);
+    };
+    // Without PERSISTENT the ring's iteration count stays a constant (a run-time offset costs the consumer
+    // loop 40 instructions per k-block).
+    if constexpr (PERSISTENT) {
+        for (int t = first, g0 = 0; t < tiles; t += stride, g0 += kr.count) tile(t, g0);
+    } else {
+        tile(first, 0);
+    }
 }

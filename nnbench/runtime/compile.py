@@ -55,6 +55,8 @@ class PtxasReport:
     stack_bytes: int = 0
     spill_store_bytes: int = 0
     spill_load_bytes: int = 0
+    # C7511: ptxas serialized the kernel's wgmma instructions (too few registers for their pipeline)
+    wgmma_serialized: bool = False
 
 
 @dataclass
@@ -135,6 +137,7 @@ def cache_key(req: CompileRequest) -> str:
 _PTXAS_FUNC = re.compile(r"Compiling entry function '(\w+)'")
 _PTXAS_PROPS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
 _PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+_PTXAS_SERIALIZED = re.compile(r"\(C7511\).*wgmma.*function '(\w+)'")
 
 
 def parse_ptxas(text: str) -> dict[str, PtxasReport]:
@@ -142,7 +145,9 @@ def parse_ptxas(text: str) -> dict[str, PtxasReport]:
     reports: dict[str, PtxasReport] = {}
     current: PtxasReport | None = None
     for line in text.splitlines():
-        if m := _PTXAS_FUNC.search(line):
+        if m := _PTXAS_SERIALIZED.search(line):
+            reports.setdefault(m.group(1), PtxasReport()).wgmma_serialized = True
+        elif m := _PTXAS_FUNC.search(line):
             current = reports.setdefault(m.group(1), PtxasReport())
         elif current is not None and (m := _PTXAS_PROPS.search(line)):
             current.stack_bytes, current.spill_store_bytes, current.spill_load_bytes = map(int, m.groups())

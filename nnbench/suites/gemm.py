@@ -299,12 +299,14 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     if params.get("ADAPT"):
         tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
         if tile != params:
+            changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
             params = tile
             kernel = backend.load(_tile_module(backend, v, params), v.kernel)
-            path = f"BN={params['BN']} here ({why}), "
+            path = f"{changed} here ({why}), "
     grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
-    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count) \
-        if v.split_k and allow_split else 1
+    asked = params.get("SPLIT_K", 0)
+    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count, asked) \
+        if v.split_k and (allow_split or asked) else 1
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
@@ -332,6 +334,9 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
+    elif params.get("PERSISTENT"):
+        grid = persistent_grid(grid, params.get("CLUSTER_M", 1), backend.device.sm_count)
+        path += f", persistent {grid[0]}"
     smem = v.dynamic_smem_bytes(params)
     M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
 
@@ -345,22 +350,26 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
 
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
     """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
-    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes):
+    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes; clusters):
+    - M <= 64 (from BM = 128): BM = 64, one consumer warpgroup (7x4096x101: 11.9 -> 9.1 us with BN = 64);
     - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
-    - B by cp.async (K % 4 != 0) and a 128-column grid that would leave half the SMs idle: BN = 64, twice
-      the tiles (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us);
+    - B by cp.async (K % 4 != 0) and M <= 64, or a 128-column grid that would leave half the SMs idle:
+      BN = 64 (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us; 7x4096x101 above);
     - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
-    if params.get("BN") != 128:
-        return params, True, ""
     by_copy = shape.K % PHASES != 0
-    if by_copy and shape.M <= 64:
-        return params, False, ""
-    tiles = -(-shape.M // params["BM"]) * -(-shape.N // 128)
-    if shape.N <= 64:
-        return dict(params, BN=64), True, "N <= 64"
-    if by_copy and 2 * tiles <= sms:
-        return dict(params, BN=64), True, "B by cp.async, few tiles"
-    return params, True, ""
+    tile, why = dict(params), []
+    if shape.M <= 64 and params.get("BM") == 128:
+        tile["BM"] = 64
+        why.append("M <= 64")
+    if params.get("BN") == 128:
+        tiles = -(-shape.M // tile["BM"]) * -(-shape.N // 128)
+        if shape.N <= 64:
+            tile["BN"] = 64
+            why.append("N <= 64")
+        elif by_copy and (shape.M <= 64 or 2 * tiles <= sms):
+            tile["BN"] = 64
+            why.append("B by cp.async, few tiles")
+    return tile, not (by_copy and shape.M <= 64), ", ".join(why)
 
 
 def _tile_module(backend, v: Variant, params: dict[str, int]):
@@ -400,12 +409,22 @@ def operand_maps(ptr: int, rows: int, cols: int, box: tuple[int, int], swizzle: 
     return maps, True
 
 
-def split_k(tiles: int, k_blocks: int, sms: int) -> int:
+def persistent_grid(grid: tuple[int, int, int], cluster: int, sms: int) -> tuple[int, int, int]:
+    """A persistent launch of a (tiles_m, tiles_n) grid: one block per SM at most (step 9 fits one), whole
+    clusters, each block looping over every grid-size-th tile (kernels_cu/gemm/09_tf32x3_wgmma.cu)."""
+    return min(grid[0] * grid[1], sms - sms % cluster), 1, 1
+
+
+def split_k(tiles: int, k_blocks: int, sms: int, asked: int = 0) -> int:
     """How many slices of K a split-K kernel takes: where its tiles fill less than half the SMs, as many
-    as fill them, each of at least 2 k-blocks, and no slice empty."""
-    if 2 * tiles > sms or k_blocks < 4:
+    as fill them, each of at least 2 k-blocks, and no slice empty. `asked` (SPLIT_K > 0): that many, as far
+    as every slice of every tile stays resident at once (the slices of a tile meet) and none is empty."""
+    if asked:
+        want = max(1, min(asked, sms // tiles, k_blocks))
+    elif 2 * tiles > sms or k_blocks < 4:
         return 1
-    want = max(1, min(sms // tiles, k_blocks // 2))
+    else:
+        want = max(1, min(sms // tiles, k_blocks // 2))
     per = -(-k_blocks // want)
     return -(-k_blocks // per)
 
