@@ -19,8 +19,8 @@ Timer (after nvbench's "cold"/"hot" measurements):
   samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
   UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
   runs that a suite times itself (a trainer's epochs) get the same readings through RunWatch;
-- host-issued samples (below) stop only once they cover HOST_WINDOW_MS of the host's time, whatever
-  the budget: the host's speed wanders over tenths of a second, so a short window reads one stretch
+- host-issued samples (asked for, below, or fallen back to) stop only once they cover HOST_WINDOW_MS
+  of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a short window reads one stretch
   of it (see HOST_WINDOW_MS);
 - `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
   first batch and after the last where the window lasts a second or more (host gaps between batches
@@ -169,7 +169,11 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     t_end = time.perf_counter() + settings.budget_s
     converged = False
     issued = 0  # host-issued samples so far
-    covered, window_ms = 0.0, HOST_WINDOW_MS if settings.host_issued else 0.0  # ms of samples so far
+    covered = 0.0  # ms of samples so far
+    # Asked for (settings.host_issued) or fallen back to (a launch that synchronizes inside: a vendor call
+    # that waits, found when the blocking kernel times out), host-issued samples take the host's window.
+    by_host = (lambda: settings.host_issued or backend.issued_by_host(launch)) if backend.name != "cpu" else \
+        (lambda: settings.host_issued)
     if tel is not None:
         one_ms = est if not settings.cold else gpu_ms
         tel.start(max(settings.budget_s, settings.min_samples * reps * one_ms / 1e3))
@@ -201,7 +205,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
             else:
                 kept += got
             covered += reps * sum(got)
-            if covered < window_ms:
+            if covered < HOST_WINDOW_MS and by_host():
                 continue
             if len(kept) >= settings.min_samples:
                 if relative_noise(kept) <= settings.max_noise:
