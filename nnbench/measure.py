@@ -20,8 +20,8 @@ Timer (after nvbench's "cold"/"hot" measurements):
   UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
   runs that a suite times itself (a trainer's epochs) get the same readings through RunWatch;
 - host-issued samples (asked for, below, or fallen back to) stop only once they cover HOST_WINDOW_MS
-  of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a short window reads one stretch
-  of it (see HOST_WINDOW_MS);
+  of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a
+  short window reads one stretch of it (see HOST_WINDOW_MS);
 - `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
   first batch and after the last where the window lasts a second or more (host gaps between batches
   included), else the mean of the power read with each kept batch (nnbench/runtime/nvml.py says
@@ -170,10 +170,6 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     converged = False
     issued = 0  # host-issued samples so far
     covered = 0.0  # ms of samples so far
-    # Asked for (settings.host_issued) or fallen back to (a launch that synchronizes inside: a vendor call
-    # that waits, found when the blocking kernel times out), host-issued samples take the host's window.
-    by_host = (lambda: settings.host_issued or backend.issued_by_host(launch)) if backend.name != "cpu" else \
-        (lambda: settings.host_issued)
     if tel is not None:
         one_ms = est if not settings.cold else gpu_ms
         tel.start(max(settings.budget_s, settings.min_samples * reps * one_ms / 1e3))
@@ -205,7 +201,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
             else:
                 kept += got
             covered += reps * sum(got)
-            if covered < HOST_WINDOW_MS and by_host():
+            if covered < HOST_WINDOW_MS and issued_by_host(backend, launch, settings.host_issued):
                 continue
             if len(kept) >= settings.min_samples:
                 if relative_noise(kept) <= settings.max_noise:
@@ -302,12 +298,19 @@ def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
         stats.energy_j = stats.power_w * stats.median_ms * 1e-3
 
 
+def issued_by_host(backend, launch, host_issued: bool) -> bool:
+    """Whether `launch`'s samples are issued by the host as they go: asked for (`host_issued`), or fallen
+    back to on a GPU (a launch that synchronizes inside, such as a vendor call that waits, found when the
+    blocking kernel times out). Such samples take the host's window (HOST_WINDOW_MS)."""
+    return host_issued or (backend.name != "cpu" and backend.issued_by_host(launch))
+
+
 def timing_method(backend, launch, cold: bool, batch: int, host_issued: bool = False) -> str:
     """How `measure` timed `launch`: asked of the backend after the samples, since the fallback to
     host-issued launches happens inside it, on the first batch whose blocking kernel times out."""
     if backend.name == "cpu":
         return HOST
-    if host_issued or backend.issued_by_host(launch):
+    if issued_by_host(backend, launch, host_issued):
         return HOST_ISSUED
     if cold:
         return COLD

@@ -59,6 +59,7 @@ import pandas as pd
 
 from nnbench import results
 from nnbench.errors import NnbenchError
+from nnbench.runtime.nvml import THROTTLE_NAMES
 
 VERDICTS = ("SLOWER", "UNSTABLE", "AMBIGUOUS", "FAILED", "INVALID", "MISSING", "NEW", "SKIPPED", "FASTER", "SAME")
 GATING = {"SLOWER", "FAILED", "INVALID", "MISSING", "UNSTABLE", "AMBIGUOUS"}
@@ -314,16 +315,13 @@ def methods_note(verdicts: list[Verdict]) -> str | None:
             "raw samples (a file from before nnbench kept them); re-make the baseline to test them on samples")
 
 
-THROTTLED = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")  # nvml.THROTTLE's names
-
-
 def _throttled_throughout(row, side: str) -> str | None:
     """Why a side's samples are not the kernel's own speed, or None: a power or thermal limit held the clocks
     and no sample was dropped for it, so every kept sample ran throttled (measure keeps them only where the GPU
     was throttled for twice the budget, or with --keep-throttled). On the H100 such a run of an unchanged
     kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (docs/results/measurement.md)."""
     reasons = str(row.get("throttle") or "")  # a result row, or a record's fields (a NaN reads "nan": none)
-    held = [r for r in reasons.split("|") if r in THROTTLED]
+    held = [r for r in reasons.split("|") if r in THROTTLE_NAMES]
     if not held or (_number(row.get("dropped")) or 0) > 0:
         return None
     low, mid = _number(row.get("sm_clock_min_mhz")), _number(row.get("sm_clock_mhz"))

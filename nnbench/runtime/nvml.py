@@ -39,6 +39,7 @@ REASONS = {
 USER_CLOCKS = 0x2  # clocks held by a user's setting: `nvidia-smi -lgc` (locked) or application clocks
 # A sample taken while any of these is set ran at a clock the power or heat imposed, not the one asked for.
 THROTTLE = 0x4 | 0x8 | 0x20 | 0x40 | 0x80
+THROTTLE_NAMES = tuple(name for bit, name in REASONS.items() if bit & THROTTLE)  # as a row's `throttle` names them
 SLOW_CLOCK = 0.75  # of the maximum SM clock: below it a sample is dropped (nvbench's threshold)
 ENERGY_COUNTER_S = 1.0  # the shortest window read from the energy counter (100 ms steps: within 10%)
 INSTANT_MAX_US = 50.0  # an instantaneous-power reading slower than this stays out of the per-batch probe

@@ -576,13 +576,14 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         restart()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     epochs = torch_epochs(iterations, steps_per_epoch, warm_up_epoch=time_step is None)
+    during = watch.during if watch is not None else None  # NVML's probe while an epoch runs, or nothing
     for _ in range(epochs):
         errors.zero_()
         start.record()
         epoch(steps_per_epoch)
         end.record()
-        if watch is not None and watch.during is not None:
-            watch.during()
+        if during is not None:
+            during()
         end.synchronize()
         out.samples_s.append(start.elapsed_time(end) * 1e-3 / steps_per_epoch)
         out.iterations += steps_per_epoch
