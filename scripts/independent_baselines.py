@@ -23,6 +23,12 @@ written too, with the spread.
   their mean: the timing code is independent, the host state is shared. Both freeze Python's
   collector over the heap that exists before their samples (gc.freeze), so that a step's garbage
   collections walk the step's own objects, not nnbench's or the script's.
+  Within one process the eager step still wanders from 3.2 to 5.2 ms over seconds, whichever code times
+  it (scripts/eager_timing_probe.py, docs/results/baselines.md), so one row against timings taken seconds
+  before and after cannot agree within 3% except by chance. The round therefore ends with EAGER_PAIRS
+  interleaved pairs in the same process: the independent loop, and nnbench's eager timer on nnbench's
+  step program (suites/batched.py `time_torch_step`, suites/mlp.py `torch_program`), side by side; the
+  pairs' median ratio, with a bootstrap interval, is the check of the eager row's timing.
 - The profiler's after-effect: PyTorch's profiler leaves CUPTI subscribed unless TEARDOWN_CUPTI=1 is
   set when it stops; both sides set it, and the cuDNN process times a host-bound and a GPU-bound
   call before and after its profiling and writes the ratio.
@@ -199,9 +205,32 @@ def steps() -> dict:
     return got
 
 
+EAGER_PAIRS = 12  # interleaved eager timings a round, each side ~1 s
+
+
+def nnbench_eager_timer(batch: int = 4096):
+    """nnbench's side of the interleaved eager pairs: the eager row's own timer (suites/batched.py
+    `time_torch_step`: measure, host-issued) on the row's own program (suites/mlp.py `torch_program`),
+    Net 8 at `batch` on random data. Returns a call that times it once (ms)."""
+    import torch
+
+    from nnbench.runtime import open_backend
+    from nnbench.suites import batched, mlp
+    backend, _ = open_backend("cuda")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    Ws = [(torch.rand(b, a, device="cuda") - 0.5).mul_(0.2).requires_grad_() for a, b in zip(NET8, NET8[1:])]
+    bs = [torch.zeros(b, device="cuda", requires_grad=True) for b in NET8[1:]]
+    opt = torch.optim.SGD([p for pair in zip(Ws, bs) for p in pair], lr=0.1, momentum=0.8)
+    X, T = torch.rand(2 * batch, NET8[0], device="cuda"), torch.rand(2 * batch, NET8[-1], device="cuda")
+    sample, _, step_t = mlp.torch_program(Ws, bs, opt, X, T, batch)
+    return lambda: batched.time_torch_step(backend, lambda: step_t(*sample(0)), True).median_ms
+
+
 def train_round(csv_path: str) -> dict:
     """This process: the independent steps, nnbench's train command (in-process, as `python -m
-    nnbench` runs it), the independent steps again."""
+    nnbench` runs it), the independent steps again; then EAGER_PAIRS interleaved pairs of eager
+    timings, the independent loop and nnbench's timer on nnbench's program (which goes first
+    alternates), so that the host's drift over seconds falls on both sides alike."""
     import runpy
     out = {"before": steps()}
     sys.argv = ["nnbench", *TORCH_ARGS, "--csv", csv_path]
@@ -211,6 +240,14 @@ def train_round(csv_path: str) -> dict:
         out["nnbench_exit"] = e.code
     try:
         out["after"] = steps()
+        ours = nnbench_eager_timer()
+        pairs = []
+        for k in range(EAGER_PAIRS):
+            got = {}
+            for side in (("nnbench", "independent") if k % 2 else ("independent", "nnbench")):
+                got[side] = ours() if side == "nnbench" else torch_step(NET8, 4096, False)
+            pairs.append(got)
+        out["eager_pairs"] = pairs
     except Exception as e:  # noqa: BLE001 - the steps before nnbench still stand
         out["after_error"] = f"{type(e).__name__}: {e}"
     return out
@@ -275,6 +312,20 @@ def one_round(i: int, out: Path) -> list[dict]:
                           independent_note=" · ".join(f"{k} nnbench {theirs[k][mode]:.4f} ms"
                                                       for k in ("before", "after") if k in theirs)
                           + theirs.get("after_error", "")))
+    eager = theirs.get("eager_pairs", [])
+    if eager:
+        ratios = [p["nnbench"] / p["independent"] for p in eager]
+        pairs.append(dict(baseline=f"torch-eager Net 8 B=4096 step, {len(eager)} interleaved pairs (ms)", round=i,
+                          nnbench=statistics.median(p["nnbench"] for p in eager),
+                          independent=statistics.median(p["independent"] for p in eager),
+                          nnbench_note="nnbench's timer on nnbench's program, in the independent process",
+                          independent_note=f"pairs' nnbench/independent: median {statistics.median(ratios):.4f}, "
+                                           f"range {min(ratios):.3f}-{max(ratios):.3f}"))
+        with open(out / "eager_pairs.csv", "a", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=["round", "pair", "nnbench", "independent"])
+            if f.tell() == 0:
+                w.writeheader()
+            w.writerows(dict(round=i, pair=k, **p) for k, p in enumerate(eager))
     for p in pairs:
         print(f"round {i}: {p['baseline']:44} nnbench {p['nnbench']:.4f} independent {p['independent']:.4f}",
               flush=True)
@@ -297,6 +348,23 @@ def summary(key: str, mine: list[float], theirs: list[float]) -> dict:
                 nnbench_range_pct=100 * (max(mine) - min(mine)) / m,
                 independent_range_pct=100 * (max(theirs) - min(theirs)) / t,
                 round_difference_min_pct=min(rounds), round_difference_max_pct=max(rounds))
+
+
+def read_pairs(path: Path) -> list[tuple[float, float]]:
+    try:
+        with open(path) as f:
+            return [(float(r["nnbench"]), float(r["independent"])) for r in csv.DictReader(f)]
+    except OSError:
+        return []
+
+
+def paired_ratio(pairs: list[tuple[float, float]], draws: int = 10_000) -> tuple[float, float, float]:
+    """The median of the pairs' nnbench/independent ratios and its 95% bootstrap interval (pairs
+    resampled whole, so each keeps the host state its two timings shared)."""
+    r = np.array([a / b for a, b in pairs])
+    rng = np.random.default_rng(0)
+    boot = np.median(r[rng.integers(0, r.size, (draws, r.size))], axis=1)
+    return float(np.median(r)), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
 def main(out: Path, rounds: int = 5) -> int:
@@ -324,6 +392,13 @@ def main(out: Path, rounds: int = 5) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    eager = read_pairs(out / "eager_pairs.csv")
+    if eager:
+        ratio, low, high = paired_ratio(eager)
+        print(f"eager, all {len(eager)} interleaved pairs: nnbench/independent median {ratio:.4f} "
+              f"(95% bootstrap interval {low:.4f}-{high:.4f})")
+        (out / "eager_pairs_summary.json").write_text(json.dumps(dict(pairs=len(eager), median_ratio=ratio,
+                                                                      ci95=[low, high])))
     return 0 if all(abs(r["difference_pct"]) <= 3 for r in rows) else 1
 
 

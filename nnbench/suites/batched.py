@@ -854,7 +854,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         ref = reference_weights(init, train, batch, hyper, steps)
         try:
             out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
-                                  batch=batch, check=(steps, ref), time_step=partial(_time_step, backend))
+                                  batch=batch, check=(steps, ref), time_step=partial(time_torch_step, backend))
         except ImportError:
             yield dict(rec, status="SKIP", error="PyTorch is not installed")
             continue
@@ -887,7 +887,7 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
 EAGER_SAMPLE_MS = 10.0  # an eager sample spans several steps back to back, as a training loop runs them
 
 
-def _time_step(backend, launch, host_issued: bool) -> measure.Stats:
+def time_torch_step(backend, launch, host_issued: bool) -> measure.Stats:
     """A PyTorch row's steady-state step, timed as ours are (STEP_TIMING). Eager is issued by the host,
     several steps a sample, so that the host's issue of one step overlaps the GPU's tail of the last
     as in a training loop (one step a sample would time each step's tail: latency, not throughput)."""

@@ -496,7 +496,6 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     graph row one captured step. `watch` (per-sample rows) probes NVML during each timed epoch, and the
     epochs' statistics carry it."""
     import torch
-    import torch.nn.functional as F
 
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = torch.device("cuda")
@@ -507,22 +506,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     X = torch.tensor(train.x, dtype=torch.float32, device=dev)
     T = torch.tensor(train.t, dtype=torch.float32, device=dev)
     steps_per_epoch = len(train) // batch
-
-    def sample(s):  # a sample (a vector) per sample, else a batch (samples as rows)
-        return (X[s], T[s]) if batch == 1 else (X[s * batch:(s + 1) * batch], T[s * batch:(s + 1) * batch])
-
-    def forward_t(x):
-        o = x
-        for W, b in zip(Ws, bs):
-            o = torch.sigmoid(F.linear(o, W, b))
-        return o
-
-    def step_t(x, t):
-        opt.zero_grad(set_to_none=False)
-        loss = 0.5 * ((t - forward_t(x)) ** 2).sum() / batch
-        loss.backward()
-        opt.step()
-        return loss.detach()
+    sample, forward_t, step_t = torch_program(Ws, bs, opt, X, T, batch)
 
     def restart() -> None:
         """The initial weights and zero velocities, in place (a captured graph keeps its buffers)."""
@@ -614,6 +598,32 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
         out.train_accuracy = accuracy(forward_t(X).cpu().numpy(), train.t)
     out.test_accuracy = accuracy(out.test_outputs, test.t)
     return out
+
+
+def torch_program(Ws, bs, opt, X, T, batch: int):
+    """A PyTorch row's program: `sample(s)`, the s-th sample (a vector) or batch (samples as rows) of
+    the training set on the device; `forward_t(x)`; and `step_t(x, t)`, one SGD step on the mean E.
+    Shared with scripts/independent_baselines.py, which times this very step with nnbench's timer
+    beside its own loop."""
+    import torch
+    import torch.nn.functional as F
+
+    def sample(s):
+        return (X[s], T[s]) if batch == 1 else (X[s * batch:(s + 1) * batch], T[s * batch:(s + 1) * batch])
+
+    def forward_t(x):
+        o = x
+        for W, b in zip(Ws, bs):
+            o = torch.sigmoid(F.linear(o, W, b))
+        return o
+
+    def step_t(x, t):
+        opt.zero_grad(set_to_none=False)
+        loss = 0.5 * ((t - forward_t(x)) ** 2).sum() / batch
+        loss.backward()
+        opt.step()
+        return loss.detach()
+    return sample, forward_t, step_t
 
 
 def torch_epochs(iterations: int, steps_per_epoch: int, warm_up_epoch: bool) -> int:
