@@ -54,6 +54,11 @@ def figures(o) -> dict:
             "startup": o.startup}
 
 
+def outside(f: dict) -> float:
+    """A run's time outside kernels: its run phase less its event-timed kernel time."""
+    return f["run_s"] - f["kernel_s"]
+
+
 def order(pairs: int, lead: str = "gpus1") -> list[tuple[str, str]]:
     """(run name, kind): the cold plain run, then each pair, the first of a pair alternating, `lead` first."""
     runs = [("plain_cold", "plain")]
@@ -97,6 +102,15 @@ def main() -> None:
         got["gpus1_over_plain_run_median"] = statistics.median(ratios)
         print("--gpus 1 over plain, run phase, per pair: " + ", ".join(f"{100 * r:+.2f}%" for r in ratios)
               + f"; median {100 * statistics.median(ratios):+.2f}%")
+        # The run phase's difference splits into kernel time (how many samples the stopping rule drew:
+        # a lottery on the few bimodal cases, docs/results/sweep.md) and the time outside kernels
+        # (what the path itself costs).
+        split = [(got[f"gpus1_{i}"]["kernel_s"] - got[f"plain_{i}"]["kernel_s"],
+                  outside(got[f"gpus1_{i}"]) - outside(got[f"plain_{i}"]),
+                  got[f"gpus1_{i}"]["samples"] - got[f"plain_{i}"]["samples"]) for i in range(1, args.pairs + 1)]
+        got["gpus1_less_plain_kernel_outside_samples"] = split
+        print("--gpus 1 less plain, per pair: " + ", ".join(f"kernels {k:+.2f} s, outside kernels {o:+.2f} s, "
+                                                          f"{n:+d} samples" for k, o, n in split))
     (out / "overhead.json").write_text(json.dumps(got, indent=1) + "\n")
 
 

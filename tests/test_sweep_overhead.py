@@ -125,3 +125,19 @@ def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
     monkeypatch.setattr(nnbench.runtime, "device_count", lambda: 4)
     monkeypatch.setattr(app, "DEVICE", [0])
     assert cli_sweep._gpus("2", "cuda") == [0, 1] and cli_sweep._gpus("all", "cuda") == [0, 1, 2, 3]
+
+
+def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
+    """scripts/sweep_overhead.py --lead plain: the pairs run p g, g p, ... so that an effect of the
+    place in the series (after the cold run, say) and an effect of `--gpus 1` point different ways."""
+    import importlib.util
+
+    from nnbench import paths
+    spec = importlib.util.spec_from_file_location("sweep_overhead", paths.ROOT / "scripts/sweep_overhead.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    usual, mirrored = script.order(3), script.order(3, "plain")
+    assert usual[0] == mirrored[0] == ("plain_cold", "plain")
+    assert [k for _, k in usual[1:]] == ["gpus1", "plain", "plain", "gpus1", "gpus1", "plain"]
+    assert [k for _, k in mirrored[1:]] == ["plain", "gpus1", "gpus1", "plain", "plain", "gpus1"]
+    assert sorted(n for n, _ in usual) == sorted(n for n, _ in mirrored)  # the same runs, named alike
