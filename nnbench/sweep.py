@@ -215,6 +215,14 @@ def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
     return dict(rec, variant=v.name, step=v.step, params=job.case.param_label, precision=v.precision)
 
 
+def pinned(backend: str, gpu: int) -> str:
+    """The backend name of a worker pinned to `gpu`: `backend` itself where it already opens that GPU
+    (`cuda` opens GPU 0, `cuda:2` GPU 2), so that `--gpus 1` starts the very worker a plain sweep
+    starts, with the same arguments; `name:gpu` otherwise."""
+    name, _, ordinal = backend.partition(":")
+    return backend if (int(ordinal) if ordinal.isdigit() else 0) == gpu else f"{name}:{gpu}"
+
+
 def compile_only(spec: SweepSpec, arch: str, jobs: int | None = None) -> CompileStats:
     """Compile the sweep's kernels for `arch` without a GPU (the cold-cache benchmark, CI). Cases
     beyond the arch's documented limits are left out, as a run on that GPU would skip them."""
@@ -272,7 +280,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
 
     def backend_of(slot: int) -> str:
         if gpus and not backend.startswith(("replay:", "cpu")):
-            return f"{backend.partition(':')[0]}:{gpus[slot]}"
+            return pinned(backend, gpus[slot])
         return backend
 
     first = min(spec.shapes, key=lambda s: s.flops)

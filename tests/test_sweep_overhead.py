@@ -1,6 +1,10 @@
-"""What a sweep pays per case outside its kernels, on the host (issue 30's overhead target): reads that
-cost milliseconds on the H100 happen once per process, not once per `measure` call."""
+"""What a sweep pays per case outside its kernels, on the host (issue 30's overhead targets): reads that
+cost milliseconds on the H100 happen once per process, not once per `measure` call; and `--gpus 1`
+starts the very worker a plain sweep starts, so the two can differ only by chance."""
 
+from nnbench import config, sweep
+from nnbench.cli import app
+from nnbench.cli import sweep as cli_sweep
 from nnbench.runtime import nvml
 
 
@@ -28,3 +32,112 @@ def test_the_maximum_clock_is_read_once_per_gpu_not_per_measure_call(monkeypatch
     telemetries = [gpu.telemetry() for _ in range(5)]  # one per measure call, i.e. per case
     assert all(t.max_sm_mhz == 1980.0 for t in telemetries)
     assert fake.max_reads == 1
+
+
+# -- `--gpus 1` against a plain sweep --------------------------------------------------------------
+SPACE = """
+name: paths
+suite: gemm
+baseline: numpy
+seed: 5
+shapes:
+  - [33, 17, 9]
+  - [5, 7, 3]
+timing: {budget: 0.25, min_samples: 7, max_noise: 0.02, watchdog: 30}
+variants:
+  numpy:
+  tiled:
+    axes: {ts: [8, 16]}
+"""
+
+
+class _RecordingWorker:
+    """Stands in for nnbench.worker.Worker in the parent: keeps what each worker was started with and
+    every job sent to it, and answers each job with a PASS record (no process, no GPU)."""
+
+    log: list = []
+
+    def __init__(self, backend_name, suite, settings, rtol, seed, env_extra, first=None, share=1) -> None:
+        self.log.append(("start", backend_name, suite, settings, rtol, seed, env_extra,
+                         getattr(first, "label", first), share))
+        self.pid, self.spawned, self.ready, self._next = 4242, 0.0, None, 0
+        self.info = {"env": {"backend": "cpu", "gpu": "fake"}, "device": None, "arch": None}
+
+    def submit(self, kind, job) -> int:
+        case = job.case if job.kind == "vendor" else f"{job.case.variant.name} {job.case.param_label}"
+        self.log.append((kind, job.kind, case, job.shape.label, getattr(job.next_shape, "label", None), job.compiled))
+        self._next += 1
+        return self._next
+
+    def wait(self, job_id, watchdog_s, on_progress=None) -> dict:
+        return {"status": "PASS", "median_ms": 1.0, "gpu_ms": 9.0, "wall_ms": 10.0, "samples": 7}
+
+    def run(self, kind, job, watchdog_s, on_progress=None) -> dict:
+        return self.wait(self.submit(kind, job), watchdog_s)
+
+    def close(self) -> None:
+        self.log.append(("close",))
+
+    kill = close
+
+
+def _started(monkeypatch, tmp_path, backend, gpus, name) -> list:
+    monkeypatch.setattr(sweep, "Worker", _RecordingWorker)
+    _RecordingWorker.log = []
+    cfg = tmp_path / "paths.yaml"
+    cfg.write_text(SPACE)
+    sweep.execute(config.load_sweep(cfg), backend, tmp_path / f"{name}.csv", gpus=gpus)
+    return _RecordingWorker.log
+
+
+def test_gpus_1_starts_the_very_worker_a_plain_sweep_starts(monkeypatch, tmp_path):
+    """The parent's side of both paths, recorded: the same worker (backend name, suite, timing
+    settings, tolerance, seed, first problem, share of the host's cores) and the same jobs in the same
+    order. Sessions 3-5 measured `--gpus 1` drawing more samples than a plain sweep in 8 pairs of 8
+    with the kernels no slower (docs/results/sweep.md); the one argument that differed was the
+    backend name (`cuda:0` against `cuda`)."""
+    plain = _started(monkeypatch, tmp_path, "cuda", None, "plain")
+    assert plain[0][0] == "start" and plain[0][1] == "cuda" and plain[0][-1] == 1
+    assert sum(e[0] == "run" for e in plain) == 2  # numpy at both shapes; tiled is a CUDA kernel: SKIP rows
+    assert _started(monkeypatch, tmp_path, "cuda", [0], "gpus1") == plain
+    on_two = _started(monkeypatch, tmp_path, "cuda:2", None, "plain2")
+    assert on_two[0][1] == "cuda:2" and _started(monkeypatch, tmp_path, "cuda:2", [2], "gpus1_2") == on_two
+
+
+def test_a_worker_on_another_gpu_names_it():
+    assert [sweep.pinned("cuda", g) for g in (0, 1)] == ["cuda", "cuda:1"]
+    assert [sweep.pinned("cuda:2", g) for g in (2, 0)] == ["cuda:2", "cuda:0"]
+
+
+def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
+    """The CLI's `--gpus 1` resolves to the plain sweep's own GPU without counting GPUs, which would
+    initialise CUDA in the parent (a plain sweep's parent never does); more GPUs are counted."""
+    import nnbench.runtime
+
+    def count():
+        raise AssertionError("the parent initialised CUDA to count GPUs")
+
+    monkeypatch.setattr(nnbench.runtime, "device_count", count)
+    monkeypatch.setattr(app, "DEVICE", [0])
+    assert cli_sweep._gpus("1", "cuda") == [0]
+    monkeypatch.setattr(app, "DEVICE", [3])
+    assert cli_sweep._gpus("1", "auto") == [3]
+    monkeypatch.setattr(nnbench.runtime, "device_count", lambda: 4)
+    monkeypatch.setattr(app, "DEVICE", [0])
+    assert cli_sweep._gpus("2", "cuda") == [0, 1] and cli_sweep._gpus("all", "cuda") == [0, 1, 2, 3]
+
+
+def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
+    """scripts/sweep_overhead.py --lead plain: the pairs run p g, g p, ... so that an effect of the
+    place in the series (after the cold run, say) and an effect of `--gpus 1` point different ways."""
+    import importlib.util
+
+    from nnbench import paths
+    spec = importlib.util.spec_from_file_location("sweep_overhead", paths.ROOT / "scripts/sweep_overhead.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    usual, mirrored = script.order(3), script.order(3, "plain")
+    assert usual[0] == mirrored[0] == ("plain_cold", "plain")
+    assert [k for _, k in usual[1:]] == ["gpus1", "plain", "plain", "gpus1", "gpus1", "plain"]
+    assert [k for _, k in mirrored[1:]] == ["plain", "gpus1", "gpus1", "plain", "plain", "gpus1"]
+    assert sorted(n for n, _ in usual) == sorted(n for n, _ in mirrored)  # the same runs, named alike

@@ -202,6 +202,11 @@ def _gpus(text: str, backend: str) -> list[int]:
         if text == "all":
             raise NnbenchError("--gpus all: with --backend cpu give a number of workers, e.g. --gpus 4")
         return list(range(int(text)))
+    first = app.DEVICE[0]
+    if text != "all" and int(text) == 1:
+        # The plain sweep's own GPU: its worker opens it and says if it is missing, as a plain sweep's
+        # does. Counting here would initialise CUDA in this process, which a plain sweep never does.
+        return [first]
     from nnbench.runtime import device_count
     count = device_count()
     if count == 0:
@@ -209,7 +214,6 @@ def _gpus(text: str, backend: str) -> list[int]:
     n = count if text == "all" else int(text)
     if n > count:
         raise NnbenchError(f"--gpus {text}: this machine has {count} GPU{'s' if count > 1 else ''}")
-    first = app.DEVICE[0]
     if first + n > count:
         raise NnbenchError(f"--gpus {text} from --device {first}: this machine has GPUs 0..{count - 1}")
     return list(range(first, first + n))
