@@ -156,6 +156,18 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     if not settings.cold:
         est = backend.timed(launch, 1)
         gpu_ms += est
+        if est < settings.min_sample_ms:
+            # A launch timed alone is mostly its own latency (an 8 us convolution read 17-25 us), so reps picked
+            # from it came out 1, 2 or 3 by chance, and a sample of 1 launch reads up to 8% slower per launch than
+            # one of 2: the tiny cases' medians moved that much between processes (docs/results/measurement.md).
+            # The per-launch time of a batch of back-to-back launches, as the samples will run them, is stable.
+            probe = 1
+            for _ in range(3):  # until a batch spans a sample's length (once, but for a first read far off)
+                if probe * est >= settings.min_sample_ms or probe >= MAX_REPS:
+                    break
+                probe = min(MAX_REPS, math.ceil(4 * settings.min_sample_ms / max(est, 1e-6)))
+                est = backend.timed(launch, probe)
+                gpu_ms += probe * est
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
