@@ -156,19 +156,20 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     if not settings.cold:
         est = backend.timed(launch, 1)
         gpu_ms += est
-        if est < settings.min_sample_ms:
-            # A launch timed alone is mostly its own latency (an 8 us convolution read 17-25 us), so reps picked
-            # from it came out 1, 2 or 3 by chance, and a sample of 1 launch reads up to 8% slower per launch than
-            # one of 2: the tiny cases' medians moved that much between processes (docs/results/measurement.md).
-            # The per-launch time of a batch of back-to-back launches, as the samples will run them, is stable.
-            probe = 1
-            for _ in range(3):  # until a batch spans a sample's length (once, but for a first read far off)
-                if probe * est >= settings.min_sample_ms or probe >= MAX_REPS:
-                    break
-                probe = min(MAX_REPS, math.ceil(4 * settings.min_sample_ms / max(est, 1e-6)))
-                est = backend.timed(launch, probe)
-                gpu_ms += probe * est
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+        if reps > 1 and not settings.host_issued:
+            # A launch timed alone, as the host issues it, reads its issue latency more than its run (an 8 us
+            # convolution read 17-25 us), so reps picked from it came out 1, 2 or 3 by chance between processes,
+            # and a sample of 1 launch reads up to 8% slower per launch than one of 2 (the event pair's cost is
+            # shared by fewer launches): the tiny cases' medians moved that much between identical runs
+            # (docs/results/measurement.md). So the per-launch time is read as the samples will run: a batch
+            # queued behind the blocking kernel; and reps is rounded up to a power of two, so that a per-launch
+            # time near a boundary flips it rarely, and then between two counts that share the pair's cost alike.
+            probe = min(MAX_REPS, 4 * reps)
+            est = backend.timed_samples(launch, probe, 1)[0]
+            gpu_ms += probe * est
+            need = settings.min_sample_ms / max(est, 1e-6)
+            reps = min(MAX_REPS, 1 << max(0, math.ceil(math.log2(need)))) if need > 1 else 1
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
     batch = 1 if settings.cold or settings.host_issued else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
