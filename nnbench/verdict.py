@@ -22,9 +22,9 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
 The tolerance is the smallest change that matters (an effect size); the test says whether a change
 of that size is real. The rank test sees only the spread inside each run; on the H100, identical runs
 of one process moved a case's median by up to 4.6% between runs while its samples spread by 0.04%
-inside each (docs/results/measurement.md). Where the between-run spread of a case is known (the
-history database: its relative standard deviation over earlier runs, `run_spread`), the tolerance
-is raised to RUN_SPREAD_K times it for that case. A noisy run can no longer hide a regression as
+inside each (docs/results/measurement.md). Where the between-run spread of a case is known (a
+baseline of several runs, `load_baseline`, or the history database: its relative standard deviation
+over those runs, `run_spread`), the tolerance is raised to RUN_SPREAD_K times it for that case. A noisy run can no longer hide a regression as
 SAME: it is UNSTABLE, which fails the gate unless `allow_unstable`.
 
 Where a side has no raw samples (a CSV written before they were kept), today's rule stands, and
