@@ -24,8 +24,9 @@ of that size is real. The rank test sees only the spread inside each run; on the
 of one process moved a case's median by up to 4.6% between runs while its samples spread by 0.04%
 inside each (docs/results/measurement.md). Where the between-run spread of a case is known (a
 baseline of several runs, `load_baseline`, or the history database: its relative standard deviation
-over those runs, `run_spread`), the tolerance is raised to RUN_SPREAD_K times it for that case. A noisy run can no longer hide a regression as
-SAME: it is UNSTABLE, which fails the gate unless `allow_unstable`.
+over those runs, `run_spread`), the tolerance is raised to RUN_SPREAD_K times it for that case. A
+noisy run can no longer hide a regression as SAME: it is UNSTABLE, which fails the gate unless
+`allow_unstable`.
 
 Where a side has no raw samples (a CSV written before they were kept), today's rule stands, and
 the verdict's `method` says so ("iqr"):
