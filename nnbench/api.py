@@ -155,16 +155,18 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
     return SweepResult(outcomes[0].path, outcomes)
 
 
-def check(baseline: str | Path, current: str | Path, tolerance: float = 0.05, allow_missing: bool = False,
+def check(baseline: str | Path | list, current: str | Path, tolerance: float = 0.05, allow_missing: bool = False,
           any_gpu: bool = False, allow_unstable: bool = False) -> CheckResult:
-    """The regression gate: each case of `current` against `baseline` (SLOWER, FASTER, SAME, UNSTABLE,
+    """The regression gate: each case of `current` against `baseline`, one result file or several runs (files, or
+    a folder of them: verdict.load_baseline pools them, and each case's tolerance is at least 5 times its
+    between-run spread) (SLOWER, FASTER, SAME, UNSTABLE,
     AMBIGUOUS, FAILED, INVALID, MISSING, NEW, SKIPPED; nnbench/verdict.py says how: a rank test on raw
     samples where both files have them). `passed` is False on any SLOWER, FAILED, INVALID, MISSING
     (unless allow_missing) or UNSTABLE/AMBIGUOUS (unless allow_unstable)."""
     from nnbench import verdict
     if not 0 <= tolerance < 10:
         raise NnbenchError(f"check(): tolerance {tolerance}: a fraction, e.g. 0.05 for 5%")
-    base, cur = verdict.load(Path(baseline)), verdict.load(Path(current))
+    base, cur = verdict.load_baseline(baseline), verdict.load(Path(current))
     gb, gc = verdict.gpus(base), verdict.gpus(cur)
     if gb and gc and gb != gc and not any_gpu:
         raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "

@@ -113,7 +113,7 @@ def _stats(row) -> dict | None:
 
 def _verdicts(baseline: Path, current: list[Path], tolerance: float) -> str:
     from nnbench import verdict
-    base = verdict.load(baseline)
+    base = verdict.load_baseline(baseline)  # one run, or a folder of runs (each case's tolerance from its spread)
     cur = pd.concat([verdict.load(p) for p in current])
     cur = cur[~cur.index.duplicated(keep="last")]
     verdicts = verdict.compare(base, cur, tolerance)

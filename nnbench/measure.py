@@ -52,6 +52,9 @@ ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
 TF32_RTOL = 2.0e-3
 MAX_QUEUED = 512  # launches the CUDA backend queues behind its blocking kernel at once
 MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
+# A launch timed alone below this many sample lengths (min_sample_ms) has its per-launch time read again from a
+# queued batch: a 20 us kernel's host-issued read reached 50 us now and then on the H100 (reps 1 or 4 by chance)
+PROBE_BELOW = 4
 BATCH = 10  # hot samples per blocking kernel
 # Host-issued samples (a PyTorch eager step) span at least this much of the host's time before the
 # stopping rule may end them. Measured on the H100 (docs/results/baselines.md): inside one 0.15 s
@@ -157,6 +160,19 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
         est = backend.timed(launch, 1)
         gpu_ms += est
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+        if est < PROBE_BELOW * settings.min_sample_ms and not settings.host_issued:
+            # A launch timed alone, as the host issues it, reads its issue latency more than its run (an 8 us
+            # convolution read 17-25 us), so reps picked from it came out 1, 2 or 3 by chance between processes,
+            # and a sample of 1 launch reads up to 8% slower per launch than one of 2 (the event pair's cost is
+            # shared by fewer launches): the tiny cases' medians moved that much between identical runs
+            # (docs/results/measurement.md). So the per-launch time is read as the samples will run: a batch
+            # queued behind the blocking kernel; and reps is rounded up to a power of two, so that a per-launch
+            # time near a boundary flips it rarely, and then between two counts that share the pair's cost alike.
+            probe = min(MAX_REPS, 4 * reps)  # (a host read up to PROBE_BELOW x too long still gets 4 launches)
+            est = backend.timed_samples(launch, probe, 1)[0]
+            gpu_ms += probe * est
+            need = settings.min_sample_ms / max(est, 1e-6)
+            reps = min(MAX_REPS, 1 << max(0, math.ceil(math.log2(need)))) if need > 1 else 1
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
     batch = 1 if settings.cold or settings.host_issued else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))

@@ -22,10 +22,11 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
 The tolerance is the smallest change that matters (an effect size); the test says whether a change
 of that size is real. The rank test sees only the spread inside each run; on the H100, identical runs
 of one process moved a case's median by up to 4.6% between runs while its samples spread by 0.04%
-inside each (docs/results/measurement.md). Where the between-run spread of a case is known (the
-history database: its relative standard deviation over earlier runs, `run_spread`), the tolerance
-is raised to RUN_SPREAD_K times it for that case. A noisy run can no longer hide a regression as
-SAME: it is UNSTABLE, which fails the gate unless `allow_unstable`.
+inside each (docs/results/measurement.md). Where the between-run spread of a case is known (a
+baseline of several runs, `load_baseline`, or the history database: its relative standard deviation
+over those runs, `run_spread`), the tolerance is raised to RUN_SPREAD_K times it for that case. A
+noisy run can no longer hide a regression as SAME: it is UNSTABLE, which fails the gate unless
+`allow_unstable`.
 
 Where a side has no raw samples (a CSV written before they were kept), today's rule stands, and
 the verdict's `method` says so ("iqr"):
@@ -218,6 +219,75 @@ def load(path: Path) -> pd.DataFrame:
     out = df[~repeated].set_index("key")
     out.attrs["notes"] = notes
     return out
+
+
+def pooled(medians, iqrs, samples: list, run_medians=None) -> dict:
+    """One baseline row's statistics from several runs of a case: the median of their medians, an IQR that is the
+    larger of the runs' own (their median) and the spread of their medians, every raw sample pooled (None where a
+    run has none), and the case's between-run spread (run_spread_of over `run_medians`, default `medians`), which
+    compare_samples turns into the case's own tolerance. Serves a baseline of several files (load_baseline) and
+    the history's last stable segment (nnbench/history/gate.py)."""
+    m = np.asarray(medians, dtype=np.float64)
+    q1, q3 = np.percentile(m, [25, 75])
+    own = np.asarray([x for x in iqrs if x is not None and np.isfinite(x)], dtype=np.float64)
+    return dict(median_ms=str(float(np.median(m))), iqr_ms=str(max(float(q3 - q1), float(np.median(own)) if own.size
+                                                                  else 0.0)),
+                samples_ms=np.concatenate([np.asarray(x, dtype=np.float64) for x in samples])
+                if samples and all(x is not None for x in samples) else None,
+                run_spread=run_spread_of(m if run_medians is None else run_medians), runs=len(m))
+
+
+def baseline_files(paths) -> list[Path]:
+    """The files a baseline names: each path a result file, or a folder whose *.csv and *.json files are
+    one run each (a baseline made of several runs)."""
+    out: list[Path] = []
+    for p in [Path(x) for x in ([paths] if isinstance(paths, (str, Path)) else paths)]:
+        if p.is_dir():
+            found = sorted([*p.glob("*.csv"), *p.glob("*.json"), *p.glob("*.jsonl")])
+            if not found:
+                raise NnbenchError(f"{p}: a baseline folder with no result files (*.csv, *.json) in it")
+            out += found
+        else:
+            out.append(p)
+    return out
+
+
+def load_baseline(paths) -> pd.DataFrame:
+    """The gate's baseline: one result file as `load` reads it, or several runs of the same cases (files, or a
+    folder of them), pooled per case (`pooled`): each case then carries its between-run spread (`run_spread`),
+    and the rank test's tolerance for it is at least RUN_SPREAD_K times that spread, as against the history.
+    One run cannot say how far a case moves between processes (a 16 us convolution moved 10% between two
+    identical runs on the H100 while its samples spread 1% inside each), several can."""
+    files = baseline_files(paths)
+    runs = [load(f) for f in files]
+    if len(runs) == 1:
+        return runs[0]
+    found = set().union(*(gpus(r) for r in runs))
+    if len(found) > 1:
+        raise NnbenchError(f"the baseline's runs come from several GPUs ({', '.join(sorted(found))}); a baseline "
+                           "of several runs must come from one")
+    rows = {}
+    for key in dict.fromkeys(k for r in runs for k in r.index):
+        have = [r.loc[key] for r in runs if key in r.index]
+        ok = [row for row in have if row["status"] == "PASS" and not _bad_stats(row, "")]
+        if len(ok) < len(have) or len(ok) < 2:  # a failed, skipped or lone row decides the case as it is
+            rows[key] = dict(next((row for row in have if row["status"] in results.FAILED), have[-1]))
+            continue
+        rows[key] = dict(ok[-1], **pooled([float(row["median_ms"]) for row in ok],
+                                          [_number(row["iqr_ms"]) for row in ok], [samples_of(row) for row in ok]))
+    out = pd.DataFrame.from_dict(rows, orient="index")
+    out.attrs["notes"] = [n for r in runs for n in r.attrs.get("notes", [])] + [
+        f"the baseline pools {len(runs)} runs ({files[0].parent}): each case's tolerance is at least "
+        f"{RUN_SPREAD_K:g} x its between-run spread (at least {100 * UNKNOWN_RUN_SPREAD:g}% where fewer than "
+        f"{MIN_SPREAD_RUNS} runs say it)"]
+    out.attrs["runs"] = len(runs)
+    return out
+
+
+def default_tolerance(several_runs: bool) -> float:
+    """--tolerance's default: where each case's between-run spread is known (a baseline of several runs, the
+    history) the smallest change that counts, HISTORY_TOLERANCE, raised per case; else TWO_FILE_TOLERANCE."""
+    return HISTORY_TOLERANCE if several_runs else TWO_FILE_TOLERANCE
 
 
 def gpus(df: pd.DataFrame) -> set[str]:

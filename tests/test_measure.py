@@ -66,7 +66,37 @@ def test_cold_flushes_before_every_sample_and_never_batches():
 def test_hot_batches_short_kernels():
     be = FakeBackend([0.001] * 100)  # 1 us per launch: batch to reach min_sample_ms
     s = measure.measure(be, lambda: None, measure.TimingSettings(min_sample_ms=0.05))
-    assert s.reps == 50
+    assert s.reps == 64  # 50 launches reach min_sample_ms, rounded up to a power of two
+
+
+class IssueLatencyBackend(FakeBackend):
+    """A tiny kernel as the H100 ran configs/ci.yaml's odd convolutions: a launch the host issues alone reads
+    its issue latency (`host_ms`, 17-25 us), a queued one its run (7 us)."""
+
+    def __init__(self, host_ms):
+        super().__init__([])
+        self.host_ms = host_ms
+
+    def timed(self, fn, reps):
+        self.calls.append(reps)
+        return self.host_ms
+
+    def timed_samples(self, fn, reps, count):
+        self.batches.append(count)
+        return [0.007 + 0.0005 / reps] * count  # the event pair's cost, shared by the sample's launches
+
+
+def test_reps_come_from_queued_launches_not_from_one_launch_issued_alone():
+    # one launch timed alone read 17, 21 or 25 us in three processes: reps 3, 3 or 2 by that read, and per launch
+    # the 2-launch samples read 4% more than the 3-launch ones; from a queued batch, reps is the same in all three
+    found = {host: measure.measure(IssueLatencyBackend(host), lambda: None,
+                                   measure.TimingSettings(min_sample_ms=0.05, budget_s=10)) for host in
+             (0.017, 0.021, 0.025)}
+    assert {s.reps for s in found.values()} == {8}
+    assert len({round(s.median_ms, 9) for s in found.values()}) == 1
+    # a host read past a whole sample's length (60 us, as a 20 us kernel read now and then) is checked too
+    assert measure.measure(IssueLatencyBackend(0.06), lambda: None,
+                           measure.TimingSettings(min_sample_ms=0.05, budget_s=10)).reps == 8
 
 
 def test_hot_samples_come_in_batches_and_the_stop_rule_runs_after_each():

@@ -392,3 +392,62 @@ def test_a_side_throttled_throughout_is_unstable_not_slower(tmp_path):
     assert v.verdict == "UNSTABLE" and "throttled throughout (sw_power_cap, SM clock 1,635-1,860 MHz)" in v.why
     (v,) = verdict.compare(verdict.load(b), verdict.load(write_csv(tmp_path / "d.csv", [cleaned])), 0.05)
     assert v.verdict == "SLOWER"
+
+
+# -- a baseline of several runs ---------------------------------------------------------------------
+def several_runs(tmp_path, rng, runs=10):
+    """`runs` baseline runs in a folder: `tiny` moves 3% between runs (its samples 0.3% inside each), as the
+    H100's 16 us convolutions do between processes; `steady` moves 0.2%."""
+    folder = tmp_path / "baseline"
+    folder.mkdir()
+    for i in range(runs):
+        tiny = 0.016 * (1 + 0.03 * rng.standard_normal())
+        steady = 3.45 * (1 + 0.002 * rng.standard_normal())
+        write_csv(folder / f"run-{i:02d}.csv", [rec("tiny", list(noisy(rng, tiny, 0.003, 200)), suite="conv"),
+                                                 rec("steady", list(noisy(rng, steady, 0.003, 60)), suite="conv")])
+    return folder
+
+
+def test_a_baseline_of_several_runs_gives_each_case_its_own_tolerance(tmp_path):
+    rng = np.random.default_rng(11)
+    folder = several_runs(tmp_path, rng)
+    runs = sorted(folder.glob("*.csv"))
+    base = verdict.load_baseline(folder)
+    assert base.attrs["runs"] == 10 and "pools 10 runs" in base.attrs["notes"][-1]
+    tiny, steady = (base.loc[[k for k in base.index if v in k][0]] for v in ("tiny", "steady"))
+    assert 0.015 < tiny["run_spread"] < 0.06 and steady["run_spread"] < 0.005  # measured from the 10 medians
+    assert len(verdict.samples_of(tiny)) == 2000  # every run's samples pooled
+    lowest = min(runs, key=lambda p: float(verdict.load(p).iloc[0]["median_ms"]))
+    cur = write_csv(tmp_path / "cur.csv", [  # tiny 7% above the runs' middle, steady 3% above
+        rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), suite="conv"),
+        rec("steady", list(noisy(rng, 3.45 * 1.03, 0.003, 60)), suite="conv")])
+    # against one run, the tiny case's move between processes is a "regression"; against the ten, it is inside
+    # 5x its spread, while steady's 3% (over the 2% floor, above 5 x 0.2%) is caught
+    one = {v.variant: v.verdict for v in api_check([lowest], cur, 0.05).verdicts}
+    assert one["tiny"] == "SLOWER"
+    found = {v.variant: v.verdict for v in api_check([folder], cur, verdict.default_tolerance(True)).verdicts}
+    assert found == {"tiny": "SAME", "steady": "SLOWER"}
+    res = CliRunner().invoke(cli, ["check", str(folder), str(cur)])  # the default tolerance follows the baseline
+    assert res.exit_code == 1 and "raised per case" in res.output and "pools 10 runs" in res.output, res.output
+    unchanged = write_csv(tmp_path / "same.csv", [rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), suite="conv"),
+                                                  rec("steady", list(noisy(rng, 3.45, 0.003, 60)), suite="conv")])
+    res = CliRunner().invoke(cli, ["check", *map(str, runs), str(unchanged)])  # the runs named one by one
+    assert res.exit_code == 0 and "regression gate: passed" in res.output, res.output
+
+
+def test_a_baseline_of_runs_from_two_gpus_or_an_empty_folder_is_refused_in_one_line(tmp_path):
+    rng = np.random.default_rng(3)
+    folder = several_runs(tmp_path, rng, runs=3)
+    write_csv(folder / "other.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), suite="conv", gpu="GPU-B")])
+    cur = write_csv(tmp_path / "cur.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), suite="conv")])
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for base, needle in ((folder, "several GPUs"), (empty, "no result files"), (tmp_path / "nope", "no such file")):
+        res = CliRunner().invoke(cli, ["check", str(base), str(cur)])
+        lines = [ln for ln in res.output.splitlines() if ln.strip()]
+        assert res.exit_code == 2 and len(lines) == 1 and needle in lines[0], res.output
+
+
+def api_check(base, cur, tolerance):
+    from nnbench import api
+    return api.check([str(b) for b in base], str(cur), tolerance)

@@ -33,17 +33,19 @@ class Tolerance(click.ParamType):
 
 
 @app.cli.command()
-@click.argument("files", nargs=-1, metavar="[BASELINE.csv] CURRENT.csv", type=click.Path(dir_okay=False))
+@click.argument("files", nargs=-1, metavar="[BASELINE…] CURRENT.csv", type=click.Path())
 @click.option("--tolerance", type=Tolerance(), default=None,
               help="The smallest change of the median that counts (e.g. 5% or 0.05); a rank test on the raw samples "
-                   "says whether a change that large is real. Default 5% between two files; 2% against the history, "
-                   "where each case's tolerance is raised to 5 times its between-run spread "
-                   "(docs/results/measurement.md).")
+                   "says whether a change that large is real. Default 5% against a baseline of one run; 2% against "
+                   "a baseline of several runs or the history, where each case's tolerance is raised to 5 times its "
+                   "between-run spread (docs/results/measurement.md).")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
               help="Run this sweep config now and check it against --baseline (fresh; where --out names an existing "
                    "file, that file is resumed, its ERROR cases run again).")
-@click.option("--baseline", "baseline_path", type=click.Path(dir_okay=False),
-              help="With --run: the baseline CSV (default: results/baselines/<gpu>.csv).")
+@click.option("--baseline", "baseline_path", type=click.Path(), multiple=True,
+              help="With --run: the baseline: a result file, or several runs (repeat the option, or name a folder of "
+                   "them); default results/baselines/<gpu>/ (a folder of runs) where it exists, else "
+                   "results/baselines/<gpu>.csv.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), help="With --run: where the new CSV goes.")
 @click.option("--all", "show_all", is_flag=True, help="List SAME cases too.")
 @click.option("--any-gpu", is_flag=True, help="Compare even when the two files come from different GPUs.")
@@ -66,7 +68,9 @@ class Tolerance(click.ParamType):
 @backend_option
 def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable, fmt,
           retry_errors, backend, against_history=False, history_db=None) -> None:
-    """Compare a result file (CSV or --json) against a baseline, case by case, on raw samples.
+    """Compare a result file (CSV or --json) against a baseline, case by case, on raw samples. The baseline is
+    one result file, or several runs of the same config (files, or a folder of them): then each case carries its
+    between-run spread and its tolerance is at least 5 times that (the gate on GPU runners).
 
     SLOWER or FASTER where the median moved by more than --tolerance and a Mann-Whitney U test on
     the raw samples says so; UNSTABLE or AMBIGUOUS where a side is too noisy or too short to decide;
@@ -78,7 +82,8 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
     \b
     Examples:
       nnbench check results/baselines/nvidia-h100-80gb-hbm3.csv results/ci-….csv --tolerance 5%
-      nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3.csv
+      nnbench check --run configs/ci.yaml --baseline results/baselines/nvidia-h100-80gb-hbm3/
+      nnbench check results/baselines/nvidia-h100-80gb-hbm3/ results/ci-….json
       nnbench check base.csv new.csv --format markdown >> "$GITHUB_STEP_SUMMARY"
       nnbench check --against-history results/ci-….json --format markdown >> "$GITHUB_STEP_SUMMARY"
     """
@@ -99,8 +104,7 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
            fmt, retry_errors, backend, history=(False, None)) -> None:
     from nnbench import config, paths, verdict
     against_history, history_db = history
-    if tolerance is None:
-        tolerance = verdict.HISTORY_TOLERANCE if against_history else verdict.TWO_FILE_TOLERANCE
+    baseline_path = list(baseline_path or [])
     if history_db and not against_history:
         raise NnbenchError("--db applies only with --against-history")
     if against_history and (baseline_path or any_gpu):
@@ -108,12 +112,12 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
     if against_history and not run_config:
         if len(files) != 1:
             raise NnbenchError("check --against-history needs one CURRENT.csv (or --run CONFIG.yaml)")
-        files = (None, files[0])
     if run_config:
         if files:
             raise NnbenchError("give either BASELINE.csv CURRENT.csv or --run CONFIG.yaml, not both")
-        if baseline_path and not Path(baseline_path).is_file():
-            raise NnbenchError(f"--baseline {baseline_path}: no such file")
+        for b in baseline_path:
+            if not Path(b).exists():
+                raise NnbenchError(f"--baseline {b}: no such file or folder")
         specs = config.load_config(run_config)
         resume = out_path is not None and Path(out_path).exists()
         if app.KEEP_THROTTLED[0]:
@@ -124,33 +128,45 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
         if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))
             name = results.slug(next(iter(gpu))) if gpu else "cpu"
-            baseline_path = paths.RESULTS / "baselines" / f"{name}.csv"
-            if not baseline_path.is_file():
-                raise NnbenchError(f"no baseline for this GPU at {baseline_path}; make one with: nnbench sweep "
-                                   f"{run_config} --fresh --out {baseline_path}")
+            runs, one = paths.RESULTS / "baselines" / name, paths.RESULTS / "baselines" / f"{name}.csv"
+            if not runs.is_dir() and not one.is_file():
+                raise NnbenchError(f"no baseline for this GPU at {runs}/ or {one}; make one of 10 runs with: for i in "
+                                   f"$(seq -w 10); do nnbench sweep {run_config} --fresh --out {runs}/run-$i.csv; done")
+            baseline_path = [runs if runs.is_dir() else one]
     else:
-        if len(files) != 2:
-            raise NnbenchError("check needs BASELINE.csv and CURRENT.csv, or --run CONFIG.yaml")
+        if len(files) < (1 if against_history else 2):
+            raise NnbenchError("check needs BASELINE.csv and CURRENT.csv (the baseline may be several runs, or a "
+                               "folder of them), or --run CONFIG.yaml")
         if baseline_path or out_path:
             raise NnbenchError("--baseline and --out apply only with --run")
         if app.JSON[0] is not None:
             app.refuse_taken(app.JSON[0])
-        baseline_path, current = files
+        baseline_path, current = list(files[:-1]), files[-1]
+        if Path(current).is_dir():
+            raise NnbenchError(f"{current}: the current run is one result file, not a folder")
+        for b in baseline_path:
+            if not Path(b).exists():
+                raise NnbenchError(f"{b}: no such file or folder")
     from nnbench import api
+    several = against_history or len(verdict.baseline_files(baseline_path)) > 1
+    if tolerance is None:
+        tolerance = verdict.default_tolerance(several)
     if against_history:
         from nnbench.history import gate
         result = gate.check(history_db, current, tolerance, allow_missing=allow_missing, allow_unstable=allow_unstable)
         baseline_path = f"the last stable segment of each case in {result.where}"
     else:
         result = api.check(baseline_path, current, tolerance, allow_missing, any_gpu, allow_unstable)
+        baseline_path = baseline_path[0] if len(baseline_path) == 1 else " ".join(map(str, baseline_path))
     verdicts = result.verdicts
     if app.JSON[0] is not None and not run_config:  # with --run, --json holds the run's records (as sweep's)
         from nnbench import rawresults
         doc = {"kind": "check", **gatereport.document(verdicts, str(baseline_path), str(current), tolerance,
                                                       result.passed, result.notes)}
         app.out.print(f"JSON: {escape(str(rawresults.write_document(app.JSON[0], 'check', [doc])))}")
-    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% of the median, tested by "
-             f"a Mann-Whitney U test on raw samples (p < {verdict.ALPHA:g})")
+    per_case = f", raised per case to {verdict.RUN_SPREAD_K:g}x its between-run spread" if several else ""
+    title = (f"check {current} against {baseline_path} · tolerance {100 * tolerance:g}% of the median{per_case}, "
+             f"tested by a Mann-Whitney U test on raw samples (p < {verdict.ALPHA:g})")
     if fmt != "table":
         text = {"markdown": lambda: gatereport.markdown(verdicts, title, result.passed, result.notes, show_all),
                 "json": lambda: gatereport.to_json(verdicts, str(baseline_path), str(current), tolerance,

@@ -37,8 +37,10 @@ class Ceilings(click.ParamType):
               help="PNG to write, a new file (`name` writes name.png).")
 @click.option("--html", "html_path", type=click.Path(dir_okay=False),
               help="Write one self-contained HTML page: environment, sortable tables, every figure, verdicts.")
-@click.option("--baseline", type=click.Path(dir_okay=False), help="With --html: add the gate's verdicts against it.")
-@click.option("--tolerance", type=Tolerance(), default="5%", show_default=True, help="The gate's tolerance.")
+@click.option("--baseline", type=click.Path(),
+              help="With --html: add the gate's verdicts against it (a result file, or a folder of runs).")
+@click.option("--tolerance", type=Tolerance(), default=None,
+              help="The gate's tolerance (default as `nnbench check`: 5% against one run, 2% against several).")
 @click.option("--ceilings", type=Ceilings(), default=None,
               help="Measured ceilings for the roofline, TFLOP/s,GB/s (from `nnbench devices --measure`).")
 @click.option("--suite", default=None, help="Only the rows of this suite (gemm, train, conv, ...).")
@@ -120,7 +122,9 @@ def _write_json(sources, suite, variants, target: Path) -> None:
 def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force) -> None:
     import os
 
-    from nnbench import htmlreport, safeio
+    from nnbench import htmlreport, safeio, verdict
+    if tolerance is None:
+        tolerance = verdict.default_tolerance(bool(baseline) and len(verdict.baseline_files(baseline)) > 1)
     page = htmlreport.render(sources, df, ["nnbench", *sys.argv[1:]], Path(baseline) if baseline else None,
                              tolerance, ceilings)
     target, fd = safeio.open_locked(target, safeio.FORCE if force else safeio.NEW)

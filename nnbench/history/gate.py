@@ -49,18 +49,13 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
             cps = f" after its last change point at {t.commits[t.stable_from][:9]}" if t.change_points else ""
             short[t.key] = f"{n_runs} run{'s' if n_runs != 1 else ''} of history{cps}; needs {min_history}"
             continue
-        medians = seg["median_ms"].to_numpy(dtype=np.float64)
-        q1, q3 = np.percentile(medians, [25, 75])
         # the case's between-run spread (relative standard deviation of the medians of the segment's runs): the
         # rank test sees only the spread inside each run, so compare_samples raises the tolerance to a multiple of it
         per_run = np.concatenate([np.asarray(m, dtype=np.float64) for m in seg["run_medians"]])
-        spread = verdict.run_spread_of(per_run)  # at least 1% where fewer than 10 runs say it
         row = dict(cur.loc[t.key])
-        pooled = list(seg["samples"])
-        row.update(status="PASS", median_ms=str(float(np.median(medians))),
-                   iqr_ms=str(max(float(q3 - q1), float(np.median(seg["iqr_ms"].fillna(0))))),
-                   samples_ms=np.concatenate(pooled) if all(s is not None for s in pooled) else None,
-                   error="", run_spread=spread, history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}")
+        row.update(verdict.pooled(seg["median_ms"].to_numpy(dtype=np.float64), list(seg["iqr_ms"].fillna(0)),
+                                  list(seg["samples"]), run_medians=per_run),
+                   status="PASS", error="", history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}")
         rows[t.key] = row
     base = pd.DataFrame.from_dict(rows, orient="index") if rows else cur.iloc[0:0].copy()
     base.attrs["notes"] = []
