@@ -106,7 +106,8 @@ IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-
 ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
               conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
               conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
-              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)]  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              conv.ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
 
 
 def _implicit(cuda_backend, suite: str, name: str):
@@ -124,7 +125,7 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     v = _implicit(cuda_backend, suite, name)
     shapes = conv.load_sets()["odd"] + conv.load_sets()["lenet5"] + ODD_LAYERS
     cases = [Case(v, tuple(dict(v.defaults(), **p).items()))
-             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2})]
+             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2}, {"PRODUCER_WGS": 1})]
     recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:

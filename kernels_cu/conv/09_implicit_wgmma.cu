@@ -43,6 +43,9 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef PRODUCER_WGS
+#define PRODUCER_WGS 2
+#endif
 
 #include "conv/implicit_wgmma.cuh"
 
@@ -82,13 +85,14 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     if (threadIdx.x == 0) ring_init(ring, paths, &w_map, &w_map);
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
         ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
-                                         wt),
-                        Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, wt};
-        produce_gathered(ring, kr, wt, g);
+                                         pt),
+                        Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, pt};
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 

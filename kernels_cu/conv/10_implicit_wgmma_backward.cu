@@ -41,6 +41,9 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef PRODUCER_WGS
+#define PRODUCER_WGS 2
+#endif
 
 #include "conv/implicit_wgmma.cuh"
 
@@ -86,13 +89,14 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
         DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
-                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
-                     Wt, taps, d.C, Kk, d.R, n0, wt};
-        produce_gathered(ring, kr, wt, g);
+                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, pt),
+                     Wt, taps, d.C, Kk, d.R, n0, pt};
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 
@@ -162,7 +166,7 @@ struct FilterGather {
             const float* base = dY + (size_t)n * K * hw + pix;
 #pragma unroll 4
             for (int j = 0; j < B_PER_THREAD; ++j) {
-                const int col = pt / BK + j * (128 / BK);
+                const int col = pt / BK + j * (PRODUCER_THREADS / BK);
                 const bool ok = pix < hw && n0 + col < K;
                 cp_async_4(swizzled(bs, col, kk), ok ? base + (size_t)(n0 + col) * hw : dY, ok);
             }
@@ -173,9 +177,31 @@ struct FilterGather {
         const int lane_h0 = pix < hw ? oh * stride - pad : -H - R, lane_w0 = (pix - oh * Wo) * stride - pad;
         const float* img = X + (size_t)n * C * H * W + tap_off;
         float* as = ring.a(s);
+#if GATHER_MASK
+        if (R < 16) {  // the bounds test by one mask, as PatchRows::load_masked: bit i of the lane's window's
+                       // rows inside the image, bit 16 + j of its columns, against this thread's tap's bits
+            unsigned lane_inside = 0;
+            for (int i = 0; i < R; ++i) {
+                lane_inside |= (unsigned)((unsigned)(lane_h0 + i) < (unsigned)H) << i;
+                lane_inside |= (unsigned)((unsigned)(lane_w0 + i) < (unsigned)W) << (16 + i);
+            }
+            const int lane_off = lane_h0 * W + lane_w0;
+            const unsigned tap_bits = live ? (1u << tap_r) | (1u << (16 + tap_s)) : 1u << 15;
+#pragma unroll
+            for (int e = 0; e < A_PER_THREAD; ++e) {
+                const int kk = kk0 + e * (PRODUCER_THREADS / BM);
+                const int off = __shfl_sync(0xffffffffu, lane_off, kk);
+                const unsigned in = __shfl_sync(0xffffffffu, lane_inside, kk);
+                const bool ok = (in & tap_bits) == tap_bits;
+                gather_4(as + kk * A_PITCH + m, img, ok ? off : -tap_off, ok);
+            }
+            mbar_arrive_cp_async(ring.full(s));
+            return;
+        }
+#endif
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
-            const int kk = kk0 + e * (128 / BM);
+            const int kk = kk0 + e * (PRODUCER_THREADS / BM);
             const int h0 = __shfl_sync(0xffffffffu, lane_h0, kk), w0 = __shfl_sync(0xffffffffu, lane_w0, kk);
             const bool ok = live && (unsigned)(h0 + tap_r) < (unsigned)H && (unsigned)(w0 + tap_s) < (unsigned)W;
             cp_async_4(as + kk * A_PITCH + m, ok ? img + (h0 * W + w0) : X, ok);
@@ -197,11 +223,12 @@ conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __r
     if (threadIdx.x == 0) ring_init(ring, paths, &dy_map, &dy_map);
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-        FilterGather g(X, dY, &dy_map, paths, d, bpi, m0, n0, wt);
-        produce_gathered(ring, kr, wt, g);
+        FilterGather g(X, dY, &dy_map, paths, d, bpi, m0, n0, pt);
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 

@@ -19,12 +19,19 @@
 #ifndef GATHER_REGS
 #define GATHER_REGS 88
 #endif
-#define REG_POOL (CONSUMERS == 2 ? 384 * 168 : 256 * 240)
-#define MATH_REGS_FREE ((REG_POOL - 128 * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
+#define LAUNCH_REGS (THREADS == 256 ? 240 : THREADS == 384 ? 168 : 128)  // ptxas's cap under __launch_bounds__(THREADS, 1)
+#define REG_POOL (THREADS * LAUNCH_REGS)
+#define MATH_REGS_FREE ((REG_POOL - PRODUCER_THREADS * GATHER_REGS) / (128 * CONSUMERS) / 8 * 8)
 #define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
+static_assert(GATHER_REGS <= LAUNCH_REGS && MATH_REGS >= LAUNCH_REGS, "setmaxnreg: the producers give, the consumers take");
 
-#define A_PER_THREAD (BK * BM / 128)  // A elements a producer thread gathers per k-block
-#define B_PER_THREAD (BK * BN / 128)
+// GATHER_MASK 1: a patch element's bounds test by one mask (PatchRows::load_masked); 0: by its row and column.
+#ifndef GATHER_MASK
+#define GATHER_MASK 1
+#endif
+
+#define A_PER_THREAD (BK * BM / PRODUCER_THREADS)  // A elements a producer thread gathers per k-block
+#define B_PER_THREAD (BK * BN / PRODUCER_THREADS)
 
 // Where the copy engine's 128-byte swizzle puts B(k, n) of a K-major tile: 16-byte chunk k/4 of
 // row n moves to k/4 ^ n%8 (wgmma_mainloop.cuh's cp.async fallback writes the same layout).
@@ -32,25 +39,19 @@ __device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
     return bs + n * BK + (((k >> 2) ^ (n & 7)) << 2) + (k & 3);
 }
 
-// Step 9's producer with the copies left to `g`: g.load(ring, i, kb) issues k-block kb into slot
-// i % STAGES and arrives on its `full` barrier. The k-blocks are loaded in order, one after the
-// other, so a gather may keep running counters instead of dividing for every element.
+// Step 9's producer (produce_stream) with the copies left to `g`: g.load(ring, i, kb) issues k-block kb
+// into slot i % STAGES and arrives on its `full` barrier. The k-blocks are loaded in order, one after
+// the other, so a gather may keep running counters instead of dividing for every element.
 template <class Gather>
 __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
-    const int first = kr.count < STAGES ? kr.count : STAGES;
-    for (int i = 0; i < first; ++i) g.load(ring, i, kr.first + i);
-    for (int i = 0; i < kr.count; ++i) {
-        const int s = i % STAGES;
-        mbar_wait(ring.full(s), (i / STAGES) & 1);
-        split_b_tile(ring, s, pt);
-        fence_proxy_async();
-        mbar_arrive(ring.ready(s));
-        const int done = i - 1;
-        if (done >= 0 && done + STAGES < kr.count) {
-            mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
-            g.load(ring, done + STAGES, kr.first + done + STAGES);
-        }
-    }
+    produce_stream(ring, kr.count, pt, [&](int i) { g.load(ring, i, kr.first + i); });
+}
+
+// cp.async of the float at + off (zero-filled unless ok), its address one mad.wide (ptxas otherwise
+// rebuilt it from the 64-bit image offset in four instructions).
+__device__ __forceinline__ void gather_4(float* dst, const float* at, int off, bool ok) {
+    asm volatile("{\n\t.reg .u64 src;\n\tmad.wide.s32 src, %1, 4, %2;\n\tcp.async.ca.shared.global [%0], [src], 4, %3;\n\t}"
+                 ::"r"(smem_addr(dst)), "r"(off), "l"(at), "r"(ok ? 4 : 0) : "memory");
 }
 
 // The taps of a product: k = (q, t) with q a channel and t < taps = rows * cols a filter tap,
@@ -80,13 +81,14 @@ struct Taps {
 template <bool DGRAD>
 struct PatchRows {
     const float* img;  // this thread's image in the gathered tensor
-    int oh_base, ow_base, pix_off, Hi, Wi, HWi, cols, taps, Kk;
+    int oh_base, ow_base, pix_off, Hi, Wi, HWi, rows, cols, taps, Kk;
     int m, kk0;
+    unsigned inside;  // GATHER_MASK: bit i (< 15) the taps' row i lies in the image, bit 16 + j column j
     bool live;
 
-    __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows,
+    __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows_,
                          int cols_, int stride, int oh_shift, int ow_shift, int m0, int pt)
-        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), cols(cols_), taps(rows * cols_), Kk(Kk_) {
+        : Hi(Hi_), Wi(Wi_), HWi(Hi_ * Wi_), rows(rows_), cols(cols_), taps(rows_ * cols_), Kk(Kk_) {
         m = pt % BM;
         kk0 = pt / BM;
         const int gm = m0 + m;
@@ -97,16 +99,28 @@ struct PatchRows {
         oh_base = oh * stride + oh_shift;
         ow_base = ow * stride + ow_shift;
         pix_off = oh_base * Wi + ow_base;
+        inside = 0;
+        for (int i = 0; i < rows && i < 15; ++i)
+            inside |= (unsigned)((unsigned)(DGRAD ? oh_base - i : oh_base + i) < (unsigned)Hi) << i;
+        for (int j = 0; j < cols && j < 15; ++j)
+            inside |= (unsigned)((unsigned)(DGRAD ? ow_base - j : ow_base + j) < (unsigned)Wi) << (16 + j);
+        if (!live) inside = 0;
     }
 
     __device__ __forceinline__ void load(float* as, int k0) const {
+#if GATHER_MASK
+        if (rows < 16 && cols < 16) {
+            load_masked(as, k0);
+            return;
+        }
+#endif
         // This lane's k: its element offset from the pixel's, and (i, j) packed (-1: past the GEMM's K).
         const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
         const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
         const int lane_ij = k < Kk ? (i << 15) | j : -1;
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
-            const int kk = kk0 + e * (128 / BM);
+            const int kk = kk0 + e * (PRODUCER_THREADS / BM);
             const int off = __shfl_sync(0xffffffffu, lane_off, kk), packed = __shfl_sync(0xffffffffu, lane_ij, kk);
             const int ti = packed >> 15, tj = packed & 0x7fff;
             const int h = DGRAD ? oh_base - ti : oh_base + ti, w = DGRAD ? ow_base - tj : ow_base + tj;
@@ -115,6 +129,27 @@ struct PatchRows {
             ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);
 #endif
             cp_async_4(as + kk * A_PITCH + m, ok ? img + (pix_off + off) : img, ok);
+        }
+    }
+
+    // The same gather where the taps are at most 15 x 15: lane L's k row is (1 << i) | (1 << 16 + j), its
+    // tap's row and column bits (bit 15 past the GEMM's K, never inside), so an element's test is one
+    // AND and one compare against this thread's `inside`, not two unpacks, two adds and two bounds.
+    __device__ __forceinline__ void load_masked(float* as, int k0) const {
+        const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
+        const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
+        const unsigned lane_bits = k < Kk ? (1u << i) | (1u << (16 + j)) : 1u << 15;
+        const float* at = img + pix_off;
+#pragma unroll
+        for (int e = 0; e < A_PER_THREAD; ++e) {
+            const int kk = kk0 + e * (PRODUCER_THREADS / BM);
+            const int off = __shfl_sync(0xffffffffu, lane_off, kk);
+            const unsigned bits = __shfl_sync(0xffffffffu, lane_bits, kk);
+            bool ok = (inside & bits) == bits;
+#ifdef MUTATE_DROP_TAP
+            ok = ok && bits != ((1u << (rows - 1)) | (1u << (16 + cols - 1)));
+#endif
+            gather_4(as + kk * A_PITCH + m, at, ok ? off : -pix_off, ok);
         }
     }
 };
@@ -130,7 +165,7 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
     const float* base = Wt + q * ldk + taps.filter_offset(k - q * taps.count(), R);
 #pragma unroll 4
     for (int j = 0; j < B_PER_THREAD; ++j) {
-        const int n = pt / BK + j * (128 / BK);
+        const int n = pt / BK + j * (PRODUCER_THREADS / BK);
         const bool ok = n0 + n < Nn && k < Kk;
         cp_async_4(swizzled(bs, n, kk), ok ? base + (size_t)(n0 + n) * ldn : Wt, ok);
     }
