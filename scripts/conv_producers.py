@@ -19,6 +19,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--budget", type=float, default=0.1)
     ap.add_argument("--layer", type=int, action="append", help="1-based resnet layer (default all)")
+    ap.add_argument("--fwd", action="append", help="a forward build as K=V,K=V (repeatable; default the grid)")
+    ap.add_argument("--bwd", action="append", help="a backward build as K=V,K=V (repeatable; default the grid)")
     a = ap.parse_args()
     be = CudaBackend()
     st = measure.TimingSettings(budget_s=a.budget)
@@ -26,6 +28,9 @@ def main() -> None:
     fcombos = [dict(BN=bn, **b) for bn in (64, 128) for b in BUILDS]
     bcombos = [dict(BM=bm, BN=bn, **b) for bm, bn in ((128, 128), (128, 64)) for b in BUILDS]
     bcombos.append(dict(BM=64, BN=128, PRODUCER_WGS=2, GATHER_MASK=1))
+    spec = lambda text: {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}  # noqa: E731
+    if a.fwd or a.bwd:
+        fcombos, bcombos = [spec(t) for t in a.fwd or []], [spec(t) for t in a.bwd or []]
     comps = compile_sources(fwd.target(be.arch), [(fwd.source, dict(fwd.defaults(), **c)) for c in fcombos]
                             + [(bwd.source, dict(bwd.defaults(), **c)) for c in bcombos])
     layers = conv.load_sets()["resnet"]
