@@ -49,30 +49,6 @@
 
 #include "conv/implicit_wgmma.cuh"
 
-// The forward's copies of one k-block: the input patches by gather, the filters by the copy engine
-// (or by cp.async where they could not be mapped).
-struct ForwardGather {
-    PatchRows<false> patches;
-    const float* Wt;
-    const CUtensorMap* w_map;
-    Taps taps;
-    int paths, K, Kk, R, n0, pt;
-
-    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
-        const int s = i % STAGES, k0 = kb * BK;
-        if (paths & PATH_TMA_B) {
-            if (pt == 0) {
-                mbar_expect_tx(ring.full(s), B_TILE_BYTES);
-                tma_load_2d(ring.b_big(s), w_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
-            }
-        } else {
-            load_filters(ring.b_big(s), Wt, K, Kk, taps, R, Kk, R * R, n0, k0, pt);
-        }
-        patches.load(ring.a(s), k0);
-        mbar_arrive_cp_async(ring.full(s));
-    }
-};
-
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
              const __grid_constant__ CUtensorMap w_map, int paths) {
@@ -89,9 +65,9 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
         const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
-                                         pt),
-                        Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, pt};
+        ConvGather<false> g{
+            PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0, pt),
+            FilterTiles{Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, Kk, d.R * d.R}, n0, pt};
         produce_gathered(ring, kr, pt, g);
         return;
     }

@@ -47,19 +47,21 @@
 
 #include "conv/implicit_wgmma.cuh"
 
-struct DataGather {
-    PatchRows<true> grads;
-    const float* Wt;
-    Taps taps;
-    int C, Kk, R, n0, pt;
-
-    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
-        const int s = i % STAGES;
-        load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
-        grads.load(ring.a(s), kb * BK);
-        mbar_arrive_cp_async(ring.full(s));
+// The data gradient's B at stride 1 by the copy engine: the host first writes the filters transposed,
+// Wt2[c][k][r][s] = Wt[k][c][r][s], so a K-major row of B (one input channel c, k = (k, r, s)) is
+// contiguous, into the filter gradient's output dW (the same K*C*R*R floats, not yet written: the
+// filter gradient runs after the data gradient and zeroes it first). No memory beyond the pass's own.
+extern "C" __global__ void transpose_filters(const ConvDims d, const float* __restrict__ Wt, float* __restrict__ Wt2) {
+    const int RR = d.R * d.R, count = d.K * d.C * RR;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+        const int t = i % RR, kc = i / RR, c = kc % d.C, k = kc / d.C;  // i = (k, c, t) of Wt
+#ifdef MUTATE_TRANSPOSE  // test-only (tests/test_gpu_conv.py): the last output map's filters read as zeros
+        Wt2[((size_t)c * d.K + k) * RR + t] = k == d.K - 1 ? 0.0f : Wt[i];
+#else
+        Wt2[((size_t)c * d.K + k) * RR + t] = Wt[i];
+#endif
     }
-};
+}
 
 // All of K in one slice (gridDim.z holds a strided data gradient's phases, not slices of K).
 __device__ __forceinline__ KRange whole(int K) {
@@ -73,7 +75,8 @@ __device__ __forceinline__ KRange whole(int K) {
 // and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
 // which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
+               const __grid_constant__ CUtensorMap wt2_map, int paths) {
     extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     // gridDim.z: the stride^2 phases, or at stride 1 slices of K (split-K into a zeroed dX, as the forward's)
@@ -86,16 +89,17 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
+    if (st > 1) paths = 0;  // a phase's taps are not a contiguous run of a transposed row: gathered
+    if (threadIdx.x == 0) ring_init(ring, paths, &wt2_map, &wt2_map);
     __syncthreads();
 
     if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
         const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
-        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
-                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, pt),
-                     Wt, taps, d.C, Kk, d.R, n0, pt};
+        ConvGather<true> g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
+                                           (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, pt),
+                           FilterTiles{Wt, &wt2_map, taps, paths, d.C, Kk, d.R, d.R * d.R, d.C * d.R * d.R}, n0, pt};
         produce_gathered(ring, kr, pt, g);
         return;
     }

@@ -171,6 +171,43 @@ __device__ __forceinline__ void load_filters(float* bs, const float* __restrict_
     }
 }
 
+// The B tile of a k-block: the filters by the copy engine (a 2-D map over a K-major copy of them: the
+// forward's own filters, or the data gradient's transposed ones), else gathered by load_filters.
+struct FilterTiles {
+    const float* Wt;
+    const CUtensorMap* map;
+    Taps taps;
+    int paths, Nn, Kk, R, ldn, ldk;
+
+    __device__ __forceinline__ void load(const Ring& ring, int s, int k0, int n0, int pt) const {
+        if (paths & PATH_TMA_B) {
+            if (pt == 0) {
+                mbar_expect_tx(ring.full(s), B_TILE_BYTES);
+                tma_load_2d(ring.b_big(s), map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
+            }
+        } else {
+            load_filters(ring.b_big(s), Wt, Nn, Kk, taps, R, ldn, ldk, n0, k0, pt);
+        }
+    }
+};
+
+// One k-block of the forward (DGRAD false: input patches x filters) or the data gradient (true: dY's
+// patches x the filters transposed): both operands issued into slot i % STAGES, then this thread's
+// arrival on `full` once its copies land.
+template <bool DGRAD>
+struct ConvGather {
+    PatchRows<DGRAD> rows;
+    FilterTiles filters;
+    int n0, pt;
+
+    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
+        const int s = i % STAGES, k0 = kb * BK;
+        filters.load(ring, s, k0, n0, pt);
+        rows.load(ring.a(s), k0);
+        mbar_arrive_cp_async(ring.full(s));
+    }
+};
+
 // The consumer thread's C fragment into an NCHW tensor (maps x H x W per image) whose GEMM rows are
 // pixels of a grid (gh x gw per image) placed at (h0 + step*y, w0 + step*x), and whose columns are
 // its `maps` channels: rows gm, gm + 1 are two pixels, column n is channel n0 + n, H*W floats apart.

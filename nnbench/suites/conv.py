@@ -404,23 +404,37 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
                             DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
     data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
+    # At stride 1 the data gradient's B comes by the copy engine from the filters transposed into dW's
+    # buffer (written by the filter gradient only after the data gradient has read them), where the map's
+    # 16-byte stride rule allows; else (and for a strided layer's phases) the producer gathers it.
+    kk = s.K * s.R * s.R
+    wt2_ok = s.stride == 1 and tensormap.tiled_problem(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) is None
+    wt2_map = tensormap.encode_tiled(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) if wt2_ok else \
+        bytes(tensormap.MAP_BYTES)
+    transpose = backend.launcher(backend.load(comp, "transpose_filters"), _grid(backend, s.K * crr), (256, 1, 1),
+                                 (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
     data_launch = backend.launcher(backend.load(comp, "conv_data_grad"),
                                    (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
-                                   (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
+                                   (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
+                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
+                                   smem=smem)
     clear_dx = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
                                 (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
 
     def data():
+        if wt2_ok:
+            transpose()
         if data_slices > 1:  # the slices add into dX
             clear_dx()
         data_launch()
 
-    def run():
+    def run():  # the data gradient first: it reads the transposed filters from dW before dW is computed
+        data()
         clear()
         filt()
-        data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
-    return run, f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
+    return run, (f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
+                 + (", TMA filters^T in dW" if wt2_ok else ""))
 
 
 def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:
