@@ -1,9 +1,10 @@
-"""Conv steps 9 and 10 with one or two producer warpgroups (PRODUCER_WGS) and the gather's bounds test by
-row and column or by one mask (GATHER_MASK, a -D of kernels_cu/conv/implicit_wgmma.cuh), on the resnet
-layers: the forward and the backward's two gradients timed apart, each row verified against float64.
+"""Conv steps 9 and 10 over build parameters (by default one or two producer warpgroups, PRODUCER_WGS) on the
+resnet layers: the forward and the backward's two gradients timed apart, each row verified against float64.
+(The first run, docs/data/conv/implicit/producers_b3acb5e.log, also crossed GATHER_MASK, a build switch of
+the gather's bounds test since made the code.)
 
-Not the CLI: GATHER_MASK is a build switch of the experiment, and the backward's two gradients are timed
-alone (the suite times the pass). Usage: python3 scripts/conv_producers.py [--budget S] [--layer 2]"""
+Not the CLI: the backward's two gradients are timed alone (the suite times the pass), and any -D a
+kernel reads may be passed (--fwd/--bwd K=V,...). Usage: python3 scripts/conv_producers.py [--budget S] [--layer 2]"""
 
 import argparse
 
@@ -12,7 +13,7 @@ from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.cuda import CudaBackend
 from nnbench.suites import conv
 
-BUILDS = [dict(PRODUCER_WGS=p, GATHER_MASK=g) for p, g in ((1, 0), (1, 1), (2, 0), (2, 1))]
+BUILDS = [dict(PRODUCER_WGS=p) for p in (1, 2)]
 
 
 def main() -> None:
@@ -27,7 +28,7 @@ def main() -> None:
     fwd, bwd = registry.get("conv", "implicit-wgmma"), registry.get("conv-backward", "implicit-wgmma-backward")
     fcombos = [dict(BN=bn, **b) for bn in (64, 128) for b in BUILDS]
     bcombos = [dict(BM=bm, BN=bn, **b) for bm, bn in ((128, 128), (128, 64)) for b in BUILDS]
-    bcombos.append(dict(BM=64, BN=128, PRODUCER_WGS=2, GATHER_MASK=1))
+    bcombos.append(dict(BM=64, BN=128, PRODUCER_WGS=2))
     spec = lambda text: {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}  # noqa: E731
     if a.fwd or a.bwd:
         fcombos, bcombos = [spec(t) for t in a.fwd or []], [spec(t) for t in a.bwd or []]
@@ -40,7 +41,7 @@ def main() -> None:
         sess.prepare(shape)
         b = sess._gradients()
         for i, c in enumerate(fcombos):
-            params = {k: v for k, v in dict(fwd.defaults(), **c).items() if k != "GATHER_MASK"}
+            params = {k: v for k, v in dict(fwd.defaults(), **c).items() if k in fwd.defaults()}
             run, path = conv.implicit_forward(be, fwd, params, comps[i], shape, sess.layer.X, sess.layer.Wt,
                                               sess.layer.Y)
             be.fill_nan(sess.layer.Y, sess.layer.count)
@@ -49,7 +50,7 @@ def main() -> None:
             s = measure.measure(be, run, st)
             print(f"{shape.label:30s} fwd {c} {s.median_ms:.4f} iqr {s.iqr_ms:.4f} err {err:.1e} {path}", flush=True)
         for i, c in enumerate(bcombos):
-            params = {k: v for k, v in dict(bwd.defaults(), **c).items() if k != "GATHER_MASK"}
+            params = {k: v for k, v in dict(bwd.defaults(), **c).items() if k in bwd.defaults()}
             run, path = conv.implicit_backward(be, bwd, params, comps[len(fcombos) + i], shape, sess.layer.X,
                                                sess.layer.Wt, b["dY"], b["dX"], b["dW"])
             be.fill_nan(b["dX"], sess.layer.x.size)

@@ -181,7 +181,6 @@ struct FilterGather {
         const int lane_h0 = pix < hw ? oh * stride - pad : -H - R, lane_w0 = (pix - oh * Wo) * stride - pad;
         const float* img = X + (size_t)n * C * H * W + tap_off;
         float* as = ring.a(s);
-#if GATHER_MASK
         if (R < 16) {  // the bounds test by one mask, as PatchRows::load_masked: bit i of the lane's window's
                        // rows inside the image, bit 16 + j of its columns, against this thread's tap's bits
             unsigned lane_inside = 0;
@@ -202,7 +201,6 @@ struct FilterGather {
             mbar_arrive_cp_async(ring.full(s));
             return;
         }
-#endif
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
             const int kk = kk0 + e * (PRODUCER_THREADS / BM);

@@ -25,11 +25,6 @@
 #define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
 static_assert(GATHER_REGS <= LAUNCH_REGS && MATH_REGS >= LAUNCH_REGS, "setmaxnreg: the producers give, the consumers take");
 
-// GATHER_MASK 1: a patch element's bounds test by one mask (PatchRows::load_masked); 0: by its row and column.
-#ifndef GATHER_MASK
-#define GATHER_MASK 1
-#endif
-
 #define A_PER_THREAD (BK * BM / PRODUCER_THREADS)  // A elements a producer thread gathers per k-block
 #define B_PER_THREAD (BK * BN / PRODUCER_THREADS)
 
@@ -83,7 +78,7 @@ struct PatchRows {
     const float* img;  // this thread's image in the gathered tensor
     int oh_base, ow_base, pix_off, Hi, Wi, HWi, rows, cols, taps, Kk;
     int m, kk0;
-    unsigned inside;  // GATHER_MASK: bit i (< 15) the taps' row i lies in the image, bit 16 + j column j
+    unsigned inside;  // load_masked's: bit i (< 15) the taps' row i lies in the image, bit 16 + j column j
     bool live;
 
     __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows_,
@@ -108,13 +103,11 @@ struct PatchRows {
     }
 
     __device__ __forceinline__ void load(float* as, int k0) const {
-#if GATHER_MASK
         if (rows < 16 && cols < 16) {
             load_masked(as, k0);
             return;
         }
-#endif
-        // This lane's k: its element offset from the pixel's, and (i, j) packed (-1: past the GEMM's K).
+        // Wider taps: this lane's k: its element offset from the pixel's, and (i, j) packed (-1: past the GEMM's K).
         const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
         const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
         const int lane_ij = k < Kk ? (i << 15) | j : -1;
