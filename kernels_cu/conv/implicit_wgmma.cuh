@@ -103,6 +103,9 @@ struct PatchRows {
     }
 
     __device__ __forceinline__ void load(float* as, int k0) const {
+#ifdef PROBE_NO_GATHER  // measurement only (scripts/conv_producers.py): A is left as it lies, wrong results
+        return;
+#endif
         if (rows < 16 && cols < 16) {
             load_masked(as, k0);
             return;
