@@ -39,7 +39,20 @@ __device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
 // the other, so a gather may keep running counters instead of dividing for every element.
 template <class Gather>
 __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
+#ifdef PROBE_NO_SPLIT  // measurement only (scripts/conv_producers.py): produce_stream without B's split, wrong results
+    const int first = kr.count < STAGES ? kr.count : STAGES;
+    for (int i = 0; i < first; ++i) g.load(ring, i, kr.first + i);
+    for (int i = 0; i < kr.count; ++i) {
+        mbar_wait(ring.full(i % STAGES), (i / STAGES) & 1);
+        mbar_arrive(ring.ready(i % STAGES));
+        if (i >= 1 && i - 1 + STAGES < kr.count) {
+            mbar_wait(ring.empty((i - 1) % STAGES), ((i - 1) / STAGES) & 1);
+            g.load(ring, i - 1 + STAGES, kr.first + i - 1 + STAGES);
+        }
+    }
+#else
     produce_stream(ring, kr.count, pt, [&](int i) { g.load(ring, i, kr.first + i); });
+#endif
 }
 
 // cp.async of the float at + off (zero-filled unless ok), its address one mad.wide (ptxas otherwise
