@@ -48,7 +48,9 @@ def main() -> None:
             run()
             err = sess.layer.rel_err()
             s = measure.measure(be, run, st)
-            print(f"{shape.label:30s} fwd {c} {s.median_ms:.4f} iqr {s.iqr_ms:.4f} err {err:.1e} {path}", flush=True)
+            parts = {k: round(measure.measure(be, f, st).median_ms, 4) for k, f in getattr(run, "parts", {}).items()}
+            print(f"{shape.label:30s} fwd {c} {s.median_ms:.4f} iqr {s.iqr_ms:.4f} err {err:.1e} {path} {parts}",
+                  flush=True)
         for i, c in enumerate(bcombos):
             params = {k: v for k, v in dict(bwd.defaults(), **c).items() if k in bwd.defaults()}
             run, path = conv.implicit_backward(be, bwd, params, comps[len(fcombos) + i], shape, sess.layer.X,
