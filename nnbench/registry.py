@@ -455,6 +455,8 @@ _IMPLICIT = dict(
                        "scheduler each)")),
     derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + PRODUCER_WGS)"),
              ("B_COPIES", "(PRECISION + 1) // 2")),
+    # step 9's ring and the split pair's barrier (kernels_cu/conv/implicit_wgmma.cuh, exch_bar)
+    dynamic_smem="STAGES * (BK * (BM + 8) + B_COPIES * BN * BK) * 4 + 24 * STAGES + 8 + 1024",
     tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
 )
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

@@ -43,7 +43,7 @@ def main() -> None:
         for i, c in enumerate(fcombos):
             params = {k: v for k, v in dict(fwd.defaults(), **c).items() if k in fwd.defaults()}
             run, path = conv.implicit_forward(be, fwd, params, comps[i], shape, sess.layer.X, sess.layer.Wt,
-                                              sess.layer.Y)
+                                              sess.layer.Y, pair=not c.get("UNPAIRED"))
             be.fill_nan(sess.layer.Y, sess.layer.count)
             run()
             err = sess.layer.rel_err()

@@ -137,12 +137,15 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
     ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
+    ("conv", "implicit-wgmma", "MUTATE_PAIR_DROP", conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
     # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
     ("conv-backward", "implicit-wgmma-backward", "MUTATE_TRANSPOSE", conv.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
 def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
     """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
-    -DMUTATE_DROP_SLICE: a split data gradient loses a slice; -DMUTATE_TRANSPOSE: the transposed filters
-    lose their last output map), the forward and the backward fail the
+    -DMUTATE_DROP_SLICE: a split data gradient loses a slice; -DMUTATE_PAIR_DROP: a cluster pair's rank 1
+    share is lost; -DMUTATE_TRANSPOSE: the transposed filters lose their last output map), the forward and
+    the backward fail the
     suite's verification; built without it, they pass."""
     from nnbench.runtime.compile import compile_sources
     v = _implicit(cuda_backend, suite, name)

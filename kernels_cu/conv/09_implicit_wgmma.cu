@@ -49,17 +49,22 @@
 
 #include "conv/implicit_wgmma.cuh"
 
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
-             const __grid_constant__ CUtensorMap w_map, int paths) {
-    extern __shared__ unsigned char smem_raw[];
+// PAIR: the two slices of a split K as a cluster of two blocks, reduced through shared memory
+// (pair_reduce) where the unpaired split zeroes Y first (`clear`) and adds with atomics.
+template <bool PAIR>
+__device__ __forceinline__ void forward(const ConvDims& d, const float* __restrict__ X, const float* __restrict__ Wt,
+                                        float* __restrict__ Y, const CUtensorMap& w_map, int paths) {
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     const int M = d.N * d.Ho * d.Wo, Kk = d.C * d.R * d.R;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, paths, &w_map, &w_map);
-    __syncthreads();
+    if (threadIdx.x == 0) {
+        ring_init(ring, paths, &w_map, &w_map);
+        if constexpr (PAIR) exch_init(ring);
+    }
+    if constexpr (PAIR) cluster_sync();  // the partner's barriers are initialised before any remote arrival
+    else __syncthreads();
 
     if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
         const int pt = threadIdx.x;
@@ -76,6 +81,22 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
-    if (kr.count == 0) return;  // an empty slice of a split K
-    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt);
+    if constexpr (PAIR) {
+        if (!pair_reduce(acc, ring)) return;
+    } else if (kr.count == 0) {
+        return;  // an empty slice of a split K
+    }
+    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt, !PAIR);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
+             const __grid_constant__ CUtensorMap w_map, int paths) {
+    forward<false>(d, X, Wt, Y, w_map, paths);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(1, 1, 2)
+conv_forward_pair(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
+                  const __grid_constant__ CUtensorMap w_map, int paths) {
+    forward<true>(d, X, Wt, Y, w_map, paths);
 }

@@ -74,10 +74,10 @@ __device__ __forceinline__ KRange whole(int K) {
 // Phase blockIdx.z = (ph, pw) of the data gradient: the input pixels (ph + stride*y, pw + stride*x)
 // and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
 // which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
-               const __grid_constant__ CUtensorMap wt2_map, int paths) {
-    extern __shared__ unsigned char smem_raw[];
+// PAIR: at stride 1, K in two slices as cluster pairs reduced through shared memory (pair_reduce).
+template <bool PAIR>
+__device__ __forceinline__ void data_grad(const ConvDims& d, const float* __restrict__ dY, const float* __restrict__ Wt,
+                                          float* __restrict__ dX, const CUtensorMap& wt2_map, int paths) {
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     // gridDim.z: the stride^2 phases, or at stride 1 slices of K (split-K into a zeroed dX, as the forward's)
     const int st = d.stride, phase = st == 1 ? 0 : blockIdx.z, ph = phase / st, pw = phase % st;
@@ -86,12 +86,16 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
     const int M = d.N * grid.gh * grid.gw, Kk = d.K * taps.count();
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
+    if (!PAIR && m0 >= M) return;  // this phase has fewer pixels than the grid's largest (a pair is stride 1)
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
     if (st > 1) paths = 0;  // a phase's taps are not a contiguous run of a transposed row: gathered
-    if (threadIdx.x == 0) ring_init(ring, paths, &wt2_map, &wt2_map);
-    __syncthreads();
+    if (threadIdx.x == 0) {
+        ring_init(ring, paths, &wt2_map, &wt2_map);
+        if constexpr (PAIR) exch_init(ring);
+    }
+    if constexpr (PAIR) cluster_sync();
+    else __syncthreads();
 
     if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
         const int pt = threadIdx.x;
@@ -108,12 +112,29 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
-    if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
+    if constexpr (PAIR) {
+        if (!pair_reduce(acc, ring)) return;
+    } else {
+        if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
 #ifdef MUTATE_DROP_SLICE  // test-only (tests/test_gpu_conv.py): a split data gradient's last slice is never added
-    if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
+        if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
 #endif
-    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
+    }
+    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt, !PAIR);
 }
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
+               const __grid_constant__ CUtensorMap wt2_map, int paths) {
+    data_grad<false>(d, dY, Wt, dX, wt2_map, paths);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(1, 1, 2)
+conv_data_grad_pair(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt,
+                    float* __restrict__ dX, const __grid_constant__ CUtensorMap wt2_map, int paths) {
+    data_grad<true>(d, dY, Wt, dX, wt2_map, paths);
+}
+
 
 // A bulk tensor copy of one box of a 3-D tensor map at element coordinates (c0 innermost).
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
@@ -216,7 +237,6 @@ struct FilterGather {
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __restrict__ dY, float* __restrict__ dW,
                  const __grid_constant__ CUtensorMap dy_map, int paths) {
-    extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     const int CRR = d.C * d.R * d.R, bpi = (d.Ho * d.Wo + BK - 1) / BK, Kk = d.N * bpi * BK;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
