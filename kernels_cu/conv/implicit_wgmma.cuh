@@ -25,6 +25,10 @@
 #define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
 static_assert(GATHER_REGS <= LAUNCH_REGS && MATH_REGS >= LAUNCH_REGS, "setmaxnreg: the producers give, the consumers take");
 
+#ifndef LANE_ROWS_LDS
+#define LANE_ROWS_LDS 0
+#endif
+
 extern __shared__ unsigned char smem_raw[];  // the ring, aligned up to 1024 bytes by each kernel
 
 #define A_PER_THREAD (BK * BM / PRODUCER_THREADS)  // A elements a producer thread gathers per k-block
@@ -95,6 +99,11 @@ struct PatchRows {
     int m, kk0;
     unsigned inside;  // load_masked's: bit i (< 15) the taps' row i lies in the image, bit 16 + j column j
     bool live;
+    // load_masked's running (channel, tap) of this lane's k row, advanced BK a k-block (the k-blocks come in
+    // order), and 65536 / taps, 65536 / cols rounded up: n / taps = (n inv_taps) >> 16 exactly for the
+    // n < taps + BK <= 257 it divides (the error (inv d - 65536) n < d n < 65536 at d <= 225).
+    int lane_c = -1, lane_t = 0;
+    unsigned inv_taps, inv_cols;
 
     __device__ PatchRows(const float* src, int M, int Kk_, int Ci, int Hi_, int Wi_, int Ho, int Wo, int rows_,
                          int cols_, int stride, int oh_shift, int ow_shift, int m0, int pt)
@@ -115,9 +124,11 @@ struct PatchRows {
         for (int j = 0; j < cols && j < 15; ++j)
             inside |= (unsigned)((unsigned)(DGRAD ? ow_base - j : ow_base + j) < (unsigned)Wi) << (16 + j);
         if (!live) inside = 0;
+        inv_taps = taps ? (65535u + taps) / taps : 0;
+        inv_cols = cols ? (65535u + cols) / cols : 0;
     }
 
-    __device__ __forceinline__ void load(float* as, int k0) const {
+    __device__ __forceinline__ void load(float* as, int k0) {
 #ifdef PROBE_NO_GATHER  // measurement only (scripts/conv_producers.py): A is left as it lies, wrong results
         return;
 #endif
@@ -145,17 +156,41 @@ struct PatchRows {
 
     // The same gather where the taps are at most 15 x 15: lane L's k row is (1 << i) | (1 << 16 + j), its
     // tap's row and column bits (bit 15 past the GEMM's K, never inside), so an element's test is one
-    // AND and one compare against this thread's `inside`, not two unpacks, two adds and two bounds.
-    __device__ __forceinline__ void load_masked(float* as, int k0) const {
-        const int k = k0 + threadIdx.x % 32, c = k / taps, t = k - c * taps, i = t / cols, j = t - i * cols;
-        const int lane_off = DGRAD ? c * HWi - i * Wi - j : c * HWi + i * Wi + j;
+    // AND and one compare against this thread's `inside`, not two unpacks, two adds and two bounds. The
+    // lane's (channel, tap) advances by multiplications (two divisions a k-block were ~40 instructions).
+    __device__ __forceinline__ void load_masked(float* as, int k0) {
+        if (lane_c < 0) {
+            const int k = k0 + threadIdx.x % 32;
+            lane_c = k / taps;
+            lane_t = k - lane_c * taps;
+        } else {
+            lane_t += BK;
+            const int carry = (lane_t * inv_taps) >> 16;
+            lane_c += carry;
+            lane_t -= carry * taps;
+        }
+        const int i = (lane_t * inv_cols) >> 16, j = lane_t - i * cols, k = lane_c * taps + lane_t;
+        const int lane_off = DGRAD ? lane_c * HWi - i * Wi - j : lane_c * HWi + i * Wi + j;
         const unsigned lane_bits = k < Kk ? (1u << i) | (1u << (16 + j)) : 1u << 15;
         const float* at = img + pix_off;
+#if LANE_ROWS_LDS  // the warp's 32 (offset, bits) through shared memory: one broadcast load an element, not two shuffles
+        __shared__ uint2 lane_rows[PRODUCER_THREADS / 32][32];
+        uint2* rows_of_warp = lane_rows[threadIdx.x / 32];
+        __syncwarp();
+        rows_of_warp[threadIdx.x % 32] = make_uint2(lane_off, lane_bits);
+        __syncwarp();
+#endif
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
             const int kk = kk0 + e * (PRODUCER_THREADS / BM);
+#if LANE_ROWS_LDS
+            const uint2 row = rows_of_warp[kk];
+            const int off = (int)row.x;
+            const unsigned bits = row.y;
+#else
             const int off = __shfl_sync(0xffffffffu, lane_off, kk);
             const unsigned bits = __shfl_sync(0xffffffffu, lane_bits, kk);
+#endif
             bool ok = (inside & bits) == bits;
 #ifdef MUTATE_DROP_TAP
             ok = ok && bits != ((1u << (rows - 1)) | (1u << (16 + cols - 1)));
