@@ -25,10 +25,6 @@
 #define MATH_REGS (MATH_REGS_FREE < 240 ? MATH_REGS_FREE : 240)
 static_assert(GATHER_REGS <= LAUNCH_REGS && MATH_REGS >= LAUNCH_REGS, "setmaxnreg: the producers give, the consumers take");
 
-#ifndef LANE_ROWS_LDS
-#define LANE_ROWS_LDS 0
-#endif
-
 extern __shared__ unsigned char smem_raw[];  // the ring, aligned up to 1024 bytes by each kernel
 
 #define A_PER_THREAD (BK * BM / PRODUCER_THREADS)  // A elements a producer thread gathers per k-block
@@ -45,20 +41,7 @@ __device__ __forceinline__ float* swizzled(float* bs, int n, int k) {
 // the other, so a gather may keep running counters instead of dividing for every element.
 template <class Gather>
 __device__ __forceinline__ void produce_gathered(const Ring& ring, const KRange& kr, int pt, Gather& g) {
-#ifdef PROBE_NO_SPLIT  // measurement only (scripts/conv_producers.py): produce_stream without B's split, wrong results
-    const int first = kr.count < STAGES ? kr.count : STAGES;
-    for (int i = 0; i < first; ++i) g.load(ring, i, kr.first + i);
-    for (int i = 0; i < kr.count; ++i) {
-        mbar_wait(ring.full(i % STAGES), (i / STAGES) & 1);
-        mbar_arrive(ring.ready(i % STAGES));
-        if (i >= 1 && i - 1 + STAGES < kr.count) {
-            mbar_wait(ring.empty((i - 1) % STAGES), ((i - 1) / STAGES) & 1);
-            g.load(ring, i - 1 + STAGES, kr.first + i - 1 + STAGES);
-        }
-    }
-#else
     produce_stream(ring, kr.count, pt, [&](int i) { g.load(ring, i, kr.first + i); });
-#endif
 }
 
 // cp.async of the float at + off (zero-filled unless ok), its address one mad.wide (ptxas otherwise
@@ -97,7 +80,7 @@ struct PatchRows {
     const float* img;  // this thread's image in the gathered tensor
     int oh_base, ow_base, pix_off, Hi, Wi, HWi, rows, cols, taps, Kk;
     int m, kk0;
-    unsigned inside;  // load_masked's: bit i (< 15) the taps' row i lies in the image, bit 16 + j column j
+    unsigned outside;  // load_masked's: bit i (< 15) clear where the taps' row i lies in the image, 16 + j column j
     bool live;
     // load_masked's running (channel, tap) of this lane's k row, advanced BK a k-block (the k-blocks come in
     // order), and 65536 / taps, 65536 / cols rounded up: n / taps = (n inv_taps) >> 16 exactly for the
@@ -118,20 +101,17 @@ struct PatchRows {
         oh_base = oh * stride + oh_shift;
         ow_base = ow * stride + ow_shift;
         pix_off = oh_base * Wi + ow_base;
-        inside = 0;
+        unsigned inside = 0;
         for (int i = 0; i < rows && i < 15; ++i)
             inside |= (unsigned)((unsigned)(DGRAD ? oh_base - i : oh_base + i) < (unsigned)Hi) << i;
         for (int j = 0; j < cols && j < 15; ++j)
             inside |= (unsigned)((unsigned)(DGRAD ? ow_base - j : ow_base + j) < (unsigned)Wi) << (16 + j);
-        if (!live) inside = 0;
+        outside = live ? ~inside : ~0u;
         inv_taps = taps ? (65535u + taps) / taps : 0;
         inv_cols = cols ? (65535u + cols) / cols : 0;
     }
 
     __device__ __forceinline__ void load(float* as, int k0) {
-#ifdef PROBE_NO_GATHER  // measurement only (scripts/conv_producers.py): A is left as it lies, wrong results
-        return;
-#endif
         if (rows < 16 && cols < 16) {
             load_masked(as, k0);
             return;
@@ -155,8 +135,8 @@ struct PatchRows {
     }
 
     // The same gather where the taps are at most 15 x 15: lane L's k row is (1 << i) | (1 << 16 + j), its
-    // tap's row and column bits (bit 15 past the GEMM's K, never inside), so an element's test is one
-    // AND and one compare against this thread's `inside`, not two unpacks, two adds and two bounds. The
+    // tap's row and column bits (bit 15 past the GEMM's K, always outside), so an element's test is one
+    // AND against this thread's `outside` (a LOP3 into a predicate), not two unpacks, two adds and two bounds. The
     // lane's (channel, tap) advances by multiplications (two divisions a k-block were ~40 instructions).
     __device__ __forceinline__ void load_masked(float* as, int k0) {
         if (lane_c < 0) {
@@ -173,25 +153,12 @@ struct PatchRows {
         const int lane_off = DGRAD ? lane_c * HWi - i * Wi - j : lane_c * HWi + i * Wi + j;
         const unsigned lane_bits = k < Kk ? (1u << i) | (1u << (16 + j)) : 1u << 15;
         const float* at = img + pix_off;
-#if LANE_ROWS_LDS  // the warp's 32 (offset, bits) through shared memory: one broadcast load an element, not two shuffles
-        __shared__ uint2 lane_rows[PRODUCER_THREADS / 32][32];
-        uint2* rows_of_warp = lane_rows[threadIdx.x / 32];
-        __syncwarp();
-        rows_of_warp[threadIdx.x % 32] = make_uint2(lane_off, lane_bits);
-        __syncwarp();
-#endif
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
             const int kk = kk0 + e * (PRODUCER_THREADS / BM);
-#if LANE_ROWS_LDS
-            const uint2 row = rows_of_warp[kk];
-            const int off = (int)row.x;
-            const unsigned bits = row.y;
-#else
             const int off = __shfl_sync(0xffffffffu, lane_off, kk);
             const unsigned bits = __shfl_sync(0xffffffffu, lane_bits, kk);
-#endif
-            bool ok = (inside & bits) == bits;
+            bool ok = (outside & bits) == 0;
 #ifdef MUTATE_DROP_TAP
             ok = ok && bits != ((1u << (rows - 1)) | (1u << (16 + cols - 1)));
 #endif
