@@ -12,22 +12,27 @@
 //         suits it: consecutive GEMM rows are consecutive output pixels, so a warp's gather is
 //         consecutive input columns (coalesced, and the R*R taps of a pixel hit L1), and the
 //         epilogue writes Y in NCHW directly (no to_nchw pass).
-//         Each producer thread owns one tile row for the whole K loop (BM = 128), so its pixel's
-//         (n, oh, ow) is divided out once; the k of an element is the same for every lane, so lane L
-//         decodes (c, r, s) of k-block row L once and the elements take theirs by shuffle
-//         (implicit_wgmma.cuh says why: the producer is one warp per scheduler and stalls on latency).
+//         Each producer thread owns one tile row for the whole K loop, so its pixel's (n, oh, ow) and
+//         which of its taps' rows and columns lie in the image (one mask) are worked out once; the k of
+//         an element is the same for every lane, so lane L keeps (c, r, s) of k-block row L, advanced
+//         by multiplications, and the elements take theirs by shuffle: 7 instructions an element.
+//         Two producer warpgroups (PRODUCER_WGS = 2, a 512-thread block) share the gather.
 // Source: the implicit-GEMM convolution of cuDNN/CUTLASS ("implicit GEMM" in CUTLASS's
 //         conv2d_fprop, analytic iterators); ladder step 9 (kernels_cu/gemm/09_tf32x3_wgmma.cu).
-// Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRECISION 3 (3xTF32) or 1
-//         (TF32). Defaults BM=128 BN=64 STAGES=4 PRECISION=3 (nnbench/registry.py): 64 output maps
-//         are one BN = 64 tile, and 128-row tiles give 2 to 6 full waves on the resnet layers.
+// Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRODUCER_WGS in {1, 2},
+//         PRECISION 3 (3xTF32) or 1 (TF32). Defaults BM=128 BN=64 STAGES=4 PRODUCER_WGS=2 PRECISION=3
+//         (nnbench/registry.py): 64 output maps are one BN = 64 tile, and 128-row tiles give 2 to 6
+//         full waves on the resnet layers.
 // Sizes:  any layer (odd N, C, H, W, K, R, stride, pad). The filters come by tensor map when
 //         C*R*R is a multiple of 4 (the 16-byte stride rule), else by the producer's cp.async
 //         (`paths`). Dynamic shared memory as step 9's.
 // Split-K: where the tiles make a short last wave (196 tiles on 132 SMs at N32 C128 28x28 K128: the
-//         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K into a
-//         zeroed Y (`clear`), each adding its share with atomics (nnbench/suites/conv.py says when).
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices); sm_90a only.
+//         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K
+//         (nnbench/suites/conv.py says when). Two slices run as `conv_forward_pair`, clusters of the
+//         two blocks of a tile reduced through distributed shared memory (pair_reduce); three add
+//         with atomics into a zeroed Y (`clear`).
+// Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices);
+//         sm_90a only.
 #ifndef BM
 #define BM 128
 #endif

@@ -7,8 +7,10 @@
 //           data    dX (N*H*W x C) = A (N*H*W x K*R*R) . B (K*R*R x C): A(x pixel (n,h,w), (k,r,s)) is
 //                   dY[n, k, (h+pad-r)/stride, (w+pad-s)/stride] where both divide (else 0), the
 //                   forward's transposed convolution; B(k,r,s ; c) = Wt[k, c, r, s], the filters read
-//                   transposed (gathered: a K-major tile of them is not a box of Wt). The epilogue
-//                   writes dX in NCHW directly.
+//                   transposed: a K-major tile of them is no box of Wt, so at stride 1 the host first
+//                   writes them transposed into dW's buffer (`transpose_filters`; dW is computed after)
+//                   and they come by bulk tensor copy, else they are gathered. The epilogue writes dX
+//                   in NCHW directly.
 //           filter  dW^T (C*R*R x K) = U (C*R*R x N*Ho*Wo) . dY^T: A(tap, pixel) the forward's patch
 //                   gather turned on its side (a thread owns one tap), B(pixel, k) = dY as it lies in
 //                   memory, K-major, by bulk tensor copy (a 3-D map; each image's pixels padded to
@@ -19,11 +21,13 @@
 //         w % stride), gridDim.z, each a stride-1 gather over only the taps that reach it: gathering
 //         every tap and dividing cost 2.37 ms at N32 C64 56x56 K128 s2, 3/4 of the products zeros.
 //         At stride 1 gridDim.z splits K instead where the tiles leave a short last wave, as the
-//         forward's does (196 tiles at N32 C128 28x28: 0.160 -> 0.143 ms in 2 slices).
+//         forward's does (196 tiles at N32 C128 28x28: 0.160 -> 0.143 ms in 2 slices), two slices
+//         as cluster pairs (`conv_data_grad_pair`).
 // Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
-// Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
-//         (nnbench/registry.py). The filter gradient's split count comes from the host.
-// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
+// Params: BM, BN, BK, STAGES, PRODUCER_WGS, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4
+//         PRODUCER_WGS=2 PRECISION=3 (nnbench/registry.py). The filter gradient's split count comes
+//         from the host.
+// Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
 //         stride 1 the forward's split of K, conv_data_slices in nnbench/suites/conv.py);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM

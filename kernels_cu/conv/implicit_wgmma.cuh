@@ -1,21 +1,22 @@
 // Implicit GEMM on step 9's mainloop (kernels_cu/common/wgmma_mainloop.cuh), shared by conv steps 9
-// (forward) and 10 (backward): the producer warpgroup gathers the GEMM's operand tiles straight from
+// (forward) and 10 (backward): the producer warpgroups gather the GEMM's operand tiles straight from
 // the NCHW tensors with 4-byte cp.async (zero-filled outside the image, the tensor or the GEMM), into
 // exactly the shared-memory layouts the consumers expect (A M-major with padded rows, B K-major in the
 // copy engine's 128-byte swizzle), so nothing is unrolled in global memory. The consumers, the
-// 3xTF32 split and the ring's barriers are step 9's, unchanged.
+// 3xTF32 split and the ring's barriers are step 9's (with PRODUCER_WGS producer warpgroups).
 //
-// The includer defines BM, BN, BK, STAGES and PRECISION first (the mainloop's).
+// The includer defines BM, BN, BK, STAGES, PRODUCER_WGS and PRECISION first (the mainloop's).
 #pragma once
 #include "common/wgmma_mainloop.cuh"
 #include "conv/conv_common.cuh"
 
 // Registers after setmaxnreg: the producer's (GATHER_REGS) and the consumers', which get the rest
-// of what the block was launched with (THREADS x the 168 or 240 registers ptxas gives it under
+// of what the block was launched with (THREADS x the 240, 168 or 128 registers ptxas gives it under
 // __launch_bounds__(THREADS, 1)). Asking for more than that pool hangs the consumers'
 // setmaxnreg.inc for good (seen with 64 + 2 x 224 > 384 x 168). The gather keeps more elements in
 // flight with more registers than step 9's copy-issuing producer needs (40): 88 measured 8-10%
-// faster forward and 15-20% faster backward on the resnet layers (docs/results/conv.md).
+// faster forward and 15-20% faster backward on the resnet layers (docs/results/conv.md). With two
+// producer warpgroups at BM = 128: 2 x 128 x 88 + 2 x 128 x 168 = 512 x 128 (the consumers use 164).
 #ifndef GATHER_REGS
 #define GATHER_REGS 88
 #endif
