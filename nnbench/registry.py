@@ -450,7 +450,13 @@ MLP += tuple(_graphed(v) for v in MLP if v.runner in ("batched", "batched-cublas
 # the launch geometry depends on the layer (nnbench/suites/conv.py).
 _IMPLICIT = dict(
     _WGMMA, params=(replace(_WGMMA["params"][0], default=128), replace(_WGMMA["params"][1], default=64),
-                    *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT")),  # GEMM step 9's launch rule only
+                    *(q for q in _WGMMA["params"][2:] if q.name != "ADAPT"),  # GEMM step 9's launch rule only
+                    _p("PRODUCER_WGS", 2, (1, 2), "producer warpgroups gathering the operands (one warp per "
+                       "scheduler each)")),
+    derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + PRODUCER_WGS)"),
+             ("B_COPIES", "(PRECISION + 1) // 2")),
+    # step 9's ring and the split pair's barrier (kernels_cu/conv/implicit_wgmma.cuh, exch_bar)
+    dynamic_smem="STAGES * (BK * (BM + 8) + B_COPIES * BN * BK) * 4 + 24 * STAGES + 8 + 1024",
     tensor_maps=(TensorMap("B", ("BK", "BN"), swizzle=128),), split_k=False,
 )
 # The convolution ladder (kernels_cu/conv/), NCHW fp32; launch geometry depends on the layer, so

@@ -36,7 +36,8 @@ def test_below_sm90_the_implicit_paths_are_one_skip_line_each():
 
 
 def test_defaults_and_build_target():
-    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "PRECISION": 3}
+    assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "PRODUCER_WGS": 2, "PRECISION": 3}
+    assert FORWARD.launch_block(FORWARD.defaults()) == (512, 1, 1)  # 2 producer + 2 consumer warpgroups
     assert FORWARD.target("sm_80") == BACKWARD.target("sm_90") == "sm_90a"
     assert registry.get("conv", "implicit-wgmma-tf32").rtol is not None  # TF32 has its own limit
 

@@ -106,7 +106,8 @@ IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-
 ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
               conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
               conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
-              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)]  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              conv.ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
 
 
 def _implicit(cuda_backend, suite: str, name: str):
@@ -124,7 +125,7 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     v = _implicit(cuda_backend, suite, name)
     shapes = conv.load_sets()["odd"] + conv.load_sets()["lenet5"] + ODD_LAYERS
     cases = [Case(v, tuple(dict(v.defaults(), **p).items()))
-             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2})]
+             for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2}, {"PRODUCER_WGS": 1})]
     recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:
@@ -135,10 +136,16 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1))])
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
+    ("conv", "implicit-wgmma", "MUTATE_PAIR_DROP", conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
+    # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_TRANSPOSE", conv.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
 def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
     """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
-    -DMUTATE_DROP_SLICE: a split data gradient loses a slice), the forward and the backward fail the
+    -DMUTATE_DROP_SLICE: a split data gradient loses a slice; -DMUTATE_PAIR_DROP: a cluster pair's rank 1
+    share is lost; -DMUTATE_TRANSPOSE: the transposed filters lose their last output map), the forward and
+    the backward fail the
     suite's verification; built without it, they pass."""
     from nnbench.runtime.compile import compile_sources
     v = _implicit(cuda_backend, suite, name)

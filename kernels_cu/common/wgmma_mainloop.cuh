@@ -21,7 +21,14 @@
 #include "common/tf32x3.cuh"
 
 #define CONSUMERS (BM / 64)
-#define THREADS (128 * (CONSUMERS + 1))
+// PRODUCER_WGS (default 1): producer warpgroups. The implicit-GEMM convolutions (kernels_cu/conv/) gather
+// their operands element by element, more work than one warp per scheduler keeps up with, and run 2; with
+// more than one, a kernel issues its own copies (load_k_block is written for 128 producer threads).
+#ifndef PRODUCER_WGS
+#define PRODUCER_WGS 1
+#endif
+#define PRODUCER_THREADS (128 * PRODUCER_WGS)
+#define THREADS (128 * (CONSUMERS + PRODUCER_WGS))
 #define A_PITCH (BM + 8)                 // floats per k-row of the A tile: rows 32 bytes apart mod 128
 #define B_COPIES (PRECISION == 3 ? 2 : 1)  // big (and small) B tiles per stage
 #define A_TILE_BYTES (BK * A_PITCH * 4)
@@ -130,7 +137,7 @@ __device__ __forceinline__ void split_b_tile(const Ring& ring, int s, int pt) {
     float4* small = reinterpret_cast<float4*>(ring.b_small(s));
 #endif
 #pragma unroll
-    for (int i = pt; i < B_TILE_BYTES / 16; i += 128) {
+    for (int i = pt; i < B_TILE_BYTES / 16; i += PRODUCER_THREADS) {
         const float4 x = big[i];
         unsigned h[4], l[4];
         split(x.x, h[0], l[0]);
@@ -233,8 +240,8 @@ __device__ __forceinline__ void issue_k_block(float (&d)[NACC], const AFrag& f, 
 __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUtensorMap* a_map,
                                           const CUtensorMap* b_map) {
     for (int s = 0; s < STAGES; ++s) {
-        mbar_init(ring.full(s), 128);
-        mbar_init(ring.ready(s), 128);
+        mbar_init(ring.full(s), PRODUCER_THREADS);
+        mbar_init(ring.ready(s), PRODUCER_THREADS);
         mbar_init(ring.empty(s), CONSUMERS * 4 * CLUSTER_M);  // one arrival per consumer warp of the cluster
     }
     mbar_init_fence();
@@ -289,7 +296,7 @@ __device__ __forceinline__ void release_stage(const Ring& ring, int s) {
 }
 
 // The tile row of a consumer thread's fragment row g; fragment row g + 8 is row + 1.
-__device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - 1) * 64 + (wt / 32) * 16 + 2 * (wt % 32 / 4); }
+__device__ __forceinline__ int consumer_row(int wg, int wt) { return (wg - PRODUCER_WGS) * 64 + (wt / 32) * 16 + 2 * (wt % 32 / 4); }
 
 // One consumer loop per kind of tile, each with its own partial sum written whole every k-block (a
 // partial sum that lived across k-blocks would take registers from the wgmma pipeline: ptxas then

@@ -12,22 +12,27 @@
 //         suits it: consecutive GEMM rows are consecutive output pixels, so a warp's gather is
 //         consecutive input columns (coalesced, and the R*R taps of a pixel hit L1), and the
 //         epilogue writes Y in NCHW directly (no to_nchw pass).
-//         Each producer thread owns one tile row for the whole K loop (BM = 128), so its pixel's
-//         (n, oh, ow) is divided out once; the k of an element is the same for every lane, so lane L
-//         decodes (c, r, s) of k-block row L once and the elements take theirs by shuffle
-//         (implicit_wgmma.cuh says why: the producer is one warp per scheduler and stalls on latency).
+//         Each producer thread owns one tile row for the whole K loop, so its pixel's (n, oh, ow) and
+//         which of its taps' rows and columns lie in the image (one mask) are worked out once; the k of
+//         an element is the same for every lane, so lane L keeps (c, r, s) of k-block row L, advanced
+//         by multiplications, and the elements take theirs by shuffle: 7 instructions an element.
+//         Two producer warpgroups (PRODUCER_WGS = 2, a 512-thread block) share the gather.
 // Source: the implicit-GEMM convolution of cuDNN/CUTLASS ("implicit GEMM" in CUTLASS's
 //         conv2d_fprop, analytic iterators); ladder step 9 (kernels_cu/gemm/09_tf32x3_wgmma.cu).
-// Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRECISION 3 (3xTF32) or 1
-//         (TF32). Defaults BM=128 BN=64 STAGES=4 PRECISION=3 (nnbench/registry.py): 64 output maps
-//         are one BN = 64 tile, and 128-row tiles give 2 to 6 full waves on the resnet layers.
+// Params: BM in {64, 128}, BN in {64, 128}, BK = 32, STAGES in {2..6}, PRODUCER_WGS in {1, 2},
+//         PRECISION 3 (3xTF32) or 1 (TF32). Defaults BM=128 BN=64 STAGES=4 PRODUCER_WGS=2 PRECISION=3
+//         (nnbench/registry.py): 64 output maps are one BN = 64 tile, and 128-row tiles give 2 to 6
+//         full waves on the resnet layers.
 // Sizes:  any layer (odd N, C, H, W, K, R, stride, pad). The filters come by tensor map when
 //         C*R*R is a multiple of 4 (the 16-byte stride rule), else by the producer's cp.async
 //         (`paths`). Dynamic shared memory as step 9's.
 // Split-K: where the tiles make a short last wave (196 tiles on 132 SMs at N32 C128 28x28 K128: the
-//         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K into a
-//         zeroed Y (`clear`), each adding its share with atomics (nnbench/suites/conv.py says when).
-// Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices); sm_90a only.
+//         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K
+//         (nnbench/suites/conv.py says when). Two slices run as `conv_forward_pair`, clusters of the
+//         two blocks of a tile reduced through distributed shared memory (pair_reduce); three add
+//         with atomics into a zeroed Y (`clear`).
+// Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices);
+//         sm_90a only.
 #ifndef BM
 #define BM 128
 #endif
@@ -43,52 +48,37 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef PRODUCER_WGS
+#define PRODUCER_WGS 2
+#endif
 
 #include "conv/implicit_wgmma.cuh"
 
-// The forward's copies of one k-block: the input patches by gather, the filters by the copy engine
-// (or by cp.async where they could not be mapped).
-struct ForwardGather {
-    PatchRows<false> patches;
-    const float* Wt;
-    const CUtensorMap* w_map;
-    Taps taps;
-    int paths, K, Kk, R, n0, pt;
-
-    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
-        const int s = i % STAGES, k0 = kb * BK;
-        if (paths & PATH_TMA_B) {
-            if (pt == 0) {
-                mbar_expect_tx(ring.full(s), B_TILE_BYTES);
-                tma_load_2d(ring.b_big(s), w_map, k0, n0, ring.full(s));  // box BK x BN, 128-byte swizzle
-            }
-        } else {
-            load_filters(ring.b_big(s), Wt, K, Kk, taps, R, Kk, R * R, n0, k0, pt);
-        }
-        patches.load(ring.a(s), k0);
-        mbar_arrive_cp_async(ring.full(s));
-    }
-};
-
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
-             const __grid_constant__ CUtensorMap w_map, int paths) {
-    extern __shared__ unsigned char smem_raw[];
+// PAIR: the two slices of a split K as a cluster of two blocks, reduced through shared memory
+// (pair_reduce) where the unpaired split zeroes Y first (`clear`) and adds with atomics.
+template <bool PAIR>
+__device__ __forceinline__ void forward(const ConvDims& d, const float* __restrict__ X, const float* __restrict__ Wt,
+                                        float* __restrict__ Y, const CUtensorMap& w_map, int paths) {
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     const int M = d.N * d.Ho * d.Wo, Kk = d.C * d.R * d.R;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, paths, &w_map, &w_map);
-    __syncthreads();
+    if (threadIdx.x == 0) {
+        ring_init(ring, paths, &w_map, &w_map);
+        if constexpr (PAIR) exch_init(ring);
+    }
+    if constexpr (PAIR) cluster_sync();  // the partner's barriers are initialised before any remote arrival
+    else __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-        ForwardGather g{PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0,
-                                         wt),
-                        Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, n0, wt};
-        produce_gathered(ring, kr, wt, g);
+        ConvGather<false> g{
+            PatchRows<false>(X, M, Kk, d.C, d.H, d.W, d.Ho, d.Wo, d.R, d.R, d.stride, -d.pad, -d.pad, m0, pt),
+            FilterTiles{Wt, &w_map, Taps{d.R, d.R, 1, 0, 0}, paths, d.K, Kk, d.R, Kk, d.R * d.R}, n0, pt};
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 
@@ -96,6 +86,22 @@ conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restr
     const KRange kr(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);
-    if (kr.count == 0) return;  // an empty slice of a split K
-    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt);
+    if constexpr (PAIR) {
+        if (!pair_reduce(acc, ring)) return;
+    } else if (kr.count == 0) {
+        return;  // an empty slice of a split K
+    }
+    store_nchw(acc, Y, M, PixelGrid{d.Ho, d.Wo, d.Ho, d.Wo, 1, 0, 0}, d.K, m0, n0, wg, wt, !PAIR);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_forward(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
+             const __grid_constant__ CUtensorMap w_map, int paths) {
+    forward<false>(d, X, Wt, Y, w_map, paths);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(1, 1, 2)
+conv_forward_pair(const ConvDims d, const float* __restrict__ X, const float* __restrict__ Wt, float* __restrict__ Y,
+                  const __grid_constant__ CUtensorMap w_map, int paths) {
+    forward<true>(d, X, Wt, Y, w_map, paths);
 }

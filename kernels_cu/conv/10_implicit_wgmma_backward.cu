@@ -7,8 +7,10 @@
 //           data    dX (N*H*W x C) = A (N*H*W x K*R*R) . B (K*R*R x C): A(x pixel (n,h,w), (k,r,s)) is
 //                   dY[n, k, (h+pad-r)/stride, (w+pad-s)/stride] where both divide (else 0), the
 //                   forward's transposed convolution; B(k,r,s ; c) = Wt[k, c, r, s], the filters read
-//                   transposed (gathered: a K-major tile of them is not a box of Wt). The epilogue
-//                   writes dX in NCHW directly.
+//                   transposed: a K-major tile of them is no box of Wt, so at stride 1 the host first
+//                   writes them transposed into dW's buffer (`transpose_filters`; dW is computed after)
+//                   and they come by bulk tensor copy, else they are gathered. The epilogue writes dX
+//                   in NCHW directly.
 //           filter  dW^T (C*R*R x K) = U (C*R*R x N*Ho*Wo) . dY^T: A(tap, pixel) the forward's patch
 //                   gather turned on its side (a thread owns one tap), B(pixel, k) = dY as it lies in
 //                   memory, K-major, by bulk tensor copy (a 3-D map; each image's pixels padded to
@@ -19,11 +21,13 @@
 //         w % stride), gridDim.z, each a stride-1 gather over only the taps that reach it: gathering
 //         every tap and dividing cost 2.37 ms at N32 C64 56x56 K128 s2, 3/4 of the products zeros.
 //         At stride 1 gridDim.z splits K instead where the tiles leave a short last wave, as the
-//         forward's does (196 tiles at N32 C128 28x28: 0.160 -> 0.143 ms in 2 slices).
+//         forward's does (196 tiles at N32 C128 28x28: 0.160 -> 0.143 ms in 2 slices), two slices
+//         as cluster pairs (`conv_data_grad_pair`).
 // Source: CUTLASS's conv2d dgrad and wgrad (analytic iterators); conv step 9; split-K as in step 6.
-// Params: BM, BN, BK, STAGES, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4 PRECISION=3
-//         (nnbench/registry.py). The filter gradient's split count comes from the host.
-// Launch: THREADS = 128 * (BM/64 + 1); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
+// Params: BM, BN, BK, STAGES, PRODUCER_WGS, PRECISION as step 9's; defaults BM=128 BN=64 STAGES=4
+//         PRODUCER_WGS=2 PRECISION=3 (nnbench/registry.py). The filter gradient's split count comes
+//         from the host.
+// Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
 //         stride 1 the forward's split of K, conv_data_slices in nnbench/suites/conv.py);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
@@ -41,22 +45,27 @@
 #ifndef PRECISION
 #define PRECISION 3
 #endif
+#ifndef PRODUCER_WGS
+#define PRODUCER_WGS 2
+#endif
 
 #include "conv/implicit_wgmma.cuh"
 
-struct DataGather {
-    PatchRows<true> grads;
-    const float* Wt;
-    Taps taps;
-    int C, Kk, R, n0, pt;
-
-    __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {
-        const int s = i % STAGES;
-        load_filters(ring.b_big(s), Wt, C, Kk, taps, R, R * R, C * R * R, n0, kb * BK, pt);
-        grads.load(ring.a(s), kb * BK);
-        mbar_arrive_cp_async(ring.full(s));
+// The data gradient's B at stride 1 by the copy engine: the host first writes the filters transposed,
+// Wt2[c][k][r][s] = Wt[k][c][r][s], so a K-major row of B (one input channel c, k = (k, r, s)) is
+// contiguous, into the filter gradient's output dW (the same K*C*R*R floats, not yet written: the
+// filter gradient runs after the data gradient and zeroes it first). No memory beyond the pass's own.
+extern "C" __global__ void transpose_filters(const ConvDims d, const float* __restrict__ Wt, float* __restrict__ Wt2) {
+    const int RR = d.R * d.R, count = d.K * d.C * RR;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
+        const int t = i % RR, kc = i / RR, c = kc % d.C, k = kc / d.C;  // i = (k, c, t) of Wt
+#ifdef MUTATE_TRANSPOSE  // test-only (tests/test_gpu_conv.py): the last output map's filters read as zeros
+        Wt2[((size_t)c * d.K + k) * RR + t] = k == d.K - 1 ? 0.0f : Wt[i];
+#else
+        Wt2[((size_t)c * d.K + k) * RR + t] = Wt[i];
+#endif
     }
-};
+}
 
 // All of K in one slice (gridDim.z holds a strided data gradient's phases, not slices of K).
 __device__ __forceinline__ KRange whole(int K) {
@@ -69,9 +78,10 @@ __device__ __forceinline__ KRange whole(int K) {
 // Phase blockIdx.z = (ph, pw) of the data gradient: the input pixels (ph + stride*y, pw + stride*x)
 // and the filter taps (r0 + stride*i, s0 + stride*j) that reach them, r0 = (ph + pad) % stride, for
 // which (h + pad - r) / stride = y + (ph + pad - r0) / stride - i exactly: a stride-1 gather of dY.
-extern "C" __global__ void __launch_bounds__(THREADS, 1)
-conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX) {
-    extern __shared__ unsigned char smem_raw[];
+// PAIR: at stride 1, K in two slices as cluster pairs reduced through shared memory (pair_reduce).
+template <bool PAIR>
+__device__ __forceinline__ void data_grad(const ConvDims& d, const float* __restrict__ dY, const float* __restrict__ Wt,
+                                          float* __restrict__ dX, const CUtensorMap& wt2_map, int paths) {
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     // gridDim.z: the stride^2 phases, or at stride 1 slices of K (split-K into a zeroed dX, as the forward's)
     const int st = d.stride, phase = st == 1 ? 0 : blockIdx.z, ph = phase / st, pw = phase % st;
@@ -80,19 +90,25 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     const PixelGrid grid{(d.H - ph + st - 1) / st, (d.W - pw + st - 1) / st, d.H, d.W, st, ph, pw};
     const int M = d.N * grid.gh * grid.gw, Kk = d.K * taps.count();
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
-    if (m0 >= M) return;  // this phase has fewer pixels than the grid's largest
+    if (!PAIR && m0 >= M) return;  // this phase has fewer pixels than the grid's largest (a pair is stride 1)
     const int wg = threadIdx.x / 128, wt = threadIdx.x % 128;
 
-    if (threadIdx.x == 0) ring_init(ring, 0, nullptr, nullptr);
-    __syncthreads();
+    if (st > 1) paths = 0;  // a phase's taps are not a contiguous run of a transposed row: gathered
+    if (threadIdx.x == 0) {
+        ring_init(ring, paths, &wt2_map, &wt2_map);
+        if constexpr (PAIR) exch_init(ring);
+    }
+    if constexpr (PAIR) cluster_sync();
+    else __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
-        DataGather g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
-                                     (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, wt),
-                     Wt, taps, d.C, Kk, d.R, n0, wt};
-        produce_gathered(ring, kr, wt, g);
+        ConvGather<true> g{PatchRows<true>(dY, M, Kk, d.K, d.Ho, d.Wo, grid.gh, grid.gw, taps.rows, taps.cols, 1,
+                                           (ph + d.pad - r0) / st, (pw + d.pad - s0) / st, m0, pt),
+                           FilterTiles{Wt, &wt2_map, taps, paths, d.C, Kk, d.R, d.R * d.R, d.C * d.R * d.R}, n0, pt};
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 
@@ -100,12 +116,29 @@ conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __re
     const KRange kr = st == 1 ? KRange(Kk) : whole(Kk);
     float acc[NACC];
     consume(acc, ring, kr, wg, wt);  // no taps reach this phase (Kk = 0): zeros
-    if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
+    if constexpr (PAIR) {
+        if (!pair_reduce(acc, ring)) return;
+    } else {
+        if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
 #ifdef MUTATE_DROP_SLICE  // test-only (tests/test_gpu_conv.py): a split data gradient's last slice is never added
-    if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
+        if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
 #endif
-    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt);
+    }
+    store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt, !PAIR);
 }
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1)
+conv_data_grad(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt, float* __restrict__ dX,
+               const __grid_constant__ CUtensorMap wt2_map, int paths) {
+    data_grad<false>(d, dY, Wt, dX, wt2_map, paths);
+}
+
+extern "C" __global__ void __launch_bounds__(THREADS, 1) __cluster_dims__(1, 1, 2)
+conv_data_grad_pair(const ConvDims d, const float* __restrict__ dY, const float* __restrict__ Wt,
+                    float* __restrict__ dX, const __grid_constant__ CUtensorMap wt2_map, int paths) {
+    data_grad<true>(d, dY, Wt, dX, wt2_map, paths);
+}
+
 
 // A bulk tensor copy of one box of a 3-D tensor map at element coordinates (c0 innermost).
 __device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, int c0, int c1, int c2,
@@ -162,7 +195,7 @@ struct FilterGather {
             const float* base = dY + (size_t)n * K * hw + pix;
 #pragma unroll 4
             for (int j = 0; j < B_PER_THREAD; ++j) {
-                const int col = pt / BK + j * (128 / BK);
+                const int col = pt / BK + j * (PRODUCER_THREADS / BK);
                 const bool ok = pix < hw && n0 + col < K;
                 cp_async_4(swizzled(bs, col, kk), ok ? base + (size_t)(n0 + col) * hw : dY, ok);
             }
@@ -173,9 +206,29 @@ struct FilterGather {
         const int lane_h0 = pix < hw ? oh * stride - pad : -H - R, lane_w0 = (pix - oh * Wo) * stride - pad;
         const float* img = X + (size_t)n * C * H * W + tap_off;
         float* as = ring.a(s);
+        if (R < 16) {  // the bounds test by one mask, as PatchRows::load_masked: bit i of the lane's window's
+                       // rows inside the image, bit 16 + j of its columns, against this thread's tap's bits
+            unsigned lane_inside = 0;
+            for (int i = 0; i < R; ++i) {
+                lane_inside |= (unsigned)((unsigned)(lane_h0 + i) < (unsigned)H) << i;
+                lane_inside |= (unsigned)((unsigned)(lane_w0 + i) < (unsigned)W) << (16 + i);
+            }
+            const int lane_off = lane_h0 * W + lane_w0;
+            const unsigned tap_bits = live ? (1u << tap_r) | (1u << (16 + tap_s)) : 1u << 15;
+#pragma unroll
+            for (int e = 0; e < A_PER_THREAD; ++e) {
+                const int kk = kk0 + e * (PRODUCER_THREADS / BM);
+                const int off = __shfl_sync(0xffffffffu, lane_off, kk);
+                const unsigned in = __shfl_sync(0xffffffffu, lane_inside, kk);
+                const bool ok = (in & tap_bits) == tap_bits;
+                gather_4(as + kk * A_PITCH + m, img, ok ? off : -tap_off, ok);
+            }
+            mbar_arrive_cp_async(ring.full(s));
+            return;
+        }
 #pragma unroll
         for (int e = 0; e < A_PER_THREAD; ++e) {
-            const int kk = kk0 + e * (128 / BM);
+            const int kk = kk0 + e * (PRODUCER_THREADS / BM);
             const int h0 = __shfl_sync(0xffffffffu, lane_h0, kk), w0 = __shfl_sync(0xffffffffu, lane_w0, kk);
             const bool ok = live && (unsigned)(h0 + tap_r) < (unsigned)H && (unsigned)(w0 + tap_s) < (unsigned)W;
             cp_async_4(as + kk * A_PITCH + m, ok ? img + (h0 * W + w0) : X, ok);
@@ -188,7 +241,6 @@ struct FilterGather {
 extern "C" __global__ void __launch_bounds__(THREADS, 1)
 conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __restrict__ dY, float* __restrict__ dW,
                  const __grid_constant__ CUtensorMap dy_map, int paths) {
-    extern __shared__ unsigned char smem_raw[];
     const Ring ring{smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023)};
     const int CRR = d.C * d.R * d.R, bpi = (d.Ho * d.Wo + BK - 1) / BK, Kk = d.N * bpi * BK;
     const int m0 = blockIdx.x * BM, n0 = blockIdx.y * BN;
@@ -197,11 +249,12 @@ conv_filter_grad(const ConvDims d, const float* __restrict__ X, const float* __r
     if (threadIdx.x == 0) ring_init(ring, paths, &dy_map, &dy_map);
     __syncthreads();
 
-    if (wg == 0) {
+    if (wg < PRODUCER_WGS) {  // the producer warpgroups: thread pt of PRODUCER_THREADS
+        const int pt = threadIdx.x;
         regs_dealloc<GATHER_REGS>();
         const KRange kr(Kk);
-        FilterGather g(X, dY, &dy_map, paths, d, bpi, m0, n0, wt);
-        produce_gathered(ring, kr, wt, g);
+        FilterGather g(X, dY, &dy_map, paths, d, bpi, m0, n0, pt);
+        produce_gathered(ring, kr, pt, g);
         return;
     }
 

@@ -326,11 +326,12 @@ PATH_TMA_B = 2  # kernels_cu/common/wgmma_mainloop.cuh's `paths` bit: the filter
 DIMS_SIGNATURE = "{40@4}"  # ConvDims by value: ten ints
 
 
-def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y):
+def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, pair: bool = True):
     """Conv step 9 (09_implicit_wgmma.cu): one launch, no workspace. The filters, read as the K-major
     GEMM operand (C*R*R x K, leading dimension C*R*R), come by a tensor map where the 16-byte stride
-    rule allows, else by the producer's cp.async. Returns (run, path): the launcher and the filters'
-    path, for the table."""
+    rule allows, else by the producer's cp.async. K split in two runs as cluster pairs reduced through
+    shared memory (`conv_forward_pair`; `pair` False: Y zeroed, then atomics, as any other split).
+    Returns (run, path): the launcher and the filters' path, for the table."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
     kernel = backend.load(comp, "conv_forward")
@@ -346,9 +347,13 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
     grid = (-(-s.N * s.Ho * s.Wo // params["BM"]), -(-s.K // params["BN"]), slices)
     sig = DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
     args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
+    if pair and slices == 2:  # the two slices of a tile as one cluster: no zeroing, no atomics
+        kernel = backend.load(comp, "conv_forward_pair")
     main = backend.launcher(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
     if slices == 1:
         return main, path
+    if pair and slices == 2:
+        return main, f"{path}, split-K 2 (cluster pairs)"
     count = s.N * s.K * s.Ho * s.Wo
     clear = backend.launcher(backend.load(comp, "clear"), _grid(backend, count), (256, 1, 1),
                              (np.intp(int(Y)), np.int32(count)), "Pi")
@@ -356,6 +361,7 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
     def run():
         clear()
         main()
+    run.parts = {"clear": clear, "main": main}  # for timing Y's zeroing apart
     return run, f"{path}, split-K {slices}"
 
 
@@ -406,23 +412,38 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
                             DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
     data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
-    data_launch = backend.launcher(backend.load(comp, "conv_data_grad"),
+    # At stride 1 the data gradient's B comes by the copy engine from the filters transposed into dW's
+    # buffer (written by the filter gradient only after the data gradient has read them), where the map's
+    # 16-byte stride rule allows; else (and for a strided layer's phases) the producer gathers it.
+    kk = s.K * s.R * s.R
+    wt2_ok = s.stride == 1 and tensormap.tiled_problem(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) is None
+    wt2_map = tensormap.encode_tiled(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) if wt2_ok else \
+        bytes(tensormap.MAP_BYTES)
+    transpose = backend.launcher(backend.load(comp, "transpose_filters"), _grid(backend, s.K * crr), (256, 1, 1),
+                                 (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
+    data_pair = s.stride == 1 and data_slices == 2  # as the forward's: cluster pairs, no zeroing of dX
+    data_launch = backend.launcher(backend.load(comp, "conv_data_grad_pair" if data_pair else "conv_data_grad"),
                                    (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
-                                   (dims, ip(dY), ip(Wt), ip(dX)), DIMS_SIGNATURE + "PPP", smem=smem)
+                                   (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
+                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
+                                   smem=smem)
     clear_dx = backend.launcher(backend.load(comp, "clear"), _grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
                                 (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
 
     def data():
-        if data_slices > 1:  # the slices add into dX
+        if wt2_ok:
+            transpose()
+        if data_slices > 1 and not data_pair:  # the slices add into dX
             clear_dx()
         data_launch()
 
-    def run():
+    def run():  # the data gradient first: it reads the transposed filters from dW before dW is computed
+        data()
         clear()
         filt()
-        data()
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
-    return run, f"filter split-K {slices}, {path}" + (f", data split-K {data_slices}" if data_slices > 1 else "")
+    data_text = f", data split-K {data_slices}" + (" (cluster pairs)" if data_pair else "") if data_slices > 1 else ""
+    return run, f"filter split-K {slices}, {path}{data_text}" + (", TMA filters^T in dW" if wt2_ok else "")
 
 
 def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:
