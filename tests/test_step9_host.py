@@ -162,3 +162,30 @@ def test_step9_tile_rules():
     assert tile(121, 500, 4096) == (128, True)
     assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays
     assert gemm.step9_tile(gemm.Shape(7, 4096, 101), dict(d, BN=64), 132)[1] is False  # M <= 64, B by cp.async
+
+
+def test_wide_plan_takes_small_m_wide_n_and_fits_shared_memory():
+    """The transposed path (09_wide.cuh) for Net 8's two narrow forward GEMMs at batch 4096, as the H100 sees them
+    (132 SMs, 227 KiB of shared memory a block): 100x4096x501 gets wgmma n104, two 64-column tiles a block and 4
+    slices of 4 k-blocks (128 blocks, all resident); 7x4096x101 n8, one tile a block, no split. The main kernel
+    keeps M > 128, N < 2048, ADAPT=0, clusters, the persistent loop, and an A^T slice that cannot fit."""
+    d = STEP9.defaults()
+    sms, smem = 132, 232448
+    p = gemm.wide_plan(gemm.Shape(100, 4096, 501), d, sms, smem)
+    assert (p.n, p.groups, p.splits, p.per) == (104, 2, 4, 4)
+    assert 32 * p.splits <= sms and p.smem() <= smem
+    assert p.smem() == 4 * 104 * 32 * 4 * 2 + 2 * 4 * 64 * 36 * 4 + 1024
+    p = gemm.wide_plan(gemm.Shape(7, 4096, 101), d, sms, smem)
+    assert (p.n, p.groups, p.splits, p.per) == (8, 1, 1, 4)
+    assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, PRECISION=1), sms, smem).smem() == \
+        4 * 8 * 32 * 4 + 4 * 64 * 36 * 4 + 1024
+    assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, SPLIT_K=2), sms, smem).splits == 2
+    # A slice count asked for whose A^T slice cannot fit (100x4096x501 in 2: 8 k-blocks of n104): the main kernel.
+    assert gemm.wide_plan(gemm.Shape(100, 4096, 501), dict(d, SPLIT_K=2), sms, smem) is None
+    for shape, params in [((129, 4096, 64), d), ((100, 2047, 501), d), ((100, 4096, 501), dict(d, ADAPT=0)),
+                          ((100, 4096, 501), dict(d, CLUSTER_M=2)), ((100, 4096, 501), dict(d, PERSISTENT=1)),
+                          ((128, 4096, 4096), d)]:  # 64 tiles, 2 slices of 64 k-blocks: 4 MiB of A^T a block
+        assert gemm.wide_plan(gemm.Shape(*shape), params, sms, smem) is None, shape
+    # More slices where one slice of A^T would not fit: 128 x 8192 x 1024, 64 tiles, 2 slices of 16 k-blocks.
+    p = gemm.wide_plan(gemm.Shape(128, 8192, 1024), d, sms, smem)
+    assert p is None or (p.smem() <= smem and 64 * p.splits <= sms)

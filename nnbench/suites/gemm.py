@@ -296,6 +296,10 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
     allow_split = True
+    wide = wide_plan(shape, params, backend.device.sm_count, backend.device.smem_per_block_optin) \
+        if v.tensor_maps else None
+    if wide is not None:
+        return _wide_launch(backend, v, params, shape, wide, pa, pb, pc)
     if params.get("ADAPT"):
         tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
         if tile != params:
@@ -344,6 +348,76 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
                                 + extra, sig, smem=smem)
         return lambda: (keep, main())[1]
+
+    return launch_for, path
+
+
+@dataclass(frozen=True)
+class WidePlan:
+    """Step 9's transposed path for one shape (kernels_cu/gemm/09_wide.cuh): wgmma's n, warpgroups (64-column
+    tiles of C^T) per block, slices of K and k-blocks per slice."""
+    n: int
+    groups: int
+    splits: int
+    per: int
+    stages: int
+    precision: int
+
+    def smem(self) -> int:  # 09_wide.cuh's wide_smem_bytes
+        return self.per * self.n * WIDE_BK * 4 * (2 if self.precision == 3 else 1) + \
+            self.groups * self.stages * 64 * WIDE_XP * 4 + 1024
+
+
+WIDE_MAX_M, WIDE_MIN_N, WIDE_BK, WIDE_XP = 128, 64 * 32, 32, 36
+
+
+def wide_plan(shape: Shape, params: dict[str, int], sms: int, smem_limit: int) -> WidePlan | None:
+    """The transposed path's launch for this shape, or None where the main kernel runs (ADAPT=0, clusters or
+    a persistent loop asked for, M > 128, N under 32 tiles of 64 columns, or A^T's slice too large).
+    C^T = B^T A^T puts N on wgmma's m: n = M rounded up to 8; two 64-column tiles a block where n >= 64 and K has
+    4 k-blocks or more (they share A^T's slice, the size of a warpgroup's share of B at M = 100); slices of K
+    where the tiles leave SMs idle, each of at least 4 k-blocks, every slice of a tile resident at once (they
+    meet), as few as let A^T's slice fit in shared memory."""
+    if not params.get("ADAPT") or params.get("CLUSTER_M", 1) > 1 or params.get("PERSISTENT") \
+            or shape.M > WIDE_MAX_M or shape.N < WIDE_MIN_N:
+        return None
+    n = -(-shape.M // 8) * 8
+    k_blocks = -(-shape.K // WIDE_BK)
+    groups = 2 if n >= 64 and k_blocks >= 4 else 1
+    tiles = -(-shape.N // (64 * groups))
+    most = max(1, min(k_blocks, sms // tiles))  # slices that stay resident together
+    asked = params.get("SPLIT_K", 0)
+    want = min(asked, most) if asked else max(1, min(k_blocks // 4, most))
+    for splits in range(want, most + 1):
+        per = -(-k_blocks // splits)
+        plan = WidePlan(n, groups, -(-k_blocks // per), per, params.get("STAGES", 4), params.get("PRECISION", 3))
+        if plan.smem() <= smem_limit:
+            return plan
+        if asked:
+            break
+    return None
+
+
+def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan: WidePlan, pa: int, pb: int,
+                 pc: int):
+    """gemm_launch's answer for the transposed path: its own module (WIDE_N, WIDE_G), one launch."""
+    module = _tile_module(backend, v, dict(params, WIDE_N=plan.n, WIDE_G=plan.groups))
+    kernel = backend.load(module, "gemm_wide")
+    grid = (-(-shape.N // (64 * plan.groups)), -(-shape.M // plan.n), plan.splits)
+    tiles = grid[0] * grid[1] if plan.splits > 1 else 0
+    sync = backend.upload(np.zeros(max(1, 2 * tiles), np.int32))  # the kernel leaves it zeroed
+    work = backend.alloc(4 * tiles * plan.splits * 64 * plan.groups * plan.n)
+    M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
+    extra = (np.int32(plan.per), backend.ptr(sync), backend.ptr(work))
+    path = f"C^T = B^T A^T here (M <= {WIDE_MAX_M}, N >= {WIDE_MIN_N}), wgmma n{plan.n}, {plan.groups} x 64 columns" \
+        " a block, cp.async B"
+    if plan.splits > 1:
+        path += f", split-K {plan.splits}"
+
+    def launch_for(alpha: float, beta: float):
+        main = backend.launcher(kernel, grid, (128 * plan.groups,), (M, N, K, np.float32(alpha), pa, pb,
+                                np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
+        return lambda: ((sync, work), main())[1]
 
     return launch_for, path
 
