@@ -415,7 +415,7 @@ def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan
         path += f", split-K {plan.splits}"
 
     def launch_for(alpha: float, beta: float):
-        main = backend.launcher(kernel, grid, (128 * plan.groups,), (M, N, K, np.float32(alpha), pa, pb,
+        main = backend.launcher(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
                                 np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
         return lambda: ((sync, work), main())[1]
 
