@@ -4,6 +4,7 @@
 #               GPU tests (new wide shapes, planted defects);
 #   MODE=final: `nnbench sweep configs/step9.yaml` (4096^3, the CI shapes, Net 8, the odd shapes; cuBLAS
 #               beside) and the step 9 GPU tests.
+#   NCU=1: also ncu's sections for one launch of the transposed kernel on 100x4096x501.
 #   cd .wtstep9 && source .gpu/setup.sh && MODE=check bash scripts/step9_wide_run.sh
 set -u
 : "${OUT:?}" "${MODE:=check}"
@@ -15,6 +16,13 @@ if [ "$MODE" = check ]; then
 else
   timeout 330 python3 -m nnbench sweep configs/step9.yaml --fresh --out "$OUT/step9.csv" > "$OUT/step9.log" 2>&1
   echo "rc=$?" >> "$OUT/step9.log"
+fi
+if [ "${NCU:-0}" = 1 ]; then  # one launch of the transposed kernel on 100x4096x501: where its time goes
+  timeout 200 ncu --kernel-name gemm_wide --launch-skip 20 --launch-count 1 --clock-control none \
+    --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
+    --section MemoryWorkloadAnalysis --section SourceCounters \
+    python3 -m nnbench gemm -v tf32x3_wgmma --m 100 --n 4096 --k 501 --budget 0.05 > "$OUT/ncu.txt" 2>&1
+  echo "rc=$?" >> "$OUT/ncu.txt"
 fi
 timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu_gemm_step9.py > "$OUT/gpu_tests.txt" 2>&1
 echo "rc=$?" >> "$OUT/gpu_tests.txt"

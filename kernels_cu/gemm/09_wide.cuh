@@ -95,33 +95,48 @@ __device__ __forceinline__ void copy_b_tile(float* xs, const float* __restrict__
 __device__ __forceinline__ void build_at(unsigned char* big, unsigned char* small, const float* __restrict__ A,
                                          int M, int K, int j0, int kb0, int count, int tid) {
     const bool vec = ld_is_vec4(M);
-    for (int e = tid; e < count * (WIDE_N / 4) * 8; e += WIDE_THREADS) {
-        const int c = e % 8, q = e / 8 % (WIDE_N / 4), kb = e / (8 * (WIDE_N / 4));
-        float v[4][4];  // v[i][r]: row 4q + r at physical k 8i + c of the k-block
+    const int total = count * (WIDE_N / 4) * 8;
+    // UNROLL chunks a thread at a time, all their loads before any store: a chunk's loads wait on L2, so
+    // one chunk after another would pay its latency each time.
+    constexpr int UNROLL = 4;
+    for (int e0 = tid; e0 < total; e0 += UNROLL * WIDE_THREADS) {
+        float v[UNROLL][4][4];  // v[u][i][r]: row 4q + r at physical k 8i + c of chunk u's k-block
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int k = (kb0 + kb) * BK + 8 * i + (c ^ MUTATE_WIDE_PERM);
-            const float4 x = k < K ? load4_guarded(A + (size_t)k * M, j0 + 4 * q, M, vec) : make_float4(0.f, 0.f, 0.f, 0.f);
-            v[i][0] = x.x;
-            v[i][1] = x.y;
-            v[i][2] = x.z;
-            v[i][3] = x.w;
+        for (int u = 0; u < UNROLL; ++u) {
+            const int e = e0 + u * WIDE_THREADS;
+            const int c = e % 8, q = e / 8 % (WIDE_N / 4), kb = e / (8 * (WIDE_N / 4));
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int k = (kb0 + kb) * BK + 8 * i + (c ^ MUTATE_WIDE_PERM);
+                const float4 x = e < total && k < K ? load4_guarded(A + (size_t)k * M, j0 + 4 * q, M, vec)
+                                                    : make_float4(0.f, 0.f, 0.f, 0.f);
+                v[u][i][0] = x.x;
+                v[u][i][1] = x.y;
+                v[u][i][2] = x.z;
+                v[u][i][3] = x.w;
+            }
         }
 #pragma unroll
-        for (int r = 0; r < 4; ++r) {
-            const int row = 4 * q + r;
-            const int at = kb * WIDE_BT_BYTES + row * 128 + ((c ^ (row & 7)) << 4);
-            unsigned h[4];
-#if PRECISION == 3
-            unsigned l[4];
+        for (int u = 0; u < UNROLL; ++u) {
+            const int e = e0 + u * WIDE_THREADS;
+            if (e >= total) break;
+            const int c = e % 8, q = e / 8 % (WIDE_N / 4), kb = e / (8 * (WIDE_N / 4));
 #pragma unroll
-            for (int i = 0; i < 4; ++i) split(v[i][r], h[i], l[i]);
-            *reinterpret_cast<uint4*>(small + at) = make_uint4(l[0], l[1], l[2], l[3]);
+            for (int r = 0; r < 4; ++r) {
+                const int row = 4 * q + r;
+                const int at = kb * WIDE_BT_BYTES + row * 128 + ((c ^ (row & 7)) << 4);
+                unsigned h[4];
+#if PRECISION == 3
+                unsigned l[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) split(v[u][i][r], h[i], l[i]);
+                *reinterpret_cast<uint4*>(small + at) = make_uint4(l[0], l[1], l[2], l[3]);
 #else
 #pragma unroll
-            for (int i = 0; i < 4; ++i) h[i] = to_tf32(v[i][r]);
+                for (int i = 0; i < 4; ++i) h[i] = to_tf32(v[u][i][r]);
 #endif
-            *reinterpret_cast<uint4*>(big + at) = make_uint4(h[0], h[1], h[2], h[3]);
+                *reinterpret_cast<uint4*>(big + at) = make_uint4(h[0], h[1], h[2], h[3]);
+            }
         }
     }
 }
@@ -256,16 +271,41 @@ gemm_wide(int M, int N, int K, float alpha, const float* __restrict__ A, const f
         *reinterpret_cast<float2*>(mine + r * WIDE_N + j) = make_float2(v0, v1);
     });
     split_k_meet(split_sync + 2 * tile, splits, threadIdx.x == 0, [] { __syncthreads(); });
-    const int share = (TILE + splits - 1) / splits;
-    const int last = min(TILE, (int)(blockIdx.z + 1) * share);
-    for (int e = blockIdx.z * share + threadIdx.x; e < last; e += WIDE_THREADS) {
-        const int n = tile_n + e / WIDE_N, j = j0 + e % WIDE_N;
-        if (n >= N || j >= M) continue;
-        float sum = 0.0f;
+    // This slice's share of the tile in whole float4s (WIDE_N % 4 == 0: four consecutive elements share a column
+    // of B), UNROLL of them a thread at a time, every slice's partial loaded before any is added (in slice
+    // order, so the sum is deterministic).
+    constexpr int UNROLL = 4;
+    const int share = (TILE / 4 + splits - 1) / splits * 4;
+    const int first = blockIdx.z * share, last = min(TILE, first + share);
+    for (int e0 = first + 4 * threadIdx.x; e0 < last; e0 += UNROLL * 4 * WIDE_THREADS) {
+        float4 sum[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-        for (int z = 0; z < splits - MUTATE_WIDE_DROP_SLICE; ++z) sum += __ldcg(partials + (size_t)z * TILE + e);
-        float* c = C + (size_t)n * M + j;
-        *c = gemm_epilogue(sum, alpha, beta, c);
+        for (int z = 0; z < splits - MUTATE_WIDE_DROP_SLICE; ++z) {
+#pragma unroll
+            for (int u = 0; u < UNROLL; ++u) {
+                const int e = e0 + u * 4 * WIDE_THREADS;
+                if (e < last) {
+                    const float4 p = __ldcg(reinterpret_cast<const float4*>(partials + (size_t)z * TILE + e));
+                    sum[u].x += p.x;
+                    sum[u].y += p.y;
+                    sum[u].z += p.z;
+                    sum[u].w += p.w;
+                }
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int e = e0 + u * 4 * WIDE_THREADS;
+            const int n = tile_n + e / WIDE_N, j = j0 + e % WIDE_N;
+            if (e >= last || n >= N) continue;
+            float* c = C + (size_t)n * M + j;
+            const float s[4] = {sum[u].x, sum[u].y, sum[u].z, sum[u].w};
+#pragma unroll
+            for (int h = 0; h < 4; ++h)
+                if (j + h < M) c[h] = gemm_epilogue(s[h], alpha, beta, c + h);
+        }
     }
     split_k_leave(split_sync + 2 * tile, splits, threadIdx.x == 0, [] { __syncthreads(); });
 }
