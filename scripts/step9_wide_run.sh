@@ -18,7 +18,7 @@ else
   echo "rc=$?" >> "$OUT/step9.log"
 fi
 if [ "${NCU:-0}" = 1 ]; then  # one launch of the transposed kernel on 100x4096x501: where its time goes
-  timeout 200 ncu --kernel-name gemm_wide --launch-skip 20 --launch-count 1 --clock-control none \
+  timeout 200 ncu --target-processes all --kernel-name gemm_wide --launch-skip 20 --launch-count 1 --clock-control none \
     --section SpeedOfLight --section WarpStateStats --section SchedulerStats --section Occupancy \
     --section MemoryWorkloadAnalysis --section SourceCounters \
     python3 -m nnbench gemm -v tf32x3_wgmma --m 100 --n 4096 --k 501 --budget 0.05 > "$OUT/ncu.txt" 2>&1
