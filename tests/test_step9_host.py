@@ -189,3 +189,11 @@ def test_wide_plan_takes_small_m_wide_n_and_fits_shared_memory():
     # More slices where one slice of A^T would not fit: 128 x 8192 x 1024, 64 tiles, 2 slices of 16 k-blocks.
     p = gemm.wide_plan(gemm.Shape(128, 8192, 1024), d, sms, smem)
     assert p is None or (p.smem() <= smem and 64 * p.splits <= sms)
+
+
+def test_the_launched_kernel_names_the_transposed_path():
+    """ncu profiles the kernel a launch runs: `gemm_wide` where wide_plan takes the shape, else `gemm`."""
+    dev = DeviceInfo("H100", (9, 0), 132, 1980.0, 2619.0, 5120, 80 << 30, 50 << 20)
+    assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(7, 4096, 101), dev) == "gemm_wide"
+    assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(500, 4096, 501), dev) == "gemm"
+    assert gemm.launched_kernel(STEP9, dict(STEP9.defaults(), ADAPT=0), gemm.Shape(7, 4096, 101), dev) == "gemm"
