@@ -87,11 +87,15 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // Split-K's meeting: the slices of a tile count themselves in at count[0] (after every thread's partial
 // stores, made visible by the fence) and wait for all; `sync` is the block's barrier over the threads that
 // stored, `leader` one of them.
+#ifndef SPLIT_FENCE_ONE
+#define SPLIT_FENCE_ONE 0
+#endif
 template <class Sync>
 __device__ __forceinline__ void split_k_meet(int* count, int splits, bool leader, Sync&& sync) {
-    __threadfence();
+    if (!SPLIT_FENCE_ONE) __threadfence();
     sync();
     if (leader) {
+        if (SPLIT_FENCE_ONE) __threadfence();
         atomicAdd(count, 1);
         while (load_acquire(count) < splits) {
         }

@@ -38,6 +38,9 @@
 #endif
 // Test-only planted defects (tests/test_gpu_gemm_step9.py shows each failing verification): A^T's chunks
 // hold the wrong k (the transposition's permutation off by one place); split-K's sum leaves out the last slice.
+#ifndef WIDE_UNROLL
+#define WIDE_UNROLL 4
+#endif
 #ifndef MUTATE_WIDE_PERM
 #define MUTATE_WIDE_PERM 0
 #endif
@@ -98,7 +101,7 @@ __device__ __forceinline__ void build_at(unsigned char* big, unsigned char* smal
     const int total = count * (WIDE_N / 4) * 8;
     // UNROLL chunks a thread at a time, all their loads before any store: a chunk's loads wait on L2, so
     // one chunk after another would pay its latency each time.
-    constexpr int UNROLL = 4;
+    constexpr int UNROLL = WIDE_UNROLL;
     for (int e0 = tid; e0 < total; e0 += UNROLL * WIDE_THREADS) {
         float v[UNROLL][4][4];  // v[u][i][r]: row 4q + r at physical k 8i + c of chunk u's k-block
 #pragma unroll

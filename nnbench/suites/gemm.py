@@ -383,7 +383,7 @@ def wide_plan(shape: Shape, params: dict[str, int], sms: int, smem_limit: int) -
         return None
     n = -(-shape.M // 8) * 8
     k_blocks = -(-shape.K // WIDE_BK)
-    groups = 2 if n >= 64 else 1
+    groups = params.get("WIDE_G") or (2 if n >= 64 else 1)  # WIDE_G: an experiment's override
     tiles = -(-shape.N // (64 * groups))
     most = max(1, min(k_blocks, sms // tiles))  # slices that stay resident together
     asked = params.get("SPLIT_K", 0)
