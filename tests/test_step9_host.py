@@ -177,6 +177,8 @@ def test_wide_plan_takes_small_m_wide_n_and_fits_shared_memory():
     assert p.smem() == 4 * 104 * 32 * 4 * 2 + 2 * 4 * 64 * 36 * 4 + 1024
     p = gemm.wide_plan(gemm.Shape(7, 4096, 101), d, sms, smem)
     assert (p.n, p.groups, p.splits, p.per) == (8, 1, 1, 4)
+    p = gemm.wide_plan(gemm.Shape(100, 4096, 7), d, sms, smem)  # one k-block: one tile a block (measured faster)
+    assert (p.n, p.groups, p.splits, p.per) == (104, 1, 1, 1)
     assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, PRECISION=1), sms, smem).smem() == \
         4 * 8 * 32 * 4 + 4 * 64 * 36 * 4 + 1024
     assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, SPLIT_K=2), sms, smem).splits == 2

@@ -84,18 +84,16 @@ __device__ __forceinline__ int load_acquire(const int* p) {
     return v;
 }
 
-// Split-K's meeting: the slices of a tile count themselves in at count[0] (after every thread's partial
-// stores, made visible by the fence) and wait for all; `sync` is the block's barrier over the threads that
-// stored, `leader` one of them.
-#ifndef SPLIT_FENCE_ONE
-#define SPLIT_FENCE_ONE 0
-#endif
+// Split-K's meeting: the slices of a tile count themselves in at count[0] and wait for all; `sync` is the
+// block's barrier over the threads that stored a partial, `leader` one of them. As cooperative groups' grid
+// sync: the barrier orders the block's stores before the leader's, whose fence (cumulative) makes them all
+// visible at gpu scope before its count. A fence in every thread instead (membar the top stall on
+// 100x4096x501) measured 2-3% slower on the split shapes (docs/journal/step9-wide.md).
 template <class Sync>
 __device__ __forceinline__ void split_k_meet(int* count, int splits, bool leader, Sync&& sync) {
-    if (!SPLIT_FENCE_ONE) __threadfence();
     sync();
     if (leader) {
-        if (SPLIT_FENCE_ONE) __threadfence();
+        __threadfence();
         atomicAdd(count, 1);
         while (load_acquire(count) < splits) {
         }

@@ -38,9 +38,6 @@
 #endif
 // Test-only planted defects (tests/test_gpu_gemm_step9.py shows each failing verification): A^T's chunks
 // hold the wrong k (the transposition's permutation off by one place); split-K's sum leaves out the last slice.
-#ifndef WIDE_UNROLL
-#define WIDE_UNROLL 4
-#endif
 #ifndef MUTATE_WIDE_PERM
 #define MUTATE_WIDE_PERM 0
 #endif
@@ -100,8 +97,10 @@ __device__ __forceinline__ void build_at(unsigned char* big, unsigned char* smal
     const bool vec = ld_is_vec4(M);
     const int total = count * (WIDE_N / 4) * 8;
     // UNROLL chunks a thread at a time, all their loads before any store: a chunk's loads wait on L2, so
-    // one chunk after another would pay its latency each time.
-    constexpr int UNROLL = WIDE_UNROLL;
+    // one chunk after another would pay its latency each time (n104: 3.25 chunks a thread at 100x4096x501). At
+    // n < 64 a thread has one chunk or none, and the unrolled code only lengthens the kernel (measured 2-4%
+    // on 7x4096x101; docs/journal/step9-wide.md).
+    constexpr int UNROLL = WIDE_N >= 64 ? 4 : 1;
     for (int e0 = tid; e0 < total; e0 += UNROLL * WIDE_THREADS) {
         float v[UNROLL][4][4];  // v[u][i][r]: row 4q + r at physical k 8i + c of chunk u's k-block
 #pragma unroll

@@ -374,16 +374,17 @@ WIDE_MAX_M, WIDE_MIN_N, WIDE_BK, WIDE_XP = 128, 64 * 32, 32, 36
 def wide_plan(shape: Shape, params: dict[str, int], sms: int, smem_limit: int) -> WidePlan | None:
     """The transposed path's launch for this shape, or None where the main kernel runs (ADAPT=0, clusters or
     a persistent loop asked for, M > 128, N under 32 tiles of 64 columns, or A^T's slice too large).
-    C^T = B^T A^T puts N on wgmma's m: n = M rounded up to 8; two 64-column tiles a block where n >= 64 (they
-    share A^T's slice, the size of a warpgroup's share of B at M = 100; at K = 7 too, one tile a block measured
-    6.1-6.4 against 5.4 us on the H100); slices of K where the tiles leave SMs idle, each of at least 4 k-blocks,
-    every slice of a tile resident at once (they meet), as few as let A^T's slice fit in shared memory."""
+    C^T = B^T A^T puts N on wgmma's m: n = M rounded up to 8; two 64-column tiles a block where n >= 64 and K
+    has 4 k-blocks or more (they share A^T's slice, the size of a warpgroup's share of B at M = 100: one tile a
+    block 23.0 against 15.4 us; at K = 7 one tile a block 5.8 against 7.1-7.4 us, the H100 in one run); slices
+    of K where the tiles leave SMs idle, each of at least 4 k-blocks, every slice of a tile resident at once
+    (they meet), as few as let A^T's slice fit in shared memory."""
     if not params.get("ADAPT") or params.get("CLUSTER_M", 1) > 1 or params.get("PERSISTENT") \
             or shape.M > WIDE_MAX_M or shape.N < WIDE_MIN_N:
         return None
     n = -(-shape.M // 8) * 8
     k_blocks = -(-shape.K // WIDE_BK)
-    groups = params.get("WIDE_G") or (2 if n >= 64 else 1)  # WIDE_G: an experiment's override
+    groups = 2 if n >= 64 and k_blocks >= 4 else 1
     tiles = -(-shape.N // (64 * groups))
     most = max(1, min(k_blocks, sms // tiles))  # slices that stay resident together
     asked = params.get("SPLIT_K", 0)
