@@ -39,6 +39,9 @@
 //         (`paths` says which; the table names the path).
 //         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
 //         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
+// Wide:   M <= 128 with N >= 2048 (Net 8's 100x4096x501, 7x4096x101) goes, by the host's choice
+//         (nnbench/suites/gemm.py, wide_plan; ADAPT=1), to a kernel of its own: this file built with WIDE_N
+//         defined compiles only gemm/09_wide.cuh's `gemm_wide`, C^T = B^T A^T with N on wgmma's m.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
 //         fewer tiles), the host launches gridDim.z slices of K, in the same launch: each slice stores
 //         its partial tile to a workspace, the slices of a tile meet at a counter, then each sums its
