@@ -199,3 +199,43 @@ def test_the_launched_kernel_names_the_transposed_path():
     assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(7, 4096, 101), dev) == "gemm_wide"
     assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(500, 4096, 501), dev) == "gemm"
     assert gemm.launched_kernel(STEP9, dict(STEP9.defaults(), ADAPT=0), gemm.Shape(7, 4096, 101), dev) == "gemm"
+
+
+def test_the_transposed_launch_without_a_gpu(monkeypatch):
+    """gemm_launch on 100x4096x501 with a stand-in backend: the transposed module (WIDE_N=104, WIDE_G=2), the
+    kernel `gemm_wide`, grid (32, 1, 4) of (256, 1, 1) threads (a 3-tuple: PyCUDA's prepared call takes no
+    other), per = 4 and zeroed split-K counters among the arguments, and `ran` naming what runs (for the
+    record's resource columns)."""
+    from types import SimpleNamespace
+    built, launched, uploaded = [], [], []
+    monkeypatch.setattr(gemm, "_tile_module", lambda backend, v, params: built.append(params) or "module")
+
+    class Backend:
+        device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+
+        def load(self, module, name):
+            return SimpleNamespace(name=name, module=module)
+
+        def upload(self, host):
+            uploaded.append(host)
+            return host
+
+        def alloc(self, nbytes):
+            return nbytes
+
+        def ptr(self, buf):
+            return 0
+
+        def launcher(self, kernel, grid, block, args, signature, smem=0):
+            launched.append((kernel.name, grid, block, args, signature, smem))
+            return lambda: None
+
+    launch_for, path = gemm.gemm_launch(Backend(), None, STEP9, STEP9.defaults(), gemm.Shape(100, 4096, 501), 1, 2, 3)
+    launch_for(1.0, 0.0)()
+    plan = gemm.wide_plan(gemm.Shape(100, 4096, 501), STEP9.defaults(), 132, 232448)
+    assert built[0]["WIDE_N"] == 104 and built[0]["WIDE_G"] == 2
+    name, grid, block, args, signature, smem = launched[0]
+    assert (name, grid, block, signature, smem) == ("gemm_wide", (32, 1, 4), (256, 1, 1), "iiifPPfPiPP", plan.smem())
+    assert args[8] == 4 and uploaded[0].size == 2 * 32 and not uploaded[0].any()  # per; 2 counters a tile, zeroed
+    assert launch_for.ran[1:] == (256, plan.smem()) and launch_for.ran[0].name == "gemm_wide"
+    assert path.endswith("wgmma n104, 2 x 64 columns a block, cp.async B, split-K 4")

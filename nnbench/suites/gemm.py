@@ -256,11 +256,12 @@ class GemmSession(Session):
             return dict(rec, status="ERROR", error=str(compiled))
         params = case.param_dict
         kernel = self.backend.load(compiled, v.kernel)
-        occ = self.backend.occupancy(kernel, v.threads(params), v.dynamic_smem_bytes(params))
-        rec.update(threads=v.threads(params), registers=kernel.info.registers,
-                   smem_bytes=kernel.info.smem_bytes + v.dynamic_smem_bytes(params),
-                   local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
         launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
+        # The kernel that runs: step 9's transposed one where the host took that path (`ran`), else the variant's.
+        kernel, threads, smem = getattr(launch_for, "ran", (kernel, v.threads(params), v.dynamic_smem_bytes(params)))
+        occ = self.backend.occupancy(kernel, threads, smem)
+        rec.update(threads=threads, registers=kernel.info.registers, smem_bytes=kernel.info.smem_bytes + smem,
+                   local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
         if path:
             rec["params"] = f"{rec['params']} · {path}"
         if v.rtol is not None:
@@ -420,6 +421,7 @@ def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan
                                 np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
         return lambda: ((sync, work), main())[1]
 
+    launch_for.ran = (kernel, 128 * plan.groups, plan.smem())  # for the record's resource columns
     return launch_for, path
 
 
