@@ -251,8 +251,9 @@ _WGMMA = dict(
             _p("BN", 128, (64, 128), "block tile columns: the wgmma's n"),
             _p("BK", 32, (32,), "k-slice per stage: one 128-byte swizzle row of TF32"),
             _p("STAGES", 4, (2, 3, 4, 5, 6), "depth of the shared-memory ring the producer fills"),
-            _p("ADAPT", 1, (0, 1), "1: the host picks BN and split-K per shape (suites/gemm.py, step9_tile); "
-               "0: BN as given everywhere")),
+            _p("ADAPT", 1, (0, 1), "1: the host picks BN and split-K per shape (suites/gemm.py, step9_tile), and "
+               "for GEMM step 9 the transposed kernel where M <= 128 and N >= 2048 (wide_plan); 0: BN as given "
+               "everywhere, the main kernel always")),
     derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"),
              ("B_COPIES", "(PRECISION + 1) // 2")),
     block="(THREADS,)", grid="(cdiv(M, BM), cdiv(N, BN))",

@@ -2,7 +2,8 @@
 cuBLAS SGEMM on the target size, the CI shapes, Net 8's training GEMMs at batch 4096 and the odd
 shapes; one CSV and a compact table.
 
-    python3 scripts/step9_bench.py OUT.csv [--quick] [--shapes 4096,ci,net8,odd] [-v VARIANT ...]
+    python3 scripts/step9_bench.py OUT.csv [--quick] [--shapes 4096,ci,net8,odd,MxNxK] [-v VARIANT ...]
+                                   [--sets 'NAME=V,NAME=V;NAME=V']
 
 Why a script, not the CLI: verifies and times step 9's precisions and fallback paths on named shape
 groups in one device call while it is being tuned.
@@ -15,9 +16,10 @@ import sys
 
 import pandas as pd
 
-from nnbench import harness, measure, nets
+from nnbench import harness, measure, nets, registry
 from nnbench.runtime import open_backend
 from nnbench.suites import gemm
+from nnbench.suites.base import Case
 
 ODD = [(1, 1, 1), (7, 9000, 13), (4097, 129, 1), (257, 511, 1023), (1002, 300, 1024), (127, 255, 63)]
 CI = [(1000, 777, 1234), (2048, 2048, 2048), (500, 4096, 500)]
@@ -34,6 +36,8 @@ def shapes(groups: list[str]) -> list[gemm.Shape]:
             out += [(m, n, k) for _, m, n, k in nets.load()["8"].training_gemms(4096)]
         elif g == "odd":
             out += ODD
+        else:  # MxNxK
+            out.append(tuple(int(x) for x in g.split("x")))
     return [gemm.Shape(*s) for s in dict.fromkeys(out)]
 
 
@@ -44,12 +48,18 @@ def main() -> int:
     ap.add_argument("--shapes", default="4096,ci,net8,odd")
     ap.add_argument("-v", "--variant", action="append")
     ap.add_argument("-p", "--param", action="append", default=[], help="NAME=VALUE override")
+    ap.add_argument("--sets", help="parameter sets of tf32x3_wgmma to compare, each 'NAME=V,NAME=V', ';' between: "
+                    "any -D macro of the kernel (an experiment's switch too), beside the registry's defaults")
     a = ap.parse_args()
     be, _ = open_backend("cuda")
     settings = measure.TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0) if a.quick else \
         measure.TimingSettings()
     overrides = {k: int(v) for k, v in (p.split("=") for p in a.param)}
     cases = gemm.plan(a.variant or ["tf32x3", "tf32x3_wgmma", "tf32_wgmma"], overrides, be.device)
+    if a.sets:
+        v = registry.get("gemm", "tf32x3_wgmma")
+        cases = [Case(v, tuple(dict(v.defaults(), **{k: int(x) for k, x in (p.split("=") for p in one.split(","))})
+                               .items())) for one in a.sets.split(";")]
     recs = []
     for rec in harness.run(gemm.WORKLOAD, be, cases, shapes(a.shapes.split(",")), settings, gemm.DEFAULT_RTOL,
                            seed=2027, env=be.environment()):

@@ -146,6 +146,29 @@ def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
             assert ("UTMALDG.2D.MULTICAST" in ops) == clustered and ("UCGABAR_WAIT" in ops) == clustered, ops
 
 
+
+def test_step9_transposed_path_builds_with_hgmma_and_no_copy_engine(tmp_path):
+    """Step 9's transposed path (WIDE_N defined: 09_wide.cuh is the module's only kernel, `gemm_wide`) at the
+    wgmma n Net 8 gives it (n8 for M = 7, n104 with two warpgroups for M = 100), both precisions: sm_90a, no
+    spills, no C7511, HGMMA in whole k-blocks in its loop, B by cp.async (LDGSTS), no bulk tensor copy."""
+    from nnbench import registry
+    from nnbench.profiling import sass
+    for name, n, g in (("tf32x3_wgmma", 8, 1), ("tf32x3_wgmma", 104, 2), ("tf32_wgmma", 104, 2)):
+        v = registry.get("gemm", name)
+        params = dict(v.defaults(), WIDE_N=n, WIDE_G=g)
+        comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target("sm_80")), tmp_path)
+        assert set(comp.ptxas) == {"gemm_wide"}, comp.ptxas
+        rep = comp.ptxas["gemm_wide"]
+        assert rep.spill_store_bytes == 0 and rep.spill_load_bytes == 0 and rep.stack_bytes == 0, (name, n)
+        assert not rep.wgmma_serialized, (name, n)
+        if sass.cuobjdump():
+            fn = sass.parse(sass.dump(comp.cubin))["gemm_wide"]
+            lo, hi = fn.hot_loop()
+            loop = sass.mix([i for i in fn.instructions if lo <= i.offset <= hi])
+            assert loop["HGMMA"] > 0 and loop["HGMMA"] % (12 if name == "tf32x3_wgmma" else 4) == 0, loop
+            bases = {i.base for i in fn.instructions}
+            assert "LDGSTS" in bases and "UTMALDG" not in bases, bases
+
 def test_arch_flags():
     assert cc.arch_flags("sm_90") == ["-arch=sm_90"]
     assert cc.arch_flags("sm_90a") == ["-gencode=arch=compute_90a,code=sm_90a"]

@@ -19,8 +19,11 @@ QUICK = TimingSettings(budget_s=0.001, min_samples=1, max_noise=1.0)
 ODD = [(1, 1, 1), (7, 9000, 13), (4097, 129, 1), (257, 511, 1023), (1002, 300, 1024), (127, 255, 63),
        (1000, 777, 1234), (65, 3, 4096), (130, 66, 129)]
 MANY = [(2049, 2047, 129), (1536, 1600, 256)]  # 272 and 156 tiles of 128 x 128: a persistent block takes 2 or 3
+# The transposed path (M <= 128, N >= 2048; 09_wide.cuh): split-K with a block whose second warpgroup lies past
+# N, wgmma n72 with odd M (unaligned pairs of C), n128, and M = K = 1.
+WIDE = [(100, 2100, 501), (65, 2049, 129), (128, 2050, 64), (1, 2048, 1)]
 NET8 = [(m, n, k) for _, m, n, k in nets.load()["8"].training_gemms(4096)]
-SHAPES = [gemm.Shape(*s) for s in dict.fromkeys(ODD + MANY + NET8)]
+SHAPES = [gemm.Shape(*s) for s in dict.fromkeys(ODD + MANY + WIDE + NET8)]
 
 
 def _cases(params: dict[str, int]) -> list[Case]:
@@ -37,7 +40,7 @@ def _cases(params: dict[str, int]) -> list[Case]:
 def test_step9_paths_verify(cuda_backend, params):
     if registry.get("gemm", "tf32x3_wgmma").arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
-    shapes = SHAPES if not params else SHAPES[:len(ODD) + len(MANY)]
+    shapes = SHAPES if not params else SHAPES[:len(ODD) + len(MANY) + len(WIDE)]
     recs = [r for r in harness.run(gemm.WORKLOAD, cuda_backend, _cases(params), shapes, QUICK, gemm.DEFAULT_RTOL)
             if r["variant"] in ("tf32x3_wgmma", "tf32_wgmma")]
     assert len(recs) == 2 * len(shapes)
@@ -47,11 +50,34 @@ def test_step9_paths_verify(cuda_backend, params):
     path = {(r["shape"], r["variant"]): r["params"] for r in recs}
     if params.get("PERSISTENT"):  # 1536 x 1600: 156 tiles (or 325 of 64 columns) on fewer blocks
         assert ", persistent " in path["1536×1600×256", "tf32x3_wgmma"], path
+    if not params.get("CLUSTER_M", 1) > 1 and not params.get("PERSISTENT"):  # wide_plan: the transposed path
+        assert path["7×9000×13", "tf32x3_wgmma"].endswith("wgmma n8, 1 x 64 columns a block, cp.async B"), path
+        assert path["100×2100×501", "tf32_wgmma"].endswith("wgmma n104, 2 x 64 columns a block, cp.async B, "
+                                                          "split-K 4"), path
     if not params:
-        assert path["7×4096×101", "tf32x3_wgmma"].endswith("TMA, A by 4 phase maps (leading dim % 4 != 0), "
-                                                          "cp.async B")  # step9_tile: M <= 64, no split
+        assert path["100×4096×501", "tf32x3_wgmma"].endswith("split-K 4")
         assert path["4097×129×1", "tf32x3_wgmma"].endswith("BN=64 here (B by cp.async, few tiles), cp.async A+B")
         assert "BN=64 here (N <= 64)" in path["101×7×4096", "tf32x3_wgmma"]
-        assert "BM=64 BN=64 here (M <= 64, B by cp.async, few tiles)" in path["7×4096×101", "tf32x3_wgmma"]
+        assert "BM=64 BN=64 here (M <= 64, N <= 64), cp.async A+B" in path["1×1×1", "tf32x3_wgmma"]
         assert path["121×500×4096", "tf32x3_wgmma"].endswith("A by 4 phase maps (leading dim % 4 != 0), split-K 32")
         assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, cp.async B")
+
+
+@pytest.mark.parametrize("defect,shape", [("MUTATE_WIDE_PERM", gemm.Shape(7, 4096, 101)),
+                                          ("MUTATE_WIDE_DROP_SLICE", gemm.Shape(100, 4096, 501))],
+                         ids=["permutation", "split-k-slice"])
+def test_the_transposed_path_with_a_planted_defect_fails_verification(cuda_backend, defect, shape):
+    """The transposed path built with a test-only switch (09_wide.cuh: A^T's chunks hold the wrong k; the
+    split-K sum drops the last slice) fails the suite's verification; built without it, it passes."""
+    from nnbench.runtime.compile import compile_sources
+    v = registry.get("gemm", "tf32x3_wgmma")
+    if v.arch_problem(cuda_backend.device):
+        pytest.skip("step 9 needs sm_90a")
+    params = v.defaults()
+    real, = compile_sources(v.target(cuda_backend.arch), [(v.source, params)])
+    session = gemm.GemmSession(cuda_backend, QUICK, gemm.DEFAULT_RTOL, seed=0)
+    ok = session.run_case(Case(v, tuple(params.items())), shape, real)
+    assert ok["status"] == "PASS" and "C^T = B^T A^T" in ok["params"], (ok.get("rel_err"), ok["params"])
+    bad = session.run_case(Case(v, tuple({**params, defect: 1}.items())), shape, real)
+    assert "C^T = B^T A^T" in bad["params"] and bad["status"] == "FAIL" and bad["rel_err"] > gemm.DEFAULT_RTOL, \
+        (bad.get("rel_err"), bad["params"])

@@ -162,3 +162,80 @@ def test_step9_tile_rules():
     assert tile(121, 500, 4096) == (128, True)
     assert gemm.step9_tile(gemm.Shape(101, 7, 4096), dict(d, BN=64), 132)[0]["BN"] == 64  # a given BN = 64 stays
     assert gemm.step9_tile(gemm.Shape(7, 4096, 101), dict(d, BN=64), 132)[1] is False  # M <= 64, B by cp.async
+
+
+def test_wide_plan_takes_small_m_wide_n_and_fits_shared_memory():
+    """The transposed path (09_wide.cuh) for Net 8's two narrow forward GEMMs at batch 4096, as the H100 sees them
+    (132 SMs, 227 KiB of shared memory a block): 100x4096x501 gets wgmma n104, two 64-column tiles a block and 4
+    slices of 4 k-blocks (128 blocks, all resident); 7x4096x101 n8, one tile a block, no split. The main kernel
+    keeps M > 128, N < 2048, ADAPT=0, clusters, the persistent loop, and an A^T slice that cannot fit."""
+    d = STEP9.defaults()
+    sms, smem = 132, 232448
+    p = gemm.wide_plan(gemm.Shape(100, 4096, 501), d, sms, smem)
+    assert (p.n, p.groups, p.splits, p.per) == (104, 2, 4, 4)
+    assert 32 * p.splits <= sms and p.smem() <= smem
+    assert p.smem() == 4 * 104 * 32 * 4 * 2 + 2 * 4 * 64 * 36 * 4 + 1024
+    p = gemm.wide_plan(gemm.Shape(7, 4096, 101), d, sms, smem)
+    assert (p.n, p.groups, p.splits, p.per) == (8, 1, 1, 4)
+    p = gemm.wide_plan(gemm.Shape(100, 4096, 7), d, sms, smem)  # one k-block: one tile a block (measured faster)
+    assert (p.n, p.groups, p.splits, p.per) == (104, 1, 1, 1)
+    assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, PRECISION=1), sms, smem).smem() == \
+        4 * 8 * 32 * 4 + 4 * 64 * 36 * 4 + 1024
+    assert gemm.wide_plan(gemm.Shape(7, 4096, 101), dict(d, SPLIT_K=2), sms, smem).splits == 2
+    # A slice count asked for whose A^T slice cannot fit (100x4096x501 in 2: 8 k-blocks of n104): the main kernel.
+    assert gemm.wide_plan(gemm.Shape(100, 4096, 501), dict(d, SPLIT_K=2), sms, smem) is None
+    for shape, params in [((129, 4096, 64), d), ((100, 2047, 501), d), ((100, 4096, 501), dict(d, ADAPT=0)),
+                          ((100, 4096, 501), dict(d, CLUSTER_M=2)), ((100, 4096, 501), dict(d, PERSISTENT=1)),
+                          ((128, 4096, 4096), d)]:  # 64 tiles, 2 slices of 64 k-blocks: 4 MiB of A^T a block
+        assert gemm.wide_plan(gemm.Shape(*shape), params, sms, smem) is None, shape
+    # More slices where one slice of A^T would not fit: 128 x 8192 x 1024, 64 tiles, 2 slices of 16 k-blocks.
+    p = gemm.wide_plan(gemm.Shape(128, 8192, 1024), d, sms, smem)
+    assert p is None or (p.smem() <= smem and 64 * p.splits <= sms)
+
+
+def test_the_launched_kernel_names_the_transposed_path():
+    """ncu profiles the kernel a launch runs: `gemm_wide` where wide_plan takes the shape, else `gemm`."""
+    dev = DeviceInfo("H100", (9, 0), 132, 1980.0, 2619.0, 5120, 80 << 30, 50 << 20)
+    assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(7, 4096, 101), dev) == "gemm_wide"
+    assert gemm.launched_kernel(STEP9, STEP9.defaults(), gemm.Shape(500, 4096, 501), dev) == "gemm"
+    assert gemm.launched_kernel(STEP9, dict(STEP9.defaults(), ADAPT=0), gemm.Shape(7, 4096, 101), dev) == "gemm"
+
+
+def test_the_transposed_launch_without_a_gpu(monkeypatch):
+    """gemm_launch on 100x4096x501 with a stand-in backend: the transposed module (WIDE_N=104, WIDE_G=2), the
+    kernel `gemm_wide`, grid (32, 1, 4) of (256, 1, 1) threads (a 3-tuple: PyCUDA's prepared call takes no
+    other), per = 4 and zeroed split-K counters among the arguments, and `ran` naming what runs (for the
+    record's resource columns)."""
+    from types import SimpleNamespace
+    built, launched, uploaded = [], [], []
+    monkeypatch.setattr(gemm, "_tile_module", lambda backend, v, params: built.append(params) or "module")
+
+    class Backend:
+        device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+
+        def load(self, module, name):
+            return SimpleNamespace(name=name, module=module)
+
+        def upload(self, host):
+            uploaded.append(host)
+            return host
+
+        def alloc(self, nbytes):
+            return nbytes
+
+        def ptr(self, buf):
+            return 0
+
+        def launcher(self, kernel, grid, block, args, signature, smem=0):
+            launched.append((kernel.name, grid, block, args, signature, smem))
+            return lambda: None
+
+    launch_for, path = gemm.gemm_launch(Backend(), None, STEP9, STEP9.defaults(), gemm.Shape(100, 4096, 501), 1, 2, 3)
+    launch_for(1.0, 0.0)()
+    plan = gemm.wide_plan(gemm.Shape(100, 4096, 501), STEP9.defaults(), 132, 232448)
+    assert built[0]["WIDE_N"] == 104 and built[0]["WIDE_G"] == 2
+    name, grid, block, args, signature, smem = launched[0]
+    assert (name, grid, block, signature, smem) == ("gemm_wide", (32, 1, 4), (256, 1, 1), "iiifPPfPiPP", plan.smem())
+    assert args[8] == 4 and uploaded[0].size == 2 * 32 and not uploaded[0].any()  # per; 2 counters a tile, zeroed
+    assert launch_for.ran[1:] == (256, plan.smem()) and launch_for.ran[0].name == "gemm_wide"
+    assert path.endswith("wgmma n104, 2 x 64 columns a block, cp.async B, split-K 4")

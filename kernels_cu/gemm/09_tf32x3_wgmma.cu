@@ -39,6 +39,9 @@
 //         (`paths` says which; the table names the path).
 //         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
 //         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
+// Wide:   M <= 128 with N >= 2048 (Net 8's 100x4096x501, 7x4096x101) goes, by the host's choice
+//         (nnbench/suites/gemm.py, wide_plan; ADAPT=1), to a kernel of its own: this file built with WIDE_N
+//         defined compiles only gemm/09_wide.cuh's `gemm_wide`, C^T = B^T A^T with N on wgmma's m.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
 //         fewer tiles), the host launches gridDim.z slices of K, in the same launch: each slice stores
 //         its partial tile to a workspace, the slices of a tile meet at a counter, then each sums its
@@ -78,16 +81,46 @@
 #define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
 #endif
 
-#include "common/wgmma_mainloop.cuh"
-
-// Barrier 1: the consumers (after the producer returned); 0 is __syncthreads.
-__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory"); }
-
 __device__ __forceinline__ int load_acquire(const int* p) {
     int v;
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+
+// Split-K's meeting: the slices of a tile count themselves in at count[0] and wait for all; `sync` is the
+// block's barrier over the threads that stored a partial, `leader` one of them. As cooperative groups' grid
+// sync: the barrier orders the block's stores before the leader's, whose fence (cumulative) makes them all
+// visible at gpu scope before its count. A fence in every thread instead (membar the top stall on
+// 100x4096x501) measured 2-3% slower on the split shapes (docs/journal/step9-wide.md).
+template <class Sync>
+__device__ __forceinline__ void split_k_meet(int* count, int splits, bool leader, Sync&& sync) {
+    sync();
+    if (leader) {
+        __threadfence();
+        atomicAdd(count, 1);
+        while (load_acquire(count) < splits) {
+        }
+    }
+    sync();
+}
+// ... and leave once done reading the partials: the tile's last slice zeroes both counters (count[1]: slices
+// done) for the next launch.
+template <class Sync>
+__device__ __forceinline__ void split_k_leave(int* count, int splits, bool leader, Sync&& sync) {
+    sync();
+    if (leader && atomicAdd(count + 1, 1) == splits - 1) {
+        count[0] = 0;
+        count[1] = 0;
+    }
+}
+
+#ifdef WIDE_N  // the transposed path for small M and wide N: its own kernel, the module's only one
+#include "gemm/09_wide.cuh"
+#else
+#include "common/wgmma_mainloop.cuh"
+
+// Barrier 1: the consumers (after the producer returned); 0 is __syncthreads.
+__device__ __forceinline__ void consumers_sync() { asm volatile("bar.sync 1, %0;" ::"n"(CONSUMERS * 128) : "memory"); }
 
 // D = alpha acc + beta D for a consumer thread's fragment: rows gm, gm + 1 (gm even) of a column-major D
 // with leading dimension ld, columns n0 + fragment column, within rows x cols. The two rows are adjacent:
@@ -122,15 +155,8 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
     const int tile = blockIdx.y * gridDim.x + blockIdx.x, splits = gridDim.z;
     float* partials = work + (size_t)tile * splits * (BM * BN);
     store_fragment(acc, wt, partials + (size_t)blockIdx.z * (BM * BN), BM, BM, BN, row, 0, 1.0f, 0.0f);
-    __threadfence();
-    consumers_sync();
     int* count = split_sync + 2 * tile;  // slices arrived, slices done
-    if (threadIdx.x == 128) {
-        atomicAdd(count, 1);
-        while (load_acquire(count) < splits) {
-        }
-    }
-    consumers_sync();
+    split_k_meet(count, splits, threadIdx.x == 128, consumers_sync);
     const int share = (BM * BN + splits - 1) / splits;
     const int last = min(BM * BN, (blockIdx.z + 1) * share);
     for (int e = blockIdx.z * share + threadIdx.x - 128; e < last; e += CONSUMERS * 128) {
@@ -142,11 +168,7 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
         float* c = C + (size_t)n * M + m;
         *c = gemm_epilogue(sum, alpha, beta, c);
     }
-    consumers_sync();
-    if (threadIdx.x == 128 && atomicAdd(count + 1, 1) == splits - 1) {  // the tile's last: zero for the next launch
-        count[0] = 0;
-        count[1] = 0;
-    }
+    split_k_leave(count, splits, threadIdx.x == 128, consumers_sync);
 }
 
 #if CLUSTER_M > 1
@@ -221,3 +243,4 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
         tile(first, 0);
     }
 }
+#endif  // WIDE_N

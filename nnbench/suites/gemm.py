@@ -256,11 +256,12 @@ class GemmSession(Session):
             return dict(rec, status="ERROR", error=str(compiled))
         params = case.param_dict
         kernel = self.backend.load(compiled, v.kernel)
-        occ = self.backend.occupancy(kernel, v.threads(params), v.dynamic_smem_bytes(params))
-        rec.update(threads=v.threads(params), registers=kernel.info.registers,
-                   smem_bytes=kernel.info.smem_bytes + v.dynamic_smem_bytes(params),
-                   local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
         launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
+        # The kernel that runs: step 9's transposed one where the host took that path (`ran`), else the variant's.
+        kernel, threads, smem = getattr(launch_for, "ran", (kernel, v.threads(params), v.dynamic_smem_bytes(params)))
+        occ = self.backend.occupancy(kernel, threads, smem)
+        rec.update(threads=threads, registers=kernel.info.registers, smem_bytes=kernel.info.smem_bytes + smem,
+                   local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
         if path:
             rec["params"] = f"{rec['params']} · {path}"
         if v.rtol is not None:
@@ -296,6 +297,10 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
     allow_split = True
+    wide = wide_plan(shape, params, backend.device.sm_count, backend.device.smem_per_block_optin) \
+        if v.tensor_maps else None
+    if wide is not None:
+        return _wide_launch(backend, v, params, shape, wide, pa, pb, pc)
     if params.get("ADAPT"):
         tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
         if tile != params:
@@ -346,6 +351,85 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         return lambda: (keep, main())[1]
 
     return launch_for, path
+
+
+@dataclass(frozen=True)
+class WidePlan:
+    """Step 9's transposed path for one shape (kernels_cu/gemm/09_wide.cuh): wgmma's n, warpgroups (64-column
+    tiles of C^T) per block, slices of K and k-blocks per slice."""
+    n: int
+    groups: int
+    splits: int
+    per: int
+    stages: int
+    precision: int
+
+    def smem(self) -> int:  # 09_wide.cuh's wide_smem_bytes
+        return self.per * self.n * WIDE_BK * 4 * (2 if self.precision == 3 else 1) + \
+            self.groups * self.stages * 64 * WIDE_XP * 4 + 1024
+
+
+WIDE_MAX_M, WIDE_MIN_N, WIDE_BK, WIDE_XP = 128, 64 * 32, 32, 36
+
+
+def wide_plan(shape: Shape, params: dict[str, int], sms: int, smem_limit: int) -> WidePlan | None:
+    """The transposed path's launch for this shape, or None where the main kernel runs (ADAPT=0, clusters or
+    a persistent loop asked for, M > 128, N under 32 tiles of 64 columns, or A^T's slice too large).
+    C^T = B^T A^T puts N on wgmma's m: n = M rounded up to 8; two 64-column tiles a block where n >= 64 and K
+    has 4 k-blocks or more (they share A^T's slice, the size of a warpgroup's share of B at M = 100: one tile a
+    block 23.0 against 15.4 us; at K = 7 one tile a block 5.8 against 7.1-7.4 us, the H100 in one run); slices
+    of K where the tiles leave SMs idle, each of at least 4 k-blocks, every slice of a tile resident at once
+    (they meet), as few as let A^T's slice fit in shared memory."""
+    if not params.get("ADAPT") or params.get("CLUSTER_M", 1) > 1 or params.get("PERSISTENT") \
+            or shape.M > WIDE_MAX_M or shape.N < WIDE_MIN_N:
+        return None
+    n = -(-shape.M // 8) * 8
+    k_blocks = -(-shape.K // WIDE_BK)
+    groups = 2 if n >= 64 and k_blocks >= 4 else 1
+    tiles = -(-shape.N // (64 * groups))
+    most = max(1, min(k_blocks, sms // tiles))  # slices that stay resident together
+    asked = params.get("SPLIT_K", 0)
+    want = min(asked, most) if asked else max(1, min(k_blocks // 4, most))
+    for splits in range(want, most + 1):
+        per = -(-k_blocks // splits)
+        plan = WidePlan(n, groups, -(-k_blocks // per), per, params.get("STAGES", 4), params.get("PRECISION", 3))
+        if plan.smem() <= smem_limit:
+            return plan
+        if asked:
+            break
+    return None
+
+
+def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan: WidePlan, pa: int, pb: int,
+                 pc: int):
+    """gemm_launch's answer for the transposed path: its own module (WIDE_N, WIDE_G), one launch."""
+    module = _tile_module(backend, v, dict(params, WIDE_N=plan.n, WIDE_G=plan.groups))
+    kernel = backend.load(module, "gemm_wide")
+    grid = (-(-shape.N // (64 * plan.groups)), -(-shape.M // plan.n), plan.splits)
+    tiles = grid[0] * grid[1] if plan.splits > 1 else 0
+    sync = backend.upload(np.zeros(max(1, 2 * tiles), np.int32))  # the kernel leaves it zeroed
+    work = backend.alloc(4 * tiles * plan.splits * 64 * plan.groups * plan.n)
+    M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
+    extra = (np.int32(plan.per), backend.ptr(sync), backend.ptr(work))
+    path = f"C^T = B^T A^T here (M <= {WIDE_MAX_M}, N >= {WIDE_MIN_N}), wgmma n{plan.n}, {plan.groups} x 64 columns" \
+        " a block, cp.async B"
+    if plan.splits > 1:
+        path += f", split-K {plan.splits}"
+
+    def launch_for(alpha: float, beta: float):
+        main = backend.launcher(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
+                                np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
+        return lambda: ((sync, work), main())[1]
+
+    launch_for.ran = (kernel, 128 * plan.groups, plan.smem())  # for the record's resource columns
+    return launch_for, path
+
+
+def launched_kernel(v: Variant, params: dict[str, int], shape: Shape, device) -> str:
+    """The kernel a launch of this case runs (`gemm_wide` where wide_plan takes the shape): what ncu profiles."""
+    if v.tensor_maps and wide_plan(shape, params, device.sm_count, device.smem_per_block_optin) is not None:
+        return "gemm_wide"
+    return v.kernel
 
 
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
