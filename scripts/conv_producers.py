@@ -25,18 +25,25 @@ def main() -> None:
     a = ap.parse_args()
     be = CudaBackend()
     st = measure.TimingSettings(budget_s=a.budget)
-    fwd, bwd = registry.get("conv", "implicit-wgmma"), registry.get("conv-backward", "implicit-wgmma-backward")
     fcombos = [dict(BN=bn, **b) for bn in (64, 128) for b in BUILDS]
     bcombos = [dict(BM=bm, BN=bn, **b) for bm, bn in ((128, 128), (128, 64)) for b in BUILDS]
     bcombos.append(dict(BM=64, BN=128, PRODUCER_WGS=2))
     spec = lambda text: {k: int(v) for k, v in (kv.split("=") for kv in text.split(","))}  # noqa: E731
     if a.fwd or a.bwd:
         fcombos, bcombos = [spec(t) for t in a.fwd or []], [spec(t) for t in a.bwd or []]
+    time_builds(be, st, fcombos, bcombos, a.layer)
+
+
+def time_builds(be, st, fcombos: list[dict], bcombos: list[dict], layers: list[int] | None = None) -> None:
+    """Each forward and backward build (the registry's defaults with a combo's -Ds) on the resnet layers
+    (1-based, default all): verified against float64 and timed, the backward's two gradients apart.
+    Also serves scripts/conv_gather_regs.py."""
+    fwd, bwd = registry.get("conv", "implicit-wgmma"), registry.get("conv-backward", "implicit-wgmma-backward")
     comps = compile_sources(fwd.target(be.arch), [(fwd.source, dict(fwd.defaults(), **c)) for c in fcombos]
                             + [(bwd.source, dict(bwd.defaults(), **c)) for c in bcombos])
-    layers = conv.load_sets()["resnet"]
-    for li in a.layer or range(1, len(layers) + 1):
-        shape = layers[li - 1]
+    sets = conv.load_sets()["resnet"]
+    for li in layers or range(1, len(sets) + 1):
+        shape = sets[li - 1]
         sess = conv.WORKLOAD.session(be, st, 1e-4, 0, {})
         sess.prepare(shape)
         b = sess._gradients()

@@ -1,6 +1,7 @@
 """Writes kernels_cu/gemm/09_wgmma_n.cuh: `wgmma_tf32<N>`, wgmma.mma_async m64nNk8 (TF32, A from registers)
 for every n that step 9's transposed path may take (8..128 in steps of 8). An inline-asm operand list cannot
-be built by the C preprocessor from a number, so the specializations are written out here.
+be built by the C preprocessor from a number, so the specializations are written out here; n = 64 and 128,
+which the main mainloop uses too, call common/hopper.cuh's hand-written instructions instead of a copy.
 
     python3 scripts/step9_gen_wgmma.py
 """
@@ -14,13 +15,28 @@ HEAD = """\
 // in steps of 8. d holds N/2 accumulators per thread (hopper.cuh gives the layout); scale_d = 0 overwrites d.
 #pragma once
 
+#include "common/hopper.cuh"
+
 template <int N>
 struct WgmmaTf32;
 """
 
 
+IN_HOPPER = {64: "wgmma_m64n64k8", 128: "wgmma_m64n128k8"}  # common/hopper.cuh's, shared with the mainloop
+
+
 def spec(n: int) -> str:
     r = n // 2
+    if n in IN_HOPPER:
+        return f"""
+template <>
+struct WgmmaTf32<{n}> {{
+    __device__ __forceinline__ static void mma(float (&d)[{r}], const unsigned (&a)[4], unsigned long long b_desc,
+                                               int scale_d) {{
+        {IN_HOPPER[n]}(d, a, b_desc, scale_d);
+    }}
+}};
+"""
     regs = ", ".join(f"%{i}" for i in range(r))
     outs = ", ".join(f'"+f"(d[{i}])' for i in range(r))
     return f"""
