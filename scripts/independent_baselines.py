@@ -36,6 +36,7 @@ written too, with the spread.
 
 Why a script, not the CLI: it is the check of the CLI's baselines, so it must not use the CLI's code.
 Usage: python3 scripts/independent_baselines.py OUTDIR [ROUNDS]   (GPU, PyTorch and CuPy; ROUNDS 5)
+       python3 scripts/independent_baselines.py --eager-pairs N OUTDIR   (N more eager pairs, one process)
        python3 scripts/independent_baselines.py --conv    (one process: the four cuDNN rows, JSON)
        python3 scripts/independent_baselines.py --train CSV    (PyTorch's Net 8 B=4096 steps, nnbench's train
                                                                 in the same process, JSON)
@@ -237,6 +238,28 @@ def nnbench_eager_timer(batch: int = 4096):
     return lambda: batched.time_torch_step(backend, lambda: step_t(*sample(0)), True).median_ms
 
 
+def eager_pairs(n: int) -> list[dict]:
+    """n interleaved eager timings in this process: nnbench's timer on nnbench's program and the
+    independent loop, side by side (which goes first alternates)."""
+    ours = nnbench_eager_timer()
+    pairs = []
+    for k in range(n):
+        got = {}
+        for side in (("nnbench", "independent") if k % 2 else ("independent", "nnbench")):
+            got[side] = ours() if side == "nnbench" else torch_step(NET8, 4096, False)
+        pairs.append(got)
+    return pairs
+
+
+def write_pairs(path: Path, label, pairs: list[dict]) -> None:
+    """Append pairs to the run's eager_pairs.csv (round = label)."""
+    with open(path, "a", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=["round", "pair", "nnbench", "independent"])
+        if f.tell() == 0:
+            w.writeheader()
+        w.writerows(dict(round=label, pair=k, **p) for k, p in enumerate(pairs))
+
+
 def train_round(csv_path: str) -> dict:
     """This process: the independent steps, nnbench's train command (in-process, as `python -m
     nnbench` runs it), the independent steps again; then EAGER_PAIRS interleaved pairs of eager
@@ -251,14 +274,7 @@ def train_round(csv_path: str) -> dict:
         out["nnbench_exit"] = e.code
     try:
         out["after"] = steps()
-        ours = nnbench_eager_timer()
-        pairs = []
-        for k in range(EAGER_PAIRS):
-            got = {}
-            for side in (("nnbench", "independent") if k % 2 else ("independent", "nnbench")):
-                got[side] = ours() if side == "nnbench" else torch_step(NET8, 4096, False)
-            pairs.append(got)
-        out["eager_pairs"] = pairs
+        out["eager_pairs"] = eager_pairs(EAGER_PAIRS)
     except Exception as e:  # noqa: BLE001 - the steps before nnbench still stand
         out["after_error"] = f"{type(e).__name__}: {e}"
     return out
@@ -332,11 +348,7 @@ def one_round(i: int, out: Path) -> list[dict]:
                           nnbench_note="nnbench's timer on nnbench's program, in the independent process",
                           independent_note=f"pairs' nnbench/independent: median {statistics.median(ratios):.4f}, "
                                            f"range {min(ratios):.3f}-{max(ratios):.3f}"))
-        with open(out / "eager_pairs.csv", "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=["round", "pair", "nnbench", "independent"])
-            if f.tell() == 0:
-                w.writeheader()
-            w.writerows(dict(round=i, pair=k, **p) for k, p in enumerate(eager))
+        write_pairs(out / "eager_pairs.csv", i, eager)
     for p in pairs:
         print(f"round {i}: {p['baseline']:44} nnbench {p['nnbench']:.4f} independent {p['independent']:.4f}",
               flush=True)
@@ -403,14 +415,32 @@ def main(out: Path, rounds: int = 5) -> int:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))
         w.writeheader()
         w.writerows(rows)
+    ratio = summarise_pairs(out)
+    return 0 if agreed(rows, ratio) else 1
+
+
+def summarise_pairs(out: Path) -> float | None:
+    """Every eager pair of the run (its rounds' and any --eager-pairs run's): the median
+    nnbench/independent ratio, printed and written with its interval; None without pairs."""
     eager = read_pairs(out / "eager_pairs.csv")
-    if eager:
-        ratio, low, high = paired_ratio(eager)
-        print(f"eager, all {len(eager)} interleaved pairs: nnbench/independent median {ratio:.4f} "
-              f"(95% bootstrap interval {low:.4f}-{high:.4f})")
-        (out / "eager_pairs_summary.json").write_text(json.dumps(dict(pairs=len(eager), median_ratio=ratio,
-                                                                      ci95=[low, high])))
-    return 0 if all(abs(r["difference_pct"]) <= 3 for r in rows) else 1
+    if not eager:
+        return None
+    ratio, low, high = paired_ratio(eager)
+    print(f"eager, all {len(eager)} interleaved pairs: nnbench/independent median {ratio:.4f} "
+          f"(95% bootstrap interval {low:.4f}-{high:.4f})")
+    (out / "eager_pairs_summary.json").write_text(json.dumps(dict(pairs=len(eager), median_ratio=ratio,
+                                                                  ci95=[low, high])))
+    return ratio
+
+
+def agreed(rows: list[dict], eager_ratio: float | None, limit_pct: float = 3.0) -> bool:
+    """Every row within limit_pct of its independent timing. The eager step is judged by its interleaved
+    pairs alone: it wanders by tens of % within a second on the lent machine (eager_pairs.csv), so its
+    medians over rounds, timed seconds apart, say where the host was, not whose timer is right; with no
+    pairs the eager rows are judged as the others are."""
+    judged = [r for r in rows if eager_ratio is None or not r["baseline"].startswith("torch-eager")]
+    pairs_ok = eager_ratio is None or abs(100 * (eager_ratio - 1)) <= limit_pct
+    return pairs_ok and all(abs(r["difference_pct"]) <= limit_pct for r in judged)
 
 
 if __name__ == "__main__":
@@ -420,5 +450,10 @@ if __name__ == "__main__":
     if sys.argv[1] == "--train":
         result = train_round(sys.argv[2])
         print(json.dumps(result))
+        sys.exit(0)
+    if sys.argv[1] == "--eager-pairs":  # N OUTDIR: N more pairs in one fresh process, added to OUTDIR's
+        Path(sys.argv[3]).mkdir(parents=True, exist_ok=True)
+        write_pairs(Path(sys.argv[3]) / "eager_pairs.csv", "extra", eager_pairs(int(sys.argv[2])))
+        summarise_pairs(Path(sys.argv[3]))
         sys.exit(0)
     sys.exit(main(Path(sys.argv[1]), int(sys.argv[2]) if len(sys.argv) > 2 else 5))

@@ -40,3 +40,16 @@ def test_read_pairs(tmp_path):
     path.write_text("round,pair,nnbench,independent\n0,0,4.1,4.0\n0,1,3.9,4.0\n")
     assert ib.read_pairs(path) == [(4.1, 4.0), (3.9, 4.0)]
     assert ib.read_pairs(tmp_path / "missing.csv") == []
+
+
+def _rows(**diffs) -> list[dict]:
+    return [dict(baseline=name, difference_pct=d) for name, d in diffs.items()]
+
+
+def test_agreement_judges_the_eager_step_by_its_pairs_alone():
+    ib = _script()
+    rows = _rows(cudnn=0.7, **{"torch-eager step": -3.5, "torch-eager pairs": -4.2, "torch-graph": -0.6})
+    assert ib.agreed(rows, 1.02)  # the eager medians over rounds say where the host was
+    assert not ib.agreed(rows, 1.05)  # the pairs see nnbench's eager timer 5% off
+    assert not ib.agreed(rows, None)  # no pairs: the eager rows are judged as the others
+    assert not ib.agreed(_rows(cudnn=3.5, **{"torch-eager step": 0.0}), 1.0)  # any other row beyond 3%
