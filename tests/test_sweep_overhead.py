@@ -2,6 +2,8 @@
 cost milliseconds on the H100 happen once per process, not once per `measure` call; and `--gpus 1`
 starts the very worker a plain sweep starts, so the two can differ only by chance."""
 
+import pytest
+
 from nnbench import config, sweep
 from nnbench.cli import app
 from nnbench.cli import sweep as cli_sweep
@@ -113,18 +115,43 @@ def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
     """The CLI's `--gpus 1` resolves to the plain sweep's own GPU without counting GPUs, which would
     initialise CUDA in the parent (a plain sweep's parent never does); more GPUs are counted."""
     import nnbench.runtime
+    from nnbench import worker
 
     def count():
         raise AssertionError("the parent initialised CUDA to count GPUs")
 
     monkeypatch.setattr(nnbench.runtime, "device_count", count)
+    monkeypatch.setattr(worker, "count_gpus", count)
     monkeypatch.setattr(app, "DEVICE", [0])
     assert cli_sweep._gpus("1", "cuda") == [0]
     monkeypatch.setattr(app, "DEVICE", [3])
     assert cli_sweep._gpus("1", "auto") == [3]
-    monkeypatch.setattr(nnbench.runtime, "device_count", lambda: 4)
+    monkeypatch.setattr(worker, "count_gpus", lambda: 4)
     monkeypatch.setattr(app, "DEVICE", [0])
     assert cli_sweep._gpus("2", "cuda") == [0, 1] and cli_sweep._gpus("all", "cuda") == [0, 1, 2, 3]
+
+
+def test_gpus_n_counts_the_gpus_in_a_child_not_in_the_parent(monkeypatch):
+    """`--gpus 2` and `--gpus all` count in a child interpreter (nnbench.worker.count_gpus), so the
+    parent never initialises CUDA on any path; the child sees the parent's CUDA_VISIBLE_DEVICES (none
+    here: 0 GPUs on any machine). A child that fails is one line."""
+    import sys
+
+    import nnbench.runtime
+    from nnbench.errors import NnbenchError
+
+    def count():
+        raise AssertionError("the parent initialised CUDA to count GPUs")
+
+    monkeypatch.setattr(nnbench.runtime, "device_count", count)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(app, "DEVICE", [0])
+    for text in ("2", "all"):
+        with pytest.raises(NnbenchError, match=f"^--gpus {text}: this machine has no CUDA GPU"):
+            cli_sweep._gpus(text, "cuda")
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(NnbenchError, match=r"^counting the CUDA GPUs failed \(exit 1\): no output$"):
+        cli_sweep._gpus("2", "cuda")
 
 
 def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
