@@ -154,6 +154,29 @@ class WorkerHung(Exception):
     pass
 
 
+def child_env() -> dict:
+    """The environment of a child interpreter that imports this checkout's nnbench."""
+    return dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def count_gpus() -> int:
+    """CUDA GPUs on this machine (as CUDA_VISIBLE_DEVICES shows them), counted in a child interpreter so
+    that this process never initialises CUDA: a sweep's parent only plans, compiles and writes, and its
+    workers own the GPUs (a plain sweep's parent never calls cuInit; `--gpus N` should not either). 0
+    without PyCUDA or a driver; a child that fails otherwise is one line naming what it said."""
+    code = "from nnbench.runtime import device_count; print(device_count())"
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=child_env(), capture_output=True, text=True,
+                              timeout=HELLO_TIMEOUT_S, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise NnbenchError(f"counting the CUDA GPUs took over {HELLO_TIMEOUT_S:.0f} s (a hung driver?)") from None
+    said = done.stdout.split()
+    if done.returncode or len(said) != 1 or not said[0].isdigit():
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise NnbenchError(f"counting the CUDA GPUs failed (exit {done.returncode}): {last}")
+    return int(said[0])
+
+
 class Worker:
     """The parent's side: start, hand over one job, wait for its record under the watchdog."""
 
@@ -165,8 +188,7 @@ class Worker:
         self.spawned = time.time()
         p2c_r, p2c_w = os.pipe()
         c2p_r, c2p_w = os.pipe()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
-                                                                        os.environ.get("PYTHONPATH")])))
+        env = child_env()
         # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores
         # (of this worker's share of the host).
         blas = str(max(1, (os.cpu_count() or 1) // max(1, share) - 2))

@@ -5,13 +5,18 @@ Not the CLI because it runs the sweep several times and splits the time: each ru
 `nnbench sweep configs/step4_space.yaml --out FILE [--gpus 1]` (sweep.execute through nnbench.api).
 
     python3 scripts/sweep_overhead.py [--config configs/step4_space.yaml] --out-dir DIR [--pairs 3] [--lead plain]
+        [--compile-first sm_90] [--max-seconds S]
 
 First a plain sweep from an empty cubin cache (a fresh NNBENCH_CACHE: the overhead figure, as a
 user's first sweep of a space), then `--pairs` pairs of a plain sweep and a `--gpus 1` sweep on the
 now warm cache, in the order g p, p g, g p, ... (each pair's two runs are next to each other, and
 which goes first alternates, so a drift of the machine does not favour either). `--lead plain`
 mirrors it (p g, g p, p g, ...): every kind then takes the places in the series that the other took,
-which tells an effect of the kind from one of the place (after the cold run, say).
+which tells an effect of the kind from one of the place (after the cold run, say). `--compile-first ARCH`
+replaces the measured cold run by a compile of the config's kernels into the empty cache (no overhead
+figure, ~30 s less of a device call: every measured run is then one of a pair); `--max-seconds` starts
+no pair that would end after that many seconds of the script (as the longest run so far predicts).
+Per-pair figures beyond the run phase's ratio: scripts/sweep_pairs.py.
 
 Per run: the samples the stopping rule drew (and how many cases needed more than their first batch),
 the run phase (first job to last record), the kernels' event-timed time (warm-up, rate
@@ -29,11 +34,12 @@ import os
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from nnbench import api, config, results  # noqa: E402
+from nnbench import api, config, results, sweep  # noqa: E402
 
 
 def drawn(path: Path) -> tuple[int, int]:
@@ -77,12 +83,30 @@ def main() -> None:
     ap.add_argument("--lead", choices=("gpus1", "plain"), default="gpus1",
                     help="the kind that runs first in odd pairs (the other leads even pairs)")
     ap.add_argument("--backend", default="cuda")
+    ap.add_argument("--compile-first", metavar="ARCH",
+                    help="compile for ARCH (e.g. sm_90) instead of the measured cold run")
+    ap.add_argument("--max-seconds", type=float, help="start no pair that would end after this many seconds")
     args = ap.parse_args()
+    t0 = time.perf_counter()
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     os.environ["NNBENCH_CACHE"] = tempfile.mkdtemp(prefix="nnbench-cubins-")  # empty: the first run compiles all
     got: dict = {"git_sha": results.git_sha(), "cache": os.environ["NNBENCH_CACHE"]}
-    for name, kind in order(args.pairs, args.lead):
+    runs = order(args.pairs, args.lead)
+    if args.compile_first:
+        for spec in config.load_config(Path(args.config)):
+            st = sweep.compile_only(spec, args.compile_first)
+            print(f"compiled first for {args.compile_first}: {st.compiled} compiled, {st.cached} cached, "
+                  f"{st.failed} failed, {st.wall_s:.1f} s", flush=True)
+        runs = runs[1:]
+    longest = 0.0
+    for name, kind in runs:
+        elapsed = time.perf_counter() - t0
+        partner = f"{'plain' if kind == 'gpus1' else 'gpus1'}_{name.rsplit('_', 1)[1]}"
+        if args.max_seconds and partner not in got and elapsed + 2 * longest > args.max_seconds:
+            print(f"stopped before {name}: {elapsed:.0f} s + 2 x {longest:.0f} s > --max-seconds", flush=True)
+            break
+        r0 = time.perf_counter()
         specs = config.load_config(Path(args.config))
         o = api.run_sweep(specs, backend=args.backend, out=out / f"{name}.csv",
                           gpus=[0] if kind == "gpus1" else None).outcomes[0]
@@ -96,7 +120,9 @@ def main() -> None:
               f"in workers outside kernels {f['outside_kernels_in_workers_s']:.2f} s, parent and pipe "
               f"{f['parent_and_pipe_s']:.2f} s, first record after {f['first_record_s']:.2f} s; worker start-up "
               + ", ".join(f"{k} {v:.2f}" for k, v in st.items()), flush=True)
-    ratios = [got[f"gpus1_{i}"]["run_s"] / got[f"plain_{i}"]["run_s"] - 1 for i in range(1, args.pairs + 1)]
+        longest = max(longest, time.perf_counter() - r0)
+    done = [i for i in range(1, args.pairs + 1) if f"gpus1_{i}" in got and f"plain_{i}" in got]
+    ratios = [got[f"gpus1_{i}"]["run_s"] / got[f"plain_{i}"]["run_s"] - 1 for i in done]
     if ratios:
         got["gpus1_over_plain_run"] = ratios
         got["gpus1_over_plain_run_median"] = statistics.median(ratios)
@@ -107,7 +133,7 @@ def main() -> None:
         # (what the path itself costs).
         split = [(got[f"gpus1_{i}"]["kernel_s"] - got[f"plain_{i}"]["kernel_s"],
                   outside(got[f"gpus1_{i}"]) - outside(got[f"plain_{i}"]),
-                  got[f"gpus1_{i}"]["samples"] - got[f"plain_{i}"]["samples"]) for i in range(1, args.pairs + 1)]
+                  got[f"gpus1_{i}"]["samples"] - got[f"plain_{i}"]["samples"]) for i in done]
         got["gpus1_less_plain_kernel_outside_samples"] = split
         print("--gpus 1 less plain, per pair: " + ", ".join(f"kernels {k:+.2f} s, outside kernels {o:+.2f} s, "
                                                           f"{n:+d} samples" for k, o, n in split))

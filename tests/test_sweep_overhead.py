@@ -2,6 +2,8 @@
 cost milliseconds on the H100 happen once per process, not once per `measure` call; and `--gpus 1`
 starts the very worker a plain sweep starts, so the two can differ only by chance."""
 
+import pytest
+
 from nnbench import config, sweep
 from nnbench.cli import app
 from nnbench.cli import sweep as cli_sweep
@@ -113,18 +115,43 @@ def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
     """The CLI's `--gpus 1` resolves to the plain sweep's own GPU without counting GPUs, which would
     initialise CUDA in the parent (a plain sweep's parent never does); more GPUs are counted."""
     import nnbench.runtime
+    from nnbench import worker
 
     def count():
         raise AssertionError("the parent initialised CUDA to count GPUs")
 
     monkeypatch.setattr(nnbench.runtime, "device_count", count)
+    monkeypatch.setattr(worker, "count_gpus", count)
     monkeypatch.setattr(app, "DEVICE", [0])
     assert cli_sweep._gpus("1", "cuda") == [0]
     monkeypatch.setattr(app, "DEVICE", [3])
     assert cli_sweep._gpus("1", "auto") == [3]
-    monkeypatch.setattr(nnbench.runtime, "device_count", lambda: 4)
+    monkeypatch.setattr(worker, "count_gpus", lambda: 4)
     monkeypatch.setattr(app, "DEVICE", [0])
     assert cli_sweep._gpus("2", "cuda") == [0, 1] and cli_sweep._gpus("all", "cuda") == [0, 1, 2, 3]
+
+
+def test_gpus_n_counts_the_gpus_in_a_child_not_in_the_parent(monkeypatch):
+    """`--gpus 2` and `--gpus all` count in a child interpreter (nnbench.worker.count_gpus), so the
+    parent never initialises CUDA on any path; the child sees the parent's CUDA_VISIBLE_DEVICES (none
+    here: 0 GPUs on any machine). A child that fails is one line."""
+    import sys
+
+    import nnbench.runtime
+    from nnbench.errors import NnbenchError
+
+    def count():
+        raise AssertionError("the parent initialised CUDA to count GPUs")
+
+    monkeypatch.setattr(nnbench.runtime, "device_count", count)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    monkeypatch.setattr(app, "DEVICE", [0])
+    for text in ("2", "all"):
+        with pytest.raises(NnbenchError, match=f"^--gpus {text}: this machine has no CUDA GPU"):
+            cli_sweep._gpus(text, "cuda")
+    monkeypatch.setattr(sys, "executable", "/bin/false")
+    with pytest.raises(NnbenchError, match=r"^counting the CUDA GPUs failed \(exit 1\): no output$"):
+        cli_sweep._gpus("2", "cuda")
 
 
 def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
@@ -141,3 +168,32 @@ def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
     assert [k for _, k in usual[1:]] == ["gpus1", "plain", "plain", "gpus1", "gpus1", "plain"]
     assert [k for _, k in mirrored[1:]] == ["plain", "gpus1", "gpus1", "plain", "plain", "gpus1"]
     assert sorted(n for n, _ in usual) == sorted(n for n, _ in mirrored)  # the same runs, named alike
+
+
+def _script(name):
+    import importlib.util
+
+    from nnbench import paths
+    spec = importlib.util.spec_from_file_location(name, paths.ROOT / f"scripts/{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_sample_matched_ratio_takes_out_only_the_extra_samples():
+    """scripts/sweep_pairs.py: a `--gpus 1` run that drew 90 more samples of a 5 ms case (0.45 s more,
+    reps 1) and spent 0.1 s more outside kernels reads +0.1 s on the matched run phase, not +0.55 s;
+    the order-statistic interval of 6 pairs is min..max at 96.9%."""
+    pairs = _script("sweep_pairs")
+    case, other = ("v", "a", "s"), ("v", "b", "s")
+    p_rows = {case: {"samples": [5.0] * 10, "reps": 1, "median_ms": 5.0}, other: {"samples": [2.0] * 20, "reps": 2,
+                                                                                    "median_ms": 2.0}}
+    g_rows = {case: {"samples": [5.0] * 100, "reps": 1, "median_ms": 5.0}, other: {"samples": [2.0] * 10, "reps": 2,
+                                                                                     "median_ms": 2.0}}
+    p = {"run_s": 20.0, "kernel_s": 18.0, "first_record_s": 2.0}
+    g = {"run_s": 20.0 + 0.45 - 0.04 + 0.1, "kernel_s": 18.0 + 0.45 - 0.04, "first_record_s": 2.0}
+    fig = pairs.pair(g, p, g_rows, p_rows)
+    assert abs(fig["matched"] - 0.1 / (20.0 - 0.04)) < 1e-9, fig
+    assert abs(fig["outside_s"] - 0.1) < 1e-9 and fig["samples"] == 80 and fig["kernels"] == 0.0
+    lo, hi, cover = pairs.sign_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0])
+    assert (lo, hi) == (1.0, 6.0) and abs(cover - (1 - 2 / 64)) < 1e-12

@@ -205,10 +205,10 @@ def _gpus(text: str, backend: str) -> list[int]:
     first = app.DEVICE[0]
     if text != "all" and int(text) == 1:
         # The plain sweep's own GPU: its worker opens it and says if it is missing, as a plain sweep's
-        # does. Counting here would initialise CUDA in this process, which a plain sweep never does.
+        # does: no count at all.
         return [first]
-    from nnbench.runtime import device_count
-    count = device_count()
+    from nnbench.worker import count_gpus
+    count = count_gpus()  # in a child: this process, like a plain sweep's parent, never initialises CUDA
     if count == 0:
         raise NnbenchError(f"--gpus {text}: this machine has no CUDA GPU; use --backend cpu --gpus N for CPU workers")
     n = count if text == "all" else int(text)
