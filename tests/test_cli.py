@@ -48,6 +48,11 @@ def one_line_error(res, *needles):
     (["sweep", "configs/ci.yaml", "--compile-only", "--arch", "hopper"], ["--arch hopper", "sm_90"]),
     (["sweep", "configs/ci.yaml", "--fresh", "--out", "configs/ci.yaml"], ["--fresh would overwrite"]),
     (["sweep", "configs/ci.yaml", "--jobs", "0"], ["--jobs"]),
+    # refused before the plan table is printed: the one line is all the output
+    (["sweep", "configs/ci.yaml", "--compile-only", "--replay", "configs/ci.yaml"], ["--replay and --compile-only"]),
+    (["sweep", "configs/ci.yaml", "--replay", "nope.csv"], ["--replay nope.csv: no such file"]),
+    (["sweep", "configs/ci.yaml", "--mpi", "--gpus", "2"], ["--mpi and --gpus are exclusive"]),
+    (["sweep", "configs/ci.yaml", "--backend", "cpu", "--gpus", "x"], ["--gpus x", "all or a number"]),
     (["train", "--net", "9"], ["--net 9", "1, 2, 3, 4, 5, 6, 7, 8"]),
     (["train", "--layers", "120,x,7"], ["--layers 120,x,7", "comma-separated"]),
     (["train", "--layers", "120"], ["--layers 120", "at least an input and an output"]),

@@ -160,6 +160,14 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
     if arch and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
+    # every refusal before the plan is printed: bad input gets its one line and nothing else
+    if replay_path and compile_only:
+        raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
+    if replay_path and not Path(replay_path).is_file():
+        raise NnbenchError(f"--replay {replay_path}: no such file")
+    if mpi and gpus_opt:
+        raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
+    gpus = _gpus(gpus_opt, backend) if gpus_opt and not (dry_run or compile_only) else None
     for spec in specs:
         n_shapes = len(spec.shapes)
         app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · suite "
@@ -177,13 +185,6 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
             for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
                 app.out.print(_compile_line(outcome.compile))
         return
-    if replay_path and compile_only:
-        raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
-    if replay_path and not Path(replay_path).is_file():
-        raise NnbenchError(f"--replay {replay_path}: no such file")
-    if mpi and gpus_opt:
-        raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
-    gpus = _gpus(gpus_opt, backend) if gpus_opt else None
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
                          gpus=gpus, replay=replay_path, mpi=mpi)
     code = 1 if any(o.failed for o in outcomes) else 0
