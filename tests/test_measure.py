@@ -97,7 +97,7 @@ def test_reps_come_from_queued_launches_not_from_one_launch_issued_alone():
     # a host read past a whole sample's length (60 us, as a 20 us kernel read now and then) is checked too
     assert measure.measure(IssueLatencyBackend(0.06), lambda: None,
                            measure.TimingSettings(min_sample_ms=0.05, budget_s=10)).reps == 8
-    # and a host read of many sample lengths (the host's hiccup: a 7 us convolution read over 0.2 ms in 2 of 20
+    # and a host read of many sample lengths (the host's hiccup: a 7 us convolution read over 0.2 ms in one of 20
     # fresh runs on the H100, reps 1 and +18%) is checked by one queued launch before it is believed
     for hiccup in (0.3, 5.0):
         assert measure.measure(IssueLatencyBackend(hiccup), lambda: None,
