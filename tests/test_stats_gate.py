@@ -295,7 +295,8 @@ class Backend:
         return 1.0
 
     def timed_samples(self, fn, reps, count, during=None):
-        during()
+        if during is not None:  # (measure's check of a long host read queues one launch without a probe)
+            during()
         return [1.0] * count
 
     def sm_clock_mhz(self):
