@@ -1,0 +1,120 @@
+"""LeNet-5's paths on the host, without a GPU: which kernels each layer's forward and backward launch on
+the unroll and the implicit-GEMM paths (a recording backend stands in for the GPU, and the builds are
+skipped), what the implicit path's tiles cost the small layers, the rows' names, and the refusals."""
+
+import numpy as np
+import pytest
+
+from nnbench.errors import NnbenchError
+from nnbench.runtime import tensormap
+from nnbench.runtime.device import DeviceInfo
+from nnbench.suites import lenet
+
+
+class _Kernel:
+    def __init__(self, log, name):
+        self.name = name
+        self.func = lambda *args, block, grid: log.append((name, tuple(grid)))
+
+
+class _Recorder:
+    """A cuda backend that records each launch (kernel name and grid) instead of running it."""
+
+    name, arch = "cuda", "sm_90"
+
+    def __init__(self, cc=(9, 0)):
+        self.device = DeviceInfo("test H100", cc, 132, 1980.0, 2619.0, 5120, 80 << 30, 50 << 20,
+                                 smem_per_block_optin=232448)
+        self.log: list[tuple[str, tuple]] = []
+        self._next = 1 << 20
+
+    def upload(self, host: np.ndarray):
+        at, self._next = self._next, self._next + -(-max(host.nbytes, 4) // 256) * 256
+        return at
+
+    def load(self, compiled, name):
+        return _Kernel(self.log, name)
+
+    def launcher(self, kernel, grid, block, args, signature, smem=0):
+        return lambda: self.log.append((kernel.name, tuple(grid)))
+
+
+@pytest.fixture
+def recorder(monkeypatch):
+    monkeypatch.setattr(lenet, "compile_sources", lambda arch, kernels: [object() for _ in kernels])
+    monkeypatch.setattr(tensormap, "encode_tiled", lambda *a, **k: bytes(tensormap.MAP_BYTES))
+    return _Recorder()
+
+
+def _net(backend, path, batch=8):
+    x, labels = lenet.images(1, 0)
+    return lenet.GpuLeNet(backend, lenet.init_params(0), x[:batch], labels[:batch], 0.05, path)
+
+
+def _stage_kernels(backend, net, stage):
+    fn = dict(net.stages)[stage]
+    backend.log.clear()
+    fn()
+    return [name for name, _ in backend.log]
+
+
+def test_the_implicit_path_runs_the_convolutions_as_implicit_gemms_and_no_im2col(recorder):
+    net = _net(recorder, "implicit")
+    assert net.paths == ["implicit", "implicit"] + [lenet.FC_PATH] * 3
+    assert _stage_kernels(recorder, net, "conv1 implicit forward") == ["conv_forward"]
+    assert _stage_kernels(recorder, net, "conv2 implicit forward") == ["conv_forward"]
+    # conv1's input is the images: its backward is the filter gradient alone (dW zeroed, then the slices)
+    assert _stage_kernels(recorder, net, "conv1 implicit backward") == ["clear", "conv_filter_grad"]
+    conv2 = _stage_kernels(recorder, net, "conv2 implicit backward")
+    assert conv2[-2:] == ["clear", "conv_filter_grad"] and "conv_data_grad" in conv2
+    recorder.log.clear()
+    net.callable(net.step_launches)()
+    names = [name for name, _ in recorder.log]
+    assert len(names) == (52 if lenet.FC_PATH == "unroll" else 44)  # the unroll path's 58, less 6 for im2col
+    # the pools read the implicit forward's NCHW output: nothing unrolled or repacked for conv1, conv2
+    assert names.count("unroll") == names.count("to_nchw") == (3 if lenet.FC_PATH == "unroll" else 0)
+    assert names.count("pool_forward") == names.count("pool_backward") == 2
+    assert names[-1] == "sgd" and names.count("softmax_xent") == 1
+
+
+def test_the_unroll_path_is_the_teaching_step_as_before(recorder):
+    net = _net(recorder, "unroll")
+    assert net.paths == ["unroll"] * 5
+    recorder.log.clear()
+    net.callable(net.step_launches)()
+    names = [name for name, _ in recorder.log]
+    assert "conv_forward" not in names and "conv_filter_grad" not in names
+    assert names.count("unroll") == 5 and names.count("col2im") == 4  # no input gradient for conv1
+    assert len(names) == 58  # as at 2cb7c46 (docs/results/conv.md: 58 kernels a step)
+
+
+def test_the_fully_connected_layers_on_the_implicit_kernels_too(recorder):
+    other = next(p for p in lenet.PATHS if p not in ("unroll", "implicit"))
+    net = _net(recorder, other)
+    assert net.paths == ["implicit"] * 5
+    assert _stage_kernels(recorder, net, "fc1 implicit forward") == ["conv_forward"]
+
+
+def test_the_tiles_cost_of_the_small_layers():
+    rows = {(r["layer"], r["gemm_pass"]): r for r in lenet.padding(64)}
+    c1 = rows["conv1", "forward"]
+    assert (c1["M"], c1["N"], c1["K"]) == (64 * 28 * 28, 6, 25)
+    # 392 tiles of 128 rows, one BN = 64 tile for 6 maps, one BK = 32 k-block for 25 taps
+    assert c1["issued"] == 392 * 128 * 64 * 32 and c1["waste"] == pytest.approx(64 / 6 * 32 / 25)
+    fg = rows["conv2", "filter gradient"]
+    assert fg["issued"] == 2 * 128 * 64 * 64 * 4 * 32  # 150 taps in 2 tiles; 100 pixels in 4 k-blocks an image
+    assert all(r["needed"] == rows[r["layer"], "forward"]["needed"] for r in rows.values())
+    assert all(r["waste"] >= 1 for r in rows.values())
+
+
+def test_rows_are_named_by_path_and_unknown_paths_refused():
+    assert lenet.row_name("unroll", "step-graph") == "lenet5-step-graph"
+    assert lenet.row_name("implicit", "step-graph") == "lenet5-implicit-step-graph"
+    with pytest.raises(NnbenchError, match="choose from unroll, implicit"):
+        lenet.layer_paths("im2col")
+    assert set(lenet.VARIANT_PATHS.values()) <= set(lenet.PATHS)
+
+
+def test_below_sm90_the_implicit_path_is_one_skip_row(recorder):
+    rows = list(lenet.run(_Recorder((8, 0)), 4, paths=("implicit",), with_torch=False))
+    assert [r["status"] for r in rows] == ["SKIP"] and "sm_90a" in rows[0]["error"]
