@@ -118,3 +118,36 @@ def test_rows_are_named_by_path_and_unknown_paths_refused():
 def test_below_sm90_the_implicit_path_is_one_skip_row(recorder):
     rows = list(lenet.run(_Recorder((8, 0)), 4, paths=("implicit",), with_torch=False))
     assert [r["status"] for r in rows] == ["SKIP"] and "sm_90a" in rows[0]["error"]
+
+
+@pytest.mark.parametrize("shape", [(3, 1, 32, 6, 5, 0), (2, 6, 14, 16, 5, 0), (3, 16, 5, 120, 5, 0),
+                                   (2, 120, 1, 84, 1, 0), (2, 3, 9, 5, 3, 1)])
+def test_the_implicit_gathers_on_the_cpu_match_float64(shape):
+    """The CPU path of conv steps 9 and 10 (their gathers, tiles and zero-fill in NumPy) on LeNet-5's
+    layers and a padded one: forward, data and filter gradients against the float64 reference."""
+    from nnbench.suites import conv
+    from nnbench.suites import implicit_numpy as imp
+    N, C, H, K, R, pad = shape
+    rng = np.random.default_rng(1)
+    x, w = conv.random_nonzero(rng, (N, C, H, H)), conv.random_nonzero(rng, (K, C, R, R))
+    ref = conv.conv_reference(x, w, 1, pad)
+    dy = conv.random_nonzero(rng, ref.shape)
+    dx_ref, dw_ref = conv.conv_backward_reference(x, w, dy, 1, pad)
+    err = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)  # noqa: E731
+    assert err(imp.forward(x, w, pad), ref) < 1e-6
+    assert err(imp.data_grad(dy, w, x.shape, pad), dx_ref) < 1e-6
+    assert err(imp.filter_grad(x, dy, R, pad), dw_ref) < 1e-6
+
+
+@pytest.mark.parametrize("path", ["implicit", "implicit-fc-implicit"])
+def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path):
+    """LeNet-5's one-step check (weight changes and loss against float64, STEP_RTOL) on the CPU path of the
+    implicit variant: passes as built, fails with the kernels' planted defect (-DMUTATE_DROP_TAP: the last
+    of each filter's taps never gathered) modelled; the GPU's own is tests/test_gpu_lenet.py."""
+    x, labels = lenet.images(1, 0)
+    x, labels = x[:6], labels[:6]
+    params = lenet.init_params(0)
+    ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
+    errs = [lenet.cpu_step_error(params, *lenet.cpu_step(params, x, labels, 0.05, path, drop), ref_loss, ref_params)
+            for drop in (False, True)]
+    assert errs[0] <= lenet.STEP_RTOL < errs[1], errs

@@ -186,6 +186,78 @@ def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
     return loss, new[::-1], logits
 
 
+# -- on the CPU, as the paths compute it -------------------------------------------------------------
+def _unroll_cpu(x: np.ndarray, wt: np.ndarray):
+    """The unroll path's arithmetic in float32 (im2col, then one product): (forward, data grad, filter grad)."""
+    K, C, R, _ = wt.shape
+    w2 = wt.reshape(K, -1)
+
+    def fwd(a):
+        u = conv.im2col(a, R, 1, 0)
+        return np.matmul(w2, u).reshape(len(a), K, a.shape[2] - R + 1, -1)
+
+    def back(a, d):
+        u, d2 = conv.im2col(a, R, 1, 0), d.reshape(len(a), K, -1)
+        dw = np.tensordot(d2, u, axes=([0, 2], [0, 2])).reshape(wt.shape).astype(np.float32)
+        return conv.col2im(np.matmul(w2.T, d2), a.shape, R, 1, 0).astype(np.float32), dw
+    return fwd(x), back
+
+
+def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str = "implicit",
+             drop_tap: bool = False):
+    """One SGD step in float32 on the CPU with each layer's convolutions computed as `path` computes them:
+    the implicit layers by nnbench/suites/implicit_numpy.py (the kernels' gathers, tiles and zero-fill;
+    `drop_tap`: their last filter tap never gathered, as -DMUTATE_DROP_TAP), the others by im2col and a
+    product. Returns (loss, updated params), for the same check as the GPU's step (`cpu_step_error`)."""
+    from nnbench.suites import implicit_numpy as imp
+    f32 = np.float32
+    kinds = layer_paths(path)
+    acts, pre, backs = [x.astype(f32)], [], []
+    a = acts[0]
+    for (W, b), lay, kind in zip(params, LAYERS, kinds):
+        W = W.astype(f32)
+        if kind == "implicit":
+            z = imp.forward(a, W, drop_tap=drop_tap)
+            backs.append(lambda a_, d, W=W: (imp.data_grad(d, W, a_.shape, drop_tap=drop_tap),
+                                             imp.filter_grad(a_, d, W.shape[2], drop_tap=drop_tap)))
+        else:
+            z, back = _unroll_cpu(a, W)
+            backs.append(back)
+        z = z + b.astype(f32)[None, :, None, None]
+        z = np.maximum(z, 0) if lay.relu else z
+        pre.append(z)
+        a = conv.pool_reference(z, lay.pool, "max").astype(f32) if lay.pool else z
+        acts.append(a)
+    logits = a.reshape(len(x), CLASSES)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    loss = float(-np.mean(np.log(p[np.arange(len(x)), labels])))
+    d = p.copy()
+    d[np.arange(len(x)), labels] -= 1.0
+    d = (d / len(x)).reshape(a.shape).astype(f32)
+    new = []
+    for i in range(len(LAYERS) - 1, -1, -1):
+        lay, (W, b) = LAYERS[i], params[i]
+        if lay.pool:
+            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max").astype(f32)
+        if lay.relu:
+            d = d * (pre[i] > 0)
+        dx, dw = backs[i](acts[i], d)
+        new.append((W - rate * dw, b - rate * d.sum(axis=(0, 2, 3))))
+        d = dx
+    return loss, new[::-1]
+
+
+def cpu_step_error(params, got_loss: float, got_params, ref_loss: float, ref_params) -> float:
+    """The one-step check's error: the larger of the weight changes' error against float64
+    (mlp.weight_change_error over weights and biases) and the loss's relative error."""
+    from nnbench.suites import mlp
+    init = [W for W, _ in params] + [b for _, b in params]
+    err = mlp.weight_change_error([W for W, _ in got_params] + [b for _, b in got_params],
+                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
+    return max(err, abs(got_loss - ref_loss) / abs(ref_loss))
+
+
 # -- on the GPU -----------------------------------------------------------------------------------
 def _block_grid(backend, total: int):
     return (256, 1, 1), (backend.device.stride_blocks(total), 1, 1)
@@ -344,17 +416,12 @@ def first_step_error(net: GpuLeNet, step, params, ref_loss: float, ref_params) -
     """One training step (`step`: the net's launches, or their graph) from the initial weights, logits
     poisoned first: the larger of its weight changes' error against float64 (mlp.weight_change_error
     over weights and biases) and its loss's relative error."""
-    from nnbench.suites import mlp
     be = net.be
     be.fill_nan(net.logits, net.batch * CLASSES)
     be.write(net.loss, np.zeros(1, np.float32))
     step()
     loss = float(be.download(net.loss, np.zeros(1, np.float32))[0])
-    init = [W for W, _ in params] + [b for _, b in params]
-    got = net.params()
-    err = mlp.weight_change_error([W for W, _ in got] + [b for _, b in got],
-                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
-    return max(err, abs(loss - ref_loss) / abs(ref_loss))
+    return cpu_step_error(params, loss, net.params(), ref_loss, ref_params)
 
 
 # -- PyTorch --------------------------------------------------------------------------------------
