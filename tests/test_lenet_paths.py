@@ -88,9 +88,12 @@ def test_the_unroll_path_is_the_teaching_step_as_before(recorder):
     assert len(names) == 58  # as at 2cb7c46 (docs/results/conv.md: 58 kernels a step)
 
 
-def test_the_fully_connected_layers_on_the_implicit_kernels_too(recorder):
-    other = next(p for p in lenet.PATHS if p not in ("unroll", "implicit"))
-    net = _net(recorder, other)
+ALL_IMPLICIT = ("implicit-fc-implicit", ("implicit", "implicit"))  # not a path of PATHS (FC_PATH says why)
+
+
+def test_the_fully_connected_layers_on_the_implicit_kernels_too(recorder, monkeypatch):
+    monkeypatch.setitem(lenet.PATHS, *ALL_IMPLICIT)
+    net = _net(recorder, ALL_IMPLICIT[0])
     assert net.paths == ["implicit"] * 5
     assert _stage_kernels(recorder, net, "fc1 implicit forward") == ["conv_forward"]
 
@@ -139,11 +142,12 @@ def test_the_implicit_gathers_on_the_cpu_match_float64(shape):
     assert err(imp.filter_grad(x, dy, R, pad), dw_ref) < 1e-6
 
 
-@pytest.mark.parametrize("path", ["implicit", "implicit-fc-implicit"])
-def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path):
+@pytest.mark.parametrize("path", ["implicit", ALL_IMPLICIT[0]])
+def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path, monkeypatch):
     """LeNet-5's one-step check (weight changes and loss against float64, STEP_RTOL) on the CPU path of the
     implicit variant: passes as built, fails with the kernels' planted defect (-DMUTATE_DROP_TAP: the last
     of each filter's taps never gathered) modelled; the GPU's own is tests/test_gpu_lenet.py."""
+    monkeypatch.setitem(lenet.PATHS, *ALL_IMPLICIT)
     x, labels = lenet.images(1, 0)
     x, labels = x[:6], labels[:6]
     params = lenet.init_params(0)

@@ -40,7 +40,7 @@ from nnbench.suites.base import Case
 @click.option("--model", type=click.Choice(["lenet5"]), default=None,
               help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
                    "(--n is the batch, default 64), checked against float64, beside PyTorch; on the unroll and "
-                   "the implicit-GEMM paths, or those given by --path (unroll, implicit, implicit-fc-implicit).")
+                   "the implicit-GEMM paths, or the one given by --path (unroll or implicit).")
 @click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @force_option
 @json_option
