@@ -155,3 +155,17 @@ def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path, monke
     errs = [lenet.cpu_step_error(params, *lenet.cpu_step(params, x, labels, 0.05, path, drop), ref_loss, ref_params)
             for drop in (False, True)]
     assert errs[0] <= lenet.STEP_RTOL < errs[1], errs
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--model", "lenet5", "-p", "im2col", "--backend", "cpu"], "--path im2col"),
+    (["--model", "lenet5", "--k", "3", "--backend", "cpu"], "--model lenet5"),
+])
+def test_lenet5_bad_input_is_one_line(args, needle):
+    from click.testing import CliRunner
+
+    from nnbench.cli.app import cli
+    res = CliRunner().invoke(cli, ["conv", *args])
+    assert res.exit_code == 2, res.output
+    lines = [ln for ln in res.output.splitlines() if ln.strip()]
+    assert len(lines) == 1 and needle in lines[0], res.output
