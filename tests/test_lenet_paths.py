@@ -2,6 +2,8 @@
 the unroll and the implicit-GEMM paths (a recording backend stands in for the GPU, and the builds are
 skipped), what the implicit path's tiles cost the small layers, the rows' names, and the refusals."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
@@ -11,14 +13,24 @@ from nnbench.runtime.device import DeviceInfo
 from nnbench.suites import lenet
 
 
-class _Kernel:
-    def __init__(self, log, name):
-        self.name = name
-        self.func = lambda *args, block, grid: log.append((name, tuple(grid)))
+class _Buf:
+    """A device allocation of the recording backend: live until the last reference to it goes."""
+
+    def __init__(self, live: dict, at: int, nbytes: int) -> None:
+        self.live, self.at = live, at
+        live[at] = nbytes
+
+    def __int__(self) -> int:
+        return self.at
+
+    def __del__(self) -> None:
+        self.live.pop(self.at, None)
 
 
 class _Recorder:
-    """A cuda backend that records each launch (kernel name and grid) instead of running it."""
+    """A cuda backend that records each launch (kernel name and grid) instead of running it, and checks
+    that every address a launch is given lies in an allocation still alive (a launcher that outlives its
+    buffers writes into memory given back to the driver)."""
 
     name, arch = "cuda", "sm_90"
 
@@ -26,17 +38,25 @@ class _Recorder:
         self.device = DeviceInfo("test H100", cc, 132, 1980.0, 2619.0, 5120, 80 << 30, 50 << 20,
                                  smem_per_block_optin=232448)
         self.log: list[tuple[str, tuple]] = []
+        self.live: dict[int, int] = {}
         self._next = 1 << 20
 
     def upload(self, host: np.ndarray):
-        at, self._next = self._next, self._next + -(-max(host.nbytes, 4) // 256) * 256
-        return at
+        nbytes = -(-max(host.nbytes, 4) // 256) * 256
+        at, self._next = self._next, self._next + nbytes
+        return _Buf(self.live, at, nbytes)
+
+    def _record(self, name, grid, args):
+        for a in args:  # addresses are np.intp from 1 MiB up; a count passed as np.int64 (the same type) is below
+            if isinstance(a, np.intp) and int(a) >= 1 << 20:
+                assert any(at <= int(a) < at + n for at, n in self.live.items()), f"{name}: {int(a):#x} was freed"
+        self.log.append((name, tuple(grid)))
 
     def load(self, compiled, name):
-        return _Kernel(self.log, name)
+        return SimpleNamespace(name=name, func=lambda *args, block, grid: self._record(name, grid, args))
 
     def launcher(self, kernel, grid, block, args, signature, smem=0):
-        return lambda: self.log.append((kernel.name, tuple(grid)))
+        return lambda: self._record(kernel.name, grid, args)
 
 
 @pytest.fixture

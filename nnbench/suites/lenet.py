@@ -320,6 +320,10 @@ class GpuLeNet:
         d_out = [zeros(s.N * s.K * (s.Ho // lay.pool) ** 2) if lay.pool else dZ[i]
                  for i, (s, lay) in enumerate(zip(shapes, LAYERS))]
         self.Z, self.logits = Z, Z[-1]
+        # The launchers hold these buffers' addresses only: the net holds the buffers. (Before, P, dZ and the
+        # pooled gradients were freed when __init__ returned and the step wrote into memory given back to the
+        # driver; on the implicit path at batch 256 and 1,024 that was an illegal-address fault.)
+        self.buffers = (Z, P, dZ, d_out)
         fwd_runs, bwd_runs = [], []
         for i, (s, lay) in enumerate(zip(shapes, LAYERS)):
             a_in = self.X if i == 0 else out[i - 1]
