@@ -492,6 +492,10 @@ CONV: tuple[Variant, ...] = (
     Variant("conv-model", "lenet5", 8, "LeNet-5's whole SGD step (forward, backward, update) on the unroll "
             "path's 3xTF32 GEMMs",
             "conv/08_lenet.cu", kernel="bias_act", runner="lenet", precision=TF32X3),
+    Variant("conv-model", "lenet5-implicit", 9, "LeNet-5's whole SGD step with conv1 and conv2 as implicit GEMMs "
+            "(conv steps 9 and 10, wgmma 3xTF32, no workspace; sm_90a), the fully connected layers on "
+            "nnbench/suites/lenet.py's FC_PATH", "conv/08_lenet.cu", kernel="bias_act", runner="lenet",
+            precision=TF32X3, tags=("tensor-core", "sm_90a")),
 )
 CONV_BACKWARD: tuple[Variant, ...] = (
     Variant("conv-backward", "unroll-backward", 6, "data and filter gradients as 3xTF32 GEMMs on the unrolled input "

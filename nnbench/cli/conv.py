@@ -39,7 +39,8 @@ from nnbench.suites.base import Case
                                                "cuDNN's backward.")
 @click.option("--model", type=click.Choice(["lenet5"]), default=None,
               help="A whole model instead of layers: LeNet-5's forward pass and SGD step on 32x32 letter images "
-                   "(--n is the batch, default 64), checked against float64, beside PyTorch.")
+                   "(--n is the batch, default 64), checked against float64, beside PyTorch; on the unroll and "
+                   "the implicit-GEMM paths, or the one given by --path (unroll or implicit).")
 @click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
 @force_option
 @json_option
@@ -56,8 +57,8 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     """
     from nnbench.suites import conv as conv_suite
     if model is not None:
-        _conv_model(model, n, budget, cold, csv_path, force, no_cudnn, seed, backend,
-                    [x is not None for x in (c, h, w, k, r)] + [bool(sets), bool(paths_), backward])
+        _conv_model(model, n, budget, cold, csv_path, force, no_cudnn, seed, backend, paths_,
+                    [x is not None for x in (c, h, w, k, r)] + [bool(sets), backward])
         return
     given = [x is not None for x in (n, c, h, w, k, r)]
     if any(given) and not all(given):
@@ -104,11 +105,14 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
         sys.exit(1)
 
 
-def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed, backend,
+def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed, backend, paths_,
                 others: list[bool]) -> None:
     from nnbench.suites import lenet
     if any(others):
-        raise NnbenchError(f"--model {model}: takes --n (the batch) only; the layers are the model's")
+        raise NnbenchError(f"--model {model}: takes --n (the batch) and --path only; the layers are the model's")
+    for name in paths_:
+        if name not in lenet.PATHS:
+            raise NnbenchError(f"--path {name}: with --model {model}, choose from {', '.join(lenet.PATHS)}")
     batch = 64 if batch is None else batch
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
@@ -123,7 +127,7 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     path = sink.path
     records = app.stream(sink, lenet.run(
         be, batch, seed=seed, settings=app.settings(budget, cold), with_torch=not no_torch,
-        env=env))
+        env=env, paths=tuple(dict.fromkeys(paths_)) or lenet.DEFAULT_PATHS))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))
     app.print_csv(path)

@@ -389,7 +389,8 @@ def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
 def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW):
     """Conv step 10 (10_implicit_wgmma_backward.cu): dW zeroed, the filter gradient's slices added into
     it, then the data gradient; no workspace. The filter gradient reads dY by a 3-D tensor map (Ho*Wo,
-    K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. Returns (run,
+    K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. dX None: the
+    filter gradient alone (a first layer, whose input needs no gradient: LeNet-5's conv1). Returns (run,
     path)."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
@@ -410,6 +411,12 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
                             (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
                             DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
+    if dX is None:
+        def filter_only():
+            clear()
+            filt()
+        filter_only.parts = {"filter": filter_only}
+        return filter_only, f"filter split-K {slices}, {path}, no data gradient"
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
     data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
     # At stride 1 the data gradient's B comes by the copy engine from the filters transposed into dW's
@@ -641,7 +648,8 @@ class ConvSession(Session):
     def run_vendor(self, name: str, problem) -> dict | None:
         if name == "torch" and isinstance(problem, LeNetProblem):
             from nnbench.suites import lenet
-            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env))
+            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env,
+                                  paths=()))  # PyTorch's rows alone
             row = next((r for r in rows if r["variant"] == "torch-step"), None)
             return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
                 if row else None
@@ -685,9 +693,10 @@ class ConvSession(Session):
                    precision=v.precision)
         if v.runner == "lenet":
             from nnbench.suites import lenet
+            path = lenet.VARIANT_PATHS[v.name]
             rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings,
-                                  with_torch=False, env=self.env))
-            row = next(r for r in rows if r["variant"] == "lenet5-step")
+                                  with_torch=False, env=self.env, paths=(path,)))
+            row = next(r for r in rows if r["variant"] == lenet.row_name(path, "step"))
             return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
                                                         "error")}, unit="step")
         device = getattr(self.backend, "device", None)

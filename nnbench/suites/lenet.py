@@ -7,8 +7,19 @@ none: conv 5x5 (1 -> 6), ReLU, max-pool 2; conv 5x5 (6 -> 16), ReLU, max-pool 2;
 400 -> 120 -> 84 -> 52 classes (ReLU between), mean softmax cross-entropy. (The seed's class also
 calls `super(ConvNeuralNet, self)`, the wrong name, which would raise in Python.) The fully
 connected layers run as convolutions whose filter covers the whole input (fc1: a 5x5 filter over
-16 x 5 x 5, to a 1 x 1 output; fc2 and fc3: 1 x 1), so every layer is the unroll path of
-kernels_cu/conv/04 and 06; bias, ReLU, softmax and SGD are kernels_cu/conv/08_lenet.cu.
+16 x 5 x 5, to a 1 x 1 output; fc2 and fc3: 1 x 1); bias, ReLU, softmax and SGD are
+kernels_cu/conv/08_lenet.cu, pooling kernels_cu/conv/05_pool.cu.
+
+Two paths for the convolutions (PATHS), both built and checked in one run:
+  unroll    every layer on the unroll path (kernels_cu/conv/04 and 06 + GEMM step 8): the seed's
+            teaching step, kept as it was;
+  implicit  conv1 and conv2 as implicit GEMMs on GEMM step 9's mainloop (conv steps 9 and 10, wgmma,
+            no im2col workspace): forward, data gradient (none for conv1, whose input is the images) and
+            filter gradient; the max-pools read the implicit forward's NCHW output as it lands. The
+            fully connected layers stay on FC_PATH (its comment says why).
+The small layers meet the wgmma tiles by zero-fill, not by padded copies: the kernels gather with
+cp.async that zero-fills every k past C*R*R, every output map past K and every row past the GEMM's M,
+so no padded tensor is ever written. `padding` counts what those zeros cost in tensor-core work.
 """
 
 from __future__ import annotations
@@ -18,8 +29,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnbench import glyphs, measure, registry
-from nnbench.errors import KernelFault, NnbenchError
+from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import TF32X3
 from nnbench.suites import conv
 
 CLASSES = len(glyphs.LETTERS)
@@ -39,6 +51,11 @@ class Layer:
     def shape(self, batch: int) -> conv.ConvShape:
         return conv.ConvShape(batch, self.C, self.H, self.H, self.K, self.R)
 
+    @property
+    def fully_connected(self) -> bool:
+        """The filter covers the whole input: one output pixel, a matrix product written as a convolution."""
+        return self.R == self.H
+
 
 LAYERS = (
     Layer("conv1", 1, 6, 5, 32, True, 2),
@@ -47,6 +64,56 @@ LAYERS = (
     Layer("fc2", 120, 84, 1, 1, True, 0),
     Layer("fc3", 84, CLASSES, 1, 1, False, 0),
 )
+
+# The fully connected layers' path on the implicit variant. They are matrix products, not convolutions
+# (issue 28 asks for the convolutions on the implicit path), so they take the faster path, measured on the
+# H100 (docs/results/conv.md, "LeNet-5 on the implicit path"): fc1 on the unroll path took 41.8 us forward
+# and 36.9 us backward, its shape alone on the implicit kernels 26.7 and 62.6 us. As implicit GEMMs these
+# shapes waste most of each tile (`padding`): fc1's data gradient gathers 25 taps of a 1 x 1 dY of which one
+# is inside, and the filter gradients pad each image's one pixel to a whole BK = 32 k-block. (With fc1-3 on
+# the implicit kernels inside the step, fc1's data gradient faulted, though its shape passes alone:
+# docs/journal/lenet-fc-implicit.md.)
+FC_PATH = "unroll"
+# path name -> (the convolutions' path, the fully connected layers' path)
+PATHS = {"unroll": ("unroll", "unroll"), "implicit": ("implicit", FC_PATH)}
+DEFAULT_PATHS = ("unroll", "implicit")
+VARIANT_PATHS = {"lenet5": "unroll", "lenet5-implicit": "implicit"}  # registry's conv-model variants -> PATHS
+
+
+def layer_paths(path: str) -> list[str]:
+    """Each layer's path ("unroll" or "implicit") under one of PATHS."""
+    if path not in PATHS:
+        raise NnbenchError(f"LeNet-5 path {path!r}: unknown; choose from {', '.join(PATHS)}")
+    convs, fcs = PATHS[path]
+    return [fcs if lay.fully_connected else convs for lay in LAYERS]
+
+
+def padding(batch: int, params: dict | None = None) -> list[dict]:
+    """What the implicit path's tiles cost the small layers: per layer and pass, the GEMM's shape (M x N x
+    K), the multiply-adds the convolution needs (N*Ho*Wo*K*C*R*R, the same for all three passes) and those
+    the tensor cores issue over whole BM x BN x BK tiles, the gathers' zero-fill included (x3 for 3xTF32 on
+    both alike). The filter gradient's K runs image by image, each image's Ho*Wo pixels padded to whole
+    k-blocks (10_*'s blocks_per_image); the data gradient gathers every one of the R*R taps of dY for
+    each input pixel, inside dY or not."""
+    from nnbench import registry
+    p = params or registry.get("conv", "implicit-wgmma").defaults()
+    bm, bn, bk = p["BM"], p["BN"], p["BK"]
+    up = lambda n, m: -(-n // m) * m  # noqa: E731
+    out = []
+    for lay in LAYERS:
+        s = lay.shape(batch)
+        crr, m, hw = s.C * s.R * s.R, s.N * s.Ho * s.Wo, s.Ho * s.Wo
+        needed = m * s.K * crr
+        passes = {
+            "forward": (m, s.K, crr, up(m, bm) * up(s.K, bn) * up(crr, bk)),
+            "filter gradient": (crr, s.K, m, up(crr, bm) * up(s.K, bn) * s.N * up(hw, bk)),
+            "data gradient": (s.N * s.H * s.W, s.C, s.K * s.R * s.R,
+                              up(s.N * s.H * s.W, bm) * up(s.C, bn) * up(s.K * s.R * s.R, bk)),
+        }
+        for name, (gm, gn, gk, issued) in passes.items():
+            out.append(dict(layer=lay.name, gemm_pass=name, M=gm, N=gn, K=gk, needed=needed, issued=issued,
+                            waste=issued / needed))
+    return out
 
 
 def check_chain(layers=LAYERS, image: int = 32) -> None:
@@ -120,6 +187,78 @@ def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
     return loss, new[::-1], logits
 
 
+# -- on the CPU, as the paths compute it -------------------------------------------------------------
+def _unroll_cpu(x: np.ndarray, wt: np.ndarray):
+    """The unroll path's arithmetic in float32 (im2col, then one product): (forward, data grad, filter grad)."""
+    K, C, R, _ = wt.shape
+    w2 = wt.reshape(K, -1)
+
+    def fwd(a):
+        u = conv.im2col(a, R, 1, 0)
+        return np.matmul(w2, u).reshape(len(a), K, a.shape[2] - R + 1, -1)
+
+    def back(a, d):
+        u, d2 = conv.im2col(a, R, 1, 0), d.reshape(len(a), K, -1)
+        dw = np.tensordot(d2, u, axes=([0, 2], [0, 2])).reshape(wt.shape).astype(np.float32)
+        return conv.col2im(np.matmul(w2.T, d2), a.shape, R, 1, 0).astype(np.float32), dw
+    return fwd(x), back
+
+
+def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str = "implicit",
+             drop_tap: bool = False):
+    """One SGD step in float32 on the CPU with each layer's convolutions computed as `path` computes them:
+    the implicit layers by nnbench/suites/implicit_numpy.py (the kernels' gathers, tiles and zero-fill;
+    `drop_tap`: their last filter tap never gathered, as -DMUTATE_DROP_TAP), the others by im2col and a
+    product. Returns (loss, updated params), for the same check as the GPU's step (`cpu_step_error`)."""
+    from nnbench.suites import implicit_numpy as imp
+    f32 = np.float32
+    kinds = layer_paths(path)
+    acts, pre, backs = [x.astype(f32)], [], []
+    a = acts[0]
+    for (W, b), lay, kind in zip(params, LAYERS, kinds):
+        W = W.astype(f32)
+        if kind == "implicit":
+            z = imp.forward(a, W, drop_tap=drop_tap)
+            backs.append(lambda a_, d, W=W: (imp.data_grad(d, W, a_.shape, drop_tap=drop_tap),
+                                             imp.filter_grad(a_, d, W.shape[2], drop_tap=drop_tap)))
+        else:
+            z, back = _unroll_cpu(a, W)
+            backs.append(back)
+        z = z + b.astype(f32)[None, :, None, None]
+        z = np.maximum(z, 0) if lay.relu else z
+        pre.append(z)
+        a = conv.pool_reference(z, lay.pool, "max").astype(f32) if lay.pool else z
+        acts.append(a)
+    logits = a.reshape(len(x), CLASSES)
+    p = np.exp(logits - logits.max(axis=1, keepdims=True))
+    p /= p.sum(axis=1, keepdims=True)
+    loss = float(-np.mean(np.log(p[np.arange(len(x)), labels])))
+    d = p.copy()
+    d[np.arange(len(x)), labels] -= 1.0
+    d = (d / len(x)).reshape(a.shape).astype(f32)
+    new = []
+    for i in range(len(LAYERS) - 1, -1, -1):
+        lay, (W, b) = LAYERS[i], params[i]
+        if lay.pool:
+            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max").astype(f32)
+        if lay.relu:
+            d = d * (pre[i] > 0)
+        dx, dw = backs[i](acts[i], d)
+        new.append((W - rate * dw, b - rate * d.sum(axis=(0, 2, 3))))
+        d = dx
+    return loss, new[::-1]
+
+
+def cpu_step_error(params, got_loss: float, got_params, ref_loss: float, ref_params) -> float:
+    """The one-step check's error: the larger of the weight changes' error against float64
+    (mlp.weight_change_error over weights and biases) and the loss's relative error."""
+    from nnbench.suites import mlp
+    init = [W for W, _ in params] + [b for _, b in params]
+    err = mlp.weight_change_error([W for W, _ in got_params] + [b for _, b in got_params],
+                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
+    return max(err, abs(got_loss - ref_loss) / abs(ref_loss))
+
+
 # -- on the GPU -----------------------------------------------------------------------------------
 def _block_grid(backend, total: int):
     return (256, 1, 1), (backend.device.stride_blocks(total), 1, 1)
@@ -127,16 +266,30 @@ def _block_grid(backend, total: int):
 
 class GpuLeNet:
     """LeNet-5's state for one batch on the GPU, and its forward pass and training step as lists
-    of launches (no host synchronization inside either)."""
+    of launches (no host synchronization inside either), each launch under a stage name (`stages`:
+    (name, launcher) in step order) for the per-stage split. `path`: one of PATHS; `defines`: -D
+    macros added to the implicit path's builds (the tests' planted defects)."""
 
-    def __init__(self, backend, params, x: np.ndarray, labels: np.ndarray, rate: float) -> None:
+    def __init__(self, backend, params, x: np.ndarray, labels: np.ndarray, rate: float, path: str = "unroll",
+                 defines: dict[str, int] | None = None) -> None:
         be, self.be = backend, backend
         n = self.batch = len(x)
+        self.path, self.paths = path, layer_paths(path)
         fwd_v, bwd_v = registry.get("conv", "unroll"), registry.get("conv-backward", "unroll-backward")
         pool_v, g = registry.get("pool", "max"), registry.get("gemm", "tf32x3")
         fwd, bwd, pool, ew, gemm = compile_sources(be.arch, [
             (fwd_v.source, {}), (bwd_v.source, bwd_v.defaults()), (pool_v.source, pool_v.defaults()),
             ("conv/08_lenet.cu", {}), (g.source, g.defaults())])
+        if "implicit" in self.paths:  # conv steps 9 and 10 at the registry's defaults, built for sm_90a
+            ifwd_v, ibwd_v = registry.get("conv", "implicit-wgmma"), registry.get("conv-backward",
+                                                                                  "implicit-wgmma-backward")
+            if why := ifwd_v.arch_problem(be.device):
+                raise NnbenchError(f"LeNet-5 path {path}: {why}")
+            ifp, ibp = dict(ifwd_v.defaults(), **(defines or {})), dict(ibwd_v.defaults(), **(defines or {}))
+            ifwd, ibwd = compile_sources(ifwd_v.target(be.arch), [(ifwd_v.source, ifp), (ibwd_v.source, ibp)])
+            for c in (ifwd, ibwd):
+                if isinstance(c, Exception):
+                    raise c
         k = {name: be.load(ew, name).func for name in ("bias_act", "relu_grad", "bias_grad", "softmax_xent", "sgd")}
         pf, pb = be.load(pool, "pool_forward").func, be.load(pool, "pool_backward").func
         f32 = lambda a: be.upload(np.ascontiguousarray(a, dtype=np.float32))
@@ -158,6 +311,7 @@ class GpuLeNet:
             [at(self.grads_flat, 2 * i + 1) for i in range(len(params))]
         self.loss = zeros(1)
         self.keep = []  # workspaces the launchers point into
+        self.notes = []  # per implicit layer: the launch's path (tensor maps, split-K)
         shapes = [lay.shape(n) for lay in LAYERS]
         Z = [zeros(s.N * s.K * s.Ho * s.Wo) for s in shapes]  # each conv's activated output
         P = [zeros(s.N * s.K * (s.Ho // lay.pool) ** 2) if lay.pool else None for s, lay in zip(shapes, LAYERS)]
@@ -166,45 +320,73 @@ class GpuLeNet:
         d_out = [zeros(s.N * s.K * (s.Ho // lay.pool) ** 2) if lay.pool else dZ[i]
                  for i, (s, lay) in enumerate(zip(shapes, LAYERS))]
         self.Z, self.logits = Z, Z[-1]
+        # The launchers hold these buffers' addresses only: the net holds the buffers. (Before, P, dZ and the
+        # pooled gradients were freed when __init__ returned and the step wrote into memory given back to the
+        # driver; on the implicit path at batch 256 and 1,024 that was an illegal-address fault.)
+        self.buffers = (Z, P, dZ, d_out)
         fwd_runs, bwd_runs = [], []
         for i, (s, lay) in enumerate(zip(shapes, LAYERS)):
             a_in = self.X if i == 0 else out[i - 1]
-            run, U, Zw = conv.unroll_forward(be, fwd, gemm, s, a_in, self.W[i], Z[i])
-            self.keep += [U, Zw]  # U, the unrolled input, serves the backward's filter gradient too
+            d_in = None if i == 0 else d_out[i - 1]  # the first layer's input is the images: no gradient
+            if self.paths[i] == "implicit":
+                run, text = conv.implicit_forward(be, ifwd_v, ifp, ifwd, s, a_in, self.W[i], Z[i])
+                run_b, text_b = conv.implicit_backward(be, ibwd_v, ibp, ibwd, s, a_in, self.W[i], dZ[i], d_in,
+                                                       self.dW[i])
+                self.notes.append(f"{lay.name}: forward {text}; backward {text_b}")
+            else:
+                run, U, Zw = conv.unroll_forward(be, fwd, gemm, s, a_in, self.W[i], Z[i])
+                self.keep += [U, Zw]  # U, the unrolled input, serves the backward's filter gradient too
+                run_b, work = conv.unroll_backward(be, bwd_v, bwd_v.defaults(), bwd, fwd, s, a_in, self.W[i], dZ[i],
+                                                   d_in, self.dW[i], U=U)
+                self.keep += list(work.values())
             count = s.N * s.K * s.Ho * s.Wo
             blk, grd = _block_grid(be, count)
-            steps = [run, self._call(k["bias_act"], blk, grd, ip(Z[i]), ip(self.b[i]), np.int32(s.N),
-                                     np.int32(s.K), np.int32(s.Ho * s.Wo), np.int32(lay.relu))]
+            steps = [(f"{lay.name} {self.paths[i]} forward", run),
+                     (f"{lay.name} bias+act", self._call(k["bias_act"], blk, grd, ip(Z[i]), ip(self.b[i]),
+                                                         np.int32(s.N), np.int32(s.K), np.int32(s.Ho * s.Wo),
+                                                         np.int32(lay.relu)))]
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                steps.append(self._call(pf, blk, grd, np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo),
-                                        np.int32(lay.pool), ip(Z[i]), ip(P[i])))
+                steps.append((f"{lay.name} max-pool", self._call(pf, blk, grd, np.int32(s.N), np.int32(s.K),
+                                                                 np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
+                                                                 ip(Z[i]), ip(P[i]))))
             fwd_runs += steps
             # backward of layer i: d_out[i] -> dZ[i] -> (dW, db, d_out[i-1])
             back = []
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                back.append(self._call(pb, blk, grd, np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo),
-                                       np.int32(lay.pool), ip(Z[i]), ip(d_out[i]), ip(dZ[i])))
+                back.append((f"{lay.name} max-pool backward", self._call(
+                    pb, blk, grd, np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
+                    ip(Z[i]), ip(d_out[i]), ip(dZ[i]))))
             if lay.relu:
                 blk, grd = _block_grid(be, count)
-                back.append(self._call(k["relu_grad"], blk, grd, ip(dZ[i]), ip(Z[i]), np.int64(count)))
-            back.append(self._call(k["bias_grad"], (256, 1, 1), (s.K, 1, 1), ip(dZ[i]), ip(self.db[i]),
-                                   np.int32(s.N), np.int32(s.K), np.int32(s.Ho * s.Wo)))
-            # The first layer's input is the images: no gradient is taken for it.
-            run_b, work = conv.unroll_backward(be, bwd_v, bwd_v.defaults(), bwd, fwd, s, a_in, self.W[i], dZ[i],
-                                               None if i == 0 else d_out[i - 1], self.dW[i], U=U)
-            self.keep += list(work.values())
-            back.append(run_b)
+                back.append((f"{lay.name} relu backward", self._call(k["relu_grad"], blk, grd, ip(dZ[i]), ip(Z[i]),
+                                                                     np.int64(count))))
+            back.append((f"{lay.name} bias gradient", self._call(k["bias_grad"], (256, 1, 1), (s.K, 1, 1),
+                                                                 ip(dZ[i]), ip(self.db[i]), np.int32(s.N),
+                                                                 np.int32(s.K), np.int32(s.Ho * s.Wo))))
+            back.append((f"{lay.name} {self.paths[i]} backward", run_b))
             bwd_runs.insert(0, back)
         blk, grd = _block_grid(be, n)
         xent = self._call(k["softmax_xent"], blk, grd, ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
                           np.int32(n), np.int32(CLASSES))
         blk, grd = _block_grid(be, self.size)
-        updates = [self._call(k["sgd"], blk, grd, ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
-                              np.float32(rate))]
-        self.forward_launches = fwd_runs
-        self.step_launches = fwd_runs + [xent] + [r for back in bwd_runs for r in back] + updates  # last layer first
+        update = self._call(k["sgd"], blk, grd, ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
+                            np.float32(rate))
+        self.forward_stages = fwd_runs
+        self.stages = fwd_runs + [("softmax cross-entropy", xent)] + [r for back in bwd_runs for r in back] + \
+            [("SGD update", update)]  # the backward last layer first
+        self.forward_launches = [f for _, f in self.forward_stages]
+        self.step_launches = [f for _, f in self.stages]
+
+    @property
+    def description(self) -> str:
+        """The path in words, for a row's params."""
+        convs, fcs = PATHS[self.path]
+        if convs == fcs == "unroll":
+            return "unroll path (conv steps 4 and 6 + GEMM step 8)"
+        return ("conv1, conv2: implicit GEMM (conv steps 9 and 10, wgmma, no workspace); fc1-3: "
+                + ("unroll path (GEMM step 8)" if fcs == "unroll" else "implicit GEMM"))
 
     @staticmethod
     def _call(func, block, grid, *args):
@@ -224,21 +406,27 @@ class GpuLeNet:
                 for W, b, lay in zip(self.W, self.b, LAYERS)]
 
 
+def stage_times(net: GpuLeNet, settings) -> list[tuple[str, float, int]]:
+    """Each stage of the step (GpuLeNet.stages, in step order) timed alone by `measure`, its launches
+    repeated back to back: (name, median ms, launches). After the check, since a repeated stage moves the
+    weights and sums into gradients; a stage's time alone omits what it overlaps with its neighbours."""
+    out = []
+    for name, fn in net.stages:
+        kernels = net.be.capture(fn).nodes  # counted as the graph is made, as the whole step's are
+        out.append((name, measure.measure(net.be, fn, settings).median_ms, kernels))
+    return out
+
+
 def first_step_error(net: GpuLeNet, step, params, ref_loss: float, ref_params) -> float:
     """One training step (`step`: the net's launches, or their graph) from the initial weights, logits
     poisoned first: the larger of its weight changes' error against float64 (mlp.weight_change_error
     over weights and biases) and its loss's relative error."""
-    from nnbench.suites import mlp
     be = net.be
     be.fill_nan(net.logits, net.batch * CLASSES)
     be.write(net.loss, np.zeros(1, np.float32))
     step()
     loss = float(be.download(net.loss, np.zeros(1, np.float32))[0])
-    init = [W for W, _ in params] + [b for _, b in params]
-    got = net.params()
-    err = mlp.weight_change_error([W for W, _ in got] + [b for _, b in got],
-                                  [W for W, _ in ref_params] + [b for _, b in ref_params], init)
-    return max(err, abs(loss - ref_loss) / abs(ref_loss))
+    return cpu_step_error(params, loss, net.params(), ref_loss, ref_params)
 
 
 # -- PyTorch --------------------------------------------------------------------------------------
@@ -330,11 +518,59 @@ def torch_times(backend, params, x, labels, rate: float) -> dict:
 STEP_RTOL = 2e-3  # float32 against float64, on the weight changes of one SGD step (as the MLP check)
 
 
+def row_name(path: str, what: str) -> str:
+    """A row's variant: the unroll path keeps its names of before (lenet5-step, ...); another path is
+    named in them (lenet5-implicit-step, ...)."""
+    return f"lenet5-{what}" if path == "unroll" else f"lenet5-{path}-{what}"
+
+
+def _path_rows(backend, path: str, params, x, labels, rate: float, settings, base: dict, ref_loss: float, ref_params):
+    """One path's rows: its forward, its step launched and host-issued, and its step as one CUDA graph
+    (on a fresh copy of the model), each step checked against float64."""
+    net = GpuLeNet(backend, params, x, labels, rate, path)
+    err = first_step_error(net, net.callable(net.step_launches), params, ref_loss, ref_params)
+    fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
+    step = measure.measure(backend, net.callable(net.step_launches), settings)
+    issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
+    status = "PASS" if err <= STEP_RTOL else "FAIL"
+    rec = dict(base, variant=row_name(path, "step"), step=4 if path == "unroll" else 9,
+               params=f"{net.description}, SGD rate {rate}", precision=TF32X3,
+               median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=STEP_RTOL,
+               status=status, timing=step.timing, launches_per_step=len(net.step_launches))
+    if net.notes:
+        rec["tiles"] = "; ".join(net.notes)
+    yield dict(rec, variant=row_name(path, "forward"), params=net.description, median_ms=fwd.median_ms,
+               iqr_ms=fwd.iqr_ms, samples=fwd.samples, timing=fwd.timing, launches_per_step=len(net.forward_launches))
+    yield rec
+    yield dict(rec, variant=row_name(path, "step-issued"), params=rec["params"] + ", host-issued (launch gaps "
+               "included)", median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
+    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
+        gnet = GpuLeNet(backend, params, x, labels, rate, path)
+        try:
+            graph = backend.capture(gnet.callable(gnet.step_launches))
+            gerr = first_step_error(gnet, graph, params, ref_loss, ref_params)
+            gstep = measure.measure(backend, graph, settings)
+        except KernelFault as e:
+            yield dict(base, variant=row_name(path, "step-graph"), step=rec["step"], status="ERROR",
+                       error=f"kernel fault: {e}")
+        else:
+            grec = dict(rec, variant=row_name(path, "step-graph"), params=rec["params"] + f", one CUDA graph of "
+                        f"{graph.nodes} kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms,
+                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= STEP_RTOL else "FAIL",
+                        timing=gstep.timing)
+            yield grec
+            yield dict(grec, variant=row_name(path, "step-graph-issued"), params=grec["params"] + ", host-issued",
+                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
+
+
 def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
-        with_torch: bool = True, env: dict | None = None):
-    """Yield the records: ours (checked against float64 on one step), then PyTorch."""
+        with_torch: bool = True, env: dict | None = None, paths=DEFAULT_PATHS):
+    """Yield the records: ours on each of `paths` (PATHS; each checked against float64 on one step),
+    then PyTorch. A path that cannot be built or faults gives an ERROR row; the others still run."""
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
+    for path in paths:
+        layer_paths(path)  # an unknown path is refused before anything runs
     per_letter = -(-batch // CLASSES)
     x, labels = images(per_letter, seed)
     x, labels = x[:batch], labels[:batch]
@@ -343,37 +579,15 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
                 pad=0, seed=seed, **(env or {}))
     check_chain()
     ref_loss, ref_params, _ = reference_step(params, x, labels, rate)
-    net = GpuLeNet(backend, params, x, labels, rate)
-    err = first_step_error(net, net.callable(net.step_launches), params, ref_loss, ref_params)
-    fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
-    step = measure.measure(backend, net.callable(net.step_launches), settings)
-    issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
-    rec = dict(base, variant="lenet5-step", step=4, params=f"unroll path, SGD rate {rate}",
-               median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=STEP_RTOL,
-               status="PASS" if err <= STEP_RTOL else "FAIL", timing=step.timing,
-               launches_per_step=len(net.step_launches))
-    yield dict(base, variant="lenet5-forward", step=4, params="unroll path", median_ms=fwd.median_ms,
-               iqr_ms=fwd.iqr_ms, samples=fwd.samples, status=rec["status"], rel_err=err, rtol=STEP_RTOL,
-               timing=fwd.timing)
-    yield rec
-    yield dict(rec, variant="lenet5-step-issued", params=rec["params"] + ", host-issued (launch gaps included)",
-               median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
-    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
-        gnet = GpuLeNet(backend, params, x, labels, rate)
+    for path in paths:
+        if "implicit" in layer_paths(path) and (why := registry.get("conv", "implicit-wgmma").arch_problem(
+                backend.device)):
+            yield dict(base, variant=row_name(path, "step"), status="SKIP", error=why)
+            continue
         try:
-            graph = backend.capture(gnet.callable(gnet.step_launches))
-            gerr = first_step_error(gnet, graph, params, ref_loss, ref_params)
-            gstep = measure.measure(backend, graph, settings)
-        except KernelFault as e:
-            yield dict(base, variant="lenet5-step-graph", step=4, status="ERROR", error=f"kernel fault: {e}")
-        else:
-            grec = dict(rec, variant="lenet5-step-graph", params=rec["params"] + f", one CUDA graph of "
-                        f"{graph.nodes} kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms,
-                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= STEP_RTOL else "FAIL",
-                        timing=gstep.timing)
-            yield grec
-            yield dict(grec, variant="lenet5-step-graph-issued", params=grec["params"] + ", host-issued",
-                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
+            yield from _path_rows(backend, path, params, x, labels, rate, settings, base, ref_loss, ref_params)
+        except (KernelFault, CompileError) as e:
+            yield dict(base, variant=row_name(path, "step"), status="ERROR", error=str(e))
     if not with_torch:
         return
     try:
