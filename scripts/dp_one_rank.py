@@ -2,7 +2,7 @@
 the gradient exchange in place (NCCL over one rank: the side stream, its events, every bucket's
 pass and allreduce), one bucket and in buckets, and the PyTorch DDP row over the same world; each
 row checked against float64 as in a multi-GPU run. Usage: python3 scripts/dp_one_rank.py OUT.csv
-[NET] [BATCH] [BUCKET_MB...]
+[NET] [BATCH] [BUCKET_MB...] (versions: $VERSIONS, default batched-wgmma)
 
 Why a script, not the CLI: `--gpus 1` trains without an exchange (there is nothing to exchange), so
 the CLI never builds a world of one rank; this is the 1-GPU check of the multi-GPU code before a
@@ -11,6 +11,7 @@ several-GPU machine is spent on it."""
 from __future__ import annotations
 
 import csv
+import os
 import sys
 
 from mpi4py import MPI
@@ -29,7 +30,7 @@ world = exchange.World(MPI.COMM_WORLD, 0, 1, 0)
 layers = nets.get(net).layers
 settings = dict(nets.load()[net].settings)
 hyper = mlp.Hyper.from_settings(settings, rate=settings.get("batch_rate", batched.DEFAULT_RATE))
-chosen = [(registry.get("mlp", name), {}) for name in ("batched-wgmma", "batched")]
+chosen = [(registry.get("mlp", name), {}) for name in os.environ.get("VERSIONS", "batched-wgmma").split()]
 env = results.environment(be)
 rows = []
 for i, mb in enumerate(buckets):
