@@ -949,7 +949,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         yield _record(rec, out, cublas_gemm_us)
     if world is not None and torch_modes:  # the PyTorch row of a data-parallel run: DDP over the same ranks
         yield _ddp_row(backend, world, dict(base, version="torch-ddp", step="", precision=FFMA), layers, init, train,
-                       test, hyper, batch, epochs, bucket_mb, progress, rtol, cublas_gemm_us)
+                       test, hyper, batch, epochs, bucket_mb, progress, rtol, cublas_gemm_us, ref)
         return
     for mode in torch_modes:
         graphed = ", the step as one CUDA graph" if mode == "graph" else ""
@@ -980,14 +980,16 @@ def _exchange_params(world, backend, kind: str, bucket_mb: float) -> str:
 
 
 def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch: int, epochs: int, bucket_mb: float,
-             progress, rtol: float | None, cublas_gemm_us: float | None) -> dict:
-    """PyTorch DDP's row (nnbench/suites/ddp.py), checked and timed as our data-parallel rows."""
+             progress, rtol: float | None, cublas_gemm_us: float | None, ref: list[np.ndarray] | None) -> dict:
+    """PyTorch DDP's row (nnbench/suites/ddp.py), checked and timed as our data-parallel rows; `ref`: the
+    float64 reference after CHECK_STEPS steps where our rows made it."""
     from nnbench.suites import ddp
     rec["params"] = ddp.label(bucket_mb)
     if why := ddp.unavailable():
         return dict(rec, status="SKIP", error=why)
     steps = min(CHECK_STEPS, len(train) // batch)
-    ref = reference_weights(init, train, batch, hyper, steps)
+    if ref is None or steps != CHECK_STEPS:
+        ref = reference_weights(init, train, batch, hyper, steps)
     say = (lambda it, err: progress("torch-ddp", it, err)) if progress else None
     out = ddp.train(world, layers, init, train, test, hyper, batch, epochs, (steps, ref),
                     partial(fixed_count, backend), bucket_mb, say)
