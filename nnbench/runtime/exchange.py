@@ -95,7 +95,7 @@ def launch(ranks: int, argv: list[str]) -> int:
     return subprocess.run(cmd).returncode
 
 
-DEFAULT_BUCKET_MB = 2.0  # --bucket-mb: Net 8's layers are 1 MB each, so two a bucket (docs/results/multigpu.md)
+DEFAULT_BUCKET_MB = 2.0  # --bucket-mb: Net 8's hidden layers are 1 MB each, two a bucket (docs/results/multigpu.md)
 
 
 def bucket_floats(mb: float) -> int:
@@ -186,9 +186,8 @@ class NcclExchange:
         uid = w.comm.bcast(uid, root=0)
         self.w, self.nccl = w, nccl
         self.comm = nccl.NcclCommunicator(w.size, uid, w.rank)
-
         self.cupy = cupy
-        self._stream = None
+        self._stream = None  # the side stream, made on first use (one-bucket runs never make it)
 
     def launcher(self, buf, count: int):
         comm, nccl, ptr = self.comm, self.nccl, int(buf)
