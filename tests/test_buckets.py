@@ -279,3 +279,23 @@ if __name__ == "__main__":  # print BEFORE's digests from the code on sys.path (
         n, b = fake_net(nets.get(key[0]).layers, key[1], key[2])
         lg = launch_log(n, b)
         print(key, (digest(lg), len(lg)))
+
+
+@pytest.mark.gpu
+def test_one_rank_world_on_a_gpu_passes_in_buckets_and_beside_ddp(cuda_backend):
+    """The GPU path of a data-parallel run on one GPU (a world of one MPI rank): NCCL over one rank,
+    the side stream, its events and every bucket's pass; one bucket and 2 MB buckets both pass the
+    float64 check and split the step; the DDP row passes too where torch.distributed has NCCL
+    (scripts/dp_one_rank.py is the Net 8 version of this)."""
+    mpi = pytest.importorskip("mpi4py.MPI")
+    w = exchange.World(mpi.COMM_WORLD, 0, 1, 0)
+    chosen = mlp.plan(["batched"], "cuda", batched.versions())
+    for mb, modes in ((0.0, ()), (0.01, ("ddp",))):
+        recs = list(batched.run(cuda_backend, chosen, nets.get(2).layers, mlp.Hyper(rate=1.0, momentum=0.5),
+                                256, epochs=1, train_samples=1024, test_per_letter=1, torch_modes=modes, world=w,
+                                bucket_mb=mb))
+        ours = recs[0]
+        assert ours["status"] == "PASS" and ours["buckets"] == (1 if mb == 0 else 4)
+        assert ours["compute_us"] > 0 and ours["comm_us"] > 0
+        for r in recs[1:]:
+            assert r["version"] == "torch-ddp" and r["status"] in ("PASS", "SKIP"), r
