@@ -48,6 +48,10 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--allreduce", "allreduce", type=click.Choice(["nccl", "mpi"]), default=None,
               help="Gradient exchange with --gpus: nccl (device-side, the default) or mpi (the seed's: through "
                    "the host). The CPU backend always uses mpi.")
+@click.option("--bucket-mb", "bucket_mb", type=options.Finite(0.0, 1e6), default=None,
+              help="With --gpus: gradients allreduced in buckets of at most this many MB, each started on a side "
+                   "stream as soon as its layers' gradients exist, during the backward pass (default 2; 0: one "
+                   "allreduce after the backward pass). The CPU backend's ranks too; --allreduce mpi: always one.")
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
 @click.option("--rate", type=options.POSITIVE, default=None,
@@ -80,7 +84,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @keep_throttled_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @backend_option
-def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, encoding, rate, momentum,
+def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, bucket_mb, encoding, rate,
+          momentum,
           tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
           csv_path, force, letters, backend) -> None:
     """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
@@ -93,6 +98,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
       nnbench train --layers 120,300,7 -V mass --max-iterations 5000
       nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch
       nnbench train --net 8 --batch 16384 --gpus 4 --allreduce nccl
+      nnbench train --net 8 --batch 8192 --gpus 2 --bucket-mb 2 --compare torch   # beside PyTorch DDP
     """
     from nnbench import nets as nets_mod
     from nnbench.suites import batched as batched_mod
@@ -146,7 +152,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
                                     max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
-    world = _data_parallel(ranks, allreduce, mini, batch, backend)
+    world = _data_parallel(ranks, allreduce, mini, batch, backend, bucket_mb)
     be = open_device(backend, world.local_rank if world else None)
     memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0),
                    f"{label} (layers {','.join(map(str, layers))})", "narrower layers or a smaller batch")
@@ -181,7 +187,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         records = _stream(sink, total, "step", lambda progress: (train_suite.finish(r, problem) for r in
                                                                  batched_mod.run(
             be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
-            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl")), problem,
+            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl", bucket_mb=bucket_mb)), problem,
             dict(partial, batch=batch))
         clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
                  if be.name == "cuda" else "host clock")
@@ -219,14 +225,17 @@ def _rank_consoles(rank: int) -> None:
     app.err = Console(stderr=True, highlight=False, color_system=None, quiet=rank != 0)
 
 
-def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: int, backend: str):
+def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: int, backend: str,
+                   bucket_mb: float | None = None):
     """The MPI world this process is a rank of; or, when --gpus N > 1 asks for ranks that do not
     exist yet, start them (mpirun running this same command) and exit with their status."""
     from nnbench.runtime import exchange
     started = exchange.started_size()
     if (ranks or 1) == 1 and started == 1:
-        if allreduce is not None:
-            raise NnbenchError(f"--allreduce {allreduce}: applies with --gpus N > 1")
+        for opt, given in (("--allreduce", allreduce), ("--bucket-mb", bucket_mb)):
+            if given is not None:
+                raise NnbenchError(f"{opt} {given:g}: applies with --gpus N > 1" if opt == "--bucket-mb" else
+                                   f"{opt} {given}: applies with --gpus N > 1")
         return None
     if not mini:
         raise NnbenchError("--gpus: data-parallel training runs mini-batches; give --batch B > 1")

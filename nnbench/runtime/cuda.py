@@ -167,17 +167,21 @@ class CudaBackend:
     def occupancy(self, kernel: Kernel, threads: int, dynamic_smem: int = 0):
         return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes + dynamic_smem)
 
-    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str, smem: int = 0):
+    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str, smem: int = 0, stream=None):
         """A no-argument callable that launches the kernel: prepared once, so the per-launch
         Python cost is one call (about 5 us on the H100 host here). `signature` may hold raw
         by-value parameters (`params.raw`), whose arguments are bytes; `smem` is the dynamic shared
-        memory, raised past the 48 KiB default where the kernel asks for more."""
+        memory, raised past the 48 KiB default where the kernel asks for more. `stream` (a PyCUDA
+        Stream): launch there instead of the default stream (a data-parallel step's side stream)."""
         kernel.func.prepare(param_format(signature, kernel.param_offsets() if has_raw(signature) else None))
         grid2 = (int(grid[0]), int(grid[1]), int(grid[2]) if len(grid) > 2 else 1)
         block3 = tuple(int(b) for b in block)
         fn = kernel.func.prepared_call
         if smem > DEFAULT_DYNAMIC_SMEM:
             kernel.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem))
+        if stream is not None:
+            on = kernel.func.prepared_async_call
+            return lambda: on(grid2, block3, stream, *args, shared_size=int(smem))
         if smem:
             return lambda: fn(grid2, block3, *args, shared_size=int(smem))
         return lambda: fn(grid2, block3, *args)

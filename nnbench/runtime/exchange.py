@@ -8,9 +8,14 @@ leaves the others waiting in a collective.
 
 Exchanges sum a flat float32 gradient across the ranks, in place:
   MpiHostExchange  the seed's path: device -> host, MPI_Allreduce, host -> device;
-  NcclExchange     NCCL's allreduce on the device buffer (CuPy's binding), on the default stream
-                   that every nnbench launch uses, so it is ordered after the gradient kernels;
-  CpuExchange      MPI_Allreduce on a NumPy array (the CPU backend).
+  NcclExchange     NCCL's allreduce on the device buffer (CuPy's binding): either once after the
+                   backward pass on the default stream that every nnbench launch uses (one bucket),
+                   or bucket by bucket on a side stream while the backward pass goes on (buckets);
+  CpuExchange      MPI_Allreduce on a NumPy array (the CPU backend), one non-blocking call a bucket.
+
+Buckets (as PyTorch DDP's): the layers, in the order the backward pass makes their gradients (the
+last layer first), grouped into runs of at most `cap` floats (`plan_buckets`). The flat buffer holds
+the layers in order, so each bucket is one contiguous range of it.
 """
 
 from __future__ import annotations
@@ -90,6 +95,39 @@ def launch(ranks: int, argv: list[str]) -> int:
     return subprocess.run(cmd).returncode
 
 
+DEFAULT_BUCKET_MB = 2.0  # --bucket-mb: Net 8's hidden layers are 1 MB each, two a bucket (docs/results/multigpu.md)
+
+
+def bucket_floats(mb: float) -> int:
+    """A bucket's cap in float32s; 0 (from --bucket-mb 0): one bucket after the backward pass."""
+    return int(mb * (1 << 20)) // 4
+
+
+def plan_buckets(sizes: list[int], cap: int) -> list[list[int]]:
+    """Layer indices (into `sizes`, floats per layer) grouped into buckets, in the order the backward
+    pass finishes them: the last layer first, consecutive layers together while a bucket holds at
+    most `cap` floats (a layer larger than `cap` is a bucket of its own). cap <= 0: one bucket."""
+    order = list(range(len(sizes) - 1, -1, -1))
+    if cap <= 0:
+        return [order] if order else []
+    out: list[list[int]] = []
+    held = 0
+    for layer in order:
+        if out and held + sizes[layer] <= cap:
+            out[-1].append(layer)
+            held += sizes[layer]
+        else:
+            out.append([layer])
+            held = sizes[layer]
+    return out
+
+
+def bucket_range(offsets, bucket: list[int]) -> tuple[int, int]:
+    """(first float, floats) of a bucket in the flat buffer whose layer l starts at offsets[l]."""
+    lo, hi = min(bucket), max(bucket)
+    return int(offsets[lo]), int(offsets[hi + 1] - offsets[lo])
+
+
 class CpuExchange:
     name = "mpi"
 
@@ -100,11 +138,18 @@ class CpuExchange:
     def allreduce(self, flat: np.ndarray) -> None:
         self.w.comm.Allreduce(self.MPI.IN_PLACE, flat, op=self.MPI.SUM)
 
+    def start(self, part: np.ndarray):
+        """A non-blocking sum of `part` (a contiguous view of the flat buffer) in place; wait() on
+        the request before reading it."""
+        return self.w.comm.Iallreduce(self.MPI.IN_PLACE, part, op=self.MPI.SUM)
+
 
 class MpiHostExchange:
-    """The seed's exchange: the gradient goes to pinned host memory, through MPI_Allreduce, and back."""
+    """The seed's exchange: the gradient goes to pinned host memory, through MPI_Allreduce, and back.
+    Synchronous, so always one bucket."""
 
     name = "mpi"
+    stream = None  # its copies wait for the default stream; nothing to overlap
 
     def __init__(self, w: World, backend, count: int) -> None:
         import pycuda.driver as drv
@@ -141,10 +186,55 @@ class NcclExchange:
         uid = w.comm.bcast(uid, root=0)
         self.w, self.nccl = w, nccl
         self.comm = nccl.NcclCommunicator(w.size, uid, w.rank)
+        self.cupy = cupy
+        self._stream = None  # the side stream, made on first use (one-bucket runs never make it)
 
     def launcher(self, buf, count: int):
         comm, nccl, ptr = self.comm, self.nccl, int(buf)
         return lambda: comm.allReduce(ptr, ptr, count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, 0)
+
+    # -- buckets on a side stream ---------------------------------------------------------------
+    @property
+    def stream(self):
+        """The side stream (PyCUDA, non-blocking: the legacy default stream does not wait for it,
+        nor it for the default stream) where the buckets' passes and allreduces run."""
+        if self._stream is None:
+            import pycuda.driver as drv
+            self._stream = drv.Stream(flags=1)  # CU_STREAM_NON_BLOCKING
+            self._side = self.cupy.cuda.ExternalStream(self._stream.handle)
+        return self._stream
+
+    def _side_stream(self):
+        """The side stream as CuPy sees it (for events)."""
+        return self.stream and self._side
+
+    def _event(self):
+        return self.cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
+
+    def handoff(self):
+        """A callable that makes the side stream wait for everything issued on the default stream
+        so far (a bucket's gradients), without stopping the default stream."""
+        side, null, event = self._side_stream(), self.cupy.cuda.Stream.null, self._event()
+
+        def run():
+            event.record(null)
+            side.wait_event(event)
+        return run
+
+    def join(self):
+        """A callable that makes the default stream wait for the side stream's work so far (every
+        bucket's allreduce and update, before the next step's forward pass reads the weights)."""
+        side, null, event = self._side_stream(), self.cupy.cuda.Stream.null, self._event()
+
+        def run():
+            event.record(side)
+            null.wait_event(event)
+        return run
+
+    def side_launcher(self, buf, count: int):
+        """NCCL's allreduce of `count` floats at device address `buf`, on the side stream."""
+        comm, nccl, ptr, handle = self.comm, self.nccl, int(buf), self.stream.handle
+        return lambda: comm.allReduce(ptr, ptr, count, nccl.NCCL_FLOAT32, nccl.NCCL_SUM, handle)
 
 
 def gpu_exchange(kind: str, w: World, backend, count: int):

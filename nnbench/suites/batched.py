@@ -60,13 +60,20 @@ def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
     return outs
 
 
-def gradient_sums(params: list[np.ndarray], X: np.ndarray, T: np.ndarray) -> tuple[list[np.ndarray], float]:
+def gradient_sums(params: list[np.ndarray], X: np.ndarray, T: np.ndarray,
+                  ready=None) -> tuple[list[np.ndarray], float]:
     """The batch's summed update directions d o^T (bias column last) and its summed E, before any
-    update: what each data-parallel rank computes on its part of a batch before the allreduce."""
+    update: what each data-parallel rank computes on its part of a batch before the allreduce.
+    The gradients are made from the last layer down, and `ready(l, g)` is told of each as it exists
+    (a data-parallel rank starts a bucket's allreduce there)."""
     outs = forward(params, X)
     e = T - outs[-1]
-    grads = [np.hstack([d.T @ outs[l], d.sum(axis=0)[:, None]])
-             for l, d in enumerate(mlp.deltas(params, outs, e))]
+    ds = mlp.deltas(params, outs, e)
+    grads: list[np.ndarray] = [np.empty(0)] * len(ds)
+    for l in range(len(ds) - 1, -1, -1):
+        grads[l] = np.hstack([ds[l].T @ outs[l], ds[l].sum(axis=0)[:, None]])
+        if ready is not None:
+            ready(l, grads[l])
     return grads, 0.5 * float(np.sum(e * e))
 
 
@@ -185,6 +192,10 @@ def load_gemms(backend, variant: Variant, params: dict, compiled) -> dict[str, G
 class StepLaunch:
     role: str  # forward, backward-data, weight-gradient (the GEMMs), or another pass
     run: object  # no-argument callable that enqueues it
+    side: bool = False  # enqueued on the exchange's side stream (a bucket's pass), not the default stream
+
+
+STREAM_ORDER = ("handoff", "join")  # roles that order the two streams (event record and wait): no work of their own
 
 
 class BatchedNet:
@@ -193,12 +204,17 @@ class BatchedNet:
 
     Data-parallel (`exchange` given, this net one of `ranks`): `batch` is the global batch, of
     which this rank trains the slice `rank`; the weight gradients of all layers are summed into
-    one flat buffer, allreduced in one call, and only then applied, identically on every rank."""
+    one flat buffer and applied identically on every rank once allreduced. With `bucket_cap` = 0
+    the whole buffer is allreduced in one call after the backward pass, on the default stream; with
+    a cap (floats) the layers go in buckets (exchange.plan_buckets), each handed to the exchange's
+    side stream as soon as its last gradient is written: there its split-K slices are summed, it
+    is allreduced and its layers updated, while the default stream goes on with the backward pass;
+    the step ends with the default stream waiting for the side stream."""
 
     def __init__(self, backend, kernels: dict, layers: tuple[int, ...], init: list[np.ndarray],
                  train: glyphs.Dataset, batch: int, hyper: mlp.Hyper, gemms: dict[str, GemmKernel] | None = None,
                  cublas=None, columns: int = 0, exchange=None, rank: int = 0, ranks: int = 1,
-                 graph: bool = False) -> None:
+                 graph: bool = False, bucket_cap: int = 0) -> None:
         if graph and exchange is not None:
             raise NnbenchError("a graph version trains on one GPU (its step holds no allreduce): run it with --gpus 1")
         self.be, self.k, self.layers, self.hyper, self.graph = backend, kernels, layers, hyper, graph
@@ -215,6 +231,10 @@ class BatchedNet:
         sizes = [layers[l + 1] * self.ld_h[l] for l in range(self.L)]
         self.flat_off = np.concatenate([[0], np.cumsum(sizes)]).astype(int)  # the allreduced gradients
         self.flat = backend.upload(np.zeros(int(self.flat_off[-1]), np.float32)) if exchange else None
+        self.buckets = None  # weight layers (1-based) per bucket, in backward order; None: one allreduce at the end
+        if exchange is not None and bucket_cap > 0 and exchange.stream is not None:
+            from nnbench.runtime.exchange import plan_buckets
+            self.buckets = [[l + 1 for l in b] for b in plan_buckets(sizes, bucket_cap)]
         for l, W0 in enumerate(init):
             n_in, n_out = layers[l], layers[l + 1]
             self.W.append(backend.upload(self._padded(W0, l)))
@@ -276,9 +296,11 @@ class BatchedNet:
         grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
         return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
 
-    def _pass(self, name: str, total: int, args: tuple, sig: str):
+    def _pass(self, name: str, total: int, args: tuple, sig: str, stream=None):
         grid = (self.be.device.stride_blocks(total, self.tpb), 1, 1)
-        return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig)
+        if stream is None:
+            return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig)
+        return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
 
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
         out = []
@@ -312,31 +334,60 @@ class BatchedNet:
         seq = self.forward_launches(x, B)
         seq.append(self._output_delta(j))
         updates = []  # (layer, gradient, slices, slice stride) not yet applied
+        closes = {b[-1]: b for b in self.buckets or ()}  # a bucket's lowest layer: its gradient completes it
         for l in range(L, 0, -1):  # weight layer l (1-based) maps H_(l-1) to H_l
-            n_in, n_out = ly[l - 1], ly[l]
+            n_out = ly[l]
             hin, ldin = (x, self.ld_h[0]) if l == 1 else (self._p(self.H[l - 1]), self.ld_h[l - 1])
             if l > 1:
                 seq += self._backward_data(l, hin, ldin)
             seq.append(self._weight_gradient(l, hin, ldin))
             grad, (slices, _) = self._p(self.G[l - 1]), self._slices(l)
             stride = n_out * self.ld_h[l - 1]
-            if self.exchange is not None:
-                flat = self._p(self.flat, self.flat_off[l - 1])
-                if slices > 1:
-                    seq.append(StepLaunch("gradient-sum", self._pass(
-                        "sum_slices", (n_in + 1) * n_out, (grad, np.int32(self.ld_h[l - 1]), np.int32(n_in + 1),
-                                                           np.int32(n_out), np.int32(slices), np.int64(stride), flat),
-                        "PiiiiqP")))
-                grad, slices = flat, 1
             updates.append((l, grad, slices, stride))
+            if self.buckets is not None:
+                if l in closes:
+                    seq += self._bucket_pass(closes[l], updates)
+                    updates = []
+                continue
+            if self.exchange is not None:
+                seq += self._slice_sum(l, grad, slices, stride)
+                updates[-1] = (l, self._p(self.flat, self.flat_off[l - 1]), 1, stride)
             if self.exchange is None and not self.UPDATES_AT_END:  # the update follows its gradient at once
                 seq += self._updates(updates)
                 updates = []
-        if self.exchange is not None:  # every layer's gradient in one allreduce, then the updates
+        if self.buckets is not None:  # the next step's forward pass reads the weights the side stream updates
+            seq.append(StepLaunch("join", self.exchange.join()))
+        elif self.exchange is not None:  # every layer's gradient in one allreduce, then the updates
             seq.append(StepLaunch("allreduce", self.exchange.launcher(self.flat, int(self.flat_off[-1]))))
         seq += self._updates(updates)
         self._steps[j] = seq
         return seq
+
+    def _slice_sum(self, l: int, grad: np.intp, slices: int, stride: int, stream=None) -> list[StepLaunch]:
+        """Weight layer l's split-K slices summed into its part of the flat buffer (none for one slice,
+        which the weight-gradient GEMM wrote there itself)."""
+        if slices == 1:
+            return []
+        n_in, n_out = self.layers[l - 1], self.layers[l]
+        return [StepLaunch("gradient-sum", self._pass(
+            "sum_slices", (n_in + 1) * n_out, (grad, np.int32(self.ld_h[l - 1]), np.int32(n_in + 1), np.int32(n_out),
+                                               np.int32(slices), np.int64(stride),
+                                               self._p(self.flat, self.flat_off[l - 1])),
+            "PiiiiqP", stream), side=stream is not None)]
+
+    def _bucket_pass(self, bucket: list[int], pending: list[tuple]) -> list[StepLaunch]:
+        """One bucket's pass on the side stream, once the default stream has written its gradients:
+        the split-K sums into the flat buffer, the allreduce of its range, its layers' updates."""
+        from nnbench.runtime.exchange import bucket_range
+        ex = self.exchange
+        side = ex.stream
+        seq = [StepLaunch("handoff", ex.handoff())]
+        for l, grad, slices, stride in pending:
+            seq += self._slice_sum(l, grad, slices, stride, side)
+        first, count = bucket_range(self.flat_off, [l - 1 for l in bucket])
+        seq.append(StepLaunch("allreduce", ex.side_launcher(self._p(self.flat, first), count), side=True))
+        flat = [(l, self._p(self.flat, self.flat_off[l - 1]), 1, stride) for l, _, _, stride in pending]
+        return seq + [replace(la, side=True) for la in self._updates(flat, side)]
 
     UPDATES_AT_END = False  # True: every layer's update after the whole backward pass
 
@@ -350,8 +401,8 @@ class BatchedNet:
             self._graphs[j] = self.be.capture(self.callable(self.step_launches(j)), streams)
         return self._graphs[j]
 
-    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
-        return [self._update(*p) for p in pending]
+    def _updates(self, pending: list[tuple], stream=None) -> list[StepLaunch]:
+        return [self._update(*p, stream=stream) for p in pending]
 
     def _slices(self, l: int) -> tuple[int, int]:
         """(split-K slices, k per slice) of weight layer l's gradient."""
@@ -398,14 +449,14 @@ class BatchedNet:
         return StepLaunch("weight-gradient", self.cublas.sgemm(False, True, shape, 1.0, int(hin), ldin, int(self.D[l]),
                                                                self.ld_d[l], 0.0, int(self.G[l - 1]), ldw))
 
-    def _update(self, l: int, grad: np.intp, slices: int, stride: int) -> StepLaunch:
+    def _update(self, l: int, grad: np.intp, slices: int, stride: int, stream=None) -> StepLaunch:
         """v = momentum v + rate sum of the gradient's slices; W += v, for weight layer l."""
         n_in, n_out = self.layers[l - 1], self.layers[l]
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
         return StepLaunch("update", self._pass(
             "momentum_update", (n_in + 1) * n_out,
             (self._p(self.W[l - 1]), self._p(self.V[l - 1]), grad, np.int32(self.ld_h[l - 1]), np.int32(n_in + 1),
-             np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff"))
+             np.int32(n_out), np.int32(slices), np.int64(stride), rate, mom), "PPPiiiiqff", stream))
 
     @staticmethod
     def callable(launches: list[StepLaunch]):
@@ -535,7 +586,7 @@ class WgmmaNet(BatchedNet):
     UPDATES_AT_END = True
     MAX_LAYERS, LAYER_FORMAT = 32, "PPPqiiiiii"  # 12_batched_wgmma.cu's UpdateTable, UpdateLayer
 
-    def _updates(self, pending: list[tuple]) -> list[StepLaunch]:
+    def _updates(self, pending: list[tuple], stream=None) -> list[StepLaunch]:
         """One launch of momentum_update_transposed for every pending layer: a table of the layers
         (by value, a kernel parameter), a block per 32 x 32 tile of each."""
         import struct
@@ -556,8 +607,10 @@ class WgmmaNet(BatchedNet):
         table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
         table = table.ljust(-(-len(table) // 8) * 8, b"\0")
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1),
-                                                      (32, 32, 1), (table, rate, mom), raw(len(table), 8) + "ff"))]
+        args = (self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1), (table, rate, mom),
+                raw(len(table), 8) + "ff")
+        return [StepLaunch("update", self.be.launcher(*args) if stream is None else
+                           self.be.launcher(*args, stream=stream))]
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -577,7 +630,9 @@ class Outcome:
     launches_per_step: int = 0
     test_outputs: np.ndarray | None = field(default=None, repr=False)
     weights: list | None = field(default=None, repr=False)  # the trained weights, float64
-    comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs)
+    comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs), its calls timed alone
+    compute_us: float | None = None  # data-parallel: the same step without its allreduces, timed as the step
+    buckets: int | None = None  # data-parallel: allreduce calls per step
     error_curve: list[tuple[int, float]] = field(default_factory=list)
     stats: measure.Stats | None = None  # the steady-state step's samples (GPU versions)
     samples_s: list[float] = field(default_factory=list)  # seconds per step of each epoch (host versions)
@@ -598,10 +653,13 @@ def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, r
 
 
 def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.Hyper, progress=None,
-                exchange=None, rank: int = 0, ranks: int = 1) -> Outcome:
+                exchange=None, rank: int = 0, ranks: int = 1, bucket_cap: int = 0) -> Outcome:
     """`batched-numpy`: the reference's math in float32 on the host. With `exchange` (one of
     `ranks` MPI ranks), each rank takes its slice of every batch, and the summed gradients and
-    errors are allreduced before every rank applies the same update."""
+    errors are allreduced before every rank applies the same update: in one call after the
+    backward pass, or (bucket_cap floats > 0) bucket by bucket, each a non-blocking allreduce
+    started as soon as its layers' gradients exist (exchange.plan_buckets), all awaited before the
+    update."""
     params = [W.astype(np.float32) for W in init]
     vel = [np.zeros_like(W) for W in params]
     x, t = train.x.astype(np.float32), train.t.astype(np.float32)
@@ -609,16 +667,35 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
     out = Outcome("batched-numpy", launches_per_step=0)
     scale, mom = np.float32(hyper.rate / batch), np.float32(hyper.momentum)
     sizes = [W.size for W in params]
+    offsets = np.concatenate([[0], np.cumsum(sizes)]).astype(int)
+    flat = np.empty(int(offsets[-1]), np.float32)
+    if exchange is not None and bucket_cap > 0:
+        from nnbench.runtime.exchange import bucket_range, plan_buckets
+        ranges = {b[-1]: bucket_range(offsets, b) for b in plan_buckets(sizes, bucket_cap)}
+    else:
+        ranges = {}
+    started: list = []  # (request, the part it sums) of this step's buckets
+
+    def ready(l: int, g: np.ndarray) -> None:
+        flat[offsets[l]:offsets[l + 1]] = g.ravel()
+        if l in ranges:
+            first, count = ranges[l]
+            part = flat[first:first + count]
+            started.append((exchange.start(part), part))
 
     def run_epoch():
         t0, total = time.perf_counter(), 0.0
         for j in range(steps):
             lo = j * batch + rank * sub
-            grads, e = gradient_sums(params, x[lo:lo + sub], t[lo:lo + sub])
+            grads, e = gradient_sums(params, x[lo:lo + sub], t[lo:lo + sub], ready if exchange is not None else None)
             if exchange is not None:
-                flat = np.concatenate([g.ravel() for g in grads])
-                exchange.allreduce(flat)
-                grads = [f.reshape(g.shape) for f, g in zip(np.split(flat, np.cumsum(sizes)[:-1]), grads)]
+                if ranges:
+                    for request, _ in started:
+                        request.Wait()
+                    started.clear()
+                else:
+                    exchange.allreduce(flat)
+                grads = [flat[offsets[l]:offsets[l + 1]].reshape(g.shape) for l, g in enumerate(grads)]
             apply_update(params, vel, grads, scale, mom)
             total += e
         if exchange is not None:
@@ -661,7 +738,7 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper, ref: list[np.ndarray] 
 def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
     steps = net.n // net.global_batch
     epoch = [net.step(j) for j in range(steps)]
-    out = Outcome(name, launches_per_step=len(net.step_launches(0)))
+    out = Outcome(name, launches_per_step=sum(la.role not in STREAM_ORDER for la in net.step_launches(0)))
 
     def run_epoch():
         net.error_reset()
@@ -679,19 +756,32 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
     stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
     out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
                                                                        stats, stats.timing)
-    out.role_us = role_times(net.be, net.step_launches(0))
+    launches = net.step_launches(0)
+    out.role_us = role_times(net.be, launches, exchange=net.exchange)
     out.comm_us = out.role_us.get("allreduce")
+    if net.exchange is not None:  # the split: exposed communication = the step - the step without its allreduces
+        out.compute_us = 1e3 * fixed_count(net.be, net.callable([la for la in launches if la.role != "allreduce"]),
+                                           ).median_ms
+        out.buckets = sum(la.role == "allreduce" for la in launches)
     return out
 
 
-def role_times(backend, launches: list[StepLaunch],
-               settings: measure.TimingSettings = LAUNCH_TIMING) -> dict[str, float]:
+def role_times(backend, launches: list[StepLaunch], settings: measure.TimingSettings = LAUNCH_TIMING,
+               exchange=None) -> dict[str, float]:
     """Microseconds per step by role: each launch timed alone (median), summed per role. The
     allreduce is a collective: every rank must call it equally often, so it gets a fixed count
-    of samples rather than the adaptive timer's."""
+    of samples rather than the adaptive timer's. A launch on the exchange's side stream is timed
+    between a handoff to the side stream and a join back, so that the default stream's events
+    enclose it."""
     out: dict[str, float] = {}
     for la in launches:
-        stats = fixed_count(backend, la.run) if la.role == "allreduce" else measure.measure(backend, la.run, settings)
+        if la.role in STREAM_ORDER:
+            continue
+        run = la.run
+        if la.side:
+            handoff, join = exchange.handoff(), exchange.join()
+            run = (lambda h=handoff, f=la.run, j=join: (h(), f(), j()))
+        stats = fixed_count(backend, run) if la.role == "allreduce" else measure.measure(backend, run, settings)
         out[la.role] = out.get(la.role, 0.0) + 1e3 * stats.median_ms
     return out
 
@@ -736,7 +826,7 @@ ELEMENTWISE = ("output_delta_batch", "momentum_update", "sum_slices", "sigmoid_c
 
 def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hyper, columns: int = 0,
              gemms: dict[str, GemmKernel] | None = None, cublas: CublasGemm | None = None, exchange=None,
-             rank: int = 0, ranks: int = 1) -> BatchedNet:
+             rank: int = 0, ranks: int = 1, bucket_cap: int = 0) -> BatchedNet:
     """A fresh net for `variant` from its compile_version output; our GEMMs are the first tile
     set's unless `gemms` (from `tune`) says otherwise."""
     params, comp = compiled[0]
@@ -748,11 +838,12 @@ def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hy
             continue
     if "cublas" in variant.tags:
         return BatchedNet(backend, kernels, layers, init, train, batch, hyper, cublas=cublas or CublasGemm(backend),
-                          columns=columns, exchange=exchange, rank=rank, ranks=ranks, graph="graph" in variant.tags)
+                          columns=columns, exchange=exchange, rank=rank, ranks=ranks, graph="graph" in variant.tags,
+                          bucket_cap=bucket_cap)
     net = WgmmaNet if variant.runner == "batched-wgmma" else BatchedNet
     return net(backend, kernels, layers, init, train, batch, hyper,
                gemms=gemms or load_gemms(backend, variant, params, comp), columns=columns, exchange=exchange,
-               rank=rank, ranks=ranks, graph="graph" in variant.tags)
+               rank=rank, ranks=ranks, graph="graph" in variant.tags, bucket_cap=bucket_cap)
 
 
 GRAPHED = "whole step as one CUDA graph, one launch per step"  # the params of a graph version's row
@@ -781,10 +872,12 @@ def tune(backend, variant: Variant, compiled, layers, init, train, batch, hyper)
 def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: mlp.Hyper, batch: int,
         epochs: int = DEFAULT_EPOCHS, train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10,
         flips: int = 2, torch_modes: tuple[str, ...] = (), progress=None, env: dict | None = None,
-        world=None, exchange_kind: str = "nccl"):
+        world=None, exchange_kind: str = "nccl", bucket_mb: float | None = None):
     """Yield one record per version (then per PyTorch mode), each GPU version verified first.
     Under MPI (`world`), every rank runs this with the same arguments and trains its slice of each
-    batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI."""
+    batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI,
+    in buckets of `bucket_mb` (0: one allreduce after the backward pass; the GPU's mpi exchange
+    always one); the PyTorch rows are then one row of PyTorch DDP (NCCL) over the same ranks."""
     if train_samples < batch:
         raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
     ranks, rank = (world.size, world.rank) if world else (1, 0)
@@ -805,18 +898,20 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
     sub = batch // ranks
     cublas_gemm_us = _cublas_gemms(backend, layers, init, train, sub, hyper) if backend.name == "cuda" else None
     exch = None
+    from nnbench.runtime import exchange
+    bucket_mb = exchange.DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
+    cap = exchange.bucket_floats(bucket_mb)
     if world is not None:
-        from nnbench.runtime import exchange
         exch = exchange.CpuExchange(world) if backend.name != "cuda" else exchange.gpu_exchange(
             exchange_kind, world, backend, flat_size(layers))
     rtol = None
     ref = None  # the float64 reference after CHECK_STEPS steps: made once, for every version's check and the limit
     for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
         rec = dict(base, version=v.name, step=v.step, precision=v.precision,
-                   params=GRAPHED if "graph" in v.tags else "")
+                   params=GRAPHED if "graph" in v.tags else _exchange_params(world, backend, exchange_kind, bucket_mb))
         say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
         if v.backend == "cpu":
-            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks)
+            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks, cap)
             rec["status"] = "PASS"
         else:
             if backend.device is not None and (why := v.arch_problem(backend.device)):
@@ -829,7 +924,7 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 continue
             try:
                 gemms = None if "cublas" in v.tags else tune(backend, v, comp, layers, init, train, sub, hyper)
-                dp = dict(exchange=exch, rank=rank, ranks=ranks)
+                dp = dict(exchange=exch, rank=rank, ranks=ranks, bucket_cap=cap)
                 net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
                 ref = ref if ref is not None else reference_weights(init, train, batch, hyper, CHECK_STEPS)
                 err = check(net, init, train, hyper, ref)
@@ -852,13 +947,14 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
             if net.graph:
                 rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
         yield _record(rec, out, cublas_gemm_us)
+    if world is not None and torch_modes:  # the PyTorch row of a data-parallel run: DDP over the same ranks
+        yield _ddp_row(backend, world, dict(base, version="torch-ddp", step="", precision=FFMA), layers, init, train,
+                       test, hyper, batch, epochs, bucket_mb, progress, rtol, cublas_gemm_us, ref)
+        return
     for mode in torch_modes:
         graphed = ", the step as one CUDA graph" if mode == "graph" else ""
         rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
                    params="fp32 SGD(momentum), TF32 off" + graphed)
-        if world is not None:
-            yield dict(rec, status="SKIP", error="the PyTorch rows run in one process: compare with --gpus 1")
-            continue
         steps = min(CHECK_STEPS, steps_per_epoch)  # checked like ours
         ref = reference_weights(init, train, batch, hyper, steps)
         try:
@@ -871,6 +967,36 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
         rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
                    status="PASS" if out.weights_rel_err <= limit else "FAIL")
         yield _record(rec, _from_torch(out, batch, steps_per_epoch), cublas_gemm_us)
+
+
+def _exchange_params(world, backend, kind: str, bucket_mb: float) -> str:
+    """A data-parallel row's params: how its gradients travel."""
+    if world is None:
+        return ""
+    if bucket_mb <= 0 or (backend.name == "cuda" and kind != "nccl"):
+        return "one allreduce after the backward pass"
+    stream = ", on a side stream during the backward pass" if backend.name == "cuda" else " (non-blocking MPI)"
+    return f"buckets of <= {bucket_mb:g} MB{stream}"
+
+
+def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch: int, epochs: int, bucket_mb: float,
+             progress, rtol: float | None, cublas_gemm_us: float | None, ref: list[np.ndarray] | None) -> dict:
+    """PyTorch DDP's row (nnbench/suites/ddp.py), checked and timed as our data-parallel rows; `ref`: the
+    float64 reference after CHECK_STEPS steps where our rows made it."""
+    from nnbench.suites import ddp
+    rec["params"] = ddp.label(bucket_mb)
+    if why := ddp.unavailable():
+        return dict(rec, status="SKIP", error=why)
+    steps = min(CHECK_STEPS, len(train) // batch)
+    if ref is None or steps != CHECK_STEPS:
+        ref = reference_weights(init, train, batch, hyper, steps)
+    say = (lambda it, err: progress("torch-ddp", it, err)) if progress else None
+    out = ddp.train(world, layers, init, train, test, hyper, batch, epochs, (steps, ref),
+                    partial(fixed_count, backend), bucket_mb, say)
+    limit = rtol or check_tolerance(init, train, batch, hyper, steps, ref=ref)
+    rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
+               status="PASS" if out.weights_rel_err <= limit else "FAIL")
+    return _record(rec, out, cublas_gemm_us)
 
 
 def flat_size(layers: tuple[int, ...]) -> int:
@@ -923,8 +1049,8 @@ def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
         steps=out.steps, epochs_run=out.epochs, final_error=out.final_error, us_per_step=s * 1e6,
         step_iqr_pct=out.step_iqr_pct, timing=out.timing, samples_per_s=rec["batch"] / s if s > 0 else None,
         tflops=rec["flops_per_step"] / s / 1e12 if s > 0 else None, train_seconds=out.train_seconds,
-        gemm_us=gemm, other_us=other, comm_us=out.comm_us,
-        compute_us=s * 1e6 - out.comm_us if out.comm_us is not None and s > 0 else None,
+        gemm_us=gemm, other_us=other, comm_us=out.comm_us, compute_us=out.compute_us,
+        exposed_us=s * 1e6 - out.compute_us if out.compute_us is not None and s > 0 else None, buckets=out.buckets,
         roles_us=" ".join(f"{k}={v:.1f}" for k, v in out.role_us.items()) or None,
         launches_per_step=out.launches_per_step or None,
         cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
