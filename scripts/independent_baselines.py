@@ -444,6 +444,9 @@ def agreed(rows: list[dict], eager_ratio: float | None, limit_pct: float = 3.0) 
 
 
 if __name__ == "__main__":
+    if len(sys.argv) < 2 or sys.argv[1] in ("-h", "--help"):
+        print(__doc__[__doc__.index("Usage:"):].strip())
+        sys.exit(0 if len(sys.argv) > 1 else 2)
     if sys.argv[1] == "--conv":
         print(json.dumps(cudnn_rows()))
         sys.exit(0)
