@@ -33,3 +33,47 @@ def cuda_backend():
     if be is None:
         pytest.skip(why)
     return be
+
+
+# -- MPI (tests/test_dataparallel.py, test_buckets.py, test_search.py: CPU ranks started by mpirun) ----
+def mpi_ready() -> bool:
+    import shutil
+    try:
+        import mpi4py  # noqa: F401
+    except ImportError:
+        return False
+    return shutil.which("mpirun") is not None
+
+
+needs_mpi = pytest.mark.skipif(not mpi_ready(), reason="mpirun or mpi4py is not installed")
+
+
+def mpirun_cmd(n: int, *options: str) -> list[str]:
+    """mpirun for n local processes on CI's 2 cores (oversubscribed; as root where CI runs as root)."""
+    import os
+    return ["mpirun", *options, "-np", str(n), "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0
+                                                                      else [])
+
+
+def mpirun_python(n: int, *args: str):
+    """n ranks of `python -m mpi4py ARGS` (a script and its arguments)."""
+    import subprocess
+    import sys
+    return subprocess.run([*mpirun_cmd(n), sys.executable, "-m", "mpi4py", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+def assert_ranks_match_one_process(npz) -> None:
+    """tests/mpi/train_ranks.py's weights and error curve (written to npz) against one process training
+    Net 1 on the same global batch (96), data and initial weights, to float32 rounding."""
+    import numpy as np
+
+    from nnbench import glyphs, nets
+    from nnbench.suites import batched, mlp
+    got = np.load(npz)
+    layers = nets.get(1).layers
+    init = mlp.init_params(layers, 0, 4.0)
+    one = batched.train_numpy(layers, init, batched.training_set(layers[0], 960, seed=0), glyphs.noisy(60, 1, seed=1),
+                              96, 2, mlp.Hyper(rate=3.0, momentum=0.8))
+    np.testing.assert_allclose(got["curve"], [e for _, e in one.error_curve], rtol=1e-4)
+    assert mlp.weight_change_error([got[f"arr_{i}"] for i in range(len(init))], one.weights, init) < 1e-4

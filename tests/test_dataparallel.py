@@ -3,39 +3,17 @@ machine) give the single-process result; nnbench starts mpirun itself for --rank
 one line and exit 2. Skipped where mpirun or mpi4py is missing (.ci/run installs both)."""
 
 import csv
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
-import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nnbench import glyphs, nets
 from nnbench.cli import cli
-from nnbench.suites import batched, mlp
+
+from .conftest import assert_ranks_match_one_process, mpirun_python, needs_mpi
 
 HERE = Path(__file__).parent
-
-
-def _mpi_ready() -> bool:
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return False
-    return shutil.which("mpirun") is not None
-
-
-needs_mpi = pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
-
-
-def _mpirun(n: int, *args: str) -> subprocess.CompletedProcess:
-    cmd = ["mpirun", "-np", str(n), "--oversubscribe"]
-    if os.geteuid() == 0:
-        cmd.append("--allow-run-as-root")
-    return subprocess.run([*cmd, sys.executable, "-m", "mpi4py", *args], capture_output=True, text=True, timeout=300)
 
 
 @needs_mpi
@@ -43,15 +21,9 @@ def _mpirun(n: int, *args: str) -> subprocess.CompletedProcess:
 def test_ranks_give_the_single_process_result(tmp_path, ranks):
     """Same global batch (96), same data and initial weights: the ranks' summed gradients equal
     the single process's to float32 rounding."""
-    res = _mpirun(ranks, str(HERE / "mpi" / "train_ranks.py"), str(tmp_path / "w.npz"))
+    res = mpirun_python(ranks, str(HERE / "mpi" / "train_ranks.py"), str(tmp_path / "w.npz"))
     assert res.returncode == 0, res.stdout + res.stderr
-    got = np.load(tmp_path / "w.npz")
-    layers = nets.get(1).layers
-    init = mlp.init_params(layers, 0, 4.0)
-    one = batched.train_numpy(layers, init, batched.training_set(layers[0], 960, seed=0), glyphs.noisy(60, 1, seed=1),
-                              96, 2, mlp.Hyper(rate=3.0, momentum=0.8))
-    np.testing.assert_allclose(got["curve"], [e for _, e in one.error_curve], rtol=1e-4)
-    assert mlp.weight_change_error([got[f"arr_{i}"] for i in range(len(init))], one.weights, init) < 1e-4
+    assert_ranks_match_one_process(tmp_path / "w.npz")
 
 
 @needs_mpi
@@ -94,6 +66,6 @@ def test_a_dying_rank_fails_the_run_and_names_itself(tmp_path):
                       "extra = ['--gpus', '3'] if os.environ.get('OMPI_COMM_WORLD_RANK') == '1' else []\n"
                       "cli(['train', '--backend', 'cpu', '--net', '1', '--batch', '64', '--epochs', '1', "
                       "'--train-samples', '640', '--no-letters', '--csv', os.devnull, *extra])\n")
-    res = _mpirun(2, str(script))
+    res = mpirun_python(2, str(script))
     assert res.returncode != 0
     assert "rank 1: --gpus 3" in res.stdout + res.stderr

@@ -13,6 +13,8 @@ from nnbench import config, paths, replay, results, strategies, sweep
 from nnbench.errors import NnbenchError
 from nnbench.yamlnodes import ConfigError
 
+from .conftest import mpirun_cmd, needs_mpi
+
 CONFIG = paths.ROOT / "configs/gemm_sweep.yaml"
 H100 = paths.ROOT / "docs/data/gemm_sweep_h100.csv"
 
@@ -212,34 +214,23 @@ def test_replay_from_the_command_line(tmp_path):
     assert "replayed from" in res.stdout and "no kernel ran" in res.stdout
 
 
-def _mpi_ready() -> bool:
-    import shutil
-    try:
-        import mpi4py  # noqa: F401
-    except ImportError:
-        return False
-    return shutil.which("mpirun") is not None
-
-
-@pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
+@needs_mpi
 def test_mpi_ranks_run_a_sweep_into_one_file(tmp_path):
     """Rank 0 runs the sweep, ranks 1 and 2 (two local processes, as in CI) run its cases through
     mpi4py.futures, each with its own worker: every case once, every case compared."""
-    import os
     cfg = tmp_path / "search.yaml"
     cfg.write_text(CONFIG.read_text() + "strategy: random\nbudget: {cases: 15}\n")
     out = tmp_path / "r.csv"
-    cmd = ["mpirun", "-np", "3", "--oversubscribe"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
-    res = subprocess.run([*cmd, sys.executable, "-m", "mpi4py.futures", "-m", "nnbench", "sweep", str(cfg), "--mpi",
-                          "--replay", str(H100), "--out", str(out)], capture_output=True, text=True, cwd=paths.ROOT,
-                         timeout=300)
+    res = subprocess.run([*mpirun_cmd(3), sys.executable, "-m", "mpi4py.futures", "-m", "nnbench", "sweep", str(cfg),
+                          "--mpi", "--replay", str(H100), "--out", str(out)], capture_output=True, text=True,
+                         cwd=paths.ROOT, timeout=300)
     assert res.returncode == 0, res.stdout + res.stderr
     got = [r for r in rows(out) if r["status"] != "SKIP"]
     assert len(got) == 32 and len({results.case_key_of(r) for r in got}) == 32
     assert all(r["speedup"] and r["pct_vendor"] for r in got if r["variant"] != "cublas")
 
 
-@pytest.mark.skipif(not _mpi_ready(), reason="mpirun or mpi4py is not installed")
+@needs_mpi
 def test_a_lost_mpi_rank_has_its_case_requeued(tmp_path):
     """One of two worker ranks dies while it holds a job (tests/mpi/lose_a_rank.py: its process exits at
     once, no answer, as if its node were gone). The job is sent again after 3 watchdog periods (3 s
@@ -251,8 +242,7 @@ def test_a_lost_mpi_rank_has_its_case_requeued(tmp_path):
     out, marker = tmp_path / "r.csv", tmp_path / "lost"
     env = dict(os.environ, NNBENCH_TEST_LOSE_MARKER=str(marker),
                PYTHONPATH=os.pathsep.join([str(paths.ROOT / "tests/mpi"), str(paths.ROOT)]))
-    cmd = ["mpirun", "--enable-recovery", "-np", "3", "--oversubscribe", "-x", "NNBENCH_TEST_LOSE_MARKER",
-           "-x", "PYTHONPATH"] + (["--allow-run-as-root"] if os.geteuid() == 0 else [])
+    cmd = mpirun_cmd(3, "--enable-recovery", "-x", "NNBENCH_TEST_LOSE_MARKER", "-x", "PYTHONPATH")
     res = subprocess.run([*cmd, sys.executable, "-m", "mpi4py.futures", str(paths.ROOT / "tests/mpi/lose_a_rank.py"),
                           str(cfg), "--replay", str(H100), "--out", str(out), "--watchdog", "1"],
                          capture_output=True, text=True, cwd=paths.ROOT, env=env, timeout=60)

@@ -298,8 +298,6 @@ class BatchedNet:
 
     def _pass(self, name: str, total: int, args: tuple, sig: str, stream=None):
         grid = (self.be.device.stride_blocks(total, self.tpb), 1, 1)
-        if stream is None:
-            return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig)
         return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
 
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
@@ -607,10 +605,8 @@ class WgmmaNet(BatchedNet):
         table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
         table = table.ljust(-(-len(table) // 8) * 8, b"\0")
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        args = (self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1), (table, rate, mom),
-                raw(len(table), 8) + "ff")
-        return [StepLaunch("update", self.be.launcher(*args) if stream is None else
-                           self.be.launcher(*args, stream=stream))]
+        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1),
+                                                      (table, rate, mom), raw(len(table), 8) + "ff", stream=stream))]
 
 
 # -- training -------------------------------------------------------------------------------------

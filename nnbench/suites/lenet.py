@@ -157,15 +157,19 @@ def init_params(seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
 
 
 # -- the float64 reference ------------------------------------------------------------------------
-def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
-    """One SGD step in float64: returns (loss before the step, updated params, logits)."""
-    acts, pre = [x.astype(np.float64)], []
+def _sgd_step(params, x: np.ndarray, labels: np.ndarray, rate: float, layer_conv, dtype):
+    """One SGD step of the model in `dtype`, each layer's convolution given by `layer_conv(i, a, W)` ->
+    (z, back), back(a, d) -> (data gradient, filter gradient): returns (loss before the step, updated
+    params, logits). The float64 reference and the CPU model of each path differ only in those two."""
+    acts, pre, backs = [x.astype(dtype)], [], []
     a = acts[0]
-    for (W, b), lay in zip(params, LAYERS):
-        z = conv.conv_reference(a, W, 1, 0) + b[None, :, None, None]
+    for i, ((W, b), lay) in enumerate(zip(params, LAYERS)):
+        z, back = layer_conv(i, a, W)
+        backs.append(back)
+        z = z + b.astype(dtype)[None, :, None, None]
         z = np.maximum(z, 0) if lay.relu else z
         pre.append(z)
-        a = conv.pool_reference(z, lay.pool, "max") if lay.pool else z
+        a = conv.pool_reference(z, lay.pool, "max").astype(dtype) if lay.pool else z
         acts.append(a)
     logits = a.reshape(len(x), CLASSES)
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -173,18 +177,26 @@ def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
     loss = float(-np.mean(np.log(p[np.arange(len(x)), labels])))
     d = p.copy()
     d[np.arange(len(x)), labels] -= 1.0
-    d = (d / len(x)).reshape(a.shape)
+    d = (d / len(x)).reshape(a.shape).astype(dtype)
     new = []
     for i in range(len(LAYERS) - 1, -1, -1):
         lay, (W, b) = LAYERS[i], params[i]
         if lay.pool:
-            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max")
+            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max").astype(dtype)
         if lay.relu:
             d = d * (pre[i] > 0)
-        dx, dw = conv.conv_backward_reference(acts[i], W, d, 1, 0)
+        dx, dw = backs[i](acts[i], d)
         new.append((W - rate * dw, b - rate * d.sum(axis=(0, 2, 3))))
         d = dx
     return loss, new[::-1], logits
+
+
+def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
+    """One SGD step in float64: returns (loss before the step, updated params, logits)."""
+    def layer_conv(i, a, W):
+        return (conv.conv_reference(a, W, 1, 0),
+                lambda a_, d: conv.conv_backward_reference(a_, W, d, 1, 0))
+    return _sgd_step(params, x, labels, rate, layer_conv, np.float64)
 
 
 # -- on the CPU, as the paths compute it -------------------------------------------------------------
@@ -213,40 +225,15 @@ def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str =
     from nnbench.suites import implicit_numpy as imp
     f32 = np.float32
     kinds = layer_paths(path)
-    acts, pre, backs = [x.astype(f32)], [], []
-    a = acts[0]
-    for (W, b), lay, kind in zip(params, LAYERS, kinds):
+
+    def layer_conv(i, a, W):
         W = W.astype(f32)
-        if kind == "implicit":
-            z = imp.forward(a, W, drop_tap=drop_tap)
-            backs.append(lambda a_, d, W=W: (imp.data_grad(d, W, a_.shape, drop_tap=drop_tap),
-                                             imp.filter_grad(a_, d, W.shape[2], drop_tap=drop_tap)))
-        else:
-            z, back = _unroll_cpu(a, W)
-            backs.append(back)
-        z = z + b.astype(f32)[None, :, None, None]
-        z = np.maximum(z, 0) if lay.relu else z
-        pre.append(z)
-        a = conv.pool_reference(z, lay.pool, "max").astype(f32) if lay.pool else z
-        acts.append(a)
-    logits = a.reshape(len(x), CLASSES)
-    p = np.exp(logits - logits.max(axis=1, keepdims=True))
-    p /= p.sum(axis=1, keepdims=True)
-    loss = float(-np.mean(np.log(p[np.arange(len(x)), labels])))
-    d = p.copy()
-    d[np.arange(len(x)), labels] -= 1.0
-    d = (d / len(x)).reshape(a.shape).astype(f32)
-    new = []
-    for i in range(len(LAYERS) - 1, -1, -1):
-        lay, (W, b) = LAYERS[i], params[i]
-        if lay.pool:
-            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max").astype(f32)
-        if lay.relu:
-            d = d * (pre[i] > 0)
-        dx, dw = backs[i](acts[i], d)
-        new.append((W - rate * dw, b - rate * d.sum(axis=(0, 2, 3))))
-        d = dx
-    return loss, new[::-1]
+        if kinds[i] == "implicit":
+            return imp.forward(a, W, drop_tap=drop_tap), lambda a_, d: (
+                imp.data_grad(d, W, a_.shape, drop_tap=drop_tap), imp.filter_grad(a_, d, W.shape[2], drop_tap=drop_tap))
+        return _unroll_cpu(a, W)
+    loss, new, _ = _sgd_step(params, x, labels, rate, layer_conv, f32)
+    return loss, new
 
 
 def cpu_step_error(params, got_loss: float, got_params, ref_loss: float, ref_params) -> float:
