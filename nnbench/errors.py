@@ -20,3 +20,8 @@ class BackendUnavailable(NnbenchError):
 class KernelFault(Exception):
     """A kernel crashed (illegal address, launch failure). Not a user error: the case is recorded as
     failed, and what was measured before it is kept."""
+
+
+class QueueFull(Exception):
+    """A batch queued behind the blocking kernel filled the driver's queue (nnbench/runtime/cuda.py): its samples
+    are void, and the backend's queue_room for that launch is now smaller. `measure` fits its batches to it."""

@@ -6,7 +6,10 @@ Timer (after nvbench's "cold"/"hot" measurements):
   where L2 is flushed before every sample by overwriting a buffer allocated once);
 - hot samples are queued in batches of up to 10 behind a blocking kernel (nvbench's technique):
   the GPU runs them back to back, so neither host launch latency nor the host's own work between
-  samples is timed or leaves the GPU idle; the stop rule is checked after each batch;
+  samples is timed or leaves the GPU idle; the stop rule is checked after each batch. A batch fits the
+  driver's queue (about 1,000 entries): one that filled it (a launch that queues several kernels, at high
+  reps) is void, and the launch's batches shrink to the room the backend learned (QueueFull,
+  nnbench/runtime/cuda.py);
 - samples repeat until the relative noise is at most `max_noise` (after `min_samples`), or the
   time budget is spent; the median and IQR are reported;
 - noise is a robust relative spread: IQR / 1.349 / median, which equals the relative standard
@@ -43,6 +46,8 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+
+from nnbench.errors import QueueFull
 
 ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
 # The limit for a row computed in TF32 (one product on the tensor cores: cuBLAS and cuDNN with TF32 on,
@@ -177,13 +182,21 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
             # queued behind the blocking kernel; and reps is rounded up to a power of two, so that a per-launch
             # time near a boundary flips it rarely, and then between two counts that share the pair's cost alike.
             probe = min(MAX_REPS, 4 * reps)  # (a host read up to PROBE_BELOW x too long still gets 4 launches)
-            est = backend.timed_samples(launch, probe, 1)[0]
+            while True:
+                try:
+                    est = backend.timed_samples(launch, probe, 1)[0]
+                    break
+                except QueueFull:
+                    probe = min(probe, queue_room(backend, launch) - 2)
             gpu_ms += probe * est
             need = settings.min_sample_ms / max(est, 1e-6)
             reps = min(MAX_REPS, 1 << max(0, math.ceil(math.log2(need)))) if need > 1 else 1
     # Hot samples go in batches queued behind one blocking kernel; a cold sample stands alone,
     # since the L2 flush between samples is host-issued.
-    batch = 1 if settings.cold or settings.host_issued else max(1, min(BATCH, MAX_QUEUED // (reps + 2)))
+    if settings.cold or settings.host_issued:
+        batch = 1
+    else:
+        reps, batch = fit_to_queue(backend, launch, reps)
     tel = backend.telemetry() if hasattr(backend, "telemetry") else None
     probes: list = []
     during = (lambda: probes.append(tel.probe())) if tel is not None else None
@@ -214,10 +227,18 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
                 else:
                     got = [backend.timed(launch, reps)]
                 issued += 1
-            elif tel is not None:
-                got = backend.timed_samples(launch, reps, count, during)
             else:
-                got = backend.timed_samples(launch, reps, count)
+                probed = len(probes)
+                try:
+                    got = backend.timed_samples(launch, reps, count, during) if tel is not None else \
+                        backend.timed_samples(launch, reps, count)
+                except QueueFull:
+                    del probes[probed:]  # the void batch's
+                    fit, batch = fit_to_queue(backend, launch, reps)
+                    if fit != reps:  # one sample of `reps` launches overfills the queue: start again with shorter ones
+                        reps, kept, dropped, slow, covered = fit, [], [], set(), 0.0
+                        probes.clear()
+                    continue
             keep = settings.keep_throttled or KEEP_THROTTLED[0]
             if tel is not None and not keep and probes and tel.throttled(probes[-1]):
                 dropped += got
@@ -320,6 +341,21 @@ def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
         stats.power_w, stats.energy_method = float(np.mean(watts)), tel.power_method
     if stats.power_w is not None:
         stats.energy_j = stats.power_w * stats.median_ms * 1e-3
+
+
+def queue_room(backend, launch) -> int:
+    """Launches of `launch` (each sample's event pair counted as two) that the backend may queue behind its
+    blocking kernel at once: MAX_QUEUED, or what a full queue taught it (nnbench/runtime/cuda.py)."""
+    room = getattr(backend, "queue_room", None)
+    return room(launch) if room is not None else MAX_QUEUED
+
+
+def fit_to_queue(backend, launch, reps: int) -> tuple[int, int]:
+    """(reps, samples per batch) within the queue's room: a sample's launches are cut to fit only where
+    one sample alone overfills it (a launch that queues many kernels, at large reps)."""
+    room = queue_room(backend, launch)
+    reps = max(1, min(reps, room - 2))
+    return reps, max(1, min(BATCH, room // (reps + 2)))
 
 
 def issued_by_host(backend, launch, host_issued: bool) -> bool:

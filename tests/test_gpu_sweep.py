@@ -115,6 +115,32 @@ def test_a_launch_that_synchronizes_falls_back_to_unblocked_timing(cuda_backend)
     assert len(cuda_backend.timed_samples(syncing, 1, 3)) == 3
 
 
+def test_a_launch_of_many_kernels_at_long_samples_is_queued_in_smaller_batches_not_issued_by_the_host(cuda_backend):
+    """The unroll convolutions queue several kernels a launch: at 0.5 ms samples their batches filled the driver's
+    queue, the blocking kernel timed out and they were timed host-issued (15-19% between runs on the H100,
+    docs/results/measurement.md). A full queue is told from a launch that synchronizes by one launch queued
+    alone: the batches shrink to fit, and the samples stay queued."""
+    from nnbench.runtime.compile import CompileRequest, compile_cubin
+
+    comp = compile_cubin(CompileRequest.make(Path(__file__).parent / "kernels/user/fma_chain.cu", {"ITERS": 8},
+                                             cuda_backend.arch))
+    x = cuda_backend.upload(np.ones(256, np.float32))
+    y = cuda_backend.upload(np.zeros(256, np.float32))
+    one = cuda_backend.launcher(cuda_backend.load(comp, "fma_chain"), (1, 1, 1), (256, 1, 1),
+                                (cuda_backend.ptr(x), cuda_backend.ptr(y), np.int32(256)), "PPi")
+
+    def sixteen():  # 16 kernels a launch: 0.5 ms samples of 10 launches at least, 160+ launches a batch
+        for _ in range(16):
+            one()
+
+    s = measure.measure(cuda_backend, sixteen, measure.TimingSettings(min_sample_ms=0.5, budget_s=0.5))
+    assert cuda_backend.queue_room(sixteen) < measure.MAX_QUEUED  # the queue did fill (else raise the kernel count)
+    assert not cuda_backend.issued_by_host(sixteen) and s.timing in (measure.HOT_BATCHED, measure.HOT_SINGLE)
+    assert s.reps * s.median_ms >= 0.5 * 0.9 and s.samples >= 10
+    # a launch that synchronizes inside is still told apart, with a full batch or a single launch
+    assert len(cuda_backend.timed_samples(lambda: cuda_backend.synchronize(), 4, 3)) == 3
+
+
 def test_a_worker_is_ready_with_its_helper_kernels_before_the_first_job(tmp_path, monkeypatch):
     """The verifier and the blocking kernel are compiled (cold cache) and loaded while the parent
     compiles, not inside the first case's run (about a second of nvcc on the H100 host)."""

@@ -114,6 +114,51 @@ def test_hot_samples_come_in_batches_and_the_stop_rule_runs_after_each():
     assert s.reps == measure.MAX_REPS and set(big.batches) == {1}
 
 
+class FullQueueBackend(FakeBackend):
+    """The CUDA backend's queue as the unroll convolutions met it: each launch queues `kernels` kernels, the
+    driver's queue holds `capacity`, and a batch that overfills it is void (QueueFull) and halves the room,
+    as nnbench/runtime/cuda.py learns it."""
+
+    def __init__(self, kernels, capacity=1000, launch_ms=0.008, host_ms=None):
+        super().__init__([])
+        self.kernels, self.capacity, self.launch_ms = kernels, capacity, launch_ms
+        self.host_ms = host_ms or launch_ms
+        self.room = measure.MAX_QUEUED
+        self.full = 0
+
+    def queue_room(self, fn):
+        return self.room
+
+    def timed(self, fn, reps):
+        return self.host_ms
+
+    def timed_samples(self, fn, reps, count):
+        from nnbench.errors import QueueFull
+        assert count * (reps + 2) <= self.room
+        if count * reps > 1 and count * reps * self.kernels > self.capacity:
+            self.full += 1
+            self.room = max(3, count * (reps + 2) // 2)
+            raise QueueFull("full")
+        self.batches.append((reps, count))
+        return [self.launch_ms] * count
+
+
+def test_a_batch_that_fills_the_drivers_queue_is_fitted_to_it_not_given_up():
+    """0.5 ms samples of an 8 us launch that queues 3 kernels: 64 launches a sample, 7 samples a batch, 1,344
+    kernels, more than the driver's queue holds. Each void batch halves the launch's room until a batch fits,
+    and every kept sample still holds the 64 launches that reach min_sample_ms; no sample is host-issued."""
+    be = FullQueueBackend(kernels=3)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(min_sample_ms=0.5, budget_s=10))
+    assert be.full >= 1 and s.reps == 64 and s.timing == measure.HOT_BATCHED
+    assert {r for r, _ in be.batches[1:]} == {64} and max(c for _, c in be.batches[1:]) * 64 * 3 <= 1000
+    assert s.samples >= 10 and s.median_ms == pytest.approx(0.008)
+    # one sample alone overfills it (a 1 us launch of 4 kernels, whose host read of 25 us asked a probe of only 80
+    # launches: the samples' 510 launches queue 2,040 kernels): its launches are cut to fit, as few as needed
+    be = FullQueueBackend(kernels=4, launch_ms=0.001, host_ms=0.025)
+    s = measure.measure(be, lambda: None, measure.TimingSettings(min_sample_ms=0.5, budget_s=10))
+    assert be.full == 2 and s.reps == 126 and {r for r, _ in be.batches[1:]} == {126} and s.samples >= 10
+
+
 def test_each_result_names_its_timing_method():
     hot = measure.measure(FakeBackend([1.0] * 100), lambda: None)
     assert hot.timing == "hot-batched" and hot.as_record()["timing"] == "hot-batched"

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from nnbench import paths
-from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError
+from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError, QueueFull
 from nnbench.measure import rel_err_from_sums
 from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
@@ -109,6 +109,7 @@ class CudaBackend:
         self._verifier = None
         self._blocking = None
         self._syncing: dict[int, object] = {}  # launches that synchronize inside, kept alive by id
+        self._room: dict[int, tuple[object, int]] = {}  # id -> (launch, queued launches that fit), learned
         self._graphs = weakref.WeakSet()  # destroyed in close(), while the context is still current
         self._nvml = Nvml(self.dev.pci_bus_id())
 
@@ -312,12 +313,31 @@ class CudaBackend:
         (kernels_cu/common/blocking.cu) and then released: the GPU runs the samples back to back,
         each between its own pair of events, so neither host launch latency nor the host's work
         between samples is ever timed. `during()` (the clock probe) is called once the batch is
-        released, while the GPU runs it and the host would only wait."""
-        if count * (reps + 2) > self.MAX_QUEUED:
-            raise ValueError(f"at most {self.MAX_QUEUED} queued launches per batch, got {count} x {reps}")
+        released, while the GPU runs it and the host would only wait.
+
+        The blocking kernel's timeout has two causes, told apart by one launch queued alone: a launch
+        that synchronizes inside (never blocked again: its samples are issued by the host), or a batch
+        that filled the driver's queue (about 1,000 entries, and `fn` may queue several kernels and
+        memsets: the unroll convolutions' 0.5 ms samples did, docs/results/measurement.md). Then the
+        host waited inside a launch until the timeout let the stream go, so the batch is void: the
+        room for `fn` is halved (queue_room) and QueueFull raised, for the caller to fit its batch."""
+        room = self.queue_room(fn)
+        if count * (reps + 2) > room:
+            raise ValueError(f"at most {room} queued launches per batch, got {count} x {reps}")
         if id(fn) in self._syncing:
             return self._host_issued(fn, reps, count, during)
         events = [(drv.Event(), drv.Event()) for _ in range(count)]
+        if not self._released(fn, events, reps, during):
+            if count * reps > 1 and self._released(fn, [(drv.Event(), drv.Event())], 1, None):
+                self._room[id(fn)] = (fn, max(3, count * (reps + 2) // 2))
+                raise QueueFull(f"{count} x {reps} launches filled the queue; room now {self.queue_room(fn)}")
+            self._syncing[id(fn)] = fn  # the blocking kernel gave up: the launch synchronizes; never block it again
+            return self._host_issued(fn, reps, count, during)
+        return [start.time_till(end) / reps for start, end in events]
+
+    def _released(self, fn, events, reps: int, during) -> bool:
+        """Queue each event pair around `reps` launches behind the blocking kernel, release it and wait;
+        False if the blocking kernel timed out first (the samples are then void)."""
         flag, block = self._blocker()
         try:
             flag[0] = 0
@@ -335,10 +355,12 @@ class CudaBackend:
         except drv.Error as e:
             flag[0] = 1
             raise KernelFault(str(e)) from None
-        if flag[0] == 2:  # the blocking kernel gave up: the launch synchronizes; never block it again
-            self._syncing[id(fn)] = fn
-            return self._host_issued(fn, reps, count, during)
-        return [start.time_till(end) / reps for start, end in events]
+        return flag[0] != 2
+
+    def queue_room(self, fn) -> int:
+        """Launches of `fn` (counting each sample's event pair as two) that may be queued behind the blocking
+        kernel at once: MAX_QUEUED, or less once a batch of `fn` filled the driver's queue."""
+        return self._room[id(fn)][1] if id(fn) in self._room else self.MAX_QUEUED
 
     def _host_issued(self, fn, reps: int, count: int, during) -> list[float]:
         """The batch's samples one by one; its one probe taken while the first sample runs."""
