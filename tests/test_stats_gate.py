@@ -436,6 +436,34 @@ def test_a_baseline_of_several_runs_gives_each_case_its_own_tolerance(tmp_path):
     assert res.exit_code == 0 and "regression gate: passed" in res.output, res.output
 
 
+def test_a_baseline_run_throttled_throughout_is_left_out_of_the_pool_not_passed_on_to_every_check(tmp_path):
+    """Session 7 on the H100: one baseline run of ten held tiled 2048^3 under the power cap throughout (SM clock
+    1,890-1,965 MHz); the pooled row took that run's throttle, and an unthrottled identical run checked against the
+    ten read UNSTABLE ("the baseline ran throttled throughout"). The capped run is left out of the pool and the
+    others decide; a baseline throttled in all but one run still says so."""
+    rng = np.random.default_rng(17)
+    folder = tmp_path / "baseline"
+    folder.mkdir()
+    for i in range(10):
+        last = i == 9
+        write_csv(folder / f"run-{i:02d}.csv", [rec("k", list(noisy(rng, 1.05 if last else 1.0, 0.002, 20)),
+                                                    throttle="sw_power_cap" if last else "", dropped=0,
+                                                    sm_clock_mhz=1950.0 if last else 1980.0, sm_clock_min_mhz=1890.0)])
+    cur = write_csv(tmp_path / "cur.csv", [rec("k", list(noisy(rng, 1.0, 0.002, 20)), throttle="", dropped=0)])
+    (v,) = api_check([folder], cur, verdict.default_tolerance(True)).verdicts
+    assert v.verdict == "SAME", v.why
+    base = verdict.load_baseline(folder)
+    assert base.iloc[0]["runs"] == 9 and "1 case left out a baseline run that ran throttled throughout" in \
+        base.attrs["notes"]
+    for i in range(1, 10):  # now nine of ten capped: no two runs free of it
+        f = folder / f"run-{i:02d}.csv"
+        row = dict(verdict.load(f).iloc[0], throttle="sw_power_cap")
+        f.unlink()  # (a results file is never overwritten)
+        write_csv(f, [row])
+    (v,) = api_check([folder], cur, verdict.default_tolerance(True)).verdicts
+    assert v.verdict == "UNSTABLE" and "the baseline ran throttled throughout" in v.why
+
+
 def test_a_baseline_of_runs_from_two_gpus_or_an_empty_folder_is_refused_in_one_line(tmp_path):
     rng = np.random.default_rng(3)
     folder = several_runs(tmp_path, rng, runs=3)
