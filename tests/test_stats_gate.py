@@ -395,6 +395,33 @@ def test_a_side_throttled_throughout_is_unstable_not_slower(tmp_path):
     assert v.verdict == "SLOWER"
 
 
+def test_a_limit_only_slows_so_a_capped_run_keeps_the_verdicts_it_cannot_explain(tmp_path):
+    """Session 7 on the H100: the power-cap flag held every batch of tiled 2048^3 in 4 of 43 fresh runs at an SM
+    clock of 1,890-1,965 MHz, each within 0.7% of the baseline, and each failed the gate as UNSTABLE. A limit only
+    slows a kernel: a capped current run that is not slower is SAME (saying it was capped); a capped baseline that
+    the current run is slower than is SLOWER; what the cap could explain stays UNSTABLE."""
+    rng = np.random.default_rng(19)
+
+    def one(name, median, capped):
+        cap = dict(throttle="sw_power_cap", dropped=0, sm_clock_mhz=1965.0, sm_clock_min_mhz=1890.0) if capped else \
+            dict(throttle="", dropped=0, sm_clock_mhz=1980.0)
+        return write_csv(tmp_path / f"{name}.csv", [rec("k", list(noisy(rng, median, 0.002, 40)), **cap)])
+
+    def judged(base, cur):
+        (v,) = verdict.compare(verdict.load(base), verdict.load(cur), 0.02)
+        return v
+
+    free, capped_base = one("free", 1.0, False), one("capped_base", 1.0, True)
+    v = judged(free, one("capped_same", 1.003, True))
+    assert v.verdict == "SAME" and "ran throttled throughout" in v.why and "not slower for it" in v.why, v.why
+    assert judged(free, one("capped_faster", 0.9, True)).verdict == "FASTER"
+    assert judged(free, one("capped_slower", 1.109, True)).verdict == "UNSTABLE"  # the +10.9% at 1,590 MHz
+    assert judged(capped_base, one("slower", 1.1, False)).verdict == "SLOWER"
+    v = judged(capped_base, one("same", 1.0, False))  # a regression as large as the cap could hide in it
+    assert v.verdict == "UNSTABLE" and "the baseline ran throttled throughout" in v.why
+    assert judged(capped_base, one("both", 1.0, True)).verdict == "UNSTABLE"
+
+
 # -- a baseline of several runs ---------------------------------------------------------------------
 def several_runs(tmp_path, rng, runs=10):
     """`runs` baseline runs in a folder: `tiny` moves 3% between runs (its samples 0.3% inside each), as the

@@ -55,7 +55,8 @@ def baseline(trends: list[trend.Trend], cur: pd.DataFrame, min_history: int = MI
         row = dict(cur.loc[t.key])
         row.update(verdict.pooled(seg["median_ms"].to_numpy(dtype=np.float64), list(seg["iqr_ms"].fillna(0)),
                                   list(seg["samples"]), run_medians=per_run),
-                   status="PASS", error="", history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}")
+                   status="PASS", error="", history=f"{len(seg)} commits from {seg['commit'].iloc[0][:9]}",
+                   throttle="", dropped=0)  # (the row is the current run's: its throttle is not the history's)
         rows[t.key] = row
     base = pd.DataFrame.from_dict(rows, orient="index") if rows else cur.iloc[0:0].copy()
     base.attrs["notes"] = []
