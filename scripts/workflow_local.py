@@ -147,8 +147,8 @@ def main(argv=None) -> int:
     github_env.touch()
     summary, github_env = summary.resolve(), github_env.resolve()
     env = dict(os.environ, GITHUB_STEP_SUMMARY=str(summary), GITHUB_ENV=str(github_env), GITHUB_SHA=sha,
-               GITHUB_WORKSPACE=str(ws),
-               GITHUB_REF=a.ref, GITHUB_EVENT_NAME=a.event, RUNNER_TOOL_CACHE=str((a.tool_cache or a.out / "tool-cache").resolve()))
+               GITHUB_WORKSPACE=str(ws), GITHUB_REF=a.ref, GITHUB_EVENT_NAME=a.event,
+               RUNNER_TOOL_CACHE=str((a.tool_cache or a.out / "tool-cache").resolve()))
     env.update({k: ctx.expand(str(v)) for k, v in (job.get("env") or {}).items()})
     with open(a.out / "steps.jsonl", "w") as record:
         for n, step in enumerate(steps):
