@@ -485,3 +485,25 @@ def test_the_history_gate_defaults_catch_3_percent_where_two_files_do_not(target
     two = run("check", files[0], cur, "--format", "json")
     assert [c["verdict"] for c in json.loads(two.stdout)["cases"]] == ["SAME"], two.output
     assert json.loads(two.stdout)["tolerance"] == 0.05
+
+
+def test_two_cases_that_share_a_long_start_get_two_figure_files():
+    """Session 7's history PNGs: step 9's rows carry long parameters, and a name cut at 150 characters lost their
+    shape. Two cases alike in their first 150 characters must not share a file (one figure would replace the
+    other); a short name stays as it was."""
+    import pandas as pd
+
+    from nnbench.history.figures import file_name
+    from nnbench.history.trend import Trend
+
+    params = "BM=128 BN=128 BK=32 STAGES=4 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 SPLIT_K=0 PRECISION=1 · BN=64 here " \
+             "(B by cp.async, few tiles), TMA, cp.async B"
+
+    def trend(shape, p=params):
+        return Trend("NVIDIA H100 80GB HBM3", f"gemm|tf32_wgmma|{p}|{shape}|hot", "gemm", "tf32_wgmma", p, shape,
+                     pd.DataFrame())
+
+    a, b = file_name(trend("1000×777×1234")), file_name(trend("1000×777×1235"))
+    assert a != b and len(a) == len(b) and a.startswith("nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-bm-128")
+    assert file_name(trend("64×64×64", "TS=32")) == "nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-ts-32-64-64-64-hot.png"
+

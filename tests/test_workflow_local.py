@@ -77,7 +77,8 @@ def test_the_real_workflow_records_history_on_main_pushes_only(tmp_path):
     (ws / "results" / "ci-abc123.json").write_text("{}")  # what the gate's step writes
     wf = ROOT / ".github" / "workflows" / "gpu-regression.yml"
     decided = {}
-    for event, ref in (("push", "refs/heads/main"), ("push", "refs/heads/topic"), ("pull_request", "refs/pull/7/merge")):
+    events = (("push", "refs/heads/main"), ("push", "refs/heads/topic"), ("pull_request", "refs/pull/7/merge"))
+    for event, ref in events:
         _, steps, _ = run(tmp_path, wf, "--workspace", str(ws), "--dry-run", "--event", event, "--ref", ref)
         decided[event, ref] = {name for name, s in steps.items() if s["ran"] == "would run"}
     history = "Record the run into the history (main only)"

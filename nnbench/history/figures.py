@@ -4,6 +4,7 @@ every `history show` (a file of the same case is replaced, atomically)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -14,9 +15,17 @@ from nnbench import results
 from nnbench.errors import NnbenchError
 from nnbench.history.trend import Trend
 
+NAME_CHARS = 150  # of the case's part of a file name
+
 
 def file_name(t: Trend) -> str:
-    return f"{results.slug(t.gpu)}--{results.slug(t.key.replace('|', ' '))[:150]}.png"
+    """<gpu>--<case>.png. A case's slug past NAME_CHARS keeps its start and a digest of the whole key in place of the
+    rest: cut alone, two cases whose long parameters agree would share a file (step 9's rows at 1000x777x1234 lost
+    their shape in session 7's history PNGs), and one figure would replace the other."""
+    case = results.slug(t.key.replace("|", " "))
+    if len(case) > NAME_CHARS:
+        case = f"{case[:NAME_CHARS - 13]}--{hashlib.sha1(t.key.encode()).hexdigest()[:11]}"
+    return f"{results.slug(t.gpu)}--{case}.png"
 
 
 def figure(t: Trend, title: str = ""):
