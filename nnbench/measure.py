@@ -187,7 +187,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
                     est = backend.timed_samples(launch, probe, 1)[0]
                     break
                 except QueueFull:
-                    probe = min(probe, queue_room(backend, launch) - 2)
+                    probe = fit_to_queue(backend, launch, probe)[0]
             gpu_ms += probe * est
             need = settings.min_sample_ms / max(est, 1e-6)
             reps = min(MAX_REPS, 1 << max(0, math.ceil(math.log2(need)))) if need > 1 else 1

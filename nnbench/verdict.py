@@ -279,12 +279,13 @@ def load_baseline(paths) -> pd.DataFrame:
         # which then speaks for the runs that were not (the pooled row used to carry the last run's throttle, and
         # one capped run of ten made every later check of the case UNSTABLE: session 7, docs/results/measurement.md).
         # Where fewer than two runs were free of it, the pool is all of them, its row a throttled run's (so marked).
-        free = [row for row in ok if not _throttled_throughout(row, "")]
+        held = [bool(_throttled_throughout(row, "")) for row in ok]
+        free = [row for row, h in zip(ok, held) if not h]
         if len(free) >= 2:
-            capped += len(free) < len(ok)
+            capped += any(held)
             ok = free
         else:
-            ok = sorted(ok, key=lambda row: bool(_throttled_throughout(row, "")))
+            ok = free + [row for row, h in zip(ok, held) if h]
         rows[key] = dict(ok[-1], **pooled([float(row["median_ms"]) for row in ok],
                                           [_number(row["iqr_ms"]) for row in ok], [samples_of(row) for row in ok]))
     out = pd.DataFrame.from_dict(rows, orient="index")
@@ -408,16 +409,19 @@ def _weigh_throttle(v: Verdict, b, c) -> None:
     of 1,620-1,965 MHz (UNSTABLE then, failing the gate), and one at 1,590-1,770 MHz, +10.9%."""
     base, cur = _throttled_throughout(b, "the baseline"), _throttled_throughout(c, "the current run")
     if base and cur:
-        v.verdict, v.why = "UNSTABLE", f"{base}; {cur}"
+        v.verdict, v.why = "UNSTABLE", f"{base}{NOT_OWN_SPEED}; {cur}{NOT_OWN_SPEED}"
     elif cur and v.verdict in ("SAME", "FASTER"):
-        v.why = "; ".join(x for x in (v.why, cur.replace(": not the kernel's own speed", ", and not slower for it"))
-                          if x)
+        v.why = "; ".join(x for x in (v.why, f"{cur}, and not slower for it") if x)
     elif cur or (base and v.verdict != "SLOWER"):
-        v.verdict, v.why = "UNSTABLE", base or cur
+        v.verdict, v.why = "UNSTABLE", f"{base or cur}{NOT_OWN_SPEED}"
+
+
+NOT_OWN_SPEED = ": not the kernel's own speed"
 
 
 def _throttled_throughout(row, side: str) -> str | None:
-    """Why a side's samples are not the kernel's own speed, or None: a power or thermal limit held the clocks
+    """How a side ran throttled throughout (`side`, the limits and the clocks), or None: a power or thermal limit
+    held the clocks
     and no sample was dropped for it, so every kept sample ran throttled (measure keeps them only where the GPU
     was throttled for twice the budget, or with --keep-throttled). On the H100 such a run of an unchanged
     kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (docs/results/measurement.md)."""
@@ -427,7 +431,7 @@ def _throttled_throughout(row, side: str) -> str | None:
         return None
     low, mid = _number(row.get("sm_clock_min_mhz")), _number(row.get("sm_clock_mhz"))
     clocks = f", SM clock {low:,.0f}-{mid:,.0f} MHz" if low and mid else ""
-    return f"{side} ran throttled throughout ({', '.join(held)}{clocks}): not the kernel's own speed"
+    return f"{side} ran throttled throughout ({', '.join(held)}{clocks})"
 
 
 def _bad_stats(row, side: str) -> str | None:

@@ -31,16 +31,14 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from sweep_pairs import rows, sign_interval  # noqa: E402
 
-BATCH = 10  # nnbench/measure.py's BATCH: samples queued behind one blocking kernel
-BUDGET_S = 0.5  # TimingSettings.budget_s
+from nnbench.measure import BATCH, TimingSettings  # noqa: E402  (samples queued behind one blocking kernel)
+from nnbench.measure import relative_noise as noise  # noqa: E402  (today's rule, measure's own code)
 
-
-def noise(x: list[float]) -> float:
-    q1, med, q3 = np.percentile(x, [25, 50, 75])
-    return (q3 - q1) / 1.349 / med
+BUDGET_S = TimingSettings().budget_s
 
 
 def ci_half_width(x: list[float]) -> float:
