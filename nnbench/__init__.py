@@ -1,11 +1,11 @@
 """nnbench: benchmark and profile the CUDA kernels behind neural-network training.
 
 The Python API (docs/API.md) is nnbench.api's, re-exported here: `benchmark`, `run_sweep`, `check`, `load`,
-(`nnbench.sweep` is the module that runs sweeps; `run_sweep` is its entry point)
+(`nnbench.sweeps.sweep` is the module that runs sweeps; `run_sweep` is its entry point)
 and `NnbenchError`, the one exception a user's mistake raises.
 """
 
-__version__ = "0.1.0"
+from nnbench.version import __version__
 
 __all__ = ["benchmark", "run_sweep", "check", "load", "NnbenchError", "__version__"]
 

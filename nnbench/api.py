@@ -64,7 +64,7 @@ class CheckResult:
 def load(config: ConfigLike) -> list:
     """A config file (any suite; a kernel config with `suite: kernel`), or a kernel declaration as a
     dict, as validated SweepSpecs (config.SweepSpec), one per part. Raises NnbenchError on bad input."""
-    from nnbench import config as cfg
+    from nnbench.sweeps import config as cfg
     if isinstance(config, dict):
         return [_declared(config)]
     return cfg.load_config(Path(config))
@@ -139,7 +139,7 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
     CLI's progress bar); `finished(spec, outcome)` is called after each part. With `json`, the records
     and their raw samples also go to that JSON Lines file (docs/JSON.md). `gpus`: one worker per listed
     GPU, into one result file; `replay`: answer every case from a finished result file (no GPU)."""
-    from nnbench import sweep as sweep_mod
+    from nnbench.sweeps import sweep as sweep_mod
     specs = config if isinstance(config, list) else load(config)
     name = f"{backend}:{device}" if device and backend != "cpu" else backend
     outcomes = []
@@ -184,7 +184,7 @@ def _label(case) -> str:
 
 
 def _problems(spec, problems: list[dict[str, int]]) -> list:
-    from nnbench.suites.kernel import KernelProblem
+    from nnbench.workloads.kernel.session import KernelProblem
     if spec.suite != "kernel":
         raise NnbenchError("benchmark(problems=...): applies to kernel configs; other suites take their shapes "
                            "from the config")
@@ -203,7 +203,7 @@ def _declared(decl: dict) -> Any:
     absolute from the working directory) and loaded like a file, so its errors are the file's."""
     import yaml
 
-    from nnbench.suites import kernel
+    from nnbench.workloads.kernel import session as kernel
     d = dict(decl)
     d.setdefault("suite", "kernel")
     d.setdefault("name", "api")
@@ -231,7 +231,8 @@ def _declared(decl: dict) -> Any:
     folder = Path(tempfile.mkdtemp(prefix="nnbench-api-"))
     path = folder / f"{d['name']}.yaml"
     path.write_text(text)
-    return kernel.load(path)
+    from nnbench.sweeps import config
+    return config.kernel_sweep(kernel.load(path))
 
 
 def _key(name: str) -> str:

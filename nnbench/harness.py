@@ -1,7 +1,7 @@
 """The harness: a workload's cases over its problems, in this process, as one stream of records.
 
 Every command that runs kernels (`gemm`, `train`, `conv`) goes through `run`; a sweep runs the
-same session in a worker process (nnbench/sweep.py) and derives its columns with the same
+same session in a worker process (nnbench/sweeps/sweep.py) and derives its columns with the same
 `Comparisons`. Per problem: the vendor rows first (cuBLAS, cuDNN, PyTorch: `measure`d and
 verified by the same session), then the cases in the order given, so each record can carry its
 comparisons the moment it is written.
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nnbench.suites.base import Case, Workload
+from nnbench.workloads.base import Case, Workload
 
 
 class Comparisons:

@@ -391,3 +391,11 @@ def rel_err_from_sums(err_sq: float, ref_sq: float) -> float:
     if not math.isfinite(err_sq):
         return math.inf
     return math.sqrt(err_sq / ref_sq) if ref_sq > 0 else math.sqrt(err_sq)
+
+
+def weight_change_error(got, ref, init) -> float:
+    """A trainer's check: how far its weight changes from `init` are from the float64 reference's,
+    relative to the reference's changes (the changes, not the weights, so that the start cancels)."""
+    num = math.sqrt(sum(float(np.sum(((g - w0) - (r - w0)) ** 2)) for g, r, w0 in zip(got, ref, init)))
+    den = math.sqrt(sum(float(np.sum((r - w0) ** 2)) for r, w0 in zip(ref, init)))
+    return num / den if math.isfinite(num) else math.inf

@@ -19,7 +19,7 @@ NETS_FILE = paths.CONFIGS / "nets.yaml"
 
 
 SETTING_KEYS = ["init", "init_scale", "rate", "momentum", "max_iterations", "batch_rate"]
-INITS = ["glorot", "centered"]  # nnbench.suites.mlp.init_params says what each is
+INITS = ["glorot", "centered"]  # nnbench.workloads.train.mlp.init_params says what each is
 
 
 @dataclass(frozen=True)
@@ -43,7 +43,7 @@ class Net:
 
     def training_gemms(self, batch: int) -> list[tuple[str, int, int, int]]:
         """(role, M, N, K) of each GEMM of one mini-batch training step over `batch` samples, exactly
-        as the trainer launches them (nnbench/suites/batched.py), column-major, activations stored as
+        as the trainer launches them (nnbench/workloads/train/batched.py), column-major, activations stored as
         (features x batch) with the bias folded in as a row of ones under each layer's inputs:
           forward          Y  (out x B)    = W   (out x in+1) . X  (in+1 x B)    M=out   N=B    K=in+1
           backward (data)  dX (in x B)     = W^T (in x out)   . dY (out x B)     M=in    N=B    K=out

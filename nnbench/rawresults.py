@@ -25,8 +25,9 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbench import __version__, results, safeio
+from nnbench import results, safeio
 from nnbench.errors import NnbenchError
+from nnbench.version import __version__
 
 FORMAT = "nnbench-results"
 SCHEMA_VERSION = 1
@@ -279,3 +280,21 @@ def _record_properties() -> dict:
 def schema() -> dict:
     """The JSON Schema of one line of any `--json` file (a header, or a line of its kind)."""
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
+
+
+def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False, json_path=None):
+    """The sink of a command's `--csv` option: a new file (or, with --force, a replaced one), or a
+    new default name under results/ when the option is not given; with `json_path` (`--json`), the
+    same records with their raw samples also go to that JSON Lines file (nnbench/rawresults.py)."""
+    mode = safeio.FORCE if force else safeio.NEW
+    sink = results.CsvSink(csv_path, mode=mode, fields=fields) if csv_path else \
+        results.CsvSink(results.default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
+    if json_path is None:
+        return sink
+    try:
+        return results.Sinks(sink, JsonSink(json_path, mode=mode))
+    except BaseException:
+        sink.close()
+        if not force:  # the CSV was made a moment ago, for this run alone: a refused --json leaves no file behind
+            Path(sink.path).unlink(missing_ok=True)
+        raise

@@ -19,8 +19,9 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from nnbench import __version__, paths, safeio
+from nnbench import paths, safeio
 from nnbench.errors import NnbenchError
+from nnbench.version import __version__
 
 # One schema for every workload: any row of any suite can be read, compared and plotted alone.
 # `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
@@ -106,23 +107,6 @@ def default_path(suite: str, gpu: str) -> Path:
     return paths.RESULTS / f"{suite}-{slug(gpu)}-{stamp}.csv"
 
 
-def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False, json_path=None):
-    """The sink of a command's `--csv` option: a new file (or, with --force, a replaced one), or a
-    new default name under results/ when the option is not given; with `json_path` (`--json`), the
-    same records with their raw samples also go to that JSON Lines file (nnbench/rawresults.py)."""
-    mode = safeio.FORCE if force else safeio.NEW
-    sink = CsvSink(csv_path, mode=mode, fields=fields) if csv_path else \
-        CsvSink(default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
-    if json_path is None:
-        return sink
-    try:
-        from nnbench.rawresults import JsonSink
-        return Sinks(sink, JsonSink(json_path, mode=mode))
-    except BaseException:
-        sink.close()
-        if not force:  # the CSV was made a moment ago, for this run alone: a refused --json leaves no file behind
-            Path(sink.path).unlink(missing_ok=True)
-        raise
 
 
 class Sinks:

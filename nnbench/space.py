@@ -12,9 +12,13 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
 
 from nnbench import expr
 from nnbench.errors import NnbenchError
+from nnbench.yamlnodes import fail, integer, mapping, sequence
 
 MAX_AXIS = 4096  # values on one axis: more than any kernel parameter takes
 MAX_POINTS = 1_000_000  # points in one variant's product: about a minute of filtering
@@ -123,3 +127,34 @@ def _holds(r: Restriction, env: dict) -> bool:
     except expr.ExprError as e:
         raise RestrictionError(r, f"restriction {e}") from None
 
+
+# -- an axis in YAML (sweep configs and kernel configs) ----------------------------------------
+AXIS_FORMS = "a value, a list, {start, stop, step} or {pow2: [lo, hi]}"
+
+
+def axis_values(path: Path, node, what: str) -> list[tuple[int, yaml.Node]]:
+    """An axis's values, each with the node to blame in an error."""
+    if isinstance(node, yaml.ScalarNode):
+        return [(integer(path, node, what), node)]
+    if isinstance(node, yaml.SequenceNode):
+        if not node.value:
+            raise fail(path, node, f"{what}: the list is empty")
+        return [(integer(path, n, what), n) for n in node.value]
+    keys = mapping(path, node, what, ["start", "stop", "step", "pow2"])
+    try:
+        if "pow2" in keys:
+            if len(keys) > 1:
+                raise fail(path, node, f"{what}: pow2 stands alone; write {{pow2: [lo, hi]}}")
+            bounds = sequence(path, keys["pow2"][1], f"{what}.pow2")
+            if len(bounds) != 2:
+                raise fail(path, keys["pow2"][1], f"{what}.pow2: expected [lo, hi]")
+            vals = powers_of_two(*(integer(path, b, f"{what}.pow2", minimum=1) for b in bounds))
+        else:
+            if "start" not in keys or "stop" not in keys:
+                raise fail(path, node, f"{what}: expected {AXIS_FORMS}")
+            step = integer(path, keys["step"][1], f"{what}.step", minimum=1) if "step" in keys else 1
+            vals = int_range(integer(path, keys["start"][1], f"{what}.start"),
+                                   integer(path, keys["stop"][1], f"{what}.stop"), step)
+    except SpaceError as e:
+        raise fail(path, node, f"{what}: {e}") from None
+    return [(v, node) for v in vals]

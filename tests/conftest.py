@@ -69,7 +69,7 @@ def assert_ranks_match_one_process(npz) -> None:
     import numpy as np
 
     from nnbench import glyphs, nets
-    from nnbench.suites import batched, mlp
+    from nnbench.workloads.train import batched, mlp
     got = np.load(npz)
     layers = nets.get(1).layers
     init = mlp.init_params(layers, 0, 4.0)

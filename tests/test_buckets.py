@@ -16,7 +16,7 @@ import pytest
 
 from nnbench import nets
 from nnbench.runtime import exchange
-from nnbench.suites import batched, mlp
+from nnbench.workloads.train import batched, mlp
 
 from .conftest import assert_ranks_match_one_process, mpirun_python, needs_mpi
 
@@ -222,7 +222,7 @@ def test_cpu_ranks_in_buckets_give_the_single_process_result(tmp_path):
 
 # -- the PyTorch DDP row ----------------------------------------------------------------------------
 def test_ddp_says_why_it_cannot_run(monkeypatch):
-    from nnbench.suites import ddp
+    from nnbench.workloads.train import ddp
     monkeypatch.setitem(sys.modules, "torch", None)
     assert ddp.unavailable() == "PyTorch is not installed"
     dist = SimpleNamespace(is_available=lambda: True, is_nccl_available=lambda: False)

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from nnbench import results
 from nnbench.cli import cli
 from nnbench.runtime.device import for_arch
-from nnbench.suites import gemm as gemm_suite
+from nnbench.workloads.gemm import session as gemm_suite
 
 from .conftest import gpu_available
 

@@ -4,9 +4,10 @@ sm_80; the cache is content-addressed; errors name file and params."""
 
 import pytest
 
-from nnbench import config, paths
+from nnbench import paths, workloads
 from nnbench.errors import CompileError
 from nnbench.runtime import compile as cc
+from nnbench.sweeps import config
 
 CFG = config.load_gemm(paths.CONFIGS / "gemm.yaml")
 
@@ -37,13 +38,12 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "common/blocking.cu", {}, arch))
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "conv/08_lenet.cu", {}, arch))  # LeNet-5's elementwise work
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
-    from nnbench import registry
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target(arch))
-             for v in registry.suite_variants("mlp", "cuda") if v.params for params in _param_sets(v, every_choice)]
+             for v in workloads.suite_variants("mlp", "cuda") if v.params for params in _param_sets(v, every_choice)]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
-             for suite in ("mlp", "conv") for v in registry.suite_variants(suite, "cuda") if not v.params]
+             for suite in ("mlp", "conv") for v in workloads.suite_variants(suite, "cuda") if not v.params]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target(arch))
-             for suite in ("conv", "conv-backward", "pool") for v in registry.suite_variants(suite, "cuda") if v.params
+             for suite in ("conv", "conv-backward", "pool") for v in workloads.suite_variants(suite, "cuda") if v.params
              for params in _param_sets(v, every_choice)]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
@@ -59,8 +59,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
 
 def test_every_variant_default_is_shipped():
     shipped = {(c.variant.name, c.params) for c in CFG.cases}
-    from nnbench import registry
-    for v in registry.suite_variants("gemm", "cuda"):
+    for v in workloads.suite_variants("gemm", "cuda"):
         assert (v.name, tuple(v.defaults().items())) in shipped, f"{v.name} defaults are not in configs/gemm.yaml"
 
 
@@ -115,7 +114,7 @@ def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
     fresh cache, then found in it. (How fast is a benchmark: nnbench sweep --compile-only.)"""
     from dataclasses import replace
 
-    from nnbench import sweep
+    from nnbench.sweeps import sweep
     monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path))
     spec = config.load_sweep(paths.CONFIGS / "gemm_sweep.yaml")
     sample = replace(spec, cases=spec.cases[::16])
@@ -134,10 +133,9 @@ def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
     UTMALDG (bulk tensor copies), no spills; with a cluster (CLUSTER_M=2), B's copy is multicast and the
     blocks meet at a cluster barrier, with the persistent tile loop too. Without cuobjdump only the build is
     checked."""
-    from nnbench import registry
     from nnbench.profiling import sass
     for name, extra in (("tf32x3_wgmma", {}), ("tf32_wgmma", {}), ("tf32x3_wgmma", {"CLUSTER_M": 2, "PERSISTENT": 1})):
-        v = registry.get("gemm", name)
+        v = workloads.get("gemm", name)
         params = dict(v.defaults(), **extra)
         comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target("sm_80")), tmp_path)
         assert comp.request.arch == "sm_90a"
@@ -161,10 +159,9 @@ def test_step9_transposed_path_builds_with_hgmma_and_no_copy_engine(tmp_path):
     """Step 9's transposed path (WIDE_N defined: 09_wide.cuh is the module's only kernel, `gemm_wide`) at the
     wgmma n Net 8 gives it (n8 for M = 7, n104 with two warpgroups for M = 100), both precisions: sm_90a, no
     spills, no C7511, HGMMA in whole k-blocks in its loop, B by cp.async (LDGSTS), no bulk tensor copy."""
-    from nnbench import registry
     from nnbench.profiling import sass
     for name, n, g in (("tf32x3_wgmma", 8, 1), ("tf32x3_wgmma", 104, 2), ("tf32_wgmma", 104, 2)):
-        v = registry.get("gemm", name)
+        v = workloads.get("gemm", name)
         params = dict(v.defaults(), WIDE_N=n, WIDE_G=g)
         comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target("sm_80")), tmp_path)
         assert set(comp.ptxas) == {"gemm_wide"}, comp.ptxas

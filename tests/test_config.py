@@ -1,7 +1,8 @@
 import pytest
 
-from nnbench import config, paths
-from nnbench.config import ConfigError
+from nnbench import paths
+from nnbench.sweeps import config
+from nnbench.sweeps.config import ConfigError
 
 
 def write(tmp_path, text):

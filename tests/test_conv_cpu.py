@@ -7,26 +7,27 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nnbench import registry, results
+from nnbench import results, workloads
 from nnbench.cli import cli
 from nnbench.errors import NnbenchError
-from nnbench.suites import conv
+from nnbench.workloads.conv import problem as conv_problem
+from nnbench.workloads.conv import reference as conv_ref
 
 SHAPES = [(2, 3, 7, 9, 3, 1, 0), (1, 2, 8, 5, 3, 2, 1), (2, 1, 11, 6, 5, 2, 2), (1, 4, 5, 5, 5, 1, 0)]
 
 
 @pytest.mark.parametrize("N,C,H,W,R,stride,pad", SHAPES)
 def test_im2col_matches_the_seeds_loops(N, C, H, W, R, stride, pad):
-    x = conv.random_nonzero(np.random.default_rng(0), (N, C, H, W))
-    np.testing.assert_array_equal(conv.im2col(x, R, stride, pad), conv.im2col_loop(x, R, stride, pad))
+    x = conv_ref.random_nonzero(np.random.default_rng(0), (N, C, H, W))
+    np.testing.assert_array_equal(conv_ref.im2col(x, R, stride, pad), conv_ref.im2col_loop(x, R, stride, pad))
 
 
 @pytest.mark.parametrize("N,C,H,W,R,stride,pad", SHAPES)
 def test_reference_is_the_direct_sum(N, C, H, W, R, stride, pad):
     rng = np.random.default_rng(1)
     K = 3
-    x, wt = conv.random_nonzero(rng, (N, C, H, W)), conv.random_nonzero(rng, (K, C, R, R))
-    s = conv.ConvShape(N, C, H, W, K, R, stride, pad)
+    x, wt = conv_ref.random_nonzero(rng, (N, C, H, W)), conv_ref.random_nonzero(rng, (K, C, R, R))
+    s = conv_problem.ConvShape(N, C, H, W, K, R, stride, pad)
     y = np.zeros((N, K, s.Ho, s.Wo))
     for n in range(N):
         for k in range(K):
@@ -38,43 +39,43 @@ def test_reference_is_the_direct_sum(N, C, H, W, R, stride, pad):
                                 hh, ww = h * stride - pad + p, w * stride - pad + q
                                 if 0 <= hh < H and 0 <= ww < W:
                                     y[n, k, h, w] += float(x[n, c, hh, ww]) * float(wt[k, c, p, q])
-    np.testing.assert_allclose(conv.conv_reference(x, wt, stride, pad), y, rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(conv_ref.conv_reference(x, wt, stride, pad), y, rtol=1e-12, atol=1e-12)
 
 
 def test_pooling_reference():
     x = np.arange(2 * 1 * 5 * 4, dtype=np.float64).reshape(2, 1, 5, 4)
-    avg, mx = conv.pool_reference(x, 2, "avg"), conv.pool_reference(x, 2, "max")
+    avg, mx = conv_ref.pool_reference(x, 2, "avg"), conv_ref.pool_reference(x, 2, "max")
     assert avg.shape == (2, 1, 2, 2)  # the fifth row is cut off (floor mode)
     assert avg[0, 0, 0, 0] == (0 + 1 + 4 + 5) / 4 and mx[0, 0, 1, 1] == 15
 
 
 def test_shape_arithmetic_and_refusals():
-    s = conv.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    s = conv_problem.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
     assert (s.Ho, s.Wo) == (56, 56) and s.flops == 2 * 32 * 64 * 64 * 9 * 56 * 56
     assert s.unroll_bytes == 4 * 32 * 56 * 56 * (64 * 9 + 64)  # the K^2 blow-up (9x the input) and Z
     assert tuple(s.dims().tolist()) == (32, 64, 56, 56, 64, 3, 1, 1, 56, 56) and s.dims().itemsize == 40
-    assert conv.ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
-    for bad, needle in ((conv.ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (conv.ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),
-                        (conv.ConvShape(1, 0, 4, 4, 1, 3), "--c 0")):
+    assert conv_problem.ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
+    for bad, needle in ((conv_problem.ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (conv_problem.ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),
+                        (conv_problem.ConvShape(1, 0, 4, 4, 1, 3), "--c 0")):
         with pytest.raises(NnbenchError, match=needle):
             bad.validate()
-    tiled, const = registry.get("conv", "tiled"), registry.get("conv", "constant")
-    assert conv.refusal(tiled, tiled.defaults(), conv.ConvShape(1, 1, 32, 32, 1, 13, 1, 0))
-    assert conv.refusal(const, const.defaults(), conv.ConvShape(1, 2048, 8, 8, 4, 3))  # 18,432 floats per map
-    assert conv.refusal(const, const.defaults(), conv.ConvShape(1, 128, 8, 8, 128, 3)) is None  # runs in chunks
+    tiled, const = workloads.get("conv", "tiled"), workloads.get("conv", "constant")
+    assert conv_problem.refusal(tiled, tiled.defaults(), conv_problem.ConvShape(1, 1, 32, 32, 1, 13, 1, 0))
+    assert conv_problem.refusal(const, const.defaults(), conv_problem.ConvShape(1, 2048, 8, 8, 4, 3))  # 18,432 floats per map
+    assert conv_problem.refusal(const, const.defaults(), conv_problem.ConvShape(1, 128, 8, 8, 128, 3)) is None  # runs in chunks
 
 
 def test_layer_sets_and_their_errors(tmp_path):
-    sets = conv.load_sets()
-    assert sets["resnet"][0] == conv.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    sets = conv_problem.load_sets()
+    assert sets["resnet"][0] == conv_problem.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
     assert [s.R for s in sets["lenet5"]] == [5, 5]
     bad = tmp_path / "c.yaml"
     bad.write_text("sets:\n  x:\n    - {n: 1, c: 1, h: 4, w: 4, k: 1, r: 3}\n    - {n: 1, c: 1, h: 4, w: 4, k: 1}\n")
     with pytest.raises(NnbenchError, match=r"c.yaml:4: .*'r'"):
-        conv.load_sets(bad)
+        conv_problem.load_sets(bad)
     bad.write_text("sets:\n  x:\n    - {n: 1, c: 1, h: 2, w: 2, k: 1, r: 3}\n")
     with pytest.raises(NnbenchError, match=r"c.yaml:3: sets.x\[0\]: --r 3"):
-        conv.load_sets(bad)
+        conv_problem.load_sets(bad)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -110,14 +111,14 @@ def test_backward_reference_against_finite_differences(N, C, H, W, R, stride, pa
     rng = np.random.default_rng(2)
     K = 2
     x, wt = rng.standard_normal((N, C, H, W)), rng.standard_normal((K, C, R, R))
-    s = conv.ConvShape(N, C, H, W, K, R, stride, pad)
+    s = conv_problem.ConvShape(N, C, H, W, K, R, stride, pad)
     dy = rng.standard_normal((N, K, s.Ho, s.Wo))
     u = rng.standard_normal((N, C * R * R, s.Ho * s.Wo))
-    assert np.sum(conv.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * conv.col2im(u, x.shape, R, stride,
+    assert np.sum(conv_ref.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * conv_ref.col2im(u, x.shape, R, stride,
                                                                                                   pad)))
-    dx, dw = conv.conv_backward_reference(x, wt, dy, stride, pad)
+    dx, dw = conv_ref.conv_backward_reference(x, wt, dy, stride, pad)
     assert dx.flags.c_contiguous and dw.flags.c_contiguous  # uploaded as NCHW (a padded view was not)
-    loss = lambda xx, ww: float(np.sum(dy * conv.conv_reference(xx, ww, stride, pad)))
+    loss = lambda xx, ww: float(np.sum(dy * conv_ref.conv_reference(xx, ww, stride, pad)))
     for arr, grad, idx in ((x, dx, (0, C - 1, H // 2, W - 1)), (wt, dw, (K - 1, 0, R - 1, R // 2))):
         e = np.zeros_like(arr)
         e[idx] = 1e-3
@@ -130,7 +131,7 @@ def test_pool_backward_reference(mode):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 2, 7, 6))
     dy = rng.standard_normal((2, 2, 3, 3))
-    dx = conv.pool_backward_reference(x, dy, 2, mode)
+    dx = conv_ref.pool_backward_reference(x, dy, 2, mode)
     assert np.all(dx[:, :, 6, :] == 0)  # the cut-off row
     # <dy, pool(x)> is linear in x for avg, and piecewise linear for max: check against differences
     # at the maximum of window (1, 0, 1, 1) (rows 2-3, columns 2-3), where max's gradient is dy
@@ -138,7 +139,7 @@ def test_pool_backward_reference(mode):
     rows, cols = np.unravel_index(np.argmax(x[1, 0, 2:4, 2:4]), (2, 2))
     top = (1, 0, 2 + rows, 2 + cols)
     beside = (1, 0, 2 + (1 - rows), 2 + cols)
-    f = lambda xx: float(np.sum(dy * conv.pool_reference(xx, 2, mode)))
+    f = lambda xx: float(np.sum(dy * conv_ref.pool_reference(xx, 2, mode)))
     for idx in (top, beside):
         e = np.zeros_like(x)
         e[idx] = 1e-6
@@ -149,7 +150,7 @@ def test_pool_backward_reference(mode):
 def test_lenet5_reference_step_is_gradient_descent():
     """The reference's update is -rate times the loss gradient: checked by central differences
     on a weight of each kind (a conv filter, a fully connected weight, a bias)."""
-    from nnbench.suites import lenet
+    from nnbench.workloads.conv import lenet
     x, labels = lenet.images(1, 0)
     x, labels = x[:6], labels[:6]
     params = lenet.init_params(1)
@@ -171,7 +172,7 @@ def test_lenet5_reference_step_is_gradient_descent():
 def test_lenet5_layers_must_chain():
     from dataclasses import replace
 
-    from nnbench.suites import lenet
+    from nnbench.workloads.conv import lenet
     lenet.check_chain()
     bad = list(lenet.LAYERS)
     bad[1] = replace(bad[1], C=4)

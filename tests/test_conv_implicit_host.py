@@ -4,13 +4,15 @@ backward rows only where a backward path runs, and each row compared with its ow
 
 import numpy as np
 
-from nnbench import harness, registry
+from nnbench import harness, workloads
 from nnbench.runtime.device import DeviceInfo
-from nnbench.suites import conv
-from nnbench.suites.base import Case
+from nnbench.workloads.base import Case
+from nnbench.workloads.conv import launch as conv_launch
+from nnbench.workloads.conv import problem as conv_problem
+from nnbench.workloads.conv import session as conv
 
-FORWARD = registry.get("conv", "implicit-wgmma")
-BACKWARD = registry.get("conv-backward", "implicit-wgmma-backward")
+FORWARD = workloads.get("conv", "implicit-wgmma")
+BACKWARD = workloads.get("conv-backward", "implicit-wgmma-backward")
 
 
 def _device(cc):
@@ -26,7 +28,7 @@ class _Backend:
 
 def test_below_sm90_the_implicit_paths_are_one_skip_line_each():
     session = conv.ConvSession(_Backend((8, 0)), None, 1e-4, 0, {})
-    shape = conv.ConvShape(2, 3, 9, 9, 4, 3, 1, 1)
+    shape = conv_problem.ConvShape(2, 3, 9, 9, 4, 3, 1, 1)
     for v in (FORWARD, BACKWARD):
         rec = session.run_case(Case.defaults(v), shape, compiled=None)
         assert rec["status"] == "SKIP"
@@ -39,14 +41,14 @@ def test_defaults_and_build_target():
     assert FORWARD.defaults() == {"BM": 128, "BN": 64, "BK": 32, "STAGES": 4, "PRODUCER_WGS": 2, "PRECISION": 3}
     assert FORWARD.launch_block(FORWARD.defaults()) == (512, 1, 1)  # 2 producer + 2 consumer warpgroups
     assert FORWARD.target("sm_80") == BACKWARD.target("sm_90") == "sm_90a"
-    assert registry.get("conv", "implicit-wgmma-tf32").rtol is not None  # TF32 has its own limit
+    assert workloads.get("conv", "implicit-wgmma-tf32").rtol is not None  # TF32 has its own limit
 
 
 def test_filter_gradient_slices_fill_the_sms_with_at_least_four_k_blocks_each():
-    assert conv.filter_grad_slices(tiles=9, k_blocks=3136, sms=132) == 14
-    assert conv.filter_grad_slices(tiles=9, k_blocks=20, sms=132) == 5
-    assert conv.filter_grad_slices(tiles=200, k_blocks=3136, sms=132) == 1
-    assert conv.filter_grad_slices(tiles=1, k_blocks=3, sms=132) == 1
+    assert conv_launch.filter_grad_slices(tiles=9, k_blocks=3136, sms=132) == 14
+    assert conv_launch.filter_grad_slices(tiles=9, k_blocks=20, sms=132) == 5
+    assert conv_launch.filter_grad_slices(tiles=200, k_blocks=3136, sms=132) == 1
+    assert conv_launch.filter_grad_slices(tiles=1, k_blocks=3, sms=132) == 1
 
 
 def test_cudnn_backward_rows_only_where_a_backward_path_runs():
@@ -69,18 +71,18 @@ def test_a_backward_row_is_compared_with_cudnns_backward_not_its_forward():
 
 
 def test_forward_splits_k_only_where_the_last_wave_is_short():
-    assert conv.forward_slices(tiles=784, k_blocks=18, sms=132) == 1  # 5.9 full waves
-    assert conv.forward_slices(tiles=196, k_blocks=36, sms=132) == 2  # 74% of 2 waves -> 99% of 3
-    assert conv.forward_slices(tiles=196, k_blocks=18, sms=132) == 1  # 9 k-blocks a slice: measured slower
-    assert conv.forward_slices(tiles=392, k_blocks=36, sms=132) == 1
-    assert conv.forward_slices(tiles=1, k_blocks=48, sms=132) == 3
-    assert conv.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks
+    assert conv_launch.forward_slices(tiles=784, k_blocks=18, sms=132) == 1  # 5.9 full waves
+    assert conv_launch.forward_slices(tiles=196, k_blocks=36, sms=132) == 2  # 74% of 2 waves -> 99% of 3
+    assert conv_launch.forward_slices(tiles=196, k_blocks=18, sms=132) == 1  # 9 k-blocks a slice: measured slower
+    assert conv_launch.forward_slices(tiles=392, k_blocks=36, sms=132) == 1
+    assert conv_launch.forward_slices(tiles=1, k_blocks=48, sms=132) == 3
+    assert conv_launch.forward_slices(tiles=4, k_blocks=31, sms=132) == 1  # a slice needs 16 k-blocks
 
 
 def test_the_data_gradient_splits_k_as_the_forward_does_at_stride_1_only():
     sms = 132
-    layer2, strided = conv.load_sets()["resnet"][1:]
-    assert conv.conv_data_slices(layer2, 128, 128, 32, sms) == 2  # 196 tiles: 2 slices of 18 k-blocks
-    assert conv.conv_data_slices(strided, 128, 128, 32, sms) == 1  # gridDim.z holds its 4 phases
-    assert conv.conv_data_slices(conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
-    assert conv.conv_data_slices(conv.ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block
+    layer2, strided = conv_problem.load_sets()["resnet"][1:]
+    assert conv_launch.conv_data_slices(layer2, 128, 128, 32, sms) == 2  # 196 tiles: 2 slices of 18 k-blocks
+    assert conv_launch.conv_data_slices(strided, 128, 128, 32, sms) == 1  # gridDim.z holds its 4 phases
+    assert conv_launch.conv_data_slices(conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
+    assert conv_launch.conv_data_slices(conv_problem.ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block

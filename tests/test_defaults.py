@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from nnbench import expr, paths, registry
+from nnbench import expr, paths, workloads
 
 CPP = shutil.which("g++") or shutil.which("cpp")
 
@@ -34,7 +34,7 @@ def value(name: str, macros: dict[str, str], depth: int = 0) -> int:
     return int(expr.evaluate(text.replace("/", "//").replace("////", "//"), {}))
 
 
-VARIANTS = [v for v in registry.ALL if v.source and v.params]
+VARIANTS = [v for v in workloads.all_variants() if v.source and v.params]
 # Where several variants are named parameter sets of one kernel file (simple / warped-good / warped-bad
 # of 01_neuron_per_thread.cu, avg / max of 05_pool.cu), the file's defaults are the first one's.
 FIRST = {v.source: v for v in reversed(VARIANTS)}
@@ -62,7 +62,7 @@ def test_the_check_sees_a_wrong_default(tmp_path, monkeypatch):
     (planted / "gemm/02_tiled.cu").write_text(re.sub(r"#define TS \d+", "#define TS 16", src))
     monkeypatch.setattr(paths, "KERNELS", planted)
     with pytest.raises(AssertionError, match="TS"):
-        test_kernel_defaults_equal_the_registry(registry.get("gemm", "tiled"))
+        test_kernel_defaults_equal_the_registry(workloads.get("gemm", "tiled"))
 
 
 def _code(text: str) -> str:

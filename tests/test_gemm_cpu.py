@@ -2,9 +2,9 @@
 
 import numpy as np
 
-from nnbench import harness, measure, paths, registry, results
+from nnbench import harness, measure, paths, results, workloads
 from nnbench.runtime.cpu import CpuBackend
-from nnbench.suites import gemm
+from nnbench.workloads.gemm import session as gemm
 
 QUICK = measure.TimingSettings(budget_s=0.001, min_samples=3, max_noise=1.0)
 
@@ -52,7 +52,7 @@ def test_run_yields_schema_records():
 
 
 def test_every_registered_variant_is_consistent():
-    for v in registry.suite_variants("gemm"):
+    for v in workloads.suite_variants("gemm"):
         p = v.defaults()
         assert not v.problems(p), (v.name, v.problems(p))
         if v.source:

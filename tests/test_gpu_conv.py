@@ -4,9 +4,12 @@ the named layer sets, odd sizes and strides included, and both pooling kernels."
 import numpy as np
 import pytest
 
-from nnbench import harness, measure, registry
-from nnbench.suites import conv
-from nnbench.suites.base import Case
+from nnbench import harness, measure, workloads
+from nnbench.workloads.base import Case
+from nnbench.workloads.conv import launch as conv_launch
+from nnbench.workloads.conv import problem as conv_problem
+from nnbench.workloads.conv import reference as conv_ref
+from nnbench.workloads.conv import session as conv
 
 pytestmark = pytest.mark.gpu
 
@@ -15,11 +18,11 @@ FAST = measure.TimingSettings(budget_s=0.02, min_samples=3, max_noise=1.0)
 
 @pytest.mark.parametrize("set_name", ["odd", "lenet5", "resnet"])
 def test_every_path_matches_the_reference(cuda_backend, set_name):
-    shapes = conv.load_sets()[set_name]
+    shapes = conv_problem.load_sets()[set_name]
     if set_name == "resnet":
         shapes = shapes[:1] + shapes[2:]  # the target layer and the strided one
     cases = [Case(v, tuple(p.items())) for v, p in conv.plan([], "cuda", {})]
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0))
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0))
     assert any(r["variant"] == "cudnn" for r in recs)
     for r in recs:
         if r["variant"] == "cudnn" and r["status"] == "SKIP":
@@ -30,16 +33,16 @@ def test_every_path_matches_the_reference(cuda_backend, set_name):
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("shape,S", [((2, 3, 28, 28), 2), ((1, 5, 13, 11), 3)])
 def test_pooling(cuda_backend, mode, shape, S):
-    x = conv.random_nonzero(np.random.default_rng(0), shape)
+    x = conv_ref.random_nonzero(np.random.default_rng(0), shape)
     assert conv.pool_check(cuda_backend, mode, x, S) < 1e-6
 
 
 @pytest.mark.parametrize("set_name", ["odd", "lenet5", "resnet"])
 def test_backward_paths_match_the_reference(cuda_backend, set_name):
     """dX and dW of both backward paths against float64 (both poisoned first)."""
-    shapes = conv.load_sets()[set_name][:2]
-    cases = [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
+    shapes = conv_problem.load_sets()[set_name][:2]
+    cases = [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0, vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:
         assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
@@ -48,7 +51,7 @@ def test_backward_paths_match_the_reference(cuda_backend, set_name):
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("shape,S", [((2, 3, 28, 28), 2), ((1, 5, 13, 11), 3)])
 def test_pooling_backward(cuda_backend, mode, shape, S):
-    x = conv.random_nonzero(np.random.default_rng(1), shape)
+    x = conv_ref.random_nonzero(np.random.default_rng(1), shape)
     assert conv.pool_backward_check(cuda_backend, mode, x, S) < 1e-6
 
 
@@ -56,7 +59,7 @@ def test_pooling_backward(cuda_backend, mode, shape, S):
 def test_lenet5_step_matches_the_reference(cuda_backend, batch):
     """One SGD step of LeNet-5 on our kernels against float64 (weight changes and loss), and
     PyTorch's first loss on the same weights and images agrees with the reference."""
-    from nnbench.suites import lenet
+    from nnbench.workloads.conv import lenet
     recs = {r["variant"]: r for r in lenet.run(cuda_backend, batch, settings=FAST)}
     assert recs["lenet5-step"]["status"] == "PASS", recs["lenet5-step"]["rel_err"]
     assert recs["lenet5-step-graph"]["status"] == "PASS", recs["lenet5-step-graph"]["rel_err"]
@@ -68,7 +71,7 @@ def test_lenet5_step_matches_the_reference(cuda_backend, batch):
 def test_a_lenet5_graph_missing_its_update_fails_the_check(cuda_backend):
     """The graph row is checked through its graph: captured without the step's last launch (the one
     SGD update of the whole model), its first step fails against float64; whole, it passes."""
-    from nnbench.suites import lenet
+    from nnbench.workloads.conv import lenet
     x, labels = lenet.images(2, 0)
     params = lenet.init_params(0)
     ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
@@ -81,37 +84,36 @@ def test_a_lenet5_graph_missing_its_update_fails_the_check(cuda_backend):
         assert (err <= lenet.STEP_RTOL) == ok, (drop, err)
 
 
-@pytest.mark.parametrize("shape", [conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv.ConvShape(4, 64, 14, 14, 64, 3)],
+@pytest.mark.parametrize("shape", [conv_problem.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv_problem.ConvShape(4, 64, 14, 14, 64, 3)],
                          ids=lambda s: s.label)
 def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, shape):
     """The direct path built with the test-only switch -DMUTATE_SKIP_CHANNEL (the last output map is
     never written, so it stays poisoned) fails the suite's own verification; built without it, it passes."""
-    from nnbench import registry
     from nnbench.runtime.compile import compile_sources
-    v = registry.get("conv", "direct")
+    v = workloads.get("conv", "direct")
     params = v.defaults()
     real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
                                                                                        "MUTATE_SKIP_CHANNEL": 1})])
-    layer = conv._Layer(cuda_backend, shape, seed=0)
+    layer = conv_launch.Layer(cuda_backend, shape, seed=0)
     base = dict(variant="direct")
-    ok = conv._timed(cuda_backend, dict(base), layer, conv._direct_launch(cuda_backend, v, params, real, layer), FAST,
-                     conv.DEFAULT_RTOL)
+    ok = conv._timed(cuda_backend, dict(base), layer, conv_launch.direct_launch(cuda_backend, v, params, real, layer), FAST,
+                     conv_problem.DEFAULT_RTOL)
     assert ok["status"] == "PASS", ok["rel_err"]
-    bad = conv._timed(cuda_backend, dict(base), layer, conv._direct_launch(cuda_backend, v, params, mutated, layer),
-                      FAST, conv.DEFAULT_RTOL)
-    assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL
+    bad = conv._timed(cuda_backend, dict(base), layer, conv_launch.direct_launch(cuda_backend, v, params, mutated, layer),
+                      FAST, conv_problem.DEFAULT_RTOL)
+    assert bad["status"] == "FAIL" and bad["rel_err"] > conv_problem.DEFAULT_RTOL
 
 
 IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
-ODD_LAYERS = [conv.ConvShape(1, 1, 5, 5, 1, 1), conv.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
-              conv.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
-              conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
-              conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
-              conv.ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
+ODD_LAYERS = [conv_problem.ConvShape(1, 1, 5, 5, 1, 1), conv_problem.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
+              conv_problem.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv_problem.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
+              conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv_problem.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
+              conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              conv_problem.ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
 
 
 def _implicit(cuda_backend, suite: str, name: str):
-    v = registry.get(suite, name)
+    v = workloads.get(suite, name)
     if why := v.arch_problem(cuda_backend.device):
         pytest.skip(why)
     return v
@@ -123,24 +125,24 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     5x5 filters; strides 1 to 3; pads 0 to 2; C*R*R not a multiple of 4, so the filters' cp.async
     path too), with every tile shape."""
     v = _implicit(cuda_backend, suite, name)
-    shapes = conv.load_sets()["odd"] + conv.load_sets()["lenet5"] + ODD_LAYERS
+    shapes = conv_problem.load_sets()["odd"] + conv_problem.load_sets()["lenet5"] + ODD_LAYERS
     cases = [Case(v, tuple(dict(v.defaults(), **p).items()))
              for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2}, {"PRODUCER_WGS": 1})]
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv.DEFAULT_RTOL, seed=0, vendor=False))
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0, vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:
         assert r["status"] == "PASS", (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
 @pytest.mark.parametrize("suite,name,defect,shape", [
-    ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
     # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
-    ("conv", "implicit-wgmma", "MUTATE_PAIR_DROP", conv.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
+    ("conv", "implicit-wgmma", "MUTATE_PAIR_DROP", conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
     # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_TRANSPOSE", conv.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
+    ("conv-backward", "implicit-wgmma-backward", "MUTATE_TRANSPOSE", conv_problem.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
 def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
     """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
     -DMUTATE_DROP_SLICE: a split data gradient loses a slice; -DMUTATE_PAIR_DROP: a cluster pair's rank 1
@@ -152,10 +154,10 @@ def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend,
     params = v.defaults()
     real, mutated = compile_sources(v.target(cuda_backend.arch), [(v.source, params),
                                                                   (v.source, {**params, defect: 1})])
-    session = conv.WORKLOAD.session(cuda_backend, FAST, conv.DEFAULT_RTOL, 0, {})
+    session = conv.WORKLOAD.session(cuda_backend, FAST, conv_problem.DEFAULT_RTOL, 0, {})
     session.prepare(shape)
     case = Case.defaults(v)
     ok = session.run_case(case, shape, real)
     assert ok["status"] == "PASS", ok.get("rel_err")
     bad = session.run_case(case, shape, mutated)
-    assert bad["status"] == "FAIL" and bad["rel_err"] > conv.DEFAULT_RTOL
+    assert bad["status"] == "FAIL" and bad["rel_err"] > conv_problem.DEFAULT_RTOL

@@ -4,11 +4,12 @@ at the edge sizes (1x1x1, odd, not multiples of any tile or of 4), 4096^3 and th
 import numpy as np
 import pytest
 
-from nnbench import config, harness, paths, registry
+from nnbench import harness, paths, workloads
 from nnbench.measure import TimingSettings
 from nnbench.runtime.ladder_gemm import SIGNATURE
-from nnbench.suites import gemm
-from nnbench.suites.base import Case
+from nnbench.sweeps import config
+from nnbench.workloads.base import Case
+from nnbench.workloads.gemm import session as gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -73,7 +74,7 @@ def test_a_kernel_that_skips_its_last_k_tile_fails_verification(cuda_backend, sh
     """Step 8 built with the test-only switch -DMUTATE_SKIP_KTILES=1 (it drops the last k-tile) is
     verified by the suite's own session and tolerance, and fails; built without it, it passes."""
     from nnbench.runtime.compile import compile_sources
-    v = registry.get("gemm", "tf32x3")
+    v = workloads.get("gemm", "tf32x3")
     params = v.defaults()
     real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
                                                                                        "MUTATE_SKIP_KTILES": 1})])

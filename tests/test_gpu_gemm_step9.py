@@ -8,10 +8,10 @@ clusters sharing B by multicast (odd m-tile counts round up to whole clusters) a
 
 import pytest
 
-from nnbench import harness, nets, registry
+from nnbench import harness, nets, workloads
 from nnbench.measure import TimingSettings
-from nnbench.suites import gemm
-from nnbench.suites.base import Case
+from nnbench.workloads.base import Case
+from nnbench.workloads.gemm import session as gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -29,7 +29,7 @@ SHAPES = [gemm.Shape(*s) for s in dict.fromkeys(ODD + MANY + WIDE + NET8)]
 def _cases(params: dict[str, int]) -> list[Case]:
     out = []
     for name in ("tf32x3_wgmma", "tf32_wgmma"):
-        v = registry.get("gemm", name)
+        v = workloads.get("gemm", name)
         out.append(Case(v, tuple(dict(v.defaults(), **params).items())))
     return out
 
@@ -38,7 +38,7 @@ def _cases(params: dict[str, int]) -> list[Case]:
                                     {"PERSISTENT": 1}, {"CLUSTER_M": 2, "PERSISTENT": 1, "BN": 64, "STAGES": 3}],
                          ids=["defaults", "bm64-bn64-s2", "bn64", "cluster2", "persistent", "cluster2-persistent-bn64"])
 def test_step9_paths_verify(cuda_backend, params):
-    if registry.get("gemm", "tf32x3_wgmma").arch_problem(cuda_backend.device):
+    if workloads.get("gemm", "tf32x3_wgmma").arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
     shapes = SHAPES if not params else SHAPES[:len(ODD) + len(MANY) + len(WIDE)]
     recs = [r for r in harness.run(gemm.WORKLOAD, cuda_backend, _cases(params), shapes, QUICK, gemm.DEFAULT_RTOL)
@@ -70,7 +70,7 @@ def test_the_transposed_path_with_a_planted_defect_fails_verification(cuda_backe
     """The transposed path built with a test-only switch (09_wide.cuh: A^T's chunks hold the wrong k; the
     split-K sum drops the last slice) fails the suite's verification; built without it, it passes."""
     from nnbench.runtime.compile import compile_sources
-    v = registry.get("gemm", "tf32x3_wgmma")
+    v = workloads.get("gemm", "tf32x3_wgmma")
     if v.arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
     params = v.defaults()

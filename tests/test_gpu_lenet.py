@@ -1,11 +1,11 @@
-"""On the GPU: LeNet-5's step on every path (nnbench/suites/lenet.py PATHS: the unroll teaching step, and
+"""On the GPU: LeNet-5's step on every path (nnbench/workloads/conv/lenet.py PATHS: the unroll teaching step, and
 conv1/conv2 as implicit GEMMs on conv steps 9 and 10) against float64, launched and as one CUDA graph,
 and a planted defect in the implicit kernels failing that check."""
 
 import pytest
 
-from nnbench import measure, registry
-from nnbench.suites import lenet
+from nnbench import measure, workloads
+from nnbench.workloads.conv import lenet
 
 pytestmark = pytest.mark.gpu
 
@@ -13,7 +13,7 @@ FAST = measure.TimingSettings(budget_s=0.02, min_samples=3, max_noise=1.0)
 
 
 def _hopper(cuda_backend):
-    if why := registry.get("conv", "implicit-wgmma").arch_problem(cuda_backend.device):
+    if why := workloads.get("conv", "implicit-wgmma").arch_problem(cuda_backend.device):
         pytest.skip(why)
 
 

@@ -32,7 +32,7 @@ def test_gemm_records_carry_nvml_and_samples(cuda_backend, tmp_path):
 def test_energy_counter_over_a_long_window(cuda_backend):
     from nnbench import measure
     from nnbench.harness import run
-    from nnbench.suites import gemm as gemm_suite
+    from nnbench.workloads.gemm import session as gemm_suite
     cases = gemm_suite.plan(["double_buffered"], {}, cuda_backend.device, "cuda")
     settings = measure.TimingSettings(budget_s=1.2, max_noise=0.0)
     rec = list(run(gemm_suite.WORKLOAD, cuda_backend, cases, [gemm_suite.Shape(2048, 2048, 2048)], settings, 5e-5,

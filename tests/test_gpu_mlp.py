@@ -4,9 +4,9 @@ reference (outputs and deltas poisoned first), on Net 1 and Net 8; and short tra
 import numpy as np
 import pytest
 
-from nnbench import glyphs, measure, nets, registry
+from nnbench import glyphs, measure, nets, workloads
 from nnbench.runtime.compile import compile_sources
-from nnbench.suites import batched, mlp
+from nnbench.workloads.train import batched, mlp
 
 pytestmark = pytest.mark.gpu
 
@@ -114,7 +114,7 @@ def test_fused_matches_the_reference_at_any_grid(cuda_backend, fused_compiled, n
 
 
 def test_fused_counts_the_barriers_of_the_model(cuda_backend, fused_compiled):
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     layers = nets.get(8).layers
     data = glyphs.clean(layers[0])
     init = mlp.init_params(layers, 0)
@@ -285,7 +285,7 @@ def test_a_graph_missing_one_launch_fails_the_check(cuda_backend, batched_compil
     """The graph versions are checked through their graphs: each step's graph holds every launch of
     the step (as many kernels as launches), and a graph captured without the step's last launch (the
     update) fails the check against float64 while the whole one passes."""
-    v = registry.get("mlp", name)
+    v = workloads.get("mlp", name)
     if v.arch_problem(cuda_backend.device):
         pytest.skip(v.arch_problem(cuda_backend.device))
     layers = nets.get("1").layers

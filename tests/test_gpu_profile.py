@@ -10,7 +10,7 @@ from nnbench.cli import cli
 from nnbench.profiling import profile as profile_suite
 from nnbench.profiling import sass
 from nnbench.runtime import open_backend
-from nnbench.suites import gemm as gemm_suite
+from nnbench.workloads.gemm import session as gemm_suite
 
 pytestmark = pytest.mark.gpu
 
@@ -42,7 +42,7 @@ def test_profile_with_ncu():
 
 @pytest.mark.parametrize("version,batch", [("fused", 1), ("kcm-mass", 1), ("batched", 256)])
 def test_profile_an_mlp_version(cuda_backend, version, batch):
-    from nnbench.suites import train
+    from nnbench.workloads.train import session as train
     problem = train.problem_for("1", batch=batch, max_iterations=1040, epochs=1, train_samples=20 * batch)
     prof = profile_suite.profile(cuda_backend, "mlp", version, {}, problem, None)
     assert prof.record["status"] == "PASS" and prof.seconds > 0
@@ -74,6 +74,6 @@ def consistent_position(where, record_flops: float, roof) -> None:
 
 @pytest.mark.parametrize("variant", ["tiled", "unroll", "unroll-backward"])
 def test_profile_a_conv_path(cuda_backend, variant):
-    from nnbench.suites import conv
-    prof = profile_suite.profile(cuda_backend, "conv", variant, {}, conv.ConvShape(8, 16, 28, 28, 32, 3, 1, 1), None)
+    from nnbench.workloads.conv import problem as conv_problem
+    prof = profile_suite.profile(cuda_backend, "conv", variant, {}, conv_problem.ConvShape(8, 16, 28, 28, 32, 3, 1, 1), None)
     assert prof.record["status"] == "PASS" and prof.seconds > 0 and prof.where is not None

@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from nnbench import config, measure, sweep
+from nnbench import measure
 from nnbench.registry import Param, Variant
-from nnbench.suites import gemm
-from nnbench.suites.base import Case
+from nnbench.sweeps import config, sweep
+from nnbench.workloads.base import Case
+from nnbench.workloads.gemm import session as gemm
 
 pytestmark = pytest.mark.gpu
 
@@ -146,7 +147,7 @@ def test_a_worker_is_ready_with_its_helper_kernels_before_the_first_job(tmp_path
     compiles, not inside the first case's run (about a second of nvcc on the H100 host)."""
     from nnbench import paths
     from nnbench.runtime.compile import CompileRequest, compile_cubin
-    from nnbench.worker import Worker
+    from nnbench.sweeps.worker import Worker
 
     monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cubins"))
     w = Worker("cuda", "gemm", measure.TimingSettings(), gemm.DEFAULT_RTOL, 3, {}, first=gemm.Shape(64, 64, 64))

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from nnbench import config, expr, memory, paths, results, safeio, space, sweep, verdict
+from nnbench import expr, memory, paths, rawresults, results, safeio, space, verdict
 from nnbench.cli import cli
 from nnbench.errors import NnbenchError
+from nnbench.sweeps import config, sweep
 from nnbench.yamlnodes import ConfigError
 
 from .test_verdict import BASE, row, write
@@ -86,8 +87,8 @@ def test_force_replaces_and_says_so(tmp_path):
 # -- 2. concurrent writers ----------------------------------------------------------------------------
 def test_default_names_taken_in_the_same_second_never_collide(tmp_path, monkeypatch):
     monkeypatch.setattr(paths, "RESULTS", tmp_path)
-    a = results.open_sink(None, "gemm", "GPU A", results.FIELDS)
-    b = results.open_sink(None, "gemm", "GPU A", results.FIELDS)
+    a = rawresults.open_sink(None, "gemm", "GPU A", results.FIELDS)
+    b = rawresults.open_sink(None, "gemm", "GPU A", results.FIELDS)
     try:
         assert a.path != b.path and a.path.exists() and b.path.exists()
         assert b.path.name.startswith(a.path.stem)  # ...-1.csv beside ...-<stamp>.csv

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from nnbench import measure, rawresults, results, runtime
+from nnbench import measure, rawresults, results, runtime, workloads
 from nnbench.cli import cli
 from nnbench.errors import BackendUnavailable
 from nnbench.runtime.device import DeviceInfo
@@ -208,10 +208,9 @@ def test_the_writer_itself_never_overwrites(tmp_path):
 
 def test_a_gpu_profile_line_validates_with_its_timed_record():
     """The GPU fields of a profile (timed record, roofline, ncu) without a GPU: a Profile as the H100 fills it."""
-    from nnbench import registry
     from nnbench.profiling.profile import KernelProfile, Profile, as_json
     from nnbench.profiling.roofline import Roof, position
-    v = next(x for x in registry.suite_variants("gemm") if x.name == "tiled")
+    v = next(x for x in workloads.suite_variants("gemm") if x.name == "tiled")
     roof = Roof(51.2e12, 3.0e12)
     ms = [0.061, 0.060, 0.062]
     rec = dict(variant="tiled", params="TS=32", shape="4096×4096×4096", status="PASS", unit="launch",

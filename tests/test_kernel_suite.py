@@ -1,4 +1,4 @@
-"""The kernel suite: a user's .cu file declared in YAML (nnbench/suites/kernel.py), its examples, its
+"""The kernel suite: a user's .cu file declared in YAML (nnbench/workloads/kernel/session.py), its examples, its
 bad-input lines, the Python API and the pytest plugin, on this machine (nvcc, no GPU); the GPU's
 share is marked `gpu`."""
 
@@ -16,9 +16,10 @@ import pytest
 from click.testing import CliRunner
 
 import nnbench
-from nnbench import config, paths
+from nnbench import paths
 from nnbench.cli import app
 from nnbench.errors import NnbenchError
+from nnbench.sweeps import config
 
 EXAMPLES = paths.ROOT / "examples"
 VECTOR_ADD = EXAMPLES / "vector_add" / "vector_add.yaml"
@@ -58,7 +59,7 @@ def test_examples_load_into_cases_and_problems():
 @pytest.mark.parametrize("cfg", [VECTOR_ADD, TILED_GEMM], ids=["vector_add", "tiled_gemm"])
 def test_examples_compile_with_nvcc(cfg, tmp_path, monkeypatch):
     """CI compiles every case of both examples for the H100 (one nvcc per distinct parameter set)."""
-    from nnbench import sweep
+    from nnbench.sweeps import sweep
     monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cache"))
     spec = config.load_config(cfg)[0]
     stats = sweep.compile_only(spec, "sm_90", jobs=2)
@@ -68,7 +69,7 @@ def test_examples_compile_with_nvcc(cfg, tmp_path, monkeypatch):
 
 def test_a_broken_example_fails_to_compile(tmp_path, monkeypatch):
     """The compile check's planted defect: the same config over a .cu with a syntax error."""
-    from nnbench import sweep
+    from nnbench.sweeps import sweep
     monkeypatch.setenv("NNBENCH_CACHE", str(tmp_path / "cache"))
     folder = tmp_path / "va"
     folder.mkdir()
@@ -478,7 +479,7 @@ class _StandInGpu:
 @pytest.mark.parametrize("skip_last, status", [(False, "PASS"), (True, "FAIL")], ids=["writes all", "planted"])
 def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):
     from nnbench import measure
-    from nnbench.suites.kernel import WORKLOAD, KernelProblem
+    from nnbench.workloads.kernel.session import WORKLOAD, KernelProblem
     spec = config.load_config(VECTOR_ADD)[0]
     case = next(c for c in spec.cases if c.param_dict == {"BLOCK": 128, "ITEMS": 2})
     problem = KernelProblem((("N", 1001),), spec.shapes[0].spec)

@@ -10,7 +10,7 @@ import pytest
 from nnbench.errors import NnbenchError
 from nnbench.runtime import tensormap
 from nnbench.runtime.device import DeviceInfo
-from nnbench.suites import lenet
+from nnbench.workloads.conv import lenet
 
 
 class _Buf:
@@ -148,14 +148,14 @@ def test_below_sm90_the_implicit_path_is_one_skip_row(recorder):
 def test_the_implicit_gathers_on_the_cpu_match_float64(shape):
     """The CPU path of conv steps 9 and 10 (their gathers, tiles and zero-fill in NumPy) on LeNet-5's
     layers and a padded one: forward, data and filter gradients against the float64 reference."""
-    from nnbench.suites import conv
-    from nnbench.suites import implicit_numpy as imp
+    from nnbench.workloads.conv import implicit_numpy as imp
+    from nnbench.workloads.conv import reference as conv_ref
     N, C, H, K, R, pad = shape
     rng = np.random.default_rng(1)
-    x, w = conv.random_nonzero(rng, (N, C, H, H)), conv.random_nonzero(rng, (K, C, R, R))
-    ref = conv.conv_reference(x, w, 1, pad)
-    dy = conv.random_nonzero(rng, ref.shape)
-    dx_ref, dw_ref = conv.conv_backward_reference(x, w, dy, 1, pad)
+    x, w = conv_ref.random_nonzero(rng, (N, C, H, H)), conv_ref.random_nonzero(rng, (K, C, R, R))
+    ref = conv_ref.conv_reference(x, w, 1, pad)
+    dy = conv_ref.random_nonzero(rng, ref.shape)
+    dx_ref, dw_ref = conv_ref.conv_backward_reference(x, w, dy, 1, pad)
     err = lambda a, b: np.linalg.norm(a - b) / np.linalg.norm(b)  # noqa: E731
     assert err(imp.forward(x, w, pad), ref) < 1e-6
     assert err(imp.data_grad(dy, w, x.shape, pad), dx_ref) < 1e-6

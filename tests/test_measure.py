@@ -174,7 +174,7 @@ def test_each_result_names_its_timing_method():
 def test_the_tables_mark_a_row_that_fell_back():
     from rich.console import Console
 
-    from nnbench import tables
+    from nnbench.report import tables
     rows = [dict(variant="cublas", step="", shape="64×64×64", median_ms=0.5, iqr_ms=0.01, status="PASS",
                  timing="host-issued"),
             dict(variant="tiled", step=2, shape="64×64×64", median_ms=0.25, iqr_ms=0.01, status="PASS",

@@ -6,9 +6,9 @@ import re
 import numpy as np
 import pytest
 
-from nnbench import glyphs, nets, registry
+from nnbench import glyphs, nets, workloads
 from nnbench.errors import NnbenchError
-from nnbench.suites import mlp
+from nnbench.workloads.train import mlp
 
 
 def test_every_letter_has_its_ascii_target_and_a_distinct_bitmap():
@@ -139,9 +139,9 @@ def test_flop_counts():
     assert mlp.flops_per_iteration((60, 60, 7)) == 2 * (60 * 61 + 7 * 61) + 2 * (7 * 61) + 5 * (60 * 61 + 7 * 61)
 
 
-# -- the fused version's model (nnbench/suites/fused.py) -------------------------------------------
+# -- the fused version's model (nnbench/workloads/train/fused.py) -------------------------------------------
 def test_fused_rows_cover_every_layer_once():
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     for layers in [nets.get(n).layers for n in "18"] + [(60, 7), (120, 3, 300, 7)]:
         for g in (1, 7, 33, 132):
             rows = fused.rows_per_block(layers, g)
@@ -150,7 +150,7 @@ def test_fused_rows_cover_every_layer_once():
 
 
 def test_fused_barrier_count_and_shared_memory():
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     assert fused.phases_per_iteration(nets.get(8).layers) == 28  # against 2L + 1 = 31 naive phases
     assert fused.barriers_per_iteration(nets.get(8).layers) == 28
     for exchange in ("partials", "columns"):  # their phases are tagged values
@@ -178,7 +178,7 @@ def test_fused_barrier_count_and_shared_memory():
 def test_fused_output_layer_in_every_block():
     """OUT_LOCAL: every block holds all of the output layer (rows and velocities: its 7 rows of 104
     floats twice, where one block held 0 or 1 row), and two backward exchanges go."""
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     n1, n8 = nets.get(1).layers, nets.get(8).layers
     assert fused.phases_per_iteration(n8, out_local=True) == 26
     assert fused.phases_per_iteration(n1, out_local=True) == 2  # the forward's two exchanges alone
@@ -193,7 +193,7 @@ def test_fused_output_layer_in_every_block():
 
 
 def test_fused_keeps_the_exchange_buffers_the_kernels_address():
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     layers = nets.get(1).layers  # [60, 60, 60, 7]: padded outputs 60 + 60 + 8
     assert fused.exchange_words(layers, 5, "barrier") == 128
     assert fused.exchange_words(layers, 5, "partials") == 2 * 5 * (60 + 60)  # tagged: 2 words a value
@@ -204,7 +204,7 @@ def test_fused_keeps_the_exchange_buffers_the_kernels_address():
 
 def test_fused_refuses_what_cannot_run():
     from nnbench.runtime.device import for_arch
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     dev = for_arch("sm_90")
     dev.sm_count = 132
     assert fused.grid(dev, 56, 3000, 256, nets.get(8).layers, None) == (132, fused.smem_bytes(nets.get(8).layers, 132))
@@ -243,7 +243,7 @@ def test_batched_step_is_the_mean_of_per_sample_gradients():
     """With momentum 0 and fresh velocities, a batch step moves the weights by -rate times the mean
     of the per-sample gradients (mlp.gradient, itself checked against finite differences); with
     B = 1 it is exactly the per-sample step."""
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
     layers = (60, 9, 8, 7)
     init = mlp.init_params(layers, 3, 4.0)
     data = batched.training_set(60, 13, seed=5)  # an odd batch of 13 noisy letters
@@ -264,7 +264,7 @@ def test_batched_step_is_the_mean_of_per_sample_gradients():
 
 
 def test_batched_gemm_shapes_and_flops():
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
     layers = nets.get(8).layers
     shapes = batched.gemm_shapes(layers, 4096)
     assert len(shapes) == 3 * 15 - 1  # the first layer's input needs no delta
@@ -276,7 +276,7 @@ def test_batched_gemm_shapes_and_flops():
 
 
 def test_batched_training_set_interleaves_letters():
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
     d = batched.training_set(120, 1000, seed=0)
     assert len(d) == 1000 and d.letters[:52] == list(glyphs.LETTERS)
     assert set(d.letters[52:104]) == set(glyphs.LETTERS)
@@ -284,7 +284,7 @@ def test_batched_training_set_interleaves_letters():
 
 def test_batched_numpy_learns_net_1():
     """Five epochs of batch 64 over 2,048 noisy letters lift Net 1 well above chance (1/128)."""
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
     layers = nets.get(1).layers
     init = mlp.init_params(layers, 0, 4.0)
     train = batched.training_set(60, 2048, seed=0)
@@ -295,7 +295,7 @@ def test_batched_numpy_learns_net_1():
 
 
 def test_a_parameter_set_is_parsed_over_the_defaults_and_checked():
-    kcm = registry.get("mlp", "kcm")
+    kcm = workloads.get("mlp", "kcm")
     assert kcm.parse_params("") == {"THREADS": 32}
     assert kcm.parse_params("THREADS=1") == {"THREADS": 1}
     for bad, says in (("THREADS=7", "allows THREADS in {1, 32, 64, 128, 256}"), ("WPT=2", "NAME one of THREADS"),
@@ -308,7 +308,7 @@ def test_wgmma_net_keeps_weights_neuron_major_and_reads_them_back():
     """batched-wgmma's weights live on the GPU neuron-major (column i = input i's weights to every
     neuron, bias column last, rows padded to a multiple of 4): the host's layout conversion both ways,
     on a stand-in for the device memory. Planted: a download without the transpose fails."""
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
 
     class Memory:  # upload/download as the CUDA backend does them, on host arrays
         def upload(self, a):

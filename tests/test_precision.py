@@ -4,10 +4,10 @@ dense TF32 tensor-core ceiling per SM per clock, and a row's %peak is taken agai
 import numpy as np
 import pytest
 
-from nnbench import measure, registry, results
+from nnbench import measure, results, workloads
 from nnbench.runtime.cpu import CpuBackend
 from nnbench.runtime.device import FFMA, HOST, PRECISIONS, TF32, TF32X3, DeviceInfo
-from nnbench.suites import gemm
+from nnbench.workloads.gemm import session as gemm
 
 H100 = DeviceInfo("NVIDIA H100 80GB HBM3", (9, 0), 132, 1980.0, 2619.0, 5120, 80 << 30, 50 << 20)
 A100 = DeviceInfo("NVIDIA A100-SXM4-40GB", (8, 0), 108, 1410.0, 1215.0, 5120, 40 << 30, 40 << 20)
@@ -30,7 +30,7 @@ def test_each_precision_has_its_ceiling():
 
 
 def test_every_variant_states_its_precision():
-    for v in registry.ALL:
+    for v in workloads.all_variants():
         assert v.precision in PRECISIONS, v.name
         if v.backend == "cpu":
             assert v.precision == HOST, v.name
@@ -40,9 +40,9 @@ def test_every_variant_states_its_precision():
             assert v.precision == TF32, v.name
         else:
             assert v.precision == FFMA, v.name
-    assert registry.get("gemm", "tf32x3").precision == TF32X3
-    assert registry.get("conv", "unroll").precision == TF32X3
-    assert registry.get("mlp", "batched").precision == TF32X3
+    assert workloads.get("gemm", "tf32x3").precision == TF32X3
+    assert workloads.get("conv", "unroll").precision == TF32X3
+    assert workloads.get("mlp", "batched").precision == TF32X3
     assert "precision" in results.FIELDS and "tf32_peak_tflops" in results.FIELDS
 
 

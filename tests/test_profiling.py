@@ -9,10 +9,11 @@ import pandas as pd
 import pytest
 from click.testing import CliRunner
 
-from nnbench import paths
+from nnbench import paths, workloads
 from nnbench.cli import cli
-from nnbench.profiling import ncu, plots, sass
+from nnbench.profiling import ncu, sass
 from nnbench.profiling.roofline import Roof, position
+from nnbench.report import plots
 
 DATA = Path(__file__).parent / "data"
 
@@ -243,8 +244,8 @@ def test_ncu_csv_of_step9_on_the_h100():
     table's rows."""
     from rich.console import Console
 
-    from nnbench import registry, tables
     from nnbench.profiling.profile import Profile
+    from nnbench.report import tables
     m = ncu.parse((paths.ROOT / "tests/data/ncu_step9_h100.csv").read_text())
     assert ncu.tensor_pipe_pct(m) == pytest.approx(72.59)
     # 1024 tiles x 128 k-blocks x 2 consumer warpgroups x 12 wgmmas (4 k8 steps x 3 products), 4 warps each
@@ -253,7 +254,7 @@ def test_ncu_csv_of_step9_on_the_h100():
     stalls = dict(ncu.top_stalls(m, 20))
     assert "gmma" in stalls and [s for s, _ in ncu.top_stalls(m)] == ["barrier", "wait", "long_scoreboard"]
     assert set(ncu.metric_names(hopper=True)) <= set(m)  # every metric asked for came back
-    prof = Profile("gemm", registry.get("gemm", "tf32x3_wgmma"), {}, "sm_90", "H100", [], ncu=m)
+    prof = Profile("gemm", workloads.get("gemm", "tf32x3_wgmma"), {}, "sm_90", "H100", [], ncu=m)
     console = Console(record=True, width=200)
     for t in tables.profile_tables(prof):
         console.print(t)

@@ -4,7 +4,7 @@ its step and file, and every row names a step and file the registry has."""
 import re
 from pathlib import Path
 
-from nnbench import paths, registry
+from nnbench import paths, workloads
 
 README = paths.ROOT / "README.md"
 
@@ -17,7 +17,7 @@ def ladder_rows(text: str) -> set[tuple[int, str]]:
 
 def test_the_ladder_table_matches_the_registry():
     rows = ladder_rows(README.read_text())
-    want = {(v.step, Path(v.source).name) for v in registry.suite_variants("gemm") if v.source}
+    want = {(v.step, Path(v.source).name) for v in workloads.suite_variants("gemm") if v.source}
     assert rows == want, f"README has {sorted(rows - want)} that the registry lacks; lacks {sorted(want - rows)}"
 
 

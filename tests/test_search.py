@@ -9,8 +9,9 @@ from dataclasses import replace
 
 import pytest
 
-from nnbench import config, paths, replay, results, strategies, sweep
+from nnbench import paths, results
 from nnbench.errors import NnbenchError
+from nnbench.sweeps import config, replay, strategies, sweep
 from nnbench.yamlnodes import ConfigError
 
 from .conftest import mpirun_cmd, needs_mpi

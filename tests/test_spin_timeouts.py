@@ -11,8 +11,8 @@ import pytest
 
 from nnbench import paths
 from nnbench.errors import KernelFault
+from nnbench.profiling import ceilings
 from nnbench.runtime.compile import CompileRequest, compile_cubin
-from nnbench.suites import ceilings
 
 # Kernels that wait for other blocks, by file: each must read %globaltimer while it waits.
 WAITERS = {"common/ceilings.cu": ["handoff", "grid_barrier"], "common/blocking.cu": ["block_stream"],

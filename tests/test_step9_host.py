@@ -5,16 +5,16 @@ import struct
 
 import pytest
 
-from nnbench import registry
+from nnbench import workloads
 from nnbench.errors import NnbenchError
 from nnbench.runtime import tensormap
 from nnbench.runtime.device import DeviceInfo
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import param_format, raw
 from nnbench.runtime.tensormap import tiled_problem
-from nnbench.suites import gemm
+from nnbench.workloads.gemm import session as gemm
 
-STEP9 = registry.get("gemm", "tf32x3_wgmma")
+STEP9 = workloads.get("gemm", "tf32x3_wgmma")
 
 
 def test_raw_params_go_where_the_kernel_reads_them():
@@ -137,7 +137,7 @@ def test_step9_needs_its_shared_memory():
     assert not STEP9.device_problems(STEP9.defaults(), h100)
     deep = dict(STEP9.defaults(), STAGES=6)  # 3xTF32 at 128 x 128: 6 stages need 302 KB
     assert "shared memory" in STEP9.device_problems(deep, h100)[0]
-    assert STEP9.target("sm_80") == "sm_90a" and registry.get("gemm", "tf32x3").target("sm_80") == "sm_80"
+    assert STEP9.target("sm_80") == "sm_90a" and workloads.get("gemm", "tf32x3").target("sm_80") == "sm_80"
 
 
 def test_step9_tile_rules():

@@ -12,9 +12,10 @@ from dataclasses import replace
 
 import pytest
 
-from nnbench import config, paths, results, space, sweep
+from nnbench import paths, results, space
 from nnbench.errors import NnbenchError
 from nnbench.expr import ExprError
+from nnbench.sweeps import config, sweep
 from nnbench.yamlnodes import ConfigError
 
 # -- axes and restrictions ------------------------------------------------------------------------
@@ -94,7 +95,7 @@ def test_mlp_shape_set_comes_from_the_nets(tmp_path):
     # Net 1 is 60-60-60-7, as the trainer launches it (the bias a row of ones under the inputs): forward
     # (out, B, in + 1), backward data (in, B, out), weight gradients (in + 1, out, B)
     assert shapes == {(60, 32, 61), (61, 60, 32), (60, 32, 60), (7, 32, 61), (60, 32, 7), (61, 7, 32)}
-    from nnbench.suites import batched
+    from nnbench.workloads.train import batched
     assert shapes == {(m, n, k) for _, m, n, k in batched.gemm_shapes((60, 60, 60, 7), 32)}
 
 
@@ -280,7 +281,7 @@ def _worker_pids() -> list[int]:
                 cmd = f.read()
         except OSError:
             continue
-        if ppid == os.getpid() and b"nnbench.worker" in cmd:
+        if ppid == os.getpid() and b"nnbench.sweeps.worker" in cmd:
             out.append(int(d))
     return out
 

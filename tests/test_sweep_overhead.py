@@ -4,10 +4,10 @@ starts the very worker a plain sweep starts, so the two can differ only by chanc
 
 import pytest
 
-from nnbench import config, sweep
 from nnbench.cli import app
 from nnbench.cli import sweep as cli_sweep
 from nnbench.runtime import nvml
+from nnbench.sweeps import config, sweep
 
 
 class _FakeNvml:
@@ -54,7 +54,7 @@ variants:
 
 
 class _RecordingWorker:
-    """Stands in for nnbench.worker.Worker in the parent: keeps what each worker was started with and
+    """Stands in for nnbench.sweeps.worker.Worker in the parent: keeps what each worker was started with and
     every job sent to it, and answers each job with a PASS record (no process, no GPU)."""
 
     log: list = []
@@ -115,7 +115,7 @@ def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
     """The CLI's `--gpus 1` resolves to the plain sweep's own GPU without counting GPUs, which would
     initialise CUDA in the parent (a plain sweep's parent never does); more GPUs are counted."""
     import nnbench.runtime
-    from nnbench import worker
+    from nnbench.sweeps import worker
 
     def count():
         raise AssertionError("the parent initialised CUDA to count GPUs")
@@ -132,7 +132,7 @@ def test_gpus_1_leaves_cuda_to_the_worker_as_a_plain_sweep_does(monkeypatch):
 
 
 def test_gpus_n_counts_the_gpus_in_a_child_not_in_the_parent(monkeypatch):
-    """`--gpus 2` and `--gpus all` count in a child interpreter (nnbench.worker.count_gpus), so the
+    """`--gpus 2` and `--gpus all` count in a child interpreter (nnbench.sweeps.worker.count_gpus), so the
     parent never initialises CUDA on any path; the child sees the parent's CUDA_VISIBLE_DEVICES (none
     here: 0 GPUs on any machine). A child that fails is one line."""
     import sys

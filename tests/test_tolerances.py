@@ -7,10 +7,14 @@ compiled here and run in tests/test_gpu_gemm.py and tests/test_gpu_conv.py."""
 import numpy as np
 import pytest
 
-from nnbench import measure, nets, paths
+from nnbench import measure, nets, paths, workloads
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 from nnbench.runtime.cpu import CpuBackend
-from nnbench.suites import batched, conv, gemm, mlp
+from nnbench.workloads.conv import launch as conv_launch
+from nnbench.workloads.conv import problem as conv_problem
+from nnbench.workloads.conv import reference as conv_ref
+from nnbench.workloads.gemm import session as gemm
+from nnbench.workloads.train import batched, mlp
 
 NETS = [str(i) for i in range(1, 9)]
 PLANTED = np.float32(1.001)  # every update 0.1% too large
@@ -77,20 +81,20 @@ def test_a_gemm_that_skips_its_last_k_tile_fails_verification(shape):
     assert ok <= gemm.DEFAULT_RTOL
 
 
-@pytest.mark.parametrize("shape", [conv.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv.ConvShape(4, 64, 14, 14, 64, 3)])
+@pytest.mark.parametrize("shape", [conv_problem.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv_problem.ConvShape(4, 64, 14, 14, 64, 3)])
 def test_a_conv_that_skips_an_output_channel_or_its_last_inputs_fails_verification(shape):
-    layer = conv._Layer(CpuBackend(), shape, seed=0)
+    layer = conv_launch.Layer(CpuBackend(), shape, seed=0)
     s = shape
     w2 = layer.wt.reshape(s.K, -1)
-    u = conv.im2col(layer.x, s.R, s.stride, s.pad)
+    u = conv_ref.im2col(layer.x, s.R, s.stride, s.pad)
     y = np.stack([w2 @ u[n] for n in range(s.N)]).reshape(layer.ref.shape)
-    assert measure.rel_err(y, layer.ref) <= conv.DEFAULT_RTOL
+    assert measure.rel_err(y, layer.ref) <= conv_problem.DEFAULT_RTOL
     no_channel = y.copy()
     no_channel[:, -1] = 0.0  # the last output map never computed
-    assert measure.rel_err(no_channel, layer.ref) > conv.DEFAULT_RTOL
+    assert measure.rel_err(no_channel, layer.ref) > conv_problem.DEFAULT_RTOL
     kept = (s.C - 1) * s.R * s.R  # the reduction's last input channel skipped
     short = np.stack([w2[:, :kept] @ u[n][:kept] for n in range(s.N)]).reshape(layer.ref.shape)
-    assert measure.rel_err(short, layer.ref) > conv.DEFAULT_RTOL
+    assert measure.rel_err(short, layer.ref) > conv_problem.DEFAULT_RTOL
 
 
 @pytest.mark.parametrize("source,switch,defaults", [
@@ -99,9 +103,8 @@ def test_a_conv_that_skips_an_output_channel_or_its_last_inputs_fails_verificati
 ])
 def test_the_mutation_switches_change_the_machine_code(source, switch, defaults):
     """The -D switches the GPU tests use reach the kernel: the mutated cubin differs from the real one."""
-    from nnbench import registry
     if defaults is None:
-        defaults = registry.get("gemm", "tf32x3").defaults()
+        defaults = workloads.get("gemm", "tf32x3").defaults()
     real = compile_cubin(CompileRequest.make(paths.KERNELS / source, defaults, "sm_90"))
     mutated = compile_cubin(CompileRequest.make(paths.KERNELS / source, {**defaults, **switch}, "sm_90"))
     assert real.cubin.read_bytes() != mutated.cubin.read_bytes()

@@ -8,7 +8,9 @@ import pytest
 from nnbench import measure
 from nnbench.runtime import vendor
 from nnbench.runtime.vendor import CudnnDraw, short_kernel_names
-from nnbench.suites import conv, mlp
+from nnbench.workloads.conv import launch as conv_launch
+from nnbench.workloads.conv import session as conv
+from nnbench.workloads.train import mlp
 
 
 def test_kernel_names_lose_void_templates_and_arguments_and_keep_order_and_counts():
@@ -60,7 +62,7 @@ def test_a_cudnn_row_keeps_its_fastest_draw_verifies_it_and_names_every_draws_ke
 
 def test_two_autotune_draws_differ_only_in_the_flag_that_keys_torchs_cache():
     assert vendor.AUTOTUNE_DRAWS == (False, True)
-    assert "fastest of 2 draws" in conv.AUTOTUNED
+    assert "fastest of 2 draws" in conv_launch.AUTOTUNED
 
 
 def test_a_pytorch_row_timed_by_measure_trains_as_many_epochs_as_ours():

@@ -1,4 +1,4 @@
-// Pooling (subsampling) layers: average and max over S x S windows with stride S, NCHW.
+// Conv step 5: pooling (subsampling) layers: average and max over S x S windows with stride S, NCHW.
 //
 // Idea:   the seed's subsamplingLayer_forward, one thread per output element. The seed's serial
 //         code writes S[m, x, y] = 0 where it means S[m, h, w] (a typo, fixed here), and folds the

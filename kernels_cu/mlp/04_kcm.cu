@@ -1,4 +1,4 @@
-// MLP step 2: kernel-call minimization (the seed's "KCM"): the momentum and rate updates merged.
+// MLP step 4: kernel-call minimization (the seed's "KCM"): the momentum and rate updates merged.
 //
 // Idea:   step 1 updates each layer's weights in two launches that each read and write every
 //         weight; one kernel does both (v = momentum*v + rate*delta*o_prev; w += v), halving the

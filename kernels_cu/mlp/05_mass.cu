@@ -1,4 +1,4 @@
-// MLP step 3: "mass" (the seed's name): one block per neuron, one thread per weight.
+// MLP step 5: "mass" (the seed's name): one block per neuron, one thread per weight.
 //
 // Idea:   step 1 gives each neuron one thread that walks its n_in weights in a serial chain; here a
 //         block of MASS_THREADS threads shares the neuron's dot product (each thread a strided

@@ -1,8 +1,8 @@
-// MLP step 4: "KCM-mass": step 3's block-per-neuron forward and deltas with step 2's merged update,
+// MLP step 6: "KCM-mass": step 5's block-per-neuron forward and deltas with step 4's merged update,
 // one thread per weight.
 //
 // Idea:   both of the seed's ideas at once: more parallelism (mass) and fewer launches (KCM).
-// Source: seed 003. Params: MASS_THREADS as step 3. Launch: as step 3; update_merged like
+// Source: seed 003. Params: MASS_THREADS as step 5. Launch: as step 5; update_merged like
 //         update_rate (one thread per weight, blocks of 256).
 #include "mlp/05_mass.cu"
 

@@ -1,4 +1,4 @@
-// MLP step 5: "fused-barrier": the whole per-sample training loop in one persistent kernel.
+// MLP step 7: "fused-barrier": the whole per-sample training loop in one persistent kernel.
 //
 // Idea:   the seed's "Super-KCM" tried to run a training step in one launch and failed because
 //         __syncthreads() only orders one block. Here the blocks meet at a grid barrier instead,

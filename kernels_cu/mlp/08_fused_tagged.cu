@@ -1,6 +1,6 @@
-// MLP step 8: "fused-partials": step 5's persistent trainer with the grid barriers merged into the data.
+// MLP step 8: "fused-partials": step 7's persistent trainer with the grid barriers merged into the data.
 //
-// Idea:   step 5 spends most of Net 8's iteration in its 28 grid barriers: ~1.5 us a phase even
+// Idea:   step 7 spends most of Net 8's iteration in its 28 grid barriers: ~1.5 us a phase even
 //         on a net with no work (docs/RESULTS.md). A phase there is an arrival (a release, so the
 //         block's writes reach L2 first), a poll until the last block has arrived, and only then
 //         a fetch of the data. Here every value another block needs is stored together with the
@@ -8,17 +8,17 @@
 //         as NCCL's LL protocol does, and the reader polls the data itself until each tag is the
 //         one it awaits. A phase is one store and one poll that returns the data: no barrier, no
 //         fence, no atomic.
-//         The delta sums W^T d, which step 5 adds up with atomics in L2 (so it needs a barrier
+//         The delta sums W^T d, which step 7 adds up with atomics in L2 (so it needs a barrier
 //         to know they are complete), become per-block partial sums: block b stores its rows'
 //         share of every column in its own slot, and the owner of row c adds the slots of the
-//         blocks that own rows of the layer above, in a fixed order (so, unlike step 5's
+//         blocks that own rows of the layer above, in a fixed order (so, unlike step 7's
 //         atomics, a run is reproducible).
-// Source: NCCL's LL protocol (8-byte stores of data and flag); step 5 for everything else.
+// Source: NCCL's LL protocol (8-byte stores of data and flag); step 7 for everything else.
 // Params: THREADS (threads per block), IN_FLIGHT (tagged loads a thread issues before it waits),
 //         QUIET (1: no thread starts to poll until the block's work of the phase before is done).
 //         (A poller's sleep or pause after a miss, BACKOFF and PAUSE, measured only slower and was
 //         removed: docs/journal/fused.md.)
-//         Launch: as step 5 (nnbench/suites/fused.py); any G the device holds at once.
+//         Launch: as step 7 (nnbench/suites/fused.py); any G the device holds at once.
 //
 // Why one buffer per layer is enough in training: no value is overwritten before every reader
 // has read it.

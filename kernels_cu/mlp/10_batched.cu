@@ -1,4 +1,4 @@
-// MLP step 8: mini-batch training as GEMMs on the GEMM ladder's best mainloop, the epilogues fused.
+// MLP step 10: mini-batch training as GEMMs on the GEMM ladder's best mainloop, the epilogues fused.
 //
 // Idea:   per-sample training is latency-bound (the fused version's floor is its grid barriers).
 //         A batch of B samples turns each layer's matrix-vector products into GEMMs with N = B,
@@ -10,7 +10,7 @@
 //         H and D are each written once and never re-read by a separate pass. The weight gradient
 //         is written as split-K partial sums (its output is only n_(l-1)+1 x n_l, too few tiles
 //         to fill the GPU when K = B is long) that momentum_update folds into the weights.
-// Source: the 3xTF32 mainloop of ladder step 8 (common/tf32x3.cuh); epilogue fusion as in
+// Source: the 3xTF32 mainloop of ladder step 10 (common/tf32x3.cuh); epilogue fusion as in
 //         CUTLASS's epilogue visitor; split-K as in CUTLASS's "parallel split-K".
 // Params: BM, BN, BK, WM, WN, MIN_BLOCKS as in gemm/08_tf32x3.cu (same rules).
 // Launch: 1-D blocks of THREADS; grid (ceil(M/BM), ceil(N/BN), slices). Needs sm_80 or later.

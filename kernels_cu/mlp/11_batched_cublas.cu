@@ -1,4 +1,4 @@
-// MLP step 9: the cuBLAS reference for mini-batch training: the same three GEMMs per layer as
+// MLP step 11: the cuBLAS reference for mini-batch training: the same three GEMMs per layer as
 // 10_batched.cu, each a cuBLAS SGEMM (nnbench/suites/batched.py calls it through CuPy, TF32 off),
 // and the work that 06 fuses into its epilogues done here as separate passes over H and D.
 //

@@ -12,9 +12,10 @@ import click
 from rich.console import Console
 from rich.markup import escape
 
-from nnbench import __version__, options, registry
+from nnbench import options, rawresults, workloads
 from nnbench.errors import NnbenchError
 from nnbench.runtime import open_backend
+from nnbench.version import __version__
 
 # Wide when piped (CI logs, pasted output), so the ladder table is never squeezed into 80 columns.
 out = Console(highlight=False, width=None if sys.stdout.isatty() else 180)
@@ -142,7 +143,7 @@ def refuse_taken(path) -> None:
 def open_sink(csv_path, suite: str, gpu: str, force: bool = False):
     """The command's result sink: its CSV, and the --json file where one is named."""
     from nnbench import results
-    return results.open_sink(csv_path, suite, gpu, results.FIELDS, force, json_path=JSON[0])
+    return rawresults.open_sink(csv_path, suite, gpu, results.FIELDS, force, json_path=JSON[0])
 
 
 def force_option(f):
@@ -173,7 +174,7 @@ def param_options(*suites: str):
     every parameter name of the given suites (the first declaration's help)."""
     first: dict[str, object] = {}
     for suite in suites:
-        for p in registry.all_param_names(suite):
+        for p in workloads.all_param_names(suite):
             first.setdefault(p.name, p)
     params = list(first.values())
 

@@ -8,11 +8,13 @@ from pathlib import Path
 import click
 from rich.markup import escape
 
-from nnbench import gatereport, results, tables
+from nnbench import results
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.cli.sweep import run_sweep
 from nnbench.errors import NnbenchError
+from nnbench.report import gate as gatereport
+from nnbench.report import tables
 
 
 # -- check ----------------------------------------------------------------------------------------
@@ -102,7 +104,8 @@ def check(files, tolerance, run_config, baseline_path, out_path, show_all, any_g
 
 def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_gpu, allow_missing, allow_unstable,
            fmt, retry_errors, backend, history=(False, None)) -> None:
-    from nnbench import config, paths, verdict
+    from nnbench import paths, verdict
+    from nnbench.sweeps import config
     against_history, history_db = history
     baseline_path = list(baseline_path or [])
     if history_db and not against_history:

@@ -6,18 +6,19 @@ import sys
 
 import click
 
-from nnbench import harness, memory, options, registry, results, tables
+from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, force_option, json_option, open_device, timing_options
 from nnbench.errors import NnbenchError
-from nnbench.suites.base import Case
+from nnbench.report import tables
+from nnbench.workloads.base import Case
 
 
 # -- conv -----------------------------------------------------------------------------------------
 @app.cli.command()
 @click.option("--path", "-p", "paths_", multiple=True, metavar="NAME",
               help="Forward path (repeatable; default: all for the backend). Choices: "
-                   + ", ".join(v.name for v in registry.suite_variants("conv")) + ".")
+                   + ", ".join(v.name for v in workloads.suite_variants("conv")) + ".")
 @click.option("--set", "sets", multiple=True, metavar="NAME", help="A named layer set of configs/conv.yaml "
               "(lenet5, resnet, odd; repeatable).")
 @click.option("--n", "n", type=int, help="Images.")
@@ -55,7 +56,8 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
       nnbench conv --set resnet
       nnbench conv --n 32 --c 64 --h 56 --w 56 --k 64 --r 3 --pad 1 -p tiled -p unroll
     """
-    from nnbench.suites import conv as conv_suite
+    from nnbench.workloads.conv import problem as conv_problem
+    from nnbench.workloads.conv import session as conv_suite
     if model is not None:
         _conv_model(model, n, budget, cold, csv_path, force, no_cudnn, seed, backend, paths_,
                     [x is not None for x in (c, h, w, k, r)] + [bool(sets), backward])
@@ -65,10 +67,10 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
         raise NnbenchError("--n, --c, --h, --w, --k and --r go together: give all six, or use --set")
     shapes = []
     if all(given):
-        shape = conv_suite.ConvShape(n, c, h, w, k, r, stride, pad)
+        shape = conv_problem.ConvShape(n, c, h, w, k, r, stride, pad)
         shape.validate()
         shapes.append(shape)
-    known = conv_suite.load_sets() if sets or not shapes else {}
+    known = conv_problem.load_sets() if sets or not shapes else {}
     for name in sets:
         if name not in known:
             raise NnbenchError(f"--set {name}: unknown; choose from {', '.join(known)} (configs/conv.yaml)")
@@ -92,9 +94,9 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     settings = app.settings(budget, cold)
     cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
-        cases += [Case.defaults(v) for v in registry.suite_variants("conv-backward")]
+        cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
-                                                             conv_suite.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
+                                                             conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
     app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
                                 if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
     for rec in records:
@@ -107,7 +109,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
 
 def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed, backend, paths_,
                 others: list[bool]) -> None:
-    from nnbench.suites import lenet
+    from nnbench.workloads.conv import lenet
     if any(others):
         raise NnbenchError(f"--model {model}: takes --n (the batch) and --path only; the layers are the model's")
     for name in paths_:

@@ -72,7 +72,7 @@ def gpu_facts(i: int, d, do_measure: bool) -> dict:
              "throttle_reasons": None if reasons is None else reason_names(reasons & ~USER_CLOCKS),
              "ceilings": None}
     if do_measure:
-        from nnbench.suites.ceilings import measure_ceilings
+        from nnbench.profiling.ceilings import measure_ceilings
         be, _ = runtime.open_backend("cuda", i)
         try:
             facts["ceilings"] = measure_ceilings(be)

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from nnbench import harness, memory, options, registry, results, tables
+from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import (
     backend_option,
@@ -18,15 +18,16 @@ from nnbench.cli.app import (
     timing_options,
 )
 from nnbench.errors import NnbenchError
+from nnbench.report import tables
 from nnbench.runtime.vendor import Cublas
-from nnbench.suites import gemm as gemm_suite
+from nnbench.workloads.gemm import session as gemm_suite
 
 
 # -- gemm -----------------------------------------------------------------------------------------
 @app.cli.command()
 @click.option("--variant", "-v", "variants", multiple=True, metavar="NAME",
               help="Ladder step to run (repeatable; default: all steps for the backend). "
-                   f"Choices: {', '.join(v.name for v in registry.suite_variants('gemm'))}.")
+                   f"Choices: {', '.join(v.name for v in workloads.suite_variants('gemm'))}.")
 @param_options("gemm")
 @click.option("--m", "m", type=click.IntRange(min=1), help="Rows of A and C.")
 @click.option("--n", "n", type=click.IntRange(min=1), help="Columns of B and C.")

@@ -132,7 +132,7 @@ def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
 
 
 def _table(found, title: str) -> Table:
-    from nnbench.tables import _num
+    from nnbench.report.tables import _num
     several = len({t.gpu for t in found}) > 1
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     names = ["case", "gpu", "commits", "first ms", "latest ms", "change", "change points", "stable since",

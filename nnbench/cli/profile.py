@@ -9,10 +9,11 @@ from pathlib import Path
 
 import click
 
-from nnbench import results, tables
+from nnbench import results
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, open_device, param_options
 from nnbench.errors import NnbenchError
+from nnbench.report import tables
 
 
 # -- profile --------------------------------------------------------------------------------------
@@ -109,20 +110,21 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
 def _problem(suite: str, m: int, n: int, k: int, net: str, batch: int, layer: str | None, model: str | None):
     """The one problem a profile runs on, from the options its suite reads."""
     if suite == "gemm":
-        from nnbench.suites.gemm import Shape
+        from nnbench.workloads.gemm.session import Shape
         return Shape(m, n, k)
     if suite == "train":
-        from nnbench.suites.train import problem_for
+        from nnbench.workloads.train.session import problem_for
         return problem_for(net, batch=batch, max_iterations=MLP_ITERATIONS, epochs=1,
                            train_samples=batch * MLP_STEPS)
-    from nnbench.suites import conv as conv_suite
+    from nnbench.workloads.conv import problem as conv_problem
+    from nnbench.workloads.conv import session as conv_suite
     if model is not None:
         return conv_suite.LeNetProblem(batch if batch > 1 else 64)
     if layer is None:
-        return conv_suite.load_sets()["resnet"][0]
+        return conv_problem.load_sets()["resnet"][0]
     try:
         dims = [int(x) for x in layer.split(",")]
-        shape = conv_suite.ConvShape(*dims)
+        shape = conv_problem.ConvShape(*dims)
     except (ValueError, TypeError):
         raise NnbenchError(f"--layer {layer}: expected N,C,H,W,K,R with optional ,stride,pad") from None
     shape.validate()

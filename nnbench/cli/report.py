@@ -61,7 +61,7 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
     """
     import pandas as pd
 
-    from nnbench.profiling import plots
+    from nnbench.report import plots
     if (kind is None) != (out_path is None):
         raise NnbenchError("--plot and --out go together: --plot KIND --out FILE.png")
     if kind is None and html_path is None and app.JSON[0] is None:
@@ -102,7 +102,7 @@ def _write_json(sources, suite, variants, target: Path) -> None:
     import pandas as pd
 
     from nnbench import rawresults
-    from nnbench.profiling import plots
+    from nnbench.report import plots
     recs = [r for p in sources for r in rawresults.load(p)]
     keep = plots.normalize(pd.DataFrame([r.fields for r in recs]))
     if suite is not None:
@@ -122,7 +122,8 @@ def _write_json(sources, suite, variants, target: Path) -> None:
 def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force) -> None:
     import os
 
-    from nnbench import htmlreport, safeio, verdict
+    from nnbench import safeio, verdict
+    from nnbench.report import html as htmlreport
     if tolerance is None:
         tolerance = verdict.default_tolerance(bool(baseline) and len(verdict.baseline_files(baseline)) > 1)
     page = htmlreport.render(sources, df, ["nnbench", *sys.argv[1:]], Path(baseline) if baseline else None,

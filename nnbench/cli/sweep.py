@@ -8,10 +8,11 @@ from pathlib import Path
 
 import click
 
-from nnbench import options, results, tables
+from nnbench import options, results
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.errors import NnbenchError
+from nnbench.report import tables
 
 
 # -- sweep ----------------------------------------------------------------------------------------
@@ -146,7 +147,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     """
     from dataclasses import replace
 
-    from nnbench import config
+    from nnbench.sweeps import config
     if dry_run and compile_only:
         raise NnbenchError("--dry-run and --compile-only are exclusive: give one of them")
     if out_path and fresh and Path(out_path).exists():
@@ -178,7 +179,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         return
     if compile_only:
         if arch:
-            from nnbench import sweep as sweep_mod
+            from nnbench.sweeps import sweep as sweep_mod
             for spec in specs:
                 app.out.print(_compile_line(sweep_mod.compile_only(spec, arch, jobs)))
         else:
@@ -189,7 +190,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
                          gpus=gpus, replay=replay_path, mpi=mpi)
     code = 1 if any(o.failed for o in outcomes) else 0
     if mpi and any(o.requeued for o in outcomes):
-        from nnbench.pool import end_mpi_job
+        from nnbench.sweeps.pool import end_mpi_job
         end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
     if code:
         sys.exit(code)
@@ -208,7 +209,7 @@ def _gpus(text: str, backend: str) -> list[int]:
         # The plain sweep's own GPU: its worker opens it and says if it is missing, as a plain sweep's
         # does: no count at all.
         return [first]
-    from nnbench.worker import count_gpus
+    from nnbench.sweeps.worker import count_gpus
     count = count_gpus()  # in a child: this process, like a plain sweep's parent, never initialises CUDA
     if count == 0:
         raise NnbenchError(f"--gpus {text}: this machine has no CUDA GPU; use --backend cpu --gpus N for CPU workers")

@@ -9,10 +9,11 @@ import time
 import click
 from rich.console import Console
 
-from nnbench import memory, options, registry, results, tables
+from nnbench import memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
 from nnbench.errors import NnbenchError
+from nnbench.report import tables
 
 
 # -- train ----------------------------------------------------------------------------------------
@@ -33,7 +34,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
                    "where a net does not fit on chip; batched with --batch), or "
                    "sequential (batched-numpy) without a GPU. Choices: "
-                   + ", ".join(v.name for v in registry.suite_variants("mlp")))
+                   + ", ".join(v.name for v in workloads.suite_variants("mlp")))
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Samples per step. 1 trains per sample, as the seed; B > 1 runs the mini-batch versions "
                    "(batched, batched-cublas, batched-wgmma, batched-numpy; each GPU one also as `-graph`, the "
@@ -101,9 +102,9 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
       nnbench train --net 8 --batch 8192 --gpus 2 --bucket-mb 2 --compare torch   # beside PyTorch DDP
     """
     from nnbench import nets as nets_mod
-    from nnbench.suites import batched as batched_mod
-    from nnbench.suites import mlp
-    from nnbench.suites import train as train_suite
+    from nnbench.workloads.train import batched as batched_mod
+    from nnbench.workloads.train import mlp
+    from nnbench.workloads.train import session as train_suite
     if net is not None and layers_text is not None:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
     if layers_text is not None:
@@ -130,9 +131,9 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     if names == ["all"]:
         names = [v.name for v in pool]
     for n in names:
-        if n not in [v.name for v in registry.suite_variants("mlp")]:
+        if n not in [v.name for v in workloads.suite_variants("mlp")]:
             raise NnbenchError(f"--version {n}: unknown; choose from all, "
-                               + ", ".join(v.name for v in registry.suite_variants("mlp")))
+                               + ", ".join(v.name for v in workloads.suite_variants("mlp")))
         if n not in [v.name for v in pool]:
             raise NnbenchError(f"--version {n}: trains one sample at a time; with --batch {batch} choose from "
                                + ", ".join(batched_names) if mini else
@@ -290,7 +291,7 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
     except KeyboardInterrupt:
         for name, (done, e) in last.items():
             count = "steps" if unit == "step" else "iterations"
-            from nnbench.suites.train import unify
+            from nnbench.workloads.train.session import unify
             sink.append(unify(dict(partial, version=name, status="ERROR", final_error=e, **{count: done},
                                    error=f"interrupted (Ctrl-C) after {done:,} {count}, error {e:.2e}"), problem))
         raise

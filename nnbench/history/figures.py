@@ -29,7 +29,7 @@ def file_name(t: Trend) -> str:
 
 
 def figure(t: Trend, title: str = ""):
-    from nnbench.profiling.plots import DPI, PALETTE, _plt
+    from nnbench.report.plots import DPI, PALETTE, _plt
     plt = _plt()
     fig = plt.figure(figsize=(9.0, 4.5), dpi=DPI, layout="constrained")
     try:
@@ -64,7 +64,7 @@ def figure(t: Trend, title: str = ""):
 
 
 def write(t: Trend, folder: Path, title: str = "") -> Path:
-    from nnbench.profiling.plots import png_bytes
+    from nnbench.report.plots import png_bytes
     data = png_bytes(figure(t, title))
     target = Path(folder) / file_name(t)
     try:

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import datetime as dt
 
-from nnbench import __version__
 from nnbench.errors import NnbenchError
 from nnbench.history.db import Database
+from nnbench.version import __version__
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "runs and their cases", [

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from nnbench import __version__, paths
+from nnbench import paths
 from nnbench.history import source
 from nnbench.history.db import Database
+from nnbench.version import __version__
 
 
 @dataclass

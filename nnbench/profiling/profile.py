@@ -25,8 +25,8 @@ from nnbench.profiling.roofline import Position, Roof, position
 from nnbench.registry import Variant
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 from nnbench.runtime.device import for_arch, occupancy
-from nnbench.suites import WORKLOADS, workload
-from nnbench.suites.base import Case
+from nnbench.workloads import WORKLOADS, workload
+from nnbench.workloads.base import Case
 
 ALIASES = {"mlp": "train"}  # the suite's name before it was a workload
 
@@ -156,13 +156,13 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     prof.seconds = (prof.record.get("median_ms") or 0.0) * 1e-3
     if prof.record.get("status") != "PASS" or not prof.seconds:
         return prof
-    from nnbench.suites.ceilings import measure_ceilings
+    from nnbench.profiling.ceilings import measure_ceilings
     c = measure_ceilings(backend)
     prof.roof = Roof(c["fma_tflops"] * 1e12, c["copy_gbs"] * 1e9, "measured")
     prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
         if kernel is None and suite == "gemm":  # step 9 may launch its transposed kernel for this shape
-            from nnbench.suites.gemm import launched_kernel
+            from nnbench.workloads.gemm.session import launched_kernel
             kernel = launched_kernel(v, params, problem, device)
         prof.ncu, prof.ncu_csv = ncu.run(kernel or main_kernel(v), child_argv or [], hopper=tuple(device.cc)[0] == 9)
         prof.ncu_ms = ncu.duration_ms(prof.ncu)
@@ -184,7 +184,7 @@ def compiled_for(work, case: Case, arch: str):
 def from_config(path, name: str, overrides: dict[str, int], problem_index: int):
     """(suite, case, problem) of a sweep config: the first case of variant `name` whose parameters
     include `overrides`, on the config's problem number `problem_index` (0: the first)."""
-    from nnbench import config
+    from nnbench.sweeps import config
     for spec in config.load_config(path):
         cases = [c for c in spec.cases if c.variant.name == name
                  and all(c.param_dict.get(k) == x for k, x in overrides.items())]
@@ -221,8 +221,8 @@ def launch_only(backend, suite: str, name: str, overrides: dict[str, int], probl
         run_case(backend, workload(suite), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
         return
-    from nnbench.suites import gemm as gemm_suite
-    from nnbench.suites.gemm import random_nonzero
+    from nnbench.workloads.gemm import session as gemm_suite
+    from nnbench.workloads.gemm.session import random_nonzero
     kernel = backend.load(comp, v.kernel)
     rng = np.random.default_rng(0)
     shape = problem

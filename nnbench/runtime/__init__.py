@@ -8,9 +8,7 @@ works and says so when it falls back.
 from __future__ import annotations
 
 from nnbench.errors import BackendUnavailable
-
-INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs PyCUDA (the extra "
-                "`pip install -e '.[gpu]'`)")
+from nnbench.runtime.device import INSTALL_HINT  # noqa: F401 - where the backends' messages say how to install
 
 
 def open_backend(name: str, device: int = 0):

@@ -21,9 +21,8 @@ import numpy as np
 from nnbench import paths
 from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError, QueueFull
 from nnbench.measure import rel_err_from_sums
-from nnbench.runtime import INSTALL_HINT
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
-from nnbench.runtime.device import DeviceInfo, occupancy
+from nnbench.runtime.device import INSTALL_HINT, DeviceInfo, occupancy
 from nnbench.runtime.nvml import Nvml
 from nnbench.runtime.params import has_raw, param_format
 

@@ -148,3 +148,6 @@ def occupancy(dev: DeviceInfo, threads: int, regs_per_thread: int, smem_bytes: i
     limiter = min(limits, key=lambda k: limits[k])
     blocks = limits[limiter]
     return Occupancy(blocks, blocks * warps, blocks * warps / max_warps, limiter)
+
+INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs PyCUDA (the extra "
+                "`pip install -e '.[gpu]'`)")

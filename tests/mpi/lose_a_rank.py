@@ -11,7 +11,7 @@ import sys
 
 
 def dying_run(init, job, watchdog_s):
-    from nnbench.pool import remote_run
+    from nnbench.sweeps.pool import remote_run
     marker = os.environ["NNBENCH_TEST_LOSE_MARKER"]
     try:
         os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
@@ -23,8 +23,8 @@ def dying_run(init, job, watchdog_s):
 if __name__ == "__main__":
     import lose_a_rank
 
-    from nnbench import pool
     from nnbench.cli import main
+    from nnbench.sweeps import pool
 
     pool.remote_run = lose_a_rank.dying_run  # what rank 0 submits; the ranks look it up by name
     sys.argv = ["nnbench", "sweep", *sys.argv[1:], "--mpi"]

@@ -8,7 +8,7 @@ import numpy as np
 
 from nnbench import glyphs, nets
 from nnbench.runtime import exchange
-from nnbench.suites import batched, mlp
+from nnbench.workloads.train import batched, mlp
 
 w = exchange.world()
 layers = nets.get(1).layers

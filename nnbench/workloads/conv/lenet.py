@@ -32,7 +32,8 @@ from nnbench import glyphs, measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import TF32X3
-from nnbench.suites import conv
+from nnbench.workloads.conv import launch, problem, reference
+from nnbench.workloads.conv.variants import VARIANTS
 
 CLASSES = len(glyphs.LETTERS)
 ALIGN = 64  # floats: each weight and bias array starts on a 256-byte boundary of the model's one buffer
@@ -48,8 +49,8 @@ class Layer:
     relu: bool
     pool: int  # 0: none, else the max-pool window
 
-    def shape(self, batch: int) -> conv.ConvShape:
-        return conv.ConvShape(batch, self.C, self.H, self.H, self.K, self.R)
+    def shape(self, batch: int) -> problem.ConvShape:
+        return problem.ConvShape(batch, self.C, self.H, self.H, self.K, self.R)
 
     @property
     def fully_connected(self) -> bool:
@@ -96,7 +97,7 @@ def padding(batch: int, params: dict | None = None) -> list[dict]:
     k-blocks (10_*'s blocks_per_image); the data gradient gathers every one of the R*R taps of dY for
     each input pixel, inside dY or not."""
     from nnbench import registry
-    p = params or registry.get("conv", "implicit-wgmma").defaults()
+    p = params or registry.find(VARIANTS, "conv", "implicit-wgmma").defaults()
     bm, bn, bk = p["BM"], p["BN"], p["BK"]
     up = lambda n, m: -(-n // m) * m  # noqa: E731
     out = []
@@ -169,7 +170,7 @@ def _sgd_step(params, x: np.ndarray, labels: np.ndarray, rate: float, layer_conv
         z = z + b.astype(dtype)[None, :, None, None]
         z = np.maximum(z, 0) if lay.relu else z
         pre.append(z)
-        a = conv.pool_reference(z, lay.pool, "max").astype(dtype) if lay.pool else z
+        a = reference.pool_reference(z, lay.pool, "max").astype(dtype) if lay.pool else z
         acts.append(a)
     logits = a.reshape(len(x), CLASSES)
     p = np.exp(logits - logits.max(axis=1, keepdims=True))
@@ -182,7 +183,7 @@ def _sgd_step(params, x: np.ndarray, labels: np.ndarray, rate: float, layer_conv
     for i in range(len(LAYERS) - 1, -1, -1):
         lay, (W, b) = LAYERS[i], params[i]
         if lay.pool:
-            d = conv.pool_backward_reference(pre[i], d, lay.pool, "max").astype(dtype)
+            d = reference.pool_backward_reference(pre[i], d, lay.pool, "max").astype(dtype)
         if lay.relu:
             d = d * (pre[i] > 0)
         dx, dw = backs[i](acts[i], d)
@@ -194,8 +195,8 @@ def _sgd_step(params, x: np.ndarray, labels: np.ndarray, rate: float, layer_conv
 def reference_step(params, x: np.ndarray, labels: np.ndarray, rate: float):
     """One SGD step in float64: returns (loss before the step, updated params, logits)."""
     def layer_conv(i, a, W):
-        return (conv.conv_reference(a, W, 1, 0),
-                lambda a_, d: conv.conv_backward_reference(a_, W, d, 1, 0))
+        return (reference.conv_reference(a, W, 1, 0),
+                lambda a_, d: reference.conv_backward_reference(a_, W, d, 1, 0))
     return _sgd_step(params, x, labels, rate, layer_conv, np.float64)
 
 
@@ -206,23 +207,23 @@ def _unroll_cpu(x: np.ndarray, wt: np.ndarray):
     w2 = wt.reshape(K, -1)
 
     def fwd(a):
-        u = conv.im2col(a, R, 1, 0)
+        u = reference.im2col(a, R, 1, 0)
         return np.matmul(w2, u).reshape(len(a), K, a.shape[2] - R + 1, -1)
 
     def back(a, d):
-        u, d2 = conv.im2col(a, R, 1, 0), d.reshape(len(a), K, -1)
+        u, d2 = reference.im2col(a, R, 1, 0), d.reshape(len(a), K, -1)
         dw = np.tensordot(d2, u, axes=([0, 2], [0, 2])).reshape(wt.shape).astype(np.float32)
-        return conv.col2im(np.matmul(w2.T, d2), a.shape, R, 1, 0).astype(np.float32), dw
+        return reference.col2im(np.matmul(w2.T, d2), a.shape, R, 1, 0).astype(np.float32), dw
     return fwd(x), back
 
 
 def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str = "implicit",
              drop_tap: bool = False):
     """One SGD step in float32 on the CPU with each layer's convolutions computed as `path` computes them:
-    the implicit layers by nnbench/suites/implicit_numpy.py (the kernels' gathers, tiles and zero-fill;
+    the implicit layers by nnbench/workloads/conv/implicit_numpy.py (the kernels' gathers, tiles and zero-fill;
     `drop_tap`: their last filter tap never gathered, as -DMUTATE_DROP_TAP), the others by im2col and a
     product. Returns (loss, updated params), for the same check as the GPU's step (`cpu_step_error`)."""
-    from nnbench.suites import implicit_numpy as imp
+    from nnbench.workloads.conv import implicit_numpy as imp
     f32 = np.float32
     kinds = layer_paths(path)
 
@@ -238,10 +239,9 @@ def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str =
 
 def cpu_step_error(params, got_loss: float, got_params, ref_loss: float, ref_params) -> float:
     """The one-step check's error: the larger of the weight changes' error against float64
-    (mlp.weight_change_error over weights and biases) and the loss's relative error."""
-    from nnbench.suites import mlp
+    (measure.weight_change_error over weights and biases) and the loss's relative error."""
     init = [W for W, _ in params] + [b for _, b in params]
-    err = mlp.weight_change_error([W for W, _ in got_params] + [b for _, b in got_params],
+    err = measure.weight_change_error([W for W, _ in got_params] + [b for _, b in got_params],
                                   [W for W, _ in ref_params] + [b for _, b in ref_params], init)
     return max(err, abs(got_loss - ref_loss) / abs(ref_loss))
 
@@ -262,13 +262,13 @@ class GpuLeNet:
         be, self.be = backend, backend
         n = self.batch = len(x)
         self.path, self.paths = path, layer_paths(path)
-        fwd_v, bwd_v = registry.get("conv", "unroll"), registry.get("conv-backward", "unroll-backward")
-        pool_v, g = registry.get("pool", "max"), registry.get("gemm", "tf32x3")
+        fwd_v, bwd_v = registry.find(VARIANTS, "conv", "unroll"), registry.find(VARIANTS, "conv-backward", "unroll-backward")
+        pool_v, g = registry.find(VARIANTS, "pool", "max"), registry.TF32X3_GEMM
         fwd, bwd, pool, ew, gemm = compile_sources(be.arch, [
             (fwd_v.source, {}), (bwd_v.source, bwd_v.defaults()), (pool_v.source, pool_v.defaults()),
             ("conv/08_lenet.cu", {}), (g.source, g.defaults())])
         if "implicit" in self.paths:  # conv steps 9 and 10 at the registry's defaults, built for sm_90a
-            ifwd_v, ibwd_v = registry.get("conv", "implicit-wgmma"), registry.get("conv-backward",
+            ifwd_v, ibwd_v = registry.find(VARIANTS, "conv", "implicit-wgmma"), registry.find(VARIANTS, "conv-backward",
                                                                                   "implicit-wgmma-backward")
             if why := ifwd_v.arch_problem(be.device):
                 raise NnbenchError(f"LeNet-5 path {path}: {why}")
@@ -316,14 +316,14 @@ class GpuLeNet:
             a_in = self.X if i == 0 else out[i - 1]
             d_in = None if i == 0 else d_out[i - 1]  # the first layer's input is the images: no gradient
             if self.paths[i] == "implicit":
-                run, text = conv.implicit_forward(be, ifwd_v, ifp, ifwd, s, a_in, self.W[i], Z[i])
-                run_b, text_b = conv.implicit_backward(be, ibwd_v, ibp, ibwd, s, a_in, self.W[i], dZ[i], d_in,
+                run, text = launch.implicit_forward(be, ifwd_v, ifp, ifwd, s, a_in, self.W[i], Z[i])
+                run_b, text_b = launch.implicit_backward(be, ibwd_v, ibp, ibwd, s, a_in, self.W[i], dZ[i], d_in,
                                                        self.dW[i])
                 self.notes.append(f"{lay.name}: forward {text}; backward {text_b}")
             else:
-                run, U, Zw = conv.unroll_forward(be, fwd, gemm, s, a_in, self.W[i], Z[i])
+                run, U, Zw = launch.unroll_forward(be, fwd, gemm, s, a_in, self.W[i], Z[i])
                 self.keep += [U, Zw]  # U, the unrolled input, serves the backward's filter gradient too
-                run_b, work = conv.unroll_backward(be, bwd_v, bwd_v.defaults(), bwd, fwd, s, a_in, self.W[i], dZ[i],
+                run_b, work = launch.unroll_backward(be, bwd_v, bwd_v.defaults(), bwd, fwd, s, a_in, self.W[i], dZ[i],
                                                    d_in, self.dW[i], U=U)
                 self.keep += list(work.values())
             count = s.N * s.K * s.Ho * s.Wo
@@ -406,7 +406,7 @@ def stage_times(net: GpuLeNet, settings) -> list[tuple[str, float, int]]:
 
 def first_step_error(net: GpuLeNet, step, params, ref_loss: float, ref_params) -> float:
     """One training step (`step`: the net's launches, or their graph) from the initial weights, logits
-    poisoned first: the larger of its weight changes' error against float64 (mlp.weight_change_error
+    poisoned first: the larger of its weight changes' error against float64 (measure.weight_change_error
     over weights and biases) and its loss's relative error."""
     be = net.be
     be.fill_nan(net.logits, net.batch * CLASSES)
@@ -457,10 +457,8 @@ def host_issued_ms(backend, fn) -> float:
 
 def torch_step_check(params, x, labels, rate: float, ref_params) -> tuple[float, float]:
     """PyTorch's first loss and its weight changes after one SGD step from the same weights, against
-    float64 (the same measure as ours: mlp.weight_change_error over weights and biases): (loss, error)."""
+    float64 (the same measure as ours: measure.weight_change_error over weights and biases): (loss, error)."""
     import torch
-
-    from nnbench.suites import mlp
     m = torch_model(params)
     X = torch.tensor(x, device="cuda")
     T = torch.tensor(labels, dtype=torch.long, device="cuda")
@@ -472,7 +470,7 @@ def torch_step_check(params, x, labels, rate: float, ref_params) -> tuple[float,
     got = [(mod.weight.detach().double().cpu().numpy().reshape(W.shape), mod.bias.detach().double().cpu().numpy())
            for mod, (W, _) in zip((m.c1, m.c2, m.f1, m.f2, m.f3), params)]
     init = [W for W, _ in params] + [b for _, b in params]
-    err = mlp.weight_change_error([W for W, _ in got] + [b for _, b in got],
+    err = measure.weight_change_error([W for W, _ in got] + [b for _, b in got],
                                   [W for W, _ in ref_params] + [b for _, b in ref_params], init)
     return float(loss), err
 
@@ -567,7 +565,7 @@ def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure
     check_chain()
     ref_loss, ref_params, _ = reference_step(params, x, labels, rate)
     for path in paths:
-        if "implicit" in layer_paths(path) and (why := registry.get("conv", "implicit-wgmma").arch_problem(
+        if "implicit" in layer_paths(path) and (why := registry.find(VARIANTS, "conv", "implicit-wgmma").arch_problem(
                 backend.device)):
             yield dict(base, variant=row_name(path, "step"), status="SKIP", error=why)
             continue

@@ -25,13 +25,14 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nnbench import paths, results, safeio, strategies
-from nnbench.config import SweepSpec
+from nnbench import paths, results, safeio
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
-from nnbench.pool import MpiPool, WorkerPool
 from nnbench.runtime.device import for_arch
-from nnbench.worker import Job, Worker
+from nnbench.sweeps import strategies
+from nnbench.sweeps.config import SweepSpec
+from nnbench.sweeps.pool import MpiPool, WorkerPool
+from nnbench.sweeps.worker import Job, Worker
 
 Events = Callable[..., None]
 
@@ -75,7 +76,7 @@ class Outcome:
     gpu_s: float = 0.0
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
     first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
-    startup: dict | None = None  # the first worker's start-up phases (nnbench/worker.py), seconds after its spawn
+    startup: dict | None = None  # the first worker's start-up phases (nnbench/sweeps/worker.py), seconds after its spawn
     compile: CompileStats = field(default_factory=CompileStats)
     searches: list[dict] = field(default_factory=list)  # per shape, under a strategy: what it found
     summary: Summary | None = None
@@ -205,7 +206,7 @@ def job_key(spec: SweepSpec, job: Job) -> str:
 
 
 def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
-    from nnbench.suites.base import problem_text
+    from nnbench.workloads.base import problem_text
     rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, problem=problem_text(job.shape),
                flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
                seed=spec.seed, unit=spec.workload.unit)
@@ -264,16 +265,16 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
     With `append`, a later part of a config of several parts adds to the file the first part made.
     On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
     `Outcome.failed` counts every case of the file (of this part's suite) whose last row failed, not
-    only this run's. `gpus`: one worker per listed GPU (nnbench/pool.py); `mpi`: one per MPI rank
+    only this run's. `gpus`: one worker per listed GPU (nnbench/sweeps/pool.py); `mpi`: one per MPI rank
     (this process is rank 0 under `python -m mpi4py.futures`). `replay`: a finished
-    result file answers every case (nnbench/replay.py); nothing is compiled and no GPU is used."""
+    result file answers every case (nnbench/sweeps/replay.py); nothing is compiled and no GPU is used."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
     settings = spec.settings
     if (why := strategies.available(spec.strategy)) is not None:
         raise NnbenchError(f"{spec.path}: {why}")
     if replay is not None:
-        from nnbench import replay as replay_mod
+        from nnbench.sweeps import replay as replay_mod
         replay_mod.check_space(spec, replay_mod.load(Path(replay), spec.suite), Path(replay))
         backend = replay_mod.backend_name(Path(replay), replay_sleep_ms, replay_scale)
     slots = len(gpus) if gpus else 1
@@ -513,7 +514,7 @@ def _search_size(spec: SweepSpec, all_jobs: list[Job], skip: dict, shape) -> int
 
 def _search(spec: SweepSpec, shape_index: int, jobs: list[Job], skip: dict, done: set, done_ms: dict,
             compile_cases, run, slots: int) -> dict:
-    """One shape under the config's strategy and budget (nnbench/strategies.py): the vendor rows,
+    """One shape under the config's strategy and budget (nnbench/sweeps/strategies.py): the vendor rows,
     the baseline, then the strategy's proposals in batches, each batch compiled in parallel and
     then run. Cases already in the file are told to the strategy first and count."""
     stats = CompileStats()

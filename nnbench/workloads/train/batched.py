@@ -1,6 +1,6 @@
 """Mini-batch training of the character-recognition MLP (`nnbench train --batch B`).
 
-The math is the per-sample trainer's (nnbench/suites/mlp.py) with the gradient averaged over a
+The math is the per-sample trainer's (nnbench/workloads/train/mlp.py) with the gradient averaged over a
 batch of B samples, so B = 1 is exactly the per-sample step:
   v = momentum * v + rate * (1/B) sum_b d_l,b o_(l-1),b^T;   W += v
 and the reported error is the mean over samples of E = 1/2 sum (t - o)^2.
@@ -40,7 +40,8 @@ from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
 from nnbench.runtime.vendor import CublasGemm
-from nnbench.suites import mlp
+from nnbench.workloads.train import mlp
+from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
 DEFAULT_TRAIN_SAMPLES = 65_536
@@ -797,7 +798,7 @@ def fixed_count(backend, fn) -> measure.Stats:
 
 # -- versions, tiles and tuning -------------------------------------------------------------------
 def versions(backend: str | None = None) -> list[Variant]:
-    return [v for v in registry.suite_variants("mlp", backend) if "batched" in v.tags]
+    return [v for v in registry.of_suite(VARIANTS, "mlp", backend) if "batched" in v.tags]
 
 
 def default_version(backend) -> str:
@@ -977,9 +978,9 @@ def _exchange_params(world, backend, kind: str, bucket_mb: float) -> str:
 
 def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch: int, epochs: int, bucket_mb: float,
              progress, rtol: float | None, cublas_gemm_us: float | None, ref: list[np.ndarray] | None) -> dict:
-    """PyTorch DDP's row (nnbench/suites/ddp.py), checked and timed as our data-parallel rows; `ref`: the
+    """PyTorch DDP's row (nnbench/workloads/train/ddp.py), checked and timed as our data-parallel rows; `ref`: the
     float64 reference after CHECK_STEPS steps where our rows made it."""
-    from nnbench.suites import ddp
+    from nnbench.workloads.train import ddp
     rec["params"] = ddp.label(bucket_mb)
     if why := ddp.unavailable():
         return dict(rec, status="SKIP", error=why)
@@ -988,7 +989,7 @@ def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch:
         ref = reference_weights(init, train, batch, hyper, steps)
     say = (lambda it, err: progress("torch-ddp", it, err)) if progress else None
     out = ddp.train(world, layers, init, train, test, hyper, batch, epochs, (steps, ref),
-                    partial(fixed_count, backend), bucket_mb, say)
+                    partial(fixed_count, backend), bucket_mb, Outcome("torch-ddp"), _fixed_epochs, say)
     limit = rtol or check_tolerance(init, train, batch, hyper, steps, ref=ref)
     rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
                status="PASS" if out.weights_rel_err <= limit else "FAIL")
@@ -1007,7 +1008,7 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
         cublas = CublasGemm(backend)
     except NnbenchError:
         return None
-    v = registry.get("mlp", "batched-cublas")
+    v = registry.find(VARIANTS, "mlp", "batched-cublas")
     net = open_net(backend, v, compile_version(backend.arch, v), layers, init, train.take(slice(0, batch)), batch,
                    hyper, cublas=cublas)
     launches = net.step_launches(0)

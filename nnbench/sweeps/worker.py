@@ -16,7 +16,7 @@ The parent may send the next job before it has written the last record (`submit`
 job waits in the pipe, so the GPU never idles while the parent appends and fsyncs a row.
 
 A worker on the backend `replay:PATH` runs no kernel: it answers each job with the record of the
-same case in the finished result file PATH (nnbench/replay.py), so strategies and the sweep itself
+same case in the finished result file PATH (nnbench/sweeps/replay.py), so strategies and the sweep itself
 can be tested with no GPU.
 """
 
@@ -46,7 +46,7 @@ class Job:
 
 
 def main(argv: list[str]) -> None:
-    """`python -m nnbench.worker IN_FD OUT_FD`: started by Worker, never by hand."""
+    """`python -m nnbench.sweeps.worker IN_FD OUT_FD`: started by Worker, never by hand."""
     # Ctrl-C reaches the whole process group; the parent answers it (and kills this process), so
     # the worker ignores it rather than print its own traceback.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -83,12 +83,12 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     """The worker's main loop (runs in the child process)."""
     from nnbench import results
     from nnbench.runtime import open_backend
-    from nnbench.suites import session_for
+    from nnbench.workloads import session_for
 
     t0 = time.perf_counter()
     try:
         if backend_name.startswith("replay:"):
-            from nnbench import replay
+            from nnbench.sweeps import replay
             session = replay.ReplaySession.from_backend(backend_name, suite, env_extra)
             backend, env = None, session.env
         else:
@@ -194,7 +194,7 @@ class Worker:
         blas = str(max(1, (os.cpu_count() or 1) // max(1, share) - 2))
         for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
             env.setdefault(var, blas)
-        self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.worker", str(p2c_r), str(c2p_w)],
+        self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.sweeps.worker", str(p2c_r), str(c2p_w)],
                                      pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
         os.close(p2c_r)
         os.close(c2p_w)

@@ -18,8 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from nnbench import __version__, paths
-from nnbench.profiling import plots
+from nnbench import paths
+from nnbench.report import plots
+from nnbench.version import __version__
 
 ASSETS = Path(__file__).parent / "assets"
 # Shown for every suite, in this order; a suite's own columns follow.

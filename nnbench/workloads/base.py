@@ -9,11 +9,11 @@ After nvbench's "a benchmark is axes plus a function of a state":
   it (outputs poisoned first) and times it through `measure`, returning one flat record;
 - **vendor rows** (cuBLAS, cuDNN, PyTorch) are named per problem and run by the same session,
   through the same `measure` and verifier (nnbench/runtime/vendor.py);
-- the **harness** (nnbench/harness.py: commands in-process; nnbench/sweep.py: sweeps in a worker)
+- the **harness** (nnbench/harness.py: commands in-process; nnbench/sweeps/sweep.py: sweeps in a worker)
   iterates the axes, derives the throughput and comparison columns, and writes the one record
   schema of nnbench/results.py. Sweeps, the gate, profile, tables and plots are written once.
 
-A workload module defines one `Workload` subclass and is listed in `nnbench.suites.WORKLOADS`;
+A workload module defines one `Workload` subclass and is listed in `nnbench.workloads.WORKLOADS`;
 docs/ARCHITECTURE.md says which files a new one touches.
 """
 
@@ -23,8 +23,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from nnbench import registry
+import yaml
+
+from nnbench import expr, registry, space
+from nnbench.errors import NnbenchError
 from nnbench.registry import Variant
+from nnbench.yamlnodes import ConfigError, fail, mapping, scalar, sequence, where
 
 
 @dataclass(frozen=True)
@@ -97,6 +101,7 @@ class Workload:
 
     name: str = ""  # the record's `suite`, the sweep config's `suite:`
     registry_suite: str = ""  # whose variants it runs (registry.Variant.suite)
+    table: tuple[Variant, ...] = ()  # the variants its package ships (variants.py's VARIANTS)
     unit: str = "launch"  # what one timed sample is, per which the median is reported
     default_rtol: float | None = 5e-5  # None: the session derives each case's limit itself
     vendor: str | None = None  # the vendor row that `pct_vendor` compares with
@@ -104,7 +109,7 @@ class Workload:
     vendor_rows: tuple[str, ...] = ()  # every vendor row it can add, in order
 
     def variants(self, backend: str | None = None) -> list[Variant]:
-        return registry.suite_variants(self.registry_suite, backend)
+        return registry.of_suite(self.table, self.registry_suite, backend)
 
     def runs_on(self, v: Variant, backend: str) -> bool:
         """Whether the variant runs on this backend (a GPU sweep SKIPs host variants unless they say so)."""
@@ -150,3 +155,69 @@ class Workload:
 
     def session(self, backend, settings, rtol: float, seed: int, env: dict) -> Session:
         raise NotImplementedError
+
+
+# -- a variant's axes and restrictions in YAML, as cases (sweep configs and kernel configs) --------
+@dataclass
+class VariantCount:
+    """How one variant's axes became cases: the product, minus restrictions, minus its own rules."""
+
+    variant: str
+    product: int = 0
+    restricted: int = 0  # excluded by the sweep's restrictions
+    invalid: int = 0  # excluded by the variant's rules in the registry
+    cases: int = 0
+
+
+def variant_cases(path: Path, v: Variant, body) -> tuple[list[Case], VariantCount]:
+    what = f"variants.{v.name}"
+    count = VariantCount(v.name)
+    spec = {} if _is_null(body) else mapping(path, body, what, ["axes", "restrict"])
+    by_lower = {p.name.lower(): p for p in v.params}
+    axes: dict[str, tuple[int, ...]] = {}
+    if "axes" in spec:
+        for aname, (anode, vals) in mapping(path, spec["axes"][1], f"{what}.axes").items():
+            p = by_lower.get(str(aname).lower())
+            if p is None:
+                allowed = ", ".join(q.name for q in v.params) or "(none: this variant has no parameters)"
+                raise fail(path, anode, f"{what}.axes: {v.name} has no parameter {aname!r}; allowed: {allowed}")
+            values = space.axis_values(path, vals, f"{what}.axes.{aname}")
+            for val, node in values:
+                if val not in p.choices:
+                    raise fail(path, node, f"{what}.axes.{aname}: {val} is not allowed; {v.name} allows {p.name} in "
+                                           f"{{{', '.join(map(str, p.choices))}}}")
+            axes[p.name] = tuple(dict.fromkeys(val for val, _ in values))
+    for p in v.params:  # an axis not given stays at the variant's default
+        axes.setdefault(p.name, (p.default,))
+    restrictions = []
+    if "restrict" in spec:
+        rnode = spec["restrict"][1]
+        items = [rnode] if isinstance(rnode, yaml.ScalarNode) else sequence(path, rnode, f"{what}.restrict")
+        for item in items:
+            text = scalar(path, item, f"{what}.restrict")
+            try:
+                expr.parse(text)
+                expr.check_condition(text)
+                space.check_names(space.Restriction(text), list(axes))
+            except NnbenchError as e:
+                raise fail(path, item, f"{what}.restrict: {e}") from None
+            restrictions.append(space.Restriction(text, where(path, item)))
+    try:
+        exp = space.expand(axes, restrictions)
+    except space.RestrictionError as e:  # blamed on the restriction's own line, not the variant's
+        raise ConfigError(f"{e.restriction.where}: {what}.restrict: {e.message}") from None
+    except NnbenchError as e:
+        raise fail(path, spec["axes"][1] if "axes" in spec else body, f"{what}.axes: {e}") from None
+    count.product, count.restricted = exp.total, exp.restricted
+    cases = []
+    for point in exp.points:
+        if v.problems(point):
+            count.invalid += 1
+        else:
+            cases.append(Case(v, tuple(point.items())))
+    count.cases = len(cases)
+    return cases, count
+
+
+def _is_null(node) -> bool:
+    return isinstance(node, yaml.ScalarNode) and node.tag.endswith(":null")

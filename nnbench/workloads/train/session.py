@@ -1,6 +1,6 @@
 """The training workload (`nnbench train`, `suite: train` in sweeps): the seed's character-recognition
-MLPs, per sample (nnbench/suites/mlp.py, with the persistent kernels of fused.py) or in mini-batches
-(nnbench/suites/batched.py). Those modules are this workload's own; no other suite imports them.
+MLPs, per sample (nnbench/workloads/train/mlp.py, with the persistent kernels of fused.py) or in mini-batches
+(nnbench/workloads/train/batched.py). Those modules are this workload's own; no other suite imports them.
 
 Problem axes: the net (Nets 1-8 of configs/nets.yaml, or a layer list), the batch (1: per sample),
 and how long to train (iterations per sample, or epochs of a noisy training set per mini-batch).
@@ -21,8 +21,9 @@ import yaml
 from nnbench import measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import HOST
-from nnbench.suites import batched, mlp
-from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.workloads.base import Case, Session, Workload, problem_text
+from nnbench.workloads.train import batched, mlp
+from nnbench.workloads.train.variants import VARIANTS
 from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
 
 MINI_BATCH = ("batched-numpy", "batched", "batched-cublas", "batched-wgmma")
@@ -128,6 +129,7 @@ def finish(rec: dict, problem: TrainProblem) -> dict:
 class TrainWorkload(Workload):
     name = "train"
     registry_suite = "mlp"
+    table = VARIANTS
     unit = "iteration"
     default_rtol = None  # derived per run from the float32 arithmetic (mlp/batched.check_tolerance)
     vendor = "torch-graph"

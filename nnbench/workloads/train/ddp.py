@@ -66,15 +66,16 @@ def process_group(world) -> None:
 
 
 def train(world, layers, init, train_set, test, hyper, batch: int, epochs: int, check: tuple[int, list],
-          time_step, bucket_mb: float, progress=None):
+          time_step, bucket_mb: float, out, fixed_epochs, progress=None):
     """One DDP row: the check, `epochs` epochs as ours, then the steady-state step timed by
     `time_step(launch)` -> measure.Stats, and the same step without DDP's allreduce (no_sync) for the
-    split. Returns batched.Outcome with weights_rel_err set."""
+    split. Fills and returns `out` (the mini-batch trainer's Outcome) with weights_rel_err set; the
+    trainer's `fixed_epochs` runs the epochs, so that DDP's row is trained exactly as ours are."""
     import torch
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
-    from nnbench.suites import batched, mlp
+    from nnbench.workloads.train import mlp
 
     process_group(world)
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -127,7 +128,6 @@ def train(world, layers, init, train_set, test, hyper, batch: int, epochs: int, 
         return [np.concatenate([lin.weight.detach().double().cpu().numpy(),
                                 lin.bias.detach().double().cpu().numpy()[:, None]], 1) for lin in linears]
 
-    out = batched.Outcome("torch-ddp")
     steps, ref = check
     for s in range(steps):
         step(s)
@@ -145,7 +145,7 @@ def train(world, layers, init, train_set, test, hyper, batch: int, epochs: int, 
         end.synchronize()
         return start.elapsed_time(end) * 1e-3, world.sum(float(errors))
 
-    batched._fixed_epochs(out, epochs, steps_per_epoch, batch, run_epoch, progress)
+    fixed_epochs(out, epochs, steps_per_epoch, batch, run_epoch, progress)
     torch.cuda.synchronize()
     with torch.no_grad():
         out.test_outputs = forward(torch.tensor(test.x, dtype=torch.float32, device=dev)).double().cpu().numpy()

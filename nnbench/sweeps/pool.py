@@ -18,7 +18,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from nnbench.worker import Job, Worker, WorkerDied, WorkerHung
+from nnbench.sweeps.worker import Job, Worker, WorkerDied, WorkerHung
 
 
 def failure(e: Exception) -> dict:

@@ -12,13 +12,15 @@ from pathlib import Path
 
 import yaml
 
-from nnbench import expr, measure, nets, paths, registry, space, strategies
+from nnbench import measure, registry, workloads
 from nnbench.errors import NnbenchError
-from nnbench.suites import WORKLOADS
-from nnbench.suites import workload as find_workload
-from nnbench.suites.base import Case
-from nnbench.suites.gemm import Shape
-from nnbench.yamlnodes import (
+from nnbench.sweeps import strategies
+from nnbench.workloads import WORKLOADS
+from nnbench.workloads import workload as find_workload
+from nnbench.workloads.base import Case, VariantCount, variant_cases
+from nnbench.workloads.gemm.problem import mnk
+from nnbench.workloads.gemm.session import Shape
+from nnbench.yamlnodes import (  # noqa: F401 - ConfigError: the error type of config files, re-exported
     ConfigError,
     boolean,
     compose,
@@ -29,7 +31,6 @@ from nnbench.yamlnodes import (
     scalar,
     sequence,
     string,
-    where,
 )
 
 
@@ -45,12 +46,12 @@ def load_gemm(path: Path) -> GemmConfig:
     top = mapping(path, compose(path), "top level", ["variants", "sizes"])
     cases: list[Case] = []
     if "variants" in top:
-        names = [v.name for v in registry.suite_variants("gemm", "cuda")]
+        names = [v.name for v in workloads.suite_variants("gemm", "cuda")]
         for name, (_, vnode) in mapping(path, top["variants"][1], "variants", names).items():
-            v = registry.get("gemm", name)
+            v = workloads.get("gemm", name)
             for item in sequence(path, vnode, f"variants.{name}"):
                 cases.append(_param_set(path, v, item, f"variants.{name}", blame=item))
-    sizes = [_mnk(path, item, "sizes") for item in sequence(path, top["sizes"][1], "sizes")] if "sizes" in top else []
+    sizes = [mnk(path, item, "sizes") for item in sequence(path, top["sizes"][1], "sizes")] if "sizes" in top else []
     return GemmConfig(cases, sizes)
 
 
@@ -67,31 +68,12 @@ def _param_set(path: Path, v: registry.Variant, node, what: str, blame, rule_wha
     return Case(v, tuple(params.items()))
 
 
-def _mnk(path: Path, node, what: str) -> Shape:
-    dims = sequence(path, node, what)
-    if len(dims) != 3:
-        raise fail(path, node, f"{what}: expected [M, N, K], got {len(dims)} values")
-    return Shape(*(integer(path, d, what, minimum=1) for d in dims))
-
-
 # -- sweeps ---------------------------------------------------------------------------------------
 SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants",
               "strategy", "budget"]
 PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
 SWEEP_SUITES = list(WORKLOADS)
 TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog", "keep_throttled"]
-AXIS_FORMS = "a value, a list, {start, stop, step} or {pow2: [lo, hi]}"
-
-
-@dataclass
-class VariantCount:
-    """How one variant's axes became cases: the product, minus restrictions, minus its own rules."""
-
-    variant: str
-    product: int = 0
-    restricted: int = 0  # excluded by the sweep's restrictions
-    invalid: int = 0  # excluded by the variant's rules in the registry
-    cases: int = 0
 
 
 @dataclass
@@ -110,7 +92,7 @@ class SweepSpec:
     counts: list[VariantCount]
     description: str = ""
     part: int = 0  # its place in a config of several parts (0: the only one)
-    strategy: str = "brute_force"  # nnbench/strategies.py: which cases of each shape run, in what order
+    strategy: str = "brute_force"  # nnbench/sweeps/strategies.py: which cases of each shape run, in what order
     budget: strategies.Budget = strategies.Budget()  # per shape; none: every candidate
 
     @property
@@ -124,9 +106,9 @@ def load_config(path: Path) -> list[SweepSpec]:
     are every part's defaults (configs/ci.yaml gates three suites so)."""
     path = Path(path)
     root = compose(path)
-    from nnbench.suites import kernel
+    from nnbench.workloads.kernel import session as kernel
     if kernel.is_kernel_config(root):  # a user's own .cu file (examples/vector_add)
-        return [kernel.load(path, root)]
+        return [kernel_sweep(kernel.load(path, root))]
     if not (isinstance(root, yaml.MappingNode) and any(k.value == "parts" for k, _ in root.value)):
         return [load_sweep(path)]
     top = mapping(path, root, "top level", PART_KEYS, required=("parts",))
@@ -146,6 +128,18 @@ def load_config(path: Path) -> list[SweepSpec]:
         merged.update(body)
         specs.append(load_sweep(path, merged, part=i + 1))
     return specs
+
+
+def kernel_sweep(d) -> SweepSpec:
+    """A user's kernel config (nnbench/workloads/kernel) as a sweep: its declaration, with the
+    sweep's own timing and search settings."""
+    settings, cfg_rtol, watchdog = timing_settings(d.path, d.top, None)
+    if cfg_rtol is not None:
+        raise fail(d.path, d.top["timing"][1], "timing.rtol: a kernel config gives `rtol:` at the top level (an "
+                                               "expression over the problem axes)")
+    strategy, budget = search_settings(d.path, d.top)
+    return SweepSpec(d.name, "kernel", d.path, d.cases, d.problems, d.baseline, False, settings, d.rtol, watchdog,
+                     d.seed, d.counts, d.description, strategy=strategy, budget=budget)
 
 
 def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
@@ -168,7 +162,7 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
     vnode = top["variants"][1]
     known = {v.name: v for v in work.variants()}
     for vname, (_, body) in mapping(path, vnode, "variants", list(known)).items():
-        got, count = _variant_cases(path, known[vname], body)
+        got, count = variant_cases(path, known[vname], body)
         cases += got
         counts.append(count)
     if not cases:
@@ -243,84 +237,6 @@ def timing_settings(path: Path, top: dict, default_rtol: float | None) -> tuple[
     return settings, rtol, watchdog
 
 
-def _variant_cases(path: Path, v: registry.Variant, body) -> tuple[list[Case], VariantCount]:
-    what = f"variants.{v.name}"
-    count = VariantCount(v.name)
-    spec = {} if _is_null(body) else mapping(path, body, what, ["axes", "restrict"])
-    by_lower = {p.name.lower(): p for p in v.params}
-    axes: dict[str, tuple[int, ...]] = {}
-    if "axes" in spec:
-        for aname, (anode, vals) in mapping(path, spec["axes"][1], f"{what}.axes").items():
-            p = by_lower.get(str(aname).lower())
-            if p is None:
-                allowed = ", ".join(q.name for q in v.params) or "(none: this variant has no parameters)"
-                raise fail(path, anode, f"{what}.axes: {v.name} has no parameter {aname!r}; allowed: {allowed}")
-            values = _axis_values(path, vals, f"{what}.axes.{aname}")
-            for val, node in values:
-                if val not in p.choices:
-                    raise fail(path, node, f"{what}.axes.{aname}: {val} is not allowed; {v.name} allows {p.name} in "
-                                           f"{{{', '.join(map(str, p.choices))}}}")
-            axes[p.name] = tuple(dict.fromkeys(val for val, _ in values))
-    for p in v.params:  # an axis not given stays at the variant's default
-        axes.setdefault(p.name, (p.default,))
-    restrictions = []
-    if "restrict" in spec:
-        rnode = spec["restrict"][1]
-        items = [rnode] if isinstance(rnode, yaml.ScalarNode) else sequence(path, rnode, f"{what}.restrict")
-        for item in items:
-            text = scalar(path, item, f"{what}.restrict")
-            try:
-                expr.parse(text)
-                expr.check_condition(text)
-                space.check_names(space.Restriction(text), list(axes))
-            except NnbenchError as e:
-                raise fail(path, item, f"{what}.restrict: {e}") from None
-            restrictions.append(space.Restriction(text, where(path, item)))
-    try:
-        exp = space.expand(axes, restrictions)
-    except space.RestrictionError as e:  # blamed on the restriction's own line, not the variant's
-        raise ConfigError(f"{e.restriction.where}: {what}.restrict: {e.message}") from None
-    except NnbenchError as e:
-        raise fail(path, spec["axes"][1] if "axes" in spec else body, f"{what}.axes: {e}") from None
-    count.product, count.restricted = exp.total, exp.restricted
-    cases = []
-    for point in exp.points:
-        if v.problems(point):
-            count.invalid += 1
-        else:
-            cases.append(Case(v, tuple(point.items())))
-    count.cases = len(cases)
-    return cases, count
-
-
-def _axis_values(path: Path, node, what: str) -> list[tuple[int, yaml.Node]]:
-    """An axis's values, each with the node to blame in an error."""
-    if isinstance(node, yaml.ScalarNode):
-        return [(integer(path, node, what), node)]
-    if isinstance(node, yaml.SequenceNode):
-        if not node.value:
-            raise fail(path, node, f"{what}: the list is empty")
-        return [(integer(path, n, what), n) for n in node.value]
-    keys = mapping(path, node, what, ["start", "stop", "step", "pow2"])
-    try:
-        if "pow2" in keys:
-            if len(keys) > 1:
-                raise fail(path, node, f"{what}: pow2 stands alone; write {{pow2: [lo, hi]}}")
-            bounds = sequence(path, keys["pow2"][1], f"{what}.pow2")
-            if len(bounds) != 2:
-                raise fail(path, keys["pow2"][1], f"{what}.pow2: expected [lo, hi]")
-            vals = space.powers_of_two(*(integer(path, b, f"{what}.pow2", minimum=1) for b in bounds))
-        else:
-            if "start" not in keys or "stop" not in keys:
-                raise fail(path, node, f"{what}: expected {AXIS_FORMS}")
-            step = integer(path, keys["step"][1], f"{what}.step", minimum=1) if "step" in keys else 1
-            vals = space.int_range(integer(path, keys["start"][1], f"{what}.start"),
-                                   integer(path, keys["stop"][1], f"{what}.stop"), step)
-    except space.SpaceError as e:
-        raise fail(path, node, f"{what}: {e}") from None
-    return [(v, node) for v in vals]
-
-
 def _baseline(path: Path, known: dict, node) -> Case:
     """`baseline: naive` (its defaults) or `baseline: {variant: tiled, params: {TS: 32}}`."""
     names = list(known)
@@ -331,40 +247,6 @@ def _baseline(path: Path, known: dict, node) -> Case:
     v = known[string(path, keys["variant"][1], "baseline.variant", names)]
     return _param_set(path, v, keys["params"][1] if "params" in keys else None, "baseline.params", blame=node,
                       rule_what="baseline")
-
-
-def gemm_shapes(path: Path, node) -> list[Shape]:
-    """[M, N, K], {set: square|skinny|odd} (configs/shapes.yaml), or {set: mlp, nets: [..], batch: B}."""
-    if isinstance(node, yaml.SequenceNode):
-        return [_mnk(path, node, "shapes")]
-    if not isinstance(node, yaml.MappingNode):
-        raise fail(path, node, "shapes: expected [M, N, K] or {set: NAME}")
-    named = shape_sets()
-    keys = mapping(path, node, "shapes", ["set", "nets", "batch"], required=("set",))
-    which = string(path, keys["set"][1], "shapes.set", [*named, "mlp"])
-    if which != "mlp":
-        extra = [k for k in keys if k != "set"]
-        if extra:
-            raise fail(path, keys[extra[0]][0], f"shapes: {extra[0]!r} applies only to set: mlp")
-        return named[which]
-    known = nets.load()
-    chosen = list(known)
-    if "nets" in keys:
-        chosen = [str(integer(path, n, "shapes.nets")) if n.tag.endswith(":int") else scalar(path, n, "shapes.nets")
-                  for n in sequence(path, keys["nets"][1], "shapes.nets")]
-        for n, item in zip(chosen, keys["nets"][1].value):
-            if n not in known:
-                raise fail(path, item, f"shapes.nets: no net {n!r}; nets: {', '.join(known)}")
-    batch = integer(path, keys["batch"][1], "shapes.batch", minimum=1) if "batch" in keys else 256
-    return [Shape(m, n, k) for name in chosen for _, m, n, k in known[name].training_gemms(batch)]
-
-
-def shape_sets(path: Path = paths.CONFIGS / "shapes.yaml") -> dict[str, list[Shape]]:
-    top = mapping(path, compose(path), "top level", ["sets"], required=("sets",))
-    out = {}
-    for name, (_, body) in mapping(path, top["sets"][1], "sets").items():
-        out[name] = [s for item in sequence(path, body, f"sets.{name}") for s in gemm_shapes(path, item)]
-    return out
 
 
 def _is_null(node) -> bool:

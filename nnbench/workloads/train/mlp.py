@@ -26,10 +26,12 @@ import numpy as np
 
 from nnbench import glyphs, measure, registry
 from nnbench.errors import KernelFault, NnbenchError
+from nnbench.measure import weight_change_error  # noqa: F401 - the trainers' check, here since training has it
 from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
+from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
 DEFAULT_MAX_ITERATIONS = 200_000
@@ -179,8 +181,8 @@ def flops_per_feedforward(layers: tuple[int, ...]) -> float:
 
 # -- versions -------------------------------------------------------------------------------------
 def versions(backend: str | None = None) -> list[Variant]:
-    """The per-sample versions (the mini-batch ones are nnbench.suites.batched's)."""
-    return [v for v in registry.suite_variants("mlp", backend) if "batched" not in v.tags]
+    """The per-sample versions (the mini-batch ones are nnbench.workloads.train.batched's)."""
+    return [v for v in registry.of_suite(VARIANTS, "mlp", backend) if "batched" not in v.tags]
 
 
 @dataclass
@@ -443,7 +445,7 @@ def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layer
 
 def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
               blocks: int | None):
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     return fused.FusedNet(backend, backend.load(compiled, "fused_train"), params, layers, init, train, hyper.rate,
                           hyper.momentum, blocks, fused.exchange_of(variant.tags))
 
@@ -452,7 +454,7 @@ def train_fused(backend, variant: Variant, params: dict, compiled, layers, init,
                 progress=None, blocks: int | None = None) -> Outcome:
     """`fused`: launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent kernel, each timed
     with CUDA events (so the load and store of the weights at each launch's ends are included)."""
-    from nnbench.suites import fused
+    from nnbench.workloads.train import fused
     net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
     out = Outcome(variant.name, launches_per_iteration=1)
     out.threads_per_iteration = net.blocks * net.threads
@@ -484,7 +486,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
     and the error sum is on the device, so nothing of a step runs outside the graph). torch.optim.SGD
     with momentum m and lr r on E follows exactly the trajectory of the update above. With batch > 1
     an iteration is one step over the next `batch` samples on the batch's mean E (the mini-batch
-    trainer's math, nnbench/suites/batched.py); the training set's tail short of a batch is unused.
+    trainer's math, nnbench/workloads/train/batched.py); the training set's tail short of a batch is unused.
 
     check = (steps, float64 weights after them): before it is timed, the row runs `steps` steps from
     the initial weights in its own mode and its weight changes are compared with the reference's
@@ -721,12 +723,6 @@ def permute(params: list[np.ndarray], perms: list[np.ndarray], inverse: bool = F
     return out
 
 
-def weight_change_error(got, ref, init) -> float:
-    num = math.sqrt(sum(float(np.sum(((g - w0) - (r - w0)) ** 2)) for g, r, w0 in zip(got, ref, init)))
-    den = math.sqrt(sum(float(np.sum((r - w0) ** 2)) for r, w0 in zip(ref, init)))
-    return num / den if math.isfinite(num) else math.inf
-
-
 def default_version(backend, layers: tuple[int, ...]) -> str:
     """The fastest version that can run: fused where the net's rows fit in the shared memory of one
     block per SM (every net measured on the H100, docs/RESULTS.md), else kcm-mass; sequential
@@ -734,8 +730,8 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     dev = getattr(backend, "device", None)
     if dev is None:
         return "sequential"
-    from nnbench.suites import fused
-    out_local = registry.get("mlp", "fused").defaults().get("OUT_LOCAL") == 1
+    from nnbench.workloads.train import fused
+    out_local = registry.find(VARIANTS, "mlp", "fused").defaults().get("OUT_LOCAL") == 1
     return "fused" if fused.fits_on_chip(dev, layers, out_local=out_local) else "kcm-mass"
 
 

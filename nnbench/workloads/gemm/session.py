@@ -27,57 +27,24 @@ from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.ladder_gemm import SIGNATURE
 from nnbench.runtime.params import raw as params_raw
 from nnbench.runtime.vendor import Cublas
-from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.workloads.base import Case, Session, Workload, problem_text
+from nnbench.workloads.gemm.problem import INDEX_LIMIT, Shape, footprint, gemm_shapes, validate_shape  # noqa: F401
+from nnbench.workloads.gemm.variants import VARIANTS
 
 DEFAULT_RTOL = 5e-5  # fp32 at K = 4096 lands near 3e-6; TF32 near 3e-4 must fail
 VERIFY_ALPHA, VERIFY_BETA = 0.75, -1.5
-INDEX_LIMIT = 2**31  # the kernels index with 32-bit ints: every matrix stays under this many elements
-
-
-@dataclass(frozen=True)
-class Shape:
-    M: int
-    N: int
-    K: int
-
-    def as_dict(self) -> dict[str, int]:
-        return {"M": self.M, "N": self.N, "K": self.K}
-
-    @property
-    def label(self) -> str:
-        return f"{self.M}×{self.N}×{self.K}"
-
-    @property
-    def flops(self) -> float:
-        return 2.0 * self.M * self.N * self.K
-
-    @property
-    def bytes(self) -> float:
-        """The fewest bytes a beta = 0 GEMM moves: read A and B once, write C once."""
-        return 4.0 * (self.M * self.K + self.K * self.N + self.M * self.N)
 
 
 # -- planning -------------------------------------------------------------------------------------
-def validate_shape(shape: Shape) -> None:
-    for name, v in shape.as_dict().items():
-        if v < 1:
-            raise NnbenchError(f"--{name.lower()} {v}: sizes must be integers >= 1")
-    for a, b in (("M", "K"), ("K", "N"), ("M", "N")):
-        n = getattr(shape, a) * getattr(shape, b)
-        if n >= INDEX_LIMIT:
-            raise NnbenchError(f"shape {shape.label}: {a}*{b} = {n:,} elements exceeds the ladder's 32-bit index "
-                               f"range (< {INDEX_LIMIT:,})")
-
-
 def plan(variant_names: list[str], overrides: dict[str, int], device=None, backend: str = "cuda") -> list[Case]:
     """Validated cases for the chosen variants with user overrides applied to the params they use.
 
     An override must apply to at least one chosen variant; a value must satisfy each variant's
     choices and rules; the launch must fit the device (threads, static shared memory).
     """
-    available = registry.suite_variants("gemm", backend)
+    available = registry.of_suite(VARIANTS, "gemm", backend)
     if variant_names:
-        chosen = [registry.get("gemm", n) for n in variant_names]
+        chosen = [registry.find(VARIANTS, "gemm", n) for n in variant_names]
         wrong = [v for v in chosen if v.backend != backend]
         if wrong:
             names = ", ".join(v.name for v in available)
@@ -89,7 +56,7 @@ def plan(variant_names: list[str], overrides: dict[str, int], device=None, backe
     for name, value in overrides.items():
         users = [v for v in chosen if v.param(name)]
         if not users:
-            takers = [v.name for v in registry.suite_variants("gemm") if v.param(name)]
+            takers = [v.name for v in registry.of_suite(VARIANTS, "gemm") if v.param(name)]
             raise NnbenchError(f"--{name.lower()} {value}: none of the chosen variants takes {name}; "
                                f"it applies to {', '.join(takers)}")
     cases = []
@@ -112,17 +79,6 @@ def fit_device(v: Variant, params: dict[str, int], device) -> None:
     if problems:
         opts = " ".join(f"--{k.lower()} {val}" for k, val in params.items())
         raise NnbenchError(f"{v.name} {opts}: {problems[0]}")
-
-
-def footprint(shape: Shape) -> tuple[float, float]:
-    """(host bytes, device bytes) one shape needs at its peak, estimated before anything is made.
-    Host: A, B, C0 (fp32) and A @ B (fp64) kept, A and B in fp64 while the product is made, and the
-    fp64 references and the temporaries of one. Device: A, B, C, C0 (fp32) and the two
-    references (fp64)."""
-    ab, mn = shape.M * shape.K + shape.K * shape.N, shape.M * shape.N
-    host = 4 * (ab + mn) + 8 * mn + 8 * ab + 4 * 8 * mn  # the references are made before the upload
-    device = 4 * (ab + 2 * mn) + 2 * 8 * mn
-    return float(host), float(device)
 
 
 # -- data -----------------------------------------------------------------------------------------
@@ -573,14 +529,14 @@ def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
 
 class GemmWorkload(Workload):
     name = registry_suite = "gemm"
+    table = VARIANTS
     default_rtol = DEFAULT_RTOL
     vendor = "cublas"
     baseline = "naive"
     vendor_rows = ("cublas", "cublas-tf32")
 
     def parse_problems(self, path, node) -> list[Shape]:
-        from nnbench import config
-        return config.gemm_shapes(path, node)
+        return gemm_shapes(path, node)
 
     def validate(self, problem: Shape) -> None:
         validate_shape(problem)

@@ -41,11 +41,11 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nnbench import expr, measure, paths
+from nnbench import expr, measure, paths, space
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
-from nnbench.suites.base import Case, Session, Workload, problem_text
+from nnbench.workloads.base import Case, Session, Workload, problem_text, variant_cases
 from nnbench.yamlnodes import ConfigError, fail, integer, mapping, number, scalar, sequence, string, where
 
 SUITE = "kernel"
@@ -484,7 +484,6 @@ def is_kernel_config(root) -> bool:
 
 def load(path: Path, root=None):
     """A kernel config as a SweepSpec of suite `kernel` (see the module's docstring)."""
-    from nnbench import config as cfg
     from nnbench.yamlnodes import compose
     path = Path(path).resolve()
     top = mapping(path, root if root is not None else compose(path), "top level", TOP_KEYS,
@@ -517,7 +516,7 @@ def load(path: Path, root=None):
     for step, (vname, (_, body)) in enumerate(vmap.items(), 1):
         v, body_axes = _variant(path, str(vname), step, body, source, includes, precision, arch, args, here,
                                 axis_names)
-        got, count = cfg._variant_cases(path, v, body_axes)
+        got, count = variant_cases(path, v, body_axes)
         variants.append((v, body))
         cases += got
         counts.append(count)
@@ -554,15 +553,26 @@ def load(path: Path, root=None):
             call_reference(small, make_inputs(small))  # as a session calls it: scalars over the problem axes
         except NnbenchError as e:
             raise ConfigError(str(e)) from None
-    settings, cfg_rtol, watchdog = cfg.timing_settings(path, top, None)
-    if cfg_rtol is not None:
-        raise fail(path, top["timing"][1], "timing.rtol: a kernel config gives `rtol:` at the top level (an "
-                                           "expression over the problem axes)")
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
-    strategy, budget = cfg.search_settings(path, top)
-    return cfg.SweepSpec(name, SUITE, path, cases, problems, base_case, False, settings,
-                         float(expr.evaluate(rtol, problems[0].as_dict())), watchdog, seed, counts, desc,
-                         strategy=strategy, budget=budget)
+    return Declaration(name, path, top, cases, problems, base_case, float(expr.evaluate(rtol, problems[0].as_dict())),
+                       seed, counts, desc)
+
+
+@dataclass(frozen=True)
+class Declaration:
+    """What a kernel config declares, for nnbench/sweeps/config.py to make a sweep of (its `timing:`
+    and search settings are a sweep's, read there from `top`)."""
+
+    name: str
+    path: Path
+    top: dict
+    cases: list
+    problems: list
+    baseline: Case | None
+    rtol: float
+    seed: int
+    counts: list
+    description: str
 
 
 def _list(path: Path, node, what: str) -> list:
@@ -709,9 +719,8 @@ def _init(path: Path, node, what: str, here: Path) -> tuple:
 def _variant(path: Path, vname: str, step: int, body, source: Path, includes: tuple[str, ...], precision: str,
              arch: str, args: tuple[Arg, ...], here: Path, problem_axes: list[str]):
     """One variant: a Variant whose parameters are its axes (the first value the default), the
-    mapping node of its axes and restrictions for config._variant_cases, after the kernel name and
+    mapping node of its axes and restrictions for base.variant_cases, after the kernel name and
     signature were checked against the PTX."""
-    from nnbench import config as cfg
     what = f"variants.{vname}"
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", vname):
         raise fail(path, body, f"{what}: a variant's name may use only letters, digits, '_', '-' and '.'")
@@ -723,7 +732,7 @@ def _variant(path: Path, vname: str, step: int, body, source: Path, includes: tu
             if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(aname)):
                 raise fail(path, anode, f"{what}.axes: {aname!r} is not a macro name (upper case letters, digits, "
                                         "'_'); each axis is passed to nvcc as -DNAME=VALUE")
-            values = [v for v, _ in cfg._axis_values(path, vals, f"{what}.axes.{aname}")]
+            values = [v for v, _ in space.axis_values(path, vals, f"{what}.axes.{aname}")]
             params.append(Param(str(aname), values[0], tuple(dict.fromkeys(values)), "a kernel config axis"))
     env_names = {p.name for p in params}
     geometry = {}

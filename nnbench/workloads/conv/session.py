@@ -1,0 +1,372 @@
+"""The convolution workload (`nnbench conv`): layer shapes, the float64 reference, im2col, pooling,
+and the forward paths of kernels_cu/conv/, each verified then timed, beside cuDNN.
+
+Layout NCHW, fp32 (kernels_cu/conv/conv_common.cuh). A path is checked on fresh random non-zero
+inputs with its output poisoned (NaN) first; the error is ||Y - ref|| / ||ref|| against a float64
+reference computed by im2col and a float64 matrix product (the im2col itself is tested against a
+direct loop on the CPU). Knows nothing about click or rich.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from nnbench import measure, registry
+from nnbench.errors import KernelFault, NnbenchError
+from nnbench.registry import Variant
+from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.device import FFMA, TF32
+from nnbench.runtime.vendor import cudnn_conv
+from nnbench.workloads.base import Case, Session, Workload, problem_text
+from nnbench.workloads.conv.launch import (
+    AUTOTUNED,
+    BACKWARD_VENDORS,
+    Layer,
+    direct_backward_launch,
+    direct_launch,
+    elementwise_grid,
+    implicit_backward,
+    implicit_forward,
+    unroll_backward_launch,
+    unroll_launch,
+)
+from nnbench.workloads.conv.problem import DEFAULT_RTOL, ConvShape, load_sets, refusal
+from nnbench.workloads.conv.reference import (
+    conv_backward_reference,
+    im2col,
+    pool_backward_reference,
+    pool_reference,
+    random_nonzero,
+)
+from nnbench.workloads.conv.variants import VARIANTS
+from nnbench.yamlnodes import fail, integer, mapping, sequence, string
+
+
+# -- planning -------------------------------------------------------------------------------------
+def plan(names: list[str], backend: str, overrides: dict[str, int]) -> list[tuple[Variant, dict]]:
+    pool = registry.of_suite(VARIANTS, "conv", backend) + [v for v in registry.of_suite(VARIANTS, "conv", "cpu")
+                                                       if backend == "cpu"]
+    allowed = {v.name: v for v in registry.of_suite(VARIANTS, "conv")}
+    chosen = []
+    for name in names or [v.name for v in dict.fromkeys(pool)]:
+        if name not in allowed:
+            raise NnbenchError(f"--path {name}: unknown; choose from {', '.join(allowed)}")
+        v = allowed[name]
+        if v.backend != backend and v.backend != "cpu":
+            raise NnbenchError(f"--path {name}: needs a GPU; the {backend} backend runs: numpy")
+        params = dict(v.defaults(), **{k: x for k, x in overrides.items() if v.param(k)})
+        problems = v.problems(params)
+        if problems:
+            raise NnbenchError(problems[0])
+        chosen.append((v, params))
+    return sorted(chosen, key=lambda vp: vp[0].step)
+
+
+def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
+    """The fields every row of a problem carries."""
+    return dict(env or {}, suite="conv", shape=shape.label, problem=problem_text(shape), unit="launch", flops=flops,
+                bytes=shape.bytes, rtol=rtol, seed=seed)
+
+
+def _timed(backend, rec: dict, layer: Layer, launch, settings, rtol) -> dict:
+    backend.fill_nan(layer.Y, layer.count)
+    backend.timed(launch, 1)
+    err = layer.rel_err()
+    stats = measure.measure(backend, launch, settings)
+    t = stats.median_ms * 1e-3
+    s = layer.shape
+    rec.update(stats.as_record(), gflops=s.flops / t / 1e9, gbs=s.bytes / t / 1e9, rel_err=err,
+               status="PASS" if err <= rtol else "FAIL")
+    return rec
+
+
+def _numpy(rec: dict, layer: Layer, rtol: float) -> dict:
+    import time
+    s = layer.shape
+    w2 = layer.wt.reshape(s.K, -1)
+    t0 = time.perf_counter()
+    u = im2col(layer.x, s.R, s.stride, s.pad)
+    y = np.stack([w2 @ u[n] for n in range(s.N)]).reshape(layer.ref.shape)
+    ms = 1e3 * (time.perf_counter() - t0)
+    err = measure.rel_err(y, layer.ref)
+    rec.update(median_ms=ms, gflops=s.flops / ms / 1e6, gbs=s.bytes / ms / 1e6, rel_err=err,
+               status="PASS" if err <= rtol else "FAIL")
+    return rec
+
+
+def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
+    """Run 05_pool.cu (MODE avg or max) on `x` with the output poisoned; ||y - ref|| / ||ref||."""
+    v = registry.find(VARIANTS, "pool", mode)
+    (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
+    N, C, H, W = x.shape
+    ref = pool_reference(x, S, mode)
+    X, Y = backend.upload(x.astype(np.float32)), backend.upload(np.zeros(ref.shape, np.float32))
+    backend.fill_nan(Y, ref.size)
+    func = backend.load(comp, v.kernel).func
+    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1),
+         grid=elementwise_grid(backend, ref.size))
+    return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)
+
+
+def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
+    """05_pool.cu's pool_backward against the float64 reference (dX poisoned except the cut-off
+    edge, which the host zeroes as the kernel's contract says)."""
+    v = registry.find(VARIANTS, "pool", mode)
+    (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
+    N, C, H, W = x.shape
+    dy = random_nonzero(np.random.default_rng(5), (N, C, H // S, W // S))
+    ref = pool_backward_reference(x, dy, S, mode)
+    init = np.full(x.shape, np.nan, np.float32)
+    init[:, :, (H // S) * S:, :] = 0.0
+    init[:, :, :, (W // S) * S:] = 0.0
+    X, DY, DX = backend.upload(x.astype(np.float32)), backend.upload(dy), backend.upload(init)
+    func = backend.load(comp, "pool_backward").func
+    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX, block=(256, 1, 1),
+         grid=elementwise_grid(backend, dy.size))
+    return measure.rel_err(backend.download(DX, np.zeros(x.shape, np.float32)), ref)
+
+
+# -- the workload ---------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LeNetProblem:
+    """LeNet-5's whole SGD step on a batch of letter images (nnbench/workloads/conv/lenet.py)."""
+
+    batch: int = 64
+    rate: float = 0.05
+
+    @property
+    def label(self) -> str:
+        return f"LeNet-5 B={self.batch}"
+
+    def as_dict(self) -> dict:
+        return {"model": "lenet5", "batch": self.batch, "rate": self.rate}
+
+    @property
+    def flops(self) -> float:
+        return 0.0
+
+    @property
+    def bytes(self) -> float:
+        return 0.0
+
+
+class ConvSession(Session):
+    """Per layer: inputs, the float64 forward reference and (for the backward paths, made on first
+    use) dY and the float64 data and filter gradients, all on the device; cuDNN as the vendor row."""
+
+    def __init__(self, backend, settings, rtol: float, seed: int, env: dict) -> None:
+        self.backend, self.settings, self.rtol, self.seed, self.env = backend, settings, rtol, seed, env
+        self.layer: Layer | None = None
+        self.grads: dict | None = None
+        self._helpers: dict[str, object] = {}
+
+    def base_record(self, problem) -> dict:
+        return _base(problem, problem.flops, self.rtol, self.seed, self.env)
+
+    def prepare(self, problem, following=None) -> None:
+        if isinstance(problem, ConvShape) and (self.layer is None or self.layer.shape != problem):
+            self.layer, self.grads = None, None
+            self.layer = Layer(self.backend, problem, self.seed)
+
+    def helper(self, v: Variant):
+        """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
+        key = f"{v.suite}/{v.name}"
+        if key not in self._helpers:
+            (self._helpers[key],) = compile_sources(self.backend.arch, [(v.source, v.defaults())])
+        return self._helpers[key]
+
+    def run_vendor(self, name: str, problem) -> dict | None:
+        if name == "torch" and isinstance(problem, LeNetProblem):
+            from nnbench.workloads.conv import lenet
+            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env,
+                                  paths=()))  # PyTorch's rows alone
+            row = next((r for r in rows if r["variant"] == "torch-step"), None)
+            return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
+                if row else None
+        if name in BACKWARD_VENDORS and isinstance(problem, ConvShape):
+            return self._cudnn_backward(name, problem)
+        if name not in ("cudnn", "cudnn-tf32") or not isinstance(problem, ConvShape):
+            return None
+        layer = self.layer
+        s = problem
+        tf32 = name == "cudnn-tf32"  # a labelled row for context; the FP32 row is the baseline
+        draws = cudnn_conv(int(layer.X), int(layer.Wt), (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad,
+                           (int(layer.Y),), tf32=tf32)
+        rec = dict(self.base_record(problem), variant=name, step="", precision=TF32 if tf32 else FFMA,
+                   params=f"torch conv2d, cudnn.benchmark ({AUTOTUNED}), TF32 {'on' if tf32 else 'off'}, "
+                          "its own output")
+        if tf32:
+            rec["rtol"] = measure.TF32_RTOL
+        return self._cudnn_row(rec, draws, lambda: self.backend.fill_nan(layer.Y, layer.count), layer.rel_err)
+
+    def _cudnn_row(self, rec: dict, draws, poison, rel_err) -> dict:
+        """A cuDNN row: every autotune draw (vendor.AUTOTUNE_DRAWS) timed by `measure`, whose warm-up
+        runs its autotuning; the fastest kept, its outputs poisoned, made again and verified. Which
+        draw was kept, each draw's time and its kernels (the algorithm it chose, named after the
+        timing) go to `tiles`: they differ between processes, so they stay out of `params`, which
+        names the case."""
+        if draws is None:
+            return dict(rec, status="SKIP", error="PyTorch is not installed")
+        timed = [(measure.measure(self.backend, d.launch, self.settings), d) for d in draws]
+        stats, best = min(timed, key=lambda sd: sd[0].median_ms)
+        notes = "; ".join(f"{d.label} {s.median_ms:.4f} ms: {d.kernels()}" for s, d in timed)
+        poison()
+        best.launch()
+        best.result()
+        err = rel_err()
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= rec["rtol"] else "FAIL",
+                    tiles=f"kept {best.label} · {notes}")
+
+    def run_case(self, case: Case, problem, compiled) -> dict:
+        v, params = case.variant, case.param_dict
+        rec = dict(self.base_record(problem), variant=v.name, step=v.step, params=case.param_label,
+                   precision=v.precision)
+        if v.runner == "lenet":
+            from nnbench.workloads.conv import lenet
+            path = lenet.VARIANT_PATHS[v.name]
+            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings,
+                                  with_torch=False, env=self.env, paths=(path,)))
+            row = next(r for r in rows if r["variant"] == lenet.row_name(path, "step"))
+            return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
+                                                        "error")}, unit="step")
+        device = getattr(self.backend, "device", None)
+        if device is not None and (why := v.arch_problem(device)):
+            return dict(rec, status="SKIP", error=why)
+        if isinstance(compiled, Exception):
+            return dict(rec, status="ERROR", error=str(compiled))
+        layer = self.layer
+        if v.suite == "conv-backward":
+            return self._backward(rec, v, params, compiled, layer)
+        rec["workspace_bytes"] = problem.unroll_bytes if v.runner in ("unroll", "numpy") else 0
+        if v.backend == "cpu":
+            return _numpy(rec, layer, self.rtol)
+        if v.rtol is not None:
+            rec["rtol"] = v.rtol
+        try:
+            if v.runner == "implicit":
+                launch, path = implicit_forward(self.backend, v, params, compiled, problem, layer.X, layer.Wt, layer.Y)
+                rec["params"] = f"{rec['params']} · {path}"
+            elif v.runner == "unroll":
+                launch = unroll_launch(self.backend, compiled, self.helper(registry.TF32X3_GEMM), layer)
+            else:
+                launch = direct_launch(self.backend, v, params, compiled, layer)
+            return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"])
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+
+    def _gradients(self) -> dict:
+        """This layer's dY, the float64 dX and dW for it, and the output buffers, made on first use."""
+        be, layer = self.backend, self.layer
+        shape = layer.shape
+        if self.grads is None:
+            rng = np.random.default_rng([self.seed, 7, shape.N, shape.K])
+            dy = random_nonzero(rng, layer.ref.shape)
+            dx_ref, dw_ref = conv_backward_reference(layer.x, layer.wt, dy, shape.stride, shape.pad)
+            self.grads = dict(dY=be.upload(dy), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
+                              dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(dx_ref),
+                              DW=be.upload(dw_ref))
+        return self.grads
+
+    def _grad_err(self) -> float:
+        """The larger of dX's and dW's ||out - ref|| / ||ref||."""
+        be, bufs, layer = self.backend, self.grads, self.layer
+        return max(be.rel_err(bufs["dX"], bufs["DX"], layer.x.size), be.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+
+    def _cudnn_backward(self, name: str, problem: ConvShape) -> dict:
+        """cuDNN's data and filter gradients (one autograd call), verified against float64 as our
+        backward paths are; the baseline of their % vendor."""
+        tf32 = name.endswith("tf32")
+        s, be = problem, self.backend
+        bufs = self._gradients()
+        rec = dict(self.base_record(problem), variant=name, step="", precision=TF32 if tf32 else FFMA,
+                   flops=2 * s.flops, vendor="cudnn-backward",
+                   params=f"torch convolution_backward, cudnn.benchmark ({AUTOTUNED}), TF32 {'on' if tf32 else 'off'}, "
+                          "its own outputs")
+        if tf32:
+            rec["rtol"] = measure.TF32_RTOL
+        draws = cudnn_conv(int(self.layer.X), int(self.layer.Wt), (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad,
+                           (int(bufs["dX"]), int(bufs["dW"])), tf32=tf32, dy_ptr=int(bufs["dY"]))
+
+        def poison() -> None:
+            be.fill_nan(bufs["dX"], self.layer.x.size)
+            be.fill_nan(bufs["dW"], self.layer.wt.size)
+        return self._cudnn_row(rec, draws, poison, self._grad_err)
+
+    def _backward(self, rec: dict, v: Variant, params: dict, comp, layer: Layer) -> dict:
+        """dX and dW both checked against float64 (both poisoned first; the error is the larger),
+        then the whole backward pass timed."""
+        be, shape = self.backend, layer.shape
+        bufs = self._gradients()
+        rec.update(flops=2 * shape.flops, workspace_bytes=shape.unroll_bytes * 2 if v.runner == "unroll" else 0)
+        rec["vendor"] = "cudnn-backward"
+        try:
+            if v.runner == "implicit":
+                launch, path = implicit_backward(be, v, params, comp, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
+                                                 bufs["dW"])
+                rec["params"] = f"{rec['params']} · {path}"
+            elif v.runner == "unroll":
+                launch = unroll_backward_launch(be, v, params, comp, self.helper(registry.find(VARIANTS, "conv", "unroll")), layer, bufs)
+            else:
+                launch = direct_backward_launch(be, params, comp, layer, bufs)
+            be.fill_nan(bufs["dX"], layer.x.size)
+            be.fill_nan(bufs["dW"], layer.wt.size)
+            be.timed(launch, 1)
+            err = self._grad_err()
+            stats = measure.measure(be, launch, self.settings)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= self.rtol else "FAIL")
+
+
+class ConvWorkload(Workload):
+    name = "conv"
+    registry_suite = "conv"
+    table = VARIANTS
+    default_rtol = DEFAULT_RTOL
+    vendor = "cudnn"
+    baseline = "direct"
+    vendor_rows = ("cudnn", "cudnn-tf32", "torch", *BACKWARD_VENDORS)
+
+    def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
+        """cuDNN's backward rows only where a backward path runs."""
+        return name not in BACKWARD_VENDORS or any(c.variant.suite == "conv-backward" for c in cases)
+
+    def variants(self, backend: str | None = None) -> list[Variant]:
+        return [v for suite in ("conv", "conv-backward", "conv-model") for v in registry.of_suite(VARIANTS, suite, backend)]
+
+    def applies(self, case: Case, problem) -> bool:
+        return (case.variant.runner == "lenet") == isinstance(problem, LeNetProblem)
+
+    def refusal(self, case: Case, problem) -> str | None:
+        return refusal(case.variant, case.param_dict, problem) if isinstance(problem, ConvShape) else None
+
+    def parse_problems(self, path: Path, node) -> list:
+        """{set: resnet} (configs/conv.yaml), [N, C, H, W, K, R, stride, pad], or {model: lenet5, batch: B}."""
+        import yaml
+        if isinstance(node, yaml.SequenceNode):
+            dims = [integer(path, d, "shapes", minimum=0) for d in sequence(path, node, "shapes")]
+            if len(dims) not in (6, 7, 8):
+                raise fail(path, node, "shapes: expected [N, C, H, W, K, R] with optional stride and pad")
+            return [ConvShape(*dims)]
+        keys = mapping(path, node, "shapes", ["set", "model", "batch"])
+        if "model" in keys:
+            string(path, keys["model"][1], "shapes.model", ["lenet5"])
+            batch = integer(path, keys["batch"][1], "shapes.batch", minimum=1) if "batch" in keys else 64
+            return [LeNetProblem(batch)]
+        if "set" not in keys:
+            raise fail(path, node, "shapes: expected {set: NAME}, {model: lenet5} or [N, C, H, W, K, R, stride, pad]")
+        known = load_sets()
+        return known[string(path, keys["set"][1], "shapes.set", list(known))]
+
+    def validate(self, problem) -> None:
+        if isinstance(problem, ConvShape):
+            problem.validate()
+
+    def session(self, backend, settings, rtol, seed, env) -> ConvSession:
+        return ConvSession(backend, settings, rtol, seed, env)
+
+
+WORKLOAD = ConvWorkload()
