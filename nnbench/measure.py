@@ -35,7 +35,10 @@ Timer (after nvbench's "cold"/"hot" measurements):
 - each result names its timing method (TIMING): a row whose launches synchronize inside (the
   blocking kernel timed out on them) was timed host-issued, and says so.
 
-Verifier: ||out - ref|| / ||ref|| in float64, with NaN or inf anywhere counted as an infinite error.
+Verifier: `conditioned_error`, each output's error against the magnitudes that enter it (for GEMM
+|alpha|(|A||B|) + |beta||C0|, the LAPACK test ratio), the largest over the outputs, against `error_limit`,
+derived from the precision and the reduction length (docs/VERIFICATION.md derives it). NaN or inf anywhere
+is an infinite error. `rel_err` (||out - ref|| / ||ref||) stays for what has no magnitudes: a user's kernel.
 """
 
 from __future__ import annotations
@@ -55,6 +58,16 @@ ROBUST_SIGMA = 1.349  # IQR of a standard normal distribution
 # product is off by up to 2^-10 = 9.8e-4, randomly signed; the norm-wise error lands near 3e-4 (measured
 # on the H100, docs/RESULTS.md). The limit is 2^-10 doubled, for the accumulation's truncation.
 TF32_RTOL = 2.0e-3
+# Unit roundoffs for `error_limit` (docs/VERIFICATION.md). FP32 accumulation: 2^-24 with round-to-nearest; the
+# tensor cores align and add an MMA's products with truncation (Fasi, Higham, Mikaitis, Pranesh 2021), whose
+# unit roundoff is 2^-23. An operand taken to TF32 keeps 11 significant bits: 2^-11 rounded, 2^-10 truncated
+# (the tensor cores read an FP32 register's top 19 bits); the limit takes the truncated one, so both pass.
+U_FP32, U_FP32_TRUNCATED, U_TF32_OPERAND = 2.0**-24, 2.0**-23, 2.0**-10
+# Higham & Mary's probabilistic bound (SIAM J. Sci. Comput. 41(5), 2019, Thm 3.1): a sum of n rounded terms
+# errs by at most exp(LAMBDA sqrt(n) u + n u^2 / (1 - u)) - 1 of the sum of their magnitudes, except with
+# probability 2 n exp(-LAMBDA^2 (1 - u)^2 / 2) per output. At LAMBDA = 10 that is 3.9e-22 per rounded term:
+# over every term of a 4096^3 GEMM (6.9e10), 2.7e-11 for the whole problem.
+LAMBDA = 10.0
 MAX_QUEUED = 512  # launches the CUDA backend queues behind its blocking kernel at once
 MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
 # A launch timed alone below this many sample lengths (min_sample_ms) has its per-launch time read again from a
@@ -384,6 +397,47 @@ def rel_err(out: np.ndarray, ref: np.ndarray) -> float:
         return math.inf
     ref64 = np.asarray(ref, dtype=np.float64)
     return rel_err_from_sums(float(np.sum((out64 - ref64) ** 2)), float(np.sum(ref64 ** 2)))
+
+
+def conditioned_error(out: np.ndarray, ref: np.ndarray, magnitude: np.ndarray) -> float:
+    """max |out - ref| / magnitude over the outputs, in float64, where `magnitude` is what enters each output
+    (for GEMM |alpha|(|A||B|) + |beta||C0|): cancellation can make ref small, never this. An output whose
+    magnitude is 0 must be exact (0 if it is, else inf); any NaN or inf in `out` gives inf."""
+    out64 = np.asarray(out, dtype=np.float64)
+    if not np.all(np.isfinite(out64)):
+        return math.inf
+    diff = np.abs(out64 - np.asarray(ref, dtype=np.float64))
+    mag = np.asarray(magnitude, dtype=np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(mag > 0, diff / np.where(mag > 0, mag, 1.0), np.where(diff > 0, math.inf, 0.0))
+    return float(ratio.max()) if ratio.size else 0.0
+
+
+def accumulation_bound(n: int, u: float) -> float:
+    """The largest error, relative to the sum of the magnitudes, of n terms each rounded once in a chain of
+    sums (products, the sums in any order, alpha's and beta's terms): the deterministic gamma_n = nu / (1 - nu)
+    (Higham, Accuracy and Stability, 2002, Lemma 3.1) or, where smaller, the probabilistic one at LAMBDA."""
+    det = n * u / (1 - n * u) if n * u < 1 else math.inf
+    return min(det, math.expm1(LAMBDA * math.sqrt(n) * u + n * u * u / (1 - u)))
+
+
+def error_limit(precision: str | None, terms: int, epilogue: int = 2) -> float:
+    """The limit on `conditioned_error` for an output that sums `terms` products (GEMM's K, a convolution's
+    taps C*R*S) in `precision` (nnbench.runtime.device's names), plus `epilogue` roundings after the sum
+    (alpha * sum + beta * C0: two). Derived in docs/VERIFICATION.md:
+      FP32 (FFMA, host)  accumulation_bound(terms + epilogue, 2^-24)
+      TF32               each product off by (1 + 2^-10)^2 - 1 from its operands' truncation, deterministic
+                         (a truncation error has a sign: it does not average out), plus the FP32 sum
+      3xTF32             big*big + big*small + small*big: the dropped small*small and the small parts' own
+                         truncation leave 3 * 2^-20 per product, plus the FP32 sum of 3 * terms products
+    The tensor-core rows sum with the truncated unit roundoff."""
+    from nnbench.runtime.device import TF32, TF32X3
+    n = max(int(terms), 1)
+    if precision == TF32:
+        return (1 + U_TF32_OPERAND) ** 2 - 1 + accumulation_bound(n + epilogue, U_FP32_TRUNCATED)
+    if precision == TF32X3:
+        return 3 * U_TF32_OPERAND ** 2 + accumulation_bound(3 * n + epilogue, U_FP32_TRUNCATED)
+    return accumulation_bound(n + epilogue, U_FP32)
 
 
 def rel_err_from_sums(err_sq: float, ref_sq: float) -> float:

@@ -19,7 +19,7 @@ import subprocess
 from functools import lru_cache
 from pathlib import Path
 
-from nnbench import paths, safeio
+from nnbench import paths, safeio, workloads
 from nnbench.errors import NnbenchError
 from nnbench.version import __version__
 
@@ -235,9 +235,26 @@ class NullSink:
 
 
 def case_key(suite: str, variant: str, params: str, shape: str, cold) -> str:
-    """What makes two rows the same case, for resuming a sweep and for regression verdicts."""
+    """What makes two rows the same case, for resuming a sweep and for regression verdicts: the variant, its
+    parameters (`case_params`, never the display text around them) and the problem."""
     mode = "cold" if str(cold).lower() in ("true", "1") else "hot"
-    return f"{suite}|{variant}|{params}|{shape}|{mode}"
+    return f"{suite}|{variant}|{case_params(suite, variant, params)}|{shape}|{mode}"
+
+
+@lru_cache(maxsize=4096)
+def case_params(suite: str, variant: str, params: str) -> str:
+    """The parameters of a `params` cell as identity: its NAME=VALUE tokens, sorted, without a parameter that
+    the registry's row for the variant sets to its default. The cell is also display text: what the host
+    did follows " · " (step 9's "· TMA, split-K 2"), and a parameter added to a variant later is absent from
+    older files at its default; neither makes another case. Text that is not NAME=VALUE (a vendor row's
+    "sgemm via cupy") is kept as it is."""
+    text = str(params or "").split(" · ", 1)[0].strip()
+    tokens = text.split()
+    if not tokens or not all(re.fullmatch(r"\w+=-?\w+", t) for t in tokens):
+        return text
+    defaults = next((v.defaults() for v in workloads.all_variants() if v.suite == suite and v.name == variant), {})
+    pairs = (t.split("=", 1) for t in tokens)
+    return " ".join(sorted(f"{k}={v}" for k, v in pairs if str(defaults.get(k)) != v))
 
 
 def case_key_of(row: dict) -> str:

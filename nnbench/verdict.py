@@ -16,7 +16,9 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
   FASTER     r < 1 - tolerance, and the test says they are smaller, p < ALPHA
   UNSTABLE   r is beyond the tolerance but the test cannot tell it from noise (p >= ALPHA), or r is
              inside it but the medians are too uncertain to say so: the distribution-free 99%
-             confidence intervals of the two medians, combined, are wider than the tolerance; or a side
+             confidence intervals of the two medians (order statistics at binomial ranks; with fewer than 8 samples no
+             99% interval exists, and the verdict gives [min, max] with its own coverage), combined, are
+             wider than the tolerance; or a side
              ran under a power or thermal limit throughout (`throttle` names one, nothing was dropped) and
              the limit could explain the verdict: a limit only slows, so a capped current run that is
              not SLOWER, or a capped baseline that the current run is SLOWER than, keeps its verdict
@@ -128,7 +130,8 @@ def compare_samples(base, new, tolerance: float, alpha: float = ALPHA,
                                 f"needs {MIN_SAMPLES} each)")
     mb, mc = float(np.median(b)), float(np.median(c))
     ratio = mc / mb
-    u = math.hypot(_median_halfwidth(b), _median_halfwidth(c))
+    (hb, cov_b), (hc, cov_c) = _median_halfwidth(b), _median_halfwidth(c)
+    u = math.hypot(hb, hc)
     if ratio > 1 + tolerance or ratio < 1 - tolerance:
         slower = ratio > 1
         p = float(mannwhitneyu(c, b, alternative="greater" if slower else "less").pvalue)
@@ -145,24 +148,41 @@ def compare_samples(base, new, tolerance: float, alpha: float = ALPHA,
         return SampleComparison("UNSTABLE", ratio, p, u,
                                 f"{100 * abs(ratio - 1):.1f}% {word} by the medians, but the rank test cannot "
                                 f"tell it from noise (p={p:.2g} >= {alpha:g})")
+    # With too few samples for a CI_LEVEL interval, [min, max] is the widest there is: the verdict rests on it
+    # and says at what coverage, instead of calling it a CI_LEVEL interval.
+    coverage = min(cov_b, cov_c)
+    short = "" if coverage >= CI_LEVEL else (
+        f" (too few samples for a {100 * CI_LEVEL:g}% interval of the median: {b.size} and {c.size} samples "
+        f"give [min, max], {100 * coverage:.1f}% coverage)")
     if u > tolerance:
         return SampleComparison("UNSTABLE", ratio, None, u,
                                 f"too noisy to resolve {100 * tolerance:g}%: the medians are known only to "
-                                f"±{100 * u:.1f}%")
-    return SampleComparison("SAME", ratio, None, u)
+                                f"±{100 * u:.1f}%{short}")
+    return SampleComparison("SAME", ratio, None, u, short.strip(" ()"))
 
 
-def _median_halfwidth(x: np.ndarray) -> float:
-    """Half the width of the distribution-free CI_LEVEL confidence interval of the median (order
-    statistics at binomial ranks), relative to the median: no assumption about the samples' shape."""
+def median_interval(x, level: float = CI_LEVEL) -> tuple[float, float, float]:
+    """(low, high, coverage): the distribution-free confidence interval of the median of samples `x`, the
+    order statistics x_(k+1) and x_(n-k) (1-based), which hold the median with probability
+    1 - 2 P(B <= k) for B ~ Binomial(n, 1/2), whatever the samples' distribution. k is the largest with that
+    coverage at least `level`. Where none reaches it (n < 8 at 99%: [min, max] covers 1 - 2^(1-n), 93.8% for
+    5 samples, 98.4% for 7), the answer is [min, max] with the coverage it has, never claimed as `level`."""
     from scipy.stats import binom
-    x = np.sort(x)
+    x = np.sort(np.asarray(x, dtype=np.float64))
     n = x.size
-    lo = int(binom.ppf((1 - CI_LEVEL) / 2, n, 0.5))
-    hi = n - 1 - lo
-    lo, hi = max(lo - 1, 0), min(hi + 1, n - 1)  # ppf's rank is inclusive: widen by one to keep the coverage
+    k = int(binom.ppf((1 - level) / 2, n, 0.5))  # the smallest k with P(B <= k) >= (1 - level) / 2
+    while k >= 0 and binom.cdf(k, n, 0.5) > (1 - level) / 2:
+        k -= 1
+    k = max(k, 0)  # none reaches the level: the widest interval, with its own coverage
+    return float(x[k]), float(x[n - 1 - k]), float(1 - 2 * binom.cdf(k, n, 0.5))
+
+
+def _median_halfwidth(x: np.ndarray) -> tuple[float, float]:
+    """(half-width, coverage): half the width of the median's distribution-free interval (`median_interval`),
+    relative to the median, and the coverage that interval has."""
+    lo, hi, coverage = median_interval(x)
     med = float(np.median(x))
-    return float(x[hi] - x[lo]) / (2 * med) if med > 0 else math.inf
+    return ((hi - lo) / (2 * med) if med > 0 else math.inf), coverage
 
 
 @dataclass

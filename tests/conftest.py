@@ -75,5 +75,19 @@ def assert_ranks_match_one_process(npz) -> None:
     init = mlp.init_params(layers, 0, 4.0)
     one = batched.train_numpy(layers, init, batched.training_set(layers[0], 960, seed=0), glyphs.noisy(60, 1, seed=1),
                               96, 2, mlp.Hyper(rate=3.0, momentum=0.8))
-    np.testing.assert_allclose(got["curve"], [e for _, e in one.error_curve], rtol=1e-4)
-    assert mlp.weight_change_error([got[f"arr_{i}"] for i in range(len(init))], one.weights, init) < 1e-4
+    # The ranks sum each batch's gradients in another order than one process does: both are float32 roundings of
+    # the float64 training, and neither is the reference. The limit is the training check's own
+    # (batched.check_tolerance): CHECK_FACTOR x the error that float32 makes on these 20 steps in two summation
+    # orders against float64, never a constant that one BLAS kernel's order passes and another's fails.
+    train = batched.training_set(layers[0], 960, seed=0)
+    steps = 2 * len(train) // 96
+    both_epochs = train.take(np.tile(np.arange(len(train)), 2))
+    hyper = mlp.Hyper(rate=3.0, momentum=0.8)
+    ref = batched.reference_weights(init, both_epochs, 96, hyper, steps)
+    limit = batched.check_tolerance(init, both_epochs, 96, hyper, steps, ref=ref)
+    ranks = [got[f"arr_{i}"] for i in range(len(init))]
+    assert mlp.weight_change_error(ranks, ref, init) <= limit
+    assert mlp.weight_change_error(one.weights, ref, init) <= limit  # the single process, by the same measure
+    # Each epoch's summed squared error is a sum of 960 samples' errors computed from those weights: it moves with
+    # them, by the weights' relative error at most times the sensitivity, bounded here by the same limit.
+    np.testing.assert_allclose(got["curve"], [e for _, e in one.error_curve], rtol=limit)

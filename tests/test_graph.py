@@ -90,8 +90,30 @@ def test_a_capture_the_driver_ended_with_an_error_is_named():
         graph.capture(0x77, lambda: 1, lib=lib)
 
 
-def test_the_fake_sees_the_values_ctypes_passes():
-    """The stand-in reads ctypes' byref objects as the driver would write them."""
-    v = ctypes.c_size_t()
-    FakeDriver(nodes=9).cuGraphGetNodes(None, None, ctypes.byref(v))
-    assert v.value == 9
+class StrictDriver(FakeDriver):
+    """The fake, refusing what the real driver would misread: every out-parameter must be a pointer to the C
+    type of the driver's prototype (CUgraph*, size_t*, CUgraphExec*), or it writes past or short of it."""
+
+    @staticmethod
+    def _out(arg, ctype, name):
+        obj = getattr(arg, "_obj", getattr(arg, "contents", None))
+        if type(obj) is not ctype:
+            raise TypeError(f"{name}: wants a pointer to {ctype.__name__}, got {arg!r}")
+
+    def cuStreamEndCapture(self, stream, out):
+        self._out(out, ctypes.c_void_p, "cuStreamEndCapture(CUgraph*)")
+        return super().cuStreamEndCapture(stream, out)
+
+    def cuGraphGetNodes(self, g, nodes, count):
+        self._out(count, ctypes.c_size_t, "cuGraphGetNodes(size_t*)")
+        return super().cuGraphGetNodes(g, nodes, count)
+
+    def cuGraphInstantiateWithFlags(self, out, g, flags):
+        self._out(out, ctypes.c_void_p, "cuGraphInstantiateWithFlags(CUgraphExec*)")
+        return super().cuGraphInstantiateWithFlags(out, g, flags)
+
+
+def test_capture_passes_out_parameters_of_the_driver_s_c_types():
+    """graph.capture hands the driver pointers of the prototypes' widths (a c_int for size_t* would leave the
+    node count's upper half to chance on the real driver), and reads the values written through them."""
+    assert graph.capture(0x77, lambda: 9, lib=StrictDriver(nodes=9)).nodes == 9

@@ -15,13 +15,22 @@ def ladder_rows(text: str) -> set[tuple[int, str]]:
     return {(int(m.group(1)), m.group(2)) for m in re.finditer(r"^\| (\d+) \| `([\w.]+)` \|", section, re.M)}
 
 
-def test_the_ladder_table_matches_the_registry():
-    rows = ladder_rows(README.read_text())
+def ladder_mismatch(text: str) -> str | None:
+    """What the README's ladder table and the registry disagree on, or None."""
+    rows = ladder_rows(text)
     want = {(v.step, Path(v.source).name) for v in workloads.suite_variants("gemm") if v.source}
-    assert rows == want, f"README has {sorted(rows - want)} that the registry lacks; lacks {sorted(want - rows)}"
+    if rows == want:
+        return None
+    return f"README has {sorted(rows - want)} that the registry lacks; lacks {sorted(want - rows)}"
+
+
+def test_the_ladder_table_matches_the_registry():
+    assert ladder_mismatch(README.read_text()) is None
 
 
 def test_the_check_sees_a_missing_step():
+    """The comparison the test above makes, on a README with step 8's row planted out: it must name the step."""
     text = README.read_text()
     planted = re.sub(r"^\| 8 \| `08_tf32x3.cu` \|.*\n", "", text, flags=re.M)
-    assert (8, "08_tf32x3.cu") not in ladder_rows(planted)
+    assert planted != text, "the planted defect did not apply: step 8's row is not where the test looks"
+    assert "lacks [(8, '08_tf32x3.cu')]" in (ladder_mismatch(planted) or "")

@@ -2,6 +2,7 @@
 
 import csv
 
+import numpy as np
 import pytest
 from click.testing import CliRunner
 
@@ -103,3 +104,52 @@ def test_cli_check_errors_are_one_line(tmp_path, args, needles):
     assert len(lines) == 1 and lines[0].startswith("nnbench: error:"), res.output
     for n in needles:
         assert n in lines[0], lines[0]
+
+
+def test_a_case_is_its_variant_parameters_and_problem_not_its_display_text():
+    """What the host did (after " · "), the order of the parameters and a parameter at its registry default
+    (absent from files written before the parameter existed) are not part of a case's identity; a value is."""
+    key = results.case_key
+    base = key("gemm", "tf32_wgmma", "BM=128 BN=128 BK=32 STAGES=4 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 SPLIT_K=0 "
+               "PRECISION=1 · BN=64 here (B by cp.async, few tiles), TMA, cp.async B", "1000×777×1234", False)
+    assert key("gemm", "tf32_wgmma", "STAGES=4 BM=128 BN=128 BK=32 PRECISION=1 · TMA, B via a padded copy",
+               "1000×777×1234", False) == base
+    assert key("gemm", "tf32_wgmma", "BM=128 BN=128 BK=32 STAGES=4 PERSISTENT=1 PRECISION=1", "1000×777×1234",
+               False) != base
+    assert key("gemm", "tf32_wgmma", "BM=128 BN=128 BK=32 STAGES=4 PRECISION=1", "1000×777×1234", True) != base
+    # a user's kernel has no registry row: every parameter it names counts
+    assert key("kernel", "mine", "BLOCK=256", "n=1", False) != key("kernel", "mine", "", "n=1", False)
+
+
+def test_the_readme_showcase_compares_case_for_case():
+    """The README's HTML report showcase: the H100 gate run against the committed baseline. The label text of
+    step 9's rows changed between the two files; no case may split into MISSING and NEW for it."""
+    root = results.paths.ROOT
+    base = verdict.load(root / "results/baselines/nvidia-h100-80gb-hbm3.csv")
+    cur = verdict.load(root / "docs/data/contract/ci_again.csv")
+    got = verdict.compare(base, cur, verdict.TWO_FILE_TOLERANCE)
+    split = [(v.verdict, v.variant, v.params) for v in got if v.verdict in ("MISSING", "NEW")]
+    assert not split and len(got) == len(base) == len(cur)
+
+
+@pytest.mark.parametrize("n", [5, 6, 7, 8, 9, 10, 20, 31, 100])
+def test_the_median_interval_has_the_coverage_it_claims(n):
+    """Coverage counted exactly: over every way the true median can fall among n samples (B samples below it,
+    B ~ Binomial(n, 1/2)), the interval holds it as often as it says, and at least CI_LEVEL where it can."""
+    from scipy.stats import binom
+    x = np.arange(1.0, n + 1)
+    lo, hi, coverage = verdict.median_interval(x)
+    held = sum(binom.pmf(b, n, 0.5) for b in range(n + 1) if lo <= b + 0.5 <= hi)  # median between x_(b), x_(b+1)
+    assert held == pytest.approx(coverage, abs=1e-12)
+    if 1 - 2 * 0.5 ** n >= verdict.CI_LEVEL:
+        assert coverage >= verdict.CI_LEVEL
+        assert 1 - 2 * binom.cdf(x.searchsorted(lo) + 1, n, 0.5) < verdict.CI_LEVEL  # and it is the narrowest
+    else:
+        assert (lo, hi) == (1, n) and coverage < verdict.CI_LEVEL
+
+
+def test_a_verdict_on_too_few_samples_for_the_interval_says_its_coverage():
+    got = verdict.compare_samples([1.0, 1.01, 0.99, 1.0, 1.02], [1.0, 1.01, 0.99, 1.0, 1.02], 0.05)
+    assert got.verdict == "SAME" and "93.8% coverage" in got.why and "99% interval" in got.why
+    many = verdict.compare_samples(np.linspace(0.99, 1.01, 30), np.linspace(0.99, 1.01, 30), 0.05)
+    assert many.verdict == "SAME" and many.why == ""

@@ -34,3 +34,25 @@ extern "C" __global__ void sq_err(const float* __restrict__ out, const double* _
         if (lane == 0) { atomicAdd(&acc[0], e); atomicAdd(&acc[1], r); }
     }
 }
+
+// The conditioned distance: max over i of |out[i] - ref[i]| / mag[i], where mag is the sum of the magnitudes
+// that enter output i (GEMM: |alpha|(|A||B|) + |beta||C0|, float64, made on the host beside the reference).
+// The maximum of non-negative doubles is the maximum of their bit patterns as unsigned integers, so one
+// atomicMax per warp keeps it. A non-finite out[i], or an error where mag[i] is 0, is +inf.
+//
+// Launch: any grid of 256-thread blocks (grid-stride); acc[0] must be zeroed first.
+extern "C" __global__ void max_ratio(const float* __restrict__ out, const double* __restrict__ ref,
+                                     const double* __restrict__ mag, int n, unsigned long long* __restrict__ acc) {
+    double worst = 0.0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        const double o = (double)out[i];
+        const double d = fabs(o - ref[i]);
+        double r;
+        if (!isfinite(o) || isnan(d)) r = __longlong_as_double(0x7ff0000000000000ll);
+        else if (mag[i] > 0.0) r = d / mag[i];
+        else r = d > 0.0 ? __longlong_as_double(0x7ff0000000000000ll) : 0.0;
+        worst = fmax(worst, r);
+    }
+    for (int off = 16; off > 0; off >>= 1) worst = fmax(worst, __shfl_down_sync(0xffffffffu, worst, off));
+    if ((threadIdx.x & 31) == 0) atomicMax(acc, (unsigned long long)__double_as_longlong(worst));
+}

@@ -35,8 +35,9 @@ from nnbench.workloads.gemm import session as gemm_suite
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Square size M=N=K (repeatable). Default 4096 on cuda, 1024 on cpu.")
 @timing_options
-@click.option("--rtol", type=options.POSITIVE, default=gemm_suite.DEFAULT_RTOL,
-              show_default=True, help="Largest ||C-ref||/||ref|| that passes.")
+@click.option("--rtol", type=options.POSITIVE, default=None,
+              help="Largest error ratio max |C-ref| / (|alpha||A||B| + |beta||C0|) that passes "
+                   "(default: each row's limit from its precision and K, docs/VERIFICATION.md).")
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="Write the CSV here, a new file (default: results/gemm-<gpu>-<time>.csv).")
 @force_option
@@ -86,14 +87,15 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     mode = "cold L2" if cold else "hot L2"
     clock = "CUDA events" if be.name == "cuda" else "perf_counter"
     app.out.print(tables.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
-                                          f"{budget:g} s/case · rtol {rtol:g}"))
+                                          f"{budget:g} s/case · "
+                                          f"{f'rtol {rtol:g}' if rtol else 'limit by precision and K'}"))
     if be.name == "cuda" and not no_cublas and not any(r["variant"] == "cublas" for r in records):
         app.out.print(f"cuBLAS: not available ({Cublas(be).reason})")
     elif be.name != "cuda":
         app.out.print("cuBLAS: not available (CPU backend)")
     for r in records:
         if r.get("status") in results.FAILED:
-            why = r.get("error") or f"rel_err {r.get('rel_err'):.2e} > rtol {rtol:g}"
+            why = r.get("error") or f"error ratio {r.get('rel_err'):.2e} > limit {r.get('rtol'):.2e}"
             app.out.print(f"[red]{r['status']}[/] {r['variant']} {r['params']} {r['shape']}: {why}")
     app.print_csv(path)
     if any(r.get("status") in results.FAILED for r in records):

@@ -36,6 +36,9 @@ class CpuBackend:
     def rel_err(self, out: np.ndarray, ref: np.ndarray, count: int = 0) -> float:
         return measure.rel_err(out, ref)
 
+    def conditioned_error(self, out: np.ndarray, ref: np.ndarray, magnitude: np.ndarray, count: int = 0) -> float:
+        return measure.conditioned_error(out, ref, magnitude)
+
     def synchronize(self) -> None:
         pass
 

@@ -106,6 +106,7 @@ class CudaBackend:
         self.device = device_info(self.dev)
         self._flush = None
         self._verifier = None
+        self._ratio = None
         self._blocking = None
         self._syncing: dict[int, object] = {}  # launches that synchronize inside, kept alive by id
         self._room: dict[int, tuple[object, int]] = {}  # id -> (launch, queued launches that fit), learned
@@ -260,6 +261,25 @@ class CudaBackend:
         except drv.Error as e:
             raise KernelFault(str(e)) from None
         return rel_err_from_sums(float(sums[0]), float(sums[1]))
+
+    def conditioned_error(self, out, ref, magnitude, count: int) -> float:
+        """measure.conditioned_error for float32 `out` against a float64 `ref` and `magnitude` already on the
+        device, reduced on the GPU (kernels_cu/common/verify.cu, max_ratio)."""
+        if self._ratio is None:
+            comp = compile_cubin(CompileRequest.make(paths.KERNELS / "common/verify.cu", {}, self.arch))
+            kernel = self.load(comp, "max_ratio")
+            kernel.func.prepare("PPPiP")
+            self._ratio = (kernel.func, drv.mem_alloc(8))
+        func, acc = self._ratio
+        drv.memset_d32(acc, 0, 2)
+        func.prepared_call((self.device.stride_blocks(count), 1, 1), (256, 1, 1), int(out), int(ref), int(magnitude),
+                           np.int32(count), int(acc))
+        worst = np.empty(1, dtype=np.float64)
+        try:
+            drv.memcpy_dtoh(worst, acc)  # the bits of the largest ratio, read back as the double they are
+        except drv.Error as e:
+            raise KernelFault(str(e)) from None
+        return float(worst[0])
 
     def _verify_kernel(self):
         if self._verifier is None:
