@@ -603,7 +603,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
 def torch_program(Ws, bs, opt, X, T, batch: int):
     """A PyTorch row's program: `sample(s)`, the s-th sample (a vector) or batch (samples as rows) of
     the training set on the device; `forward_t(x)`; and `step_t(x, t)`, one SGD step on the mean E.
-    Shared with scripts/independent_baselines.py, which times this very step with nnbench's timer
+    Shared with lab/scripts/independent_baselines.py, which times this very step with nnbench's timer
     beside its own loop."""
     import torch
     import torch.nn.functional as F
