@@ -96,7 +96,7 @@ def test_gpus_1_starts_the_very_worker_a_plain_sweep_starts(monkeypatch, tmp_pat
     """The parent's side of both paths, recorded: the same worker (backend name, suite, timing
     settings, tolerance, seed, first problem, share of the host's cores) and the same jobs in the same
     order. Sessions 3-5 measured `--gpus 1` drawing more samples than a plain sweep in 8 pairs of 8
-    with the kernels no slower (docs/results/sweep.md); the one argument that differed was the
+    with the kernels no slower (lab/journal/sweep.md); the one argument that differed was the
     backend name (`cuda:0` against `cuda`)."""
     plain = _started(monkeypatch, tmp_path, "cuda", None, "plain")
     assert plain[0][0] == "start" and plain[0][1] == "cuda" and plain[0][-1] == 1

@@ -91,7 +91,7 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // block's barrier over the threads that stored a partial, `leader` one of them. As cooperative groups' grid
 // sync: the barrier orders the block's stores before the leader's, whose fence (cumulative) makes them all
 // visible at gpu scope before its count. A fence in every thread instead (membar the top stall on
-// 100x4096x501) measured 2-3% slower on the split shapes (docs/journal/step9-wide.md).
+// 100x4096x501) measured 2-3% slower on the split shapes (lab/journal/step9-wide.md).
 template <class Sync>
 __device__ __forceinline__ void split_k_meet(int* count, int splits, bool leader, Sync&& sync) {
     sync();
@@ -207,7 +207,7 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
         } else {
             // The next copy's k-block and tile, advanced one copy at a time: a division per k-block here
             // (the k-block and tile of iteration g) made 4096^3 8% slower, the producer's instructions per
-            // k-block being on the critical path (docs/results/gemm.md).
+            // k-block being on the critical path (lab/journal/gemm.md).
             int kb = kr.first, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
             const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
             produce_stream(ring, mine * kr.count, wt, [&](int g) {

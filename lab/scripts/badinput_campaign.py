@@ -239,20 +239,20 @@ def cases() -> list[Case]:
         Case(["check", str(BASELINE), "{dir}/missing.csv"], label="check a missing file"),
         Case(["report", "{dir}", "--plot", "speedup", "--out", "{dir}/p.png"], label="report a folder"),
         Case(
-            ["report", "docs/data/train_net1_h100.csv", "--plot", "speedup", "--out", "{dir}/x.txt"],
+            ["report", "tests/data/train_net1_h100.csv", "--plot", "speedup", "--out", "{dir}/x.txt"],
             label="report .txt",
         ),
         Case(
-            ["report", "docs/data/train_net1_h100.csv", "--plot", "speedup", "--out", "/dev/full"],
+            ["report", "tests/data/train_net1_h100.csv", "--plot", "speedup", "--out", "/dev/full"],
             label="report /dev/full",
         ),
         Case(
-            ["report", "docs/data/train_net1_h100.csv", "--plot", "speedup", "--out", "{dir}/b.png"],
+            ["report", "tests/data/train_net1_h100.csv", "--plot", "speedup", "--out", "{dir}/b.png"],
             files={"b.png": b"an earlier plot"},
             label="report over an existing png",
         ),
         Case(
-            ["report", "docs/data/train_net1_h100.csv", "--plot", "pie", "--out", "{dir}/p.png"],
+            ["report", "tests/data/train_net1_h100.csv", "--plot", "pie", "--out", "{dir}/p.png"],
             label="report --plot pie",
         ),
         Case(

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# What the suite contract's "done when" asks of the GPU, in one device call (docs/results/contract.md):
+# What the suite contract's "done when" asks of the GPU, in one device call (lab/journal/contract.md):
 # the regression gate over gemm, train and conv (a fresh baseline, then a check against it), and the
 # Nets 1-8 table as a sweep that is killed part-way and resumed. Usage: lab/scripts/contract_check.sh OUTDIR
 # Why a script, not the CLI: kills a sweep part-way and resumes it, which a single command cannot do

@@ -1,6 +1,6 @@
 """Conv steps 9 and 10 over build parameters (by default one or two producer warpgroups, PRODUCER_WGS) on the
 resnet layers: the forward and the backward's two gradients timed apart, each row verified against float64.
-(The first run, docs/data/conv/implicit/producers_b3acb5e.log, also crossed GATHER_MASK, a build switch of
+(The first run, lab/data/conv/implicit/producers_b3acb5e.log, also crossed GATHER_MASK, a build switch of
 the gather's bounds test since made the code.)
 
 Not the CLI: the backward's two gradients are timed alone (the suite times the pass), and any -D a

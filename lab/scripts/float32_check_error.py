@@ -7,10 +7,10 @@ NumPy and compares the weight changes with the float64 reference, exactly as the
 Each is measured for several seeds and two summation orders (the BLAS product as written, and on
 the reversed inputs), since a GPU kernel sums in yet another order. Writes a CSV to stdout.
 
-    python lab/scripts/float32_check_error.py --seeds 0 1 2 3 4 --batch 256 4096 > docs/data/tolerances/float32.csv
+    python lab/scripts/float32_check_error.py --seeds 0 1 2 3 4 --batch 256 4096 > lab/data/tolerances/float32.csv
 
 Why a script, not the CLI: measures the check's own float32 error across seeds and summation orders
-(docs/results/tolerances.md); no kernel runs.
+(lab/journal/tolerances.md); no kernel runs.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 with their settings (configs/nets.yaml), seed 0: per-sample versions after mlp.CHECK_ITERATIONS
 samples, mini-batch versions after batched.CHECK_STEPS steps. Writes a CSV to stdout.
 
-    python lab/scripts/gpu_check_error.py --batch 256 > docs/data/tolerances/gpu_h100.csv
+    python lab/scripts/gpu_check_error.py --batch 256 > lab/data/tolerances/gpu_h100.csv
 
 Why a script, not the CLI: reports every GPU version's check error against the derived limit, for
 the tolerance write-up.

@@ -1,5 +1,5 @@
-"""`check --against-history` on real H100 data: helper stats' measurement runs (docs/data/measurement, commit
-21583faabcf2, 2026-11-24; docs/results/measurement.md) recorded into a history, then each later run checked
+"""`check --against-history` on real H100 data: helper stats' measurement runs (lab/data/measurement, commit
+21583faabcf2, 2026-11-24; lab/journal/measurement.md) recorded into a history, then each later run checked
 against it. CPU only: the data are committed.
 
     python lab/scripts/history_real.py [--tolerance 0.02] [--db /tmp/real.sqlite]
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from nnbench.history import db, gate, migrations, source, store
 
-DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "measurement"
+DATA = Path(__file__).resolve().parents[2] / "lab" / "data" / "measurement"
 
 
 def split(lines: list[str]) -> dict[str, list[str]]:

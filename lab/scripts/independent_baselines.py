@@ -25,7 +25,7 @@ written too, with the spread.
   collector over the heap that exists before their samples (gc.freeze), so that a step's garbage
   collections walk the step's own objects, not nnbench's or the script's.
   Within one process the eager step still wanders from 3.2 to 5.2 ms over seconds, whichever code times
-  it (lab/scripts/eager_timing_probe.py, docs/results/baselines.md), so one row against timings taken seconds
+  it (lab/scripts/eager_timing_probe.py, lab/journal/baselines.md), so one row against timings taken seconds
   before and after cannot agree within 3% except by chance. The round therefore ends with EAGER_PAIRS
   interleaved pairs in the same process: the independent loop, and nnbench's eager timer on nnbench's
   step program (suites/batched.py `time_torch_step`, suites/mlp.py `torch_program`), side by side; the
@@ -63,7 +63,7 @@ def events_median_ms(fn, calls: int = 20, samples: int = 50, warmup: int = 10, q
     """Median ms per call over `samples` samples of `calls` back-to-back calls between two events.
     queued: each sample waits on the GPU (torch.cuda._sleep) while the host issues it, so the calls run
     back to back whatever the host's pace; a 0.09 ms cuDNN call issued as the host goes read 3-6% slower
-    than queued by nnbench (session 5's run, docs/results/baselines.md). Not for host-bound steps."""
+    than queued by nnbench (session 5's run, lab/journal/baselines.md). Not for host-bound steps."""
     import torch
     for _ in range(warmup):
         fn()

@@ -1,5 +1,5 @@
 """LeNet-5's step stage by stage on each path (nnbench/suites/lenet.py PATHS), for the per-GEMM split
-of docs/results/conv.md: each stage (a layer's forward, its backward, bias and ReLU, the pools, the
+of lab/journal/conv.md: each stage (a layer's forward, its backward, bias and ReLU, the pools, the
 loss, the update) timed alone by `measure` after the path's step has passed its float64 check.
 
     python3 lab/scripts/lenet_split.py OUT.csv [BATCH ...] [--all-implicit]   (on a GPU; default batch 64)

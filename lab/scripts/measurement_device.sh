@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 29 on the lent GPU, in one call (docs/results/measurement.md): the measurement GPU tests with the
+# Issue 29 on the lent GPU, in one call (lab/journal/measurement.md): the measurement GPU tests with the
 # schema check (jsonschema from wheels staged in .whl/), then lab/scripts/measurement_targets.py (NVML costs,
 # energy long and short, the harness's overhead against base29/ and head29/, the planted slowdowns, back-to-
 # back runs of configs/ci.yaml until the time left is spent), then the trainers' NVML test on a planted defect.

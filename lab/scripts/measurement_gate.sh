@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The gate's false-alarm and planted-slowdown targets on the lent GPU, as CI runs the gate: every run a fresh
 # process of the CLI (`nnbench sweep CONFIG --fresh`), its CSV with raw samples kept; the verdicts are computed
-# afterwards on any machine by lab/scripts/measurement_gate.py (docs/results/measurement.md).
+# afterwards on any machine by lab/scripts/measurement_gate.py (lab/journal/measurement.md).
 #   bash lab/scripts/measurement_gate.sh OUT_DIR SECONDS [PLANT_N]     (from the tree's root, after .gpu/setup.sh)
 # 1. compile every kernel once (clean and planted), so no run below waits for nvcc;
 # 2. the planted slowdown: lab/configs/ci_plant.yaml (ci.yaml's direct convolution at the ResNet layer) 10 times clean

@@ -1,5 +1,5 @@
 """Do some GEMMs' per-process modes at 2048^3 (warptile: 0 or +2.4-3.0% between fresh runs of configs/ci.yaml,
-docs/results/measurement.md) follow where the operands lie in memory? In ONE process: the same kernels timed on
+lab/journal/measurement.md) follow where the operands lie in memory? In ONE process: the same kernels timed on
 several placements of A, B and C (each a fresh allocation behind a spacer of random size; the earlier ones stay
 allocated, so every placement is new memory), each placement timed twice. If the medians split into the runs'
 modes across placements and agree within a placement, the modes are the operands' placement, not the process.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Data-parallel training with the allreduce in buckets during the backward pass, beside PyTorch DDP
-# (issue 31; docs/results/multigpu.md). Net N, batched-wgmma; weak scaling at 4096 samples per GPU,
+# (issue 31; lab/journal/multigpu.md). Net N, batched-wgmma; weak scaling at 4096 samples per GPU,
 # strong scaling at a global batch of 4096 x the largest count; each count > 1 as one allreduce after
 # the backward pass (--bucket-mb 0, the path before buckets) and in buckets (--bucket-mb 2), each with
 # the DDP row (--compare torch: DDP's default 25 MB buckets beside the first, 2 MB beside the second).

@@ -1,4 +1,4 @@
-"""The markdown table of lab/scripts/multigpu.sh's CSVs (docs/results/multigpu.md): every row of every run
+"""The markdown table of lab/scripts/multigpu.sh's CSVs (lab/journal/multigpu.md): every row of every run
 with the per-step split (compute: the same step without its allreduces, timed as the step; exposed
 communication: the step minus that) and the scaling efficiency against one GPU: weak at the same
 per-GPU batch (T1 / TN), strong at the same global batch (T1 / (N TN)); ours against our 1-GPU row,

@@ -4,9 +4,9 @@ Not the CLI because it runs the same sweep many times (strategies x seeds) and s
 runs; each run is exactly `nnbench sweep CONFIG --replay CSV` with the config's strategy, budget
 and seed replaced (sweep.execute through nnbench.api, a worker process answering from the file).
 
-    python3 lab/scripts/search_replay.py [--config configs/gemm_sweep.yaml] [--replay docs/data/gemm_sweep_h100.csv]
+    python3 lab/scripts/search_replay.py [--config configs/gemm_sweep.yaml] [--replay docs/data/figures/gemm_sweep_h100.csv]
         [--fraction 0.2] [--seeds 20] [--strategies random tpe] [--without VARIANT ...]
-        [--out docs/data/search/replay.csv]
+        [--out lab/data/search/replay.csv]
 
 `--without` drops variants from the config's space: with the winning variant gone, the same file
 is a second space with its best case elsewhere (a check on a strategy tuned on the whole space).
@@ -37,7 +37,7 @@ WITHIN = 0.03
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/gemm_sweep.yaml")
-    ap.add_argument("--replay", default="docs/data/gemm_sweep_h100.csv")
+    ap.add_argument("--replay", default="docs/data/figures/gemm_sweep_h100.csv")
     ap.add_argument("--fraction", type=float, default=0.2)
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--strategies", nargs="+", default=["random", "tpe"])

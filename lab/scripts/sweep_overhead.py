@@ -130,7 +130,7 @@ def main() -> None:
         print("--gpus 1 over plain, run phase, per pair: " + ", ".join(f"{100 * r:+.2f}%" for r in ratios)
               + f"; median {100 * statistics.median(ratios):+.2f}%")
         # The run phase's difference splits into kernel time (how many samples the stopping rule drew:
-        # a lottery on the few bimodal cases, docs/results/sweep.md) and the time outside kernels
+        # a lottery on the few bimodal cases, lab/journal/sweep.md) and the time outside kernels
         # (what the path itself costs).
         split = [(got[f"gpus1_{i}"]["kernel_s"] - got[f"plain_{i}"]["kernel_s"],
                   outside(got[f"gpus1_{i}"]) - outside(got[f"plain_{i}"]),

@@ -1,5 +1,5 @@
 """What `--gpus 1` costs over a plain sweep, from the A/A pairs of lab/scripts/sweep_overhead.py, with the
-stopping rule's draw taken out (issue 30's target: at most 2%; docs/results/sweep.md says why).
+stopping rule's draw taken out (issue 30's target: at most 2%; lab/journal/sweep.md says why).
 
     python3 lab/scripts/sweep_pairs.py DIR [DIR ...] [--json OUT] [--seed 0]
 

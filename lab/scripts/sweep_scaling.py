@@ -38,7 +38,7 @@ def run(spec, replay: Path, workers: int, sleep_ms: float, folder: Path) -> dict
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/gemm_sweep.yaml")
-    ap.add_argument("--replay", default="docs/data/gemm_sweep_h100.csv")
+    ap.add_argument("--replay", default="docs/data/figures/gemm_sweep_h100.csv")
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--cases", type=int, default=100, help="per shape")
     ap.add_argument("--sleep-ms", type=float, default=50.0)

@@ -1,6 +1,6 @@
 """Stopping rules replayed on recorded samples, no GPU: how many samples the bimodal cases of GEMM step 4's
 213-case space would draw, and how much that moves a sweep's kernel time from run to run (issue 30: a
-pair's run phases differ by about 2% through these cases alone; docs/results/sweep.md).
+pair's run phases differ by about 2% through these cases alone; lab/journal/sweep.md).
 
     python3 lab/scripts/sweep_stopping_replay.py CSV [CSV ...] [--draws 2000] [--seed 0]
 

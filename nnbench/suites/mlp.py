@@ -640,7 +640,7 @@ CHECK_ITERATIONS = 20
 # error that float32 itself makes on this net, these settings and these samples, measured by
 # running the reference's math in float32 in two summation orders. The GPU versions measured 0.3x to
 # 4.1x that error on Nets 1-8 (the fused kernels' approximate sigmoid the most), so 10x passes every
-# correct kernel and fails a 0.1% error in an update (docs/results/tolerances.md).
+# correct kernel and fails a 0.1% error in an update (lab/journal/tolerances.md).
 CHECK_FACTOR = 10.0
 
 
