@@ -75,7 +75,7 @@ MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
 PROBE_BELOW = 4
 BATCH = 10  # hot samples per blocking kernel
 # Host-issued samples (a PyTorch eager step) span at least this much of the host's time before the
-# stopping rule may end them. Measured on the H100 (docs/results/baselines.md): inside one 0.15 s
+# stopping rule may end them. Measured on the H100 (lab/journal/baselines.md): inside one 0.15 s
 # window an eager Net 8 step read 3.0 to 7.0 ms, so a ~10-sample row landed anywhere from the
 # independent timing's -1% to +35%; one second spans several of those stretches. A GPU-queued
 # sample needs none of this: the blocking kernel takes the host out of it.
@@ -181,7 +181,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
         if est >= PROBE_BELOW * settings.min_sample_ms and not settings.host_issued:
             # A long host read may be the host's hiccup, not the launch: on the H100 three 7-32 us convolutions'
             # reads passed 0.2 ms in 3 of 20 fresh ci.yaml runs, which left them at reps 1 (+1 to +18%; a false
-            # SLOWER, docs/results/measurement.md, session 6). One launch queued behind the blocking kernel
+            # SLOWER, lab/journal/measurement.md, session 6). One launch queued behind the blocking kernel
             # says which it is.
             est = backend.timed_samples(launch, 1, 1)[0]
             gpu_ms += est
@@ -191,7 +191,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
             # convolution read 17-25 us), so reps picked from it came out 1, 2 or 3 by chance between processes,
             # and a sample of 1 launch reads up to 8% slower per launch than one of 2 (the event pair's cost is
             # shared by fewer launches): the tiny cases' medians moved that much between identical runs
-            # (docs/results/measurement.md). So the per-launch time is read as the samples will run: a batch
+            # (lab/journal/measurement.md). So the per-launch time is read as the samples will run: a batch
             # queued behind the blocking kernel; and reps is rounded up to a power of two, so that a per-launch
             # time near a boundary flips it rarely, and then between two counts that share the pair's cost alike.
             probe = min(MAX_REPS, 4 * reps)  # (a host read up to PROBE_BELOW x too long still gets 4 launches)

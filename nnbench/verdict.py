@@ -26,7 +26,7 @@ Where both sides carry their raw samples (`compare_samples`; r = current median 
 The tolerance is the smallest change that matters (an effect size); the test says whether a change
 of that size is real. The rank test sees only the spread inside each run; on the H100, identical runs
 of one process moved a case's median by up to 4.6% between runs while its samples spread by 0.04%
-inside each (docs/results/measurement.md). Where the between-run spread of a case is known (a
+inside each (lab/journal/measurement.md). Where the between-run spread of a case is known (a
 baseline of several runs, `load_baseline`, or the history database: its relative standard deviation
 over those runs, `run_spread`), the tolerance is raised to RUN_SPREAD_K times it for that case. A
 noisy run can no longer hide a regression as SAME: it is UNSTABLE, which fails the gate unless
@@ -73,7 +73,7 @@ NEEDED = ["suite", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", 
 MIN_SAMPLES = 5  # per side; with fewer, not even complete separation is evidence (4 vs 4: p >= 0.014)
 ALPHA = 0.001  # the rank test's level: with ~60 cases a run, about one case in 17 runs would pass it by chance
 CI_LEVEL = 0.99  # of each median's distribution-free confidence interval
-# The gate's defaults, derived in docs/results/measurement.md ("The gate's defaults") from identical H100 runs:
+# The gate's defaults, derived in lab/journal/measurement.md ("The gate's defaults") from identical H100 runs:
 # - comparing two files, nothing says how far a case's median moves between identical runs (up to 4.7% on the
 #   H100 in 804 comparisons, 0.1-3% standard deviation by case), so the tolerance must cover every case:
 TWO_FILE_TOLERANCE = 0.05
@@ -297,7 +297,7 @@ def load_baseline(paths) -> pd.DataFrame:
             continue
         # A run of the case that ran throttled throughout is not the kernel's own speed: it is left out of the pool,
         # which then speaks for the runs that were not (the pooled row used to carry the last run's throttle, and
-        # one capped run of ten made every later check of the case UNSTABLE: session 7, docs/results/measurement.md).
+        # one capped run of ten made every later check of the case UNSTABLE: session 7, lab/journal/measurement.md).
         # Where fewer than two runs were free of it, the pool is all of them, its row a throttled run's (so marked).
         held = [bool(_throttled_throughout(row, "")) for row in ok]
         free = [row for row, h in zip(ok, held) if not h]
@@ -444,7 +444,7 @@ def _throttled_throughout(row, side: str) -> str | None:
     held the clocks
     and no sample was dropped for it, so every kept sample ran throttled (measure keeps them only where the GPU
     was throttled for twice the budget, or with --keep-throttled). On the H100 such a run of an unchanged
-    kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (docs/results/measurement.md)."""
+    kernel read 6.3% slower at an SM clock of 1,635-1,860 MHz against 1,980 (lab/journal/measurement.md)."""
     reasons = str(row.get("throttle") or "")  # a result row, or a record's fields (a NaN reads "nan": none)
     held = [r for r in reasons.split("|") if r in THROTTLE_NAMES]
     if not held or (_number(row.get("dropped")) or 0) > 0:

@@ -288,7 +288,7 @@ def test_one_rank_world_on_a_gpu_passes_in_buckets_and_beside_ddp(cuda_backend):
     """The GPU path of a data-parallel run on one GPU (a world of one MPI rank): NCCL over one rank,
     the side stream, its events and every bucket's pass; one bucket and 2 MB buckets both pass the
     float64 check and split the step; the DDP row passes too where torch.distributed has NCCL
-    (scripts/dp_one_rank.py is the Net 8 version of this)."""
+    (lab/scripts/dp_one_rank.py is the Net 8 version of this)."""
     w = exchange.World(OneRankComm(), 0, 1, 0)
     chosen = mlp.plan(["batched"], "cuda", batched.versions())
     for mb, modes in ((0.0, ()), (0.01, ("ddp",))):

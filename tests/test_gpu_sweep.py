@@ -121,7 +121,7 @@ def test_a_launch_that_synchronizes_falls_back_to_unblocked_timing(cuda_backend)
 def test_a_launch_of_many_kernels_at_long_samples_is_queued_in_smaller_batches_not_issued_by_the_host(cuda_backend):
     """The unroll convolutions queue several kernels a launch: at 0.5 ms samples their batches filled the driver's
     queue, the blocking kernel timed out and they were timed host-issued (15-19% between runs on the H100,
-    docs/results/measurement.md). A full queue is told from a launch that synchronizes by one launch queued
+    lab/journal/measurement.md). A full queue is told from a launch that synchronizes by one launch queued
     alone: the batches shrink to fit, and the samples stay queued."""
     from nnbench.runtime.compile import CompileRequest, compile_cubin
 

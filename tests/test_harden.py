@@ -354,7 +354,7 @@ def test_a_cache_that_cannot_be_used_is_one_line(tmp_path, where):
 
 def test_report_bad_outputs_and_inputs(tmp_path):
     pytest.importorskip("matplotlib")
-    data = Path("docs/data/train_net1_h100.csv")
+    data = Path("tests/data/train_net1_h100.csv")
     one_line(run("report", data, "--plot", "speedup", "--out", tmp_path / "x.txt"), "x.txt", ".png")
     one_line(run("report", data, "--plot", "speedup", "--out", "/dev/full"), "/dev/full", ".png")
     assert not Path("/dev/full.png").exists()
@@ -371,7 +371,7 @@ def test_report_bad_outputs_and_inputs(tmp_path):
 
 def test_report_out_name_prints_the_file_it_wrote_and_never_overwrites(tmp_path):
     pytest.importorskip("matplotlib")
-    data = Path("docs/data/train_net1_h100.csv")
+    data = Path("tests/data/train_net1_h100.csv")
     res = run("report", data, "--plot", "speedup", "--out", tmp_path / "name")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "name.png").exists() and str(tmp_path / "name.png") in res.output.replace("\n", "")

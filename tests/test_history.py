@@ -467,7 +467,7 @@ def test_check_against_history_allows_for_the_spread_between_runs(target, tmp_pa
 
 
 def test_the_history_gate_defaults_catch_3_percent_where_two_files_do_not(target, tmp_path):
-    """The gate's defaults (verdict.py, docs/results/measurement.md): against a steady history of 12 runs (0.2%
+    """The gate's defaults (verdict.py, lab/journal/measurement.md): against a steady history of 12 runs (0.2%
     between runs) a run 3.5% slower is SLOWER at the default 2% floor, while the same two runs compared as two
     files are SAME at the default 5%; a history of 6 runs is too short to trust its spread, so it counts as 1%
     and the tolerance is the two-file 5%."""

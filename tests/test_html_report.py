@@ -1,7 +1,7 @@
 """`nnbench report --html`: the page is self-contained (no address outside it), and in a real headless
 Chromium (Debian's, driven by Playwright) it renders with no console error, its tables sort and
-filter, and its figures load. Made from the H100 gate run of configs/ci.yaml (docs/data/session3/ci_again.csv,
-with the verdicts against results/baselines/), the training table sweep, and a fresh CPU run."""
+filter, and its figures load. Made from two of the committed H100 baseline runs of configs/ci.yaml (one checked
+against the other), the training table sweep, and a fresh CPU run."""
 
 import re
 import shutil
@@ -12,8 +12,9 @@ from click.testing import CliRunner
 
 from nnbench.cli import cli
 
-DATA = Path("docs/data")
-BASELINE = DATA / "session3" / "ci_base.csv"  # the gate baseline that run was checked against (6cedca6)
+DATA = Path("docs/data/figures")
+RUNS = Path("results/baselines/nvidia-h100-80gb-hbm3")
+BASELINE, CURRENT = RUNS / "run-01.csv", RUNS / "run-02.csv"  # 56 cases with raw samples; run-02 passes against run-01
 
 
 def _report(tmp_path: Path, *args: str) -> Path:
@@ -58,10 +59,10 @@ def _column(page, table: str, name: str) -> list[str]:
 
 
 def test_the_page_is_self_contained(tmp_path):
-    text = _report(tmp_path, str(DATA / "session3" / "ci_again.csv"), "--baseline", str(BASELINE)).read_text()
+    text = _report(tmp_path, str(CURRENT), "--baseline", str(BASELINE)).read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from elsewhere
     for needle in ("NVIDIA H100 80GB HBM3", "Gate verdicts", "the gate <b>passes</b>", "DataTable(",
-                   "nnbench report docs/data/session3/ci_again.csv --suite gemm --plot roofline --out "
+                   f"nnbench report {CURRENT} --suite gemm --plot roofline --out "
                    "gemm-roofline.png",
                    'id="fig-gemm-roofline"', 'id="fig-conv-conv"', 'id="fig-train-train"',
                    'id="rows-gemm"', 'id="rows-train"', 'id="rows-conv"'):
@@ -69,7 +70,7 @@ def test_the_page_is_self_contained(tmp_path):
 
 
 def test_ci_report_renders_sorts_and_filters_in_chromium(tmp_path):
-    out = _report(tmp_path, str(DATA / "session3" / "ci_again.csv"), "--baseline", str(BASELINE))
+    out = _report(tmp_path, str(CURRENT), "--baseline", str(BASELINE))
     seen = {}
 
     def act(page):
@@ -98,7 +99,7 @@ def test_training_sweep_report_renders_in_chromium(tmp_path):
     res = CliRunner().invoke(cli, ["train", "--net", "1", "--backend", "cpu", "--max-iterations", "60",
                                    "--csv", str(fresh)])
     assert res.exit_code == 0, res.output
-    out = _report(tmp_path, str(DATA / "contract" / "train_table_h100.csv"), str(fresh))
+    out = _report(tmp_path, str(DATA / "train_table_h100.csv"), str(fresh))
     seen = {}
 
     def act(page):

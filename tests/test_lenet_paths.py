@@ -105,7 +105,7 @@ def test_the_unroll_path_is_the_teaching_step_as_before(recorder):
     names = [name for name, _ in recorder.log]
     assert "conv_forward" not in names and "conv_filter_grad" not in names
     assert names.count("unroll") == 5 and names.count("col2im") == 4  # no input gradient for conv1
-    assert len(names) == 58  # as at 2cb7c46 (docs/results/conv.md: 58 kernels a step)
+    assert len(names) == 58  # as at 2cb7c46 (lab/journal/conv.md: 58 kernels a step)
 
 
 ALL_IMPLICIT = ("implicit-fc-implicit", ("implicit", "implicit"))  # not a path of PATHS (FC_PATH says why)

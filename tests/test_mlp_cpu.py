@@ -118,7 +118,7 @@ def test_sequential_version_stops_at_tolerance_or_limit():
 
 
 def test_an_epoch_is_accounted_once_whoever_trains_it():
-    """record_epoch, shared by every training loop (and scripts/converge_together.py): a cut-short
+    """record_epoch, shared by every training loop (and lab/scripts/converge_together.py): a cut-short
     last epoch counts its samples but neither sets the error nor converges; the tolerance is
     compared in float32, as the fused kernel compares it."""
     hyper = mlp.Hyper(tolerance=1e-5)

@@ -16,6 +16,7 @@ from nnbench.profiling.roofline import Roof, position
 from nnbench.report import plots
 
 DATA = Path(__file__).parent / "data"
+FIGURES = Path(__file__).parent.parent / "docs" / "data" / "figures"  # the data behind the README's figures
 
 
 def _loop_mix(name: str) -> dict:
@@ -115,13 +116,14 @@ def _png_size(path: Path) -> tuple[int, int]:
     return struct.unpack(">II", head[16:24])
 
 
-@pytest.mark.parametrize("kind, csv_name", [("roofline", "ladder_4096.csv"), ("speedup", "train_net1_h100.csv"),
-                                            ("train", "contract/train_table_h100.csv"),
-                                            ("conv", "contract/conv_resnet.csv")])
-def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_name):
+@pytest.mark.parametrize("kind, csv_path", [("roofline", FIGURES / "ladder_4096.csv"),
+                                            ("speedup", DATA / "train_net1_h100.csv"),
+                                            ("train", FIGURES / "train_table_h100.csv"),
+                                            ("conv", FIGURES / "conv_resnet.csv")])
+def test_plots_are_pngs_of_the_right_size(tmp_path, kind, csv_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / f"{kind}.png"
-    res = CliRunner().invoke(cli, ["report", str(Path("docs/data") / csv_name), "--plot", kind, "--out", str(out)])
+    res = CliRunner().invoke(cli, ["report", str(csv_path), "--plot", kind, "--out", str(out)])
     assert res.exit_code == 0, res.output
     assert out.stat().st_size > 5000
     assert _png_size(out) == (int(plots.SIZE_INCHES[0] * plots.DPI), int(plots.SIZE_INCHES[1] * plots.DPI))
@@ -140,7 +142,7 @@ def _legend_entries(ax) -> list[tuple]:
 def test_roofline_reads_well(tmp_path):
     """Plain tick labels, a label per point, the ridge and the peak named, no two legend entries alike."""
     pytest.importorskip("matplotlib")
-    df = pd.concat([pd.read_csv(DATA.parent.parent / "docs/data" / n) for n in ("ladder_4096.csv", "ladder_odd.csv")])
+    df = pd.concat([pd.read_csv(FIGURES / n) for n in ("ladder_4096.csv", "ladder_odd.csv")])
     fig = plots.figure(df, "roofline")
     ax = fig.axes[0]
     fig.canvas.draw()
@@ -160,7 +162,7 @@ def test_roofline_reads_well(tmp_path):
 
 def test_a_heatmap_per_shape_never_one_picked(tmp_path):
     pytest.importorskip("matplotlib")
-    fig = plots.figure(pd.read_csv("docs/data/gemm_sweep_h100.csv"), "heatmap")
+    fig = plots.figure(pd.read_csv(FIGURES / "gemm_sweep_h100.csv"), "heatmap")
     titles = {a.get_title() for a in fig.axes if a.get_title()}
     assert {"coarsened · 2048×2048×2048", "coarsened · 4096×4096×4096"} <= titles
     assert len(titles) == 12  # six swept variants at two shapes
@@ -170,14 +172,14 @@ def test_no_empty_chart(tmp_path):
     """A figure with nothing to draw is one line and exit 2, and no file."""
     pytest.importorskip("matplotlib")
     for csv_name, kind, needle in (("ladder_odd.csv", "train", "no verified training row"),
-                                   ("contract/train_table_h100.csv", "conv", "no verified convolution row"),
+                                   ("train_table_h100.csv", "conv", "no verified convolution row"),
                                    ("ladder_4096.csv", "heatmap", "no variant sweeps two parameters"),
-                                   ("contract/ci_again.csv", "speedup", "several suites (conv, gemm, train)")):
+                                   ("ci_again.csv", "speedup", "several suites (conv, gemm, train)")):
         out = tmp_path / f"{kind}.png"
-        res = CliRunner().invoke(cli, ["report", f"docs/data/{csv_name}", "--plot", kind, "--out", str(out)])
+        res = CliRunner().invoke(cli, ["report", str(FIGURES / csv_name), "--plot", kind, "--out", str(out)])
         assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
         assert not out.exists()
-    no_speedup = pd.read_csv("docs/data/ladder_4096.csv").assign(speedup=float("nan"), pct_cublas=float("nan"))
+    no_speedup = pd.read_csv(FIGURES / "ladder_4096.csv").assign(speedup=float("nan"), pct_cublas=float("nan"))
     no_speedup.to_csv(tmp_path / "x.csv", index=False)
     res = CliRunner().invoke(cli, ["report", str(tmp_path / "x.csv"), "--plot", "speedup", "--out",
                                    str(tmp_path / "s.png")])
@@ -187,7 +189,7 @@ def test_no_empty_chart(tmp_path):
 def test_report_bad_input(tmp_path):
     res = CliRunner().invoke(cli, ["report", "nope.csv", "--plot", "roofline", "--out", str(tmp_path / "x.png")])
     assert res.exit_code == 2 and "no such file" in res.output
-    res = CliRunner().invoke(cli, ["report", "docs/data/ladder_4096.csv", "--plot", "pie", "--out", "x.png"])
+    res = CliRunner().invoke(cli, ["report", str(FIGURES / "ladder_4096.csv"), "--plot", "pie", "--out", "x.png"])
     assert res.exit_code == 2 and "roofline, speedup, heatmap, train, conv" in res.output
     pytest.importorskip("matplotlib")
     df = pd.DataFrame({"a": [1]})

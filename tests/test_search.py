@@ -1,5 +1,5 @@
 """Search strategies, budgets, replay and several workers, all on the CPU: the committed H100 results
-(docs/data/gemm_sweep_h100.csv) answer every case of configs/gemm_sweep.yaml, so every strategy
+(docs/data/figures/gemm_sweep_h100.csv) answer every case of configs/gemm_sweep.yaml, so every strategy
 runs through the real sweep (plan, device limits, worker processes, records, resume) with no GPU."""
 
 import csv
@@ -17,7 +17,7 @@ from nnbench.yamlnodes import ConfigError
 from .conftest import mpirun_cmd, needs_mpi
 
 CONFIG = paths.ROOT / "configs/gemm_sweep.yaml"
-H100 = paths.ROOT / "docs/data/gemm_sweep_h100.csv"
+H100 = paths.ROOT / "docs/data/figures/gemm_sweep_h100.csv"
 
 
 def rows(path):

@@ -22,7 +22,7 @@ class _FakeNvml:
         return "handle"
 
     def nvmlDeviceGetMaxClockInfo(self, handle, which):
-        self.max_reads += 1  # 1.7 ms a read on the H100 (docs/data/search/step4_h100/run3/case_profile.txt)
+        self.max_reads += 1  # 1.7 ms a read on an H100
         return 1980
 
 
@@ -96,7 +96,7 @@ def test_gpus_1_starts_the_very_worker_a_plain_sweep_starts(monkeypatch, tmp_pat
     """The parent's side of both paths, recorded: the same worker (backend name, suite, timing
     settings, tolerance, seed, first problem, share of the host's cores) and the same jobs in the same
     order. Sessions 3-5 measured `--gpus 1` drawing more samples than a plain sweep in 8 pairs of 8
-    with the kernels no slower (docs/results/sweep.md); the one argument that differed was the
+    with the kernels no slower (lab/journal/sweep.md); the one argument that differed was the
     backend name (`cuda:0` against `cuda`)."""
     plain = _started(monkeypatch, tmp_path, "cuda", None, "plain")
     assert plain[0][0] == "start" and plain[0][1] == "cuda" and plain[0][-1] == 1
@@ -152,48 +152,3 @@ def test_gpus_n_counts_the_gpus_in_a_child_not_in_the_parent(monkeypatch):
     monkeypatch.setattr(sys, "executable", "/bin/false")
     with pytest.raises(NnbenchError, match=r"^counting the CUDA GPUs failed \(exit 1\): no output$"):
         cli_sweep._gpus("2", "cuda")
-
-
-def test_the_mirrored_order_gives_each_kind_the_places_the_other_had():
-    """scripts/sweep_overhead.py --lead plain: the pairs run p g, g p, ... so that an effect of the
-    place in the series (after the cold run, say) and an effect of `--gpus 1` point different ways."""
-    import importlib.util
-
-    from nnbench import paths
-    spec = importlib.util.spec_from_file_location("sweep_overhead", paths.ROOT / "scripts/sweep_overhead.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    usual, mirrored = script.order(3), script.order(3, "plain")
-    assert usual[0] == mirrored[0] == ("plain_cold", "plain")
-    assert [k for _, k in usual[1:]] == ["gpus1", "plain", "plain", "gpus1", "gpus1", "plain"]
-    assert [k for _, k in mirrored[1:]] == ["plain", "gpus1", "gpus1", "plain", "plain", "gpus1"]
-    assert sorted(n for n, _ in usual) == sorted(n for n, _ in mirrored)  # the same runs, named alike
-
-
-def _script(name):
-    import importlib.util
-
-    from nnbench import paths
-    spec = importlib.util.spec_from_file_location(name, paths.ROOT / f"scripts/{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_the_sample_matched_ratio_takes_out_only_the_extra_samples():
-    """scripts/sweep_pairs.py: a `--gpus 1` run that drew 90 more samples of a 5 ms case (0.45 s more,
-    reps 1) and spent 0.1 s more outside kernels reads +0.1 s on the matched run phase, not +0.55 s;
-    the order-statistic interval of 6 pairs is min..max at 96.9%."""
-    pairs = _script("sweep_pairs")
-    case, other = ("v", "a", "s"), ("v", "b", "s")
-    p_rows = {case: {"samples": [5.0] * 10, "reps": 1, "median_ms": 5.0}, other: {"samples": [2.0] * 20, "reps": 2,
-                                                                                    "median_ms": 2.0}}
-    g_rows = {case: {"samples": [5.0] * 100, "reps": 1, "median_ms": 5.0}, other: {"samples": [2.0] * 10, "reps": 2,
-                                                                                     "median_ms": 2.0}}
-    p = {"run_s": 20.0, "kernel_s": 18.0, "first_record_s": 2.0}
-    g = {"run_s": 20.0 + 0.45 - 0.04 + 0.1, "kernel_s": 18.0 + 0.45 - 0.04, "first_record_s": 2.0}
-    fig = pairs.pair(g, p, g_rows, p_rows)
-    assert abs(fig["matched"] - 0.1 / (20.0 - 0.04)) < 1e-9, fig
-    assert abs(fig["outside_s"] - 0.1) < 1e-9 and fig["samples"] == 80 and fig["kernels"] == 0.0
-    lo, hi, cover = pairs.sign_interval([3.0, 1.0, 2.0, 6.0, 5.0, 4.0])
-    assert (lo, hi) == (1.0, 6.0) and abs(cover - (1 - 2 / 64)) < 1e-12

@@ -28,7 +28,7 @@
 //         (`paths`). Dynamic shared memory as step 9's.
 // Split-K: where the tiles make a short last wave (196 tiles on 132 SMs at N32 C128 28x28 K128: the
 //         SMs were active 70% of the time, ncu), the host launches gridDim.z slices of K
-//         (nnbench/suites/conv.py says when). Two slices run as `conv_forward_pair`, clusters of the
+//         (nnbench/workloads/conv/session.py says when). Two slices run as `conv_forward_pair`, clusters of the
 //         two blocks of a tile reduced through distributed shared memory (pair_reduce); three add
 //         with atomics into a zeroed Y (`clear`).
 // Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); grid (ceil(N*Ho*Wo / BM), ceil(K / BN), slices);

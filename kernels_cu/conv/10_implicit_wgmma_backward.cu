@@ -28,7 +28,7 @@
 //         PRODUCER_WGS=2 PRECISION=3 (nnbench/registry.py). The filter gradient's split count comes
 //         from the host.
 // Launch: THREADS = 128 * (BM/64 + PRODUCER_WGS); data: grid (ceil(N*ceil(H/s)*ceil(W/s) / BM), ceil(C / BN), s^2, or at
-//         stride 1 the forward's split of K, conv_data_slices in nnbench/suites/conv.py);
+//         stride 1 the forward's split of K, conv_data_slices in nnbench/workloads/conv/session.py);
 //         filter: grid (ceil(C*R*R / BM), ceil(K / BN), slices); sm_90a only.
 #ifndef BM
 #define BM 128

@@ -15,7 +15,7 @@
 // __launch_bounds__(THREADS, 1)). Asking for more than that pool hangs the consumers'
 // setmaxnreg.inc for good (seen with 64 + 2 x 224 > 384 x 168). The gather keeps more elements in
 // flight with more registers than step 9's copy-issuing producer needs (40): 88 measured 8-10%
-// faster forward and 15-20% faster backward on the resnet layers (docs/results/conv.md). With two
+// faster forward and 15-20% faster backward on the resnet layers (lab/journal/conv.md). With two
 // producer warpgroups at BM = 128: 2 x 128 x 88 + 2 x 128 x 168 = 512 x 128 (the consumers use 164).
 #ifndef GATHER_REGS
 #define GATHER_REGS 88

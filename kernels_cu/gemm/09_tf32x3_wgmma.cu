@@ -40,7 +40,7 @@
 //         Small shapes, decided per block at run time: a consumer warpgroup whose 64 rows lie past M
 //         issues no wgmma, and a tile whose columns past 64 lie past N runs m64n64.
 // Wide:   M <= 128 with N >= 2048 (Net 8's 100x4096x501, 7x4096x101) goes, by the host's choice
-//         (nnbench/suites/gemm.py, wide_plan; ADAPT=1), to a kernel of its own: this file built with WIDE_N
+//         (nnbench/workloads/gemm/session.py, wide_plan; ADAPT=1), to a kernel of its own: this file built with WIDE_N
 //         defined compiles only gemm/09_wide.cuh's `gemm_wide`, C^T = B^T A^T with N on wgmma's m.
 // Split-K: where the tiles fill less than half the SMs (Net 8's weight gradients: K = 4096, 16 or
 //         fewer tiles), the host launches gridDim.z slices of K, in the same launch: each slice stores
@@ -78,7 +78,7 @@
 #define PERSISTENT 0
 #endif
 #ifndef ADAPT
-#define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/suites/gemm.py, step9_tile)
+#define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/workloads/gemm/session.py, step9_tile)
 #endif
 
 __device__ __forceinline__ int load_acquire(const int* p) {
@@ -91,7 +91,7 @@ __device__ __forceinline__ int load_acquire(const int* p) {
 // block's barrier over the threads that stored a partial, `leader` one of them. As cooperative groups' grid
 // sync: the barrier orders the block's stores before the leader's, whose fence (cumulative) makes them all
 // visible at gpu scope before its count. A fence in every thread instead (membar the top stall on
-// 100x4096x501) measured 2-3% slower on the split shapes (docs/journal/step9-wide.md).
+// 100x4096x501) measured 2-3% slower on the split shapes (lab/journal/step9-wide.md).
 template <class Sync>
 __device__ __forceinline__ void split_k_meet(int* count, int splits, bool leader, Sync&& sync) {
     sync();
@@ -207,7 +207,7 @@ gemm(int M, int N, int K, float alpha, const float* __restrict__ A, const float*
         } else {
             // The next copy's k-block and tile, advanced one copy at a time: a division per k-block here
             // (the k-block and tile of iteration g) made 4096^3 8% slower, the producer's instructions per
-            // k-block being on the critical path (docs/results/gemm.md).
+            // k-block being on the critical path (lab/journal/gemm.md).
             int kb = kr.first, t = first, m0 = first % tiles_m * BM, n0 = first / tiles_m * BN;
             const int mine = first < tiles ? (tiles - first + stride - 1) / stride : 0;
             produce_stream(ring, mine * kr.count, wt, [&](int g) {

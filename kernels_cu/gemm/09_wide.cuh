@@ -1,6 +1,6 @@
 // Step 9's transposed path, for small M and wide N (Net 8's 100x4096x501 and 7x4096x101): the host
 // builds 09_tf32x3_wgmma.cu with WIDE_N defined, and this header is then the module's only kernel,
-// `gemm_wide` (nnbench/suites/gemm.py, wide_plan, picks it and its shape per GEMM).
+// `gemm_wide` (nnbench/workloads/gemm/session.py, wide_plan, picks it and its shape per GEMM).
 //
 // Why: with M <= 128 the main kernel's wgmma M (64 rows per consumer) is mostly padding or idle, its B
 // (K x N, K-major, K odd) cannot go by the copy engine, and its producer's chain per k-block (4-byte copies,
@@ -99,7 +99,7 @@ __device__ __forceinline__ void build_at(unsigned char* big, unsigned char* smal
     // UNROLL chunks a thread at a time, all their loads before any store: a chunk's loads wait on L2, so
     // one chunk after another would pay its latency each time (n104: 3.25 chunks a thread at 100x4096x501). At
     // n < 64 a thread has one chunk or none, and the unrolled code only lengthens the kernel (measured 2-4%
-    // on 7x4096x101; docs/journal/step9-wide.md).
+    // on 7x4096x101; lab/journal/step9-wide.md).
     constexpr int UNROLL = WIDE_N >= 64 ? 4 : 1;
     for (int e0 = tid; e0 < total; e0 += UNROLL * WIDE_THREADS) {
         float v[UNROLL][4][4];  // v[u][i][r]: row 4q + r at physical k 8i + c of chunk u's k-block

@@ -8,7 +8,7 @@
 // Source: seed 003 ("Super-KCM"), done right.
 // Params: THREADS (threads per block), BARRIER. Launch: a 1-D grid of G blocks, G at most what
 //         the device holds at once (the host checks the occupancy and refuses otherwise), dynamic
-//         shared memory as the host computes it (smem_bytes in nnbench/suites/fused.py).
+//         shared memory as the host computes it (smem_bytes in nnbench/workloads/train/fused.py).
 //
 // Ownership (fused_common.cuh): each block owns rows of every layer and keeps their weights and
 // velocities in shared memory for the whole launch. Then:

@@ -17,8 +17,8 @@
 // Params: THREADS (threads per block), IN_FLIGHT (tagged loads a thread issues before it waits),
 //         QUIET (1: no thread starts to poll until the block's work of the phase before is done).
 //         (A poller's sleep or pause after a miss, BACKOFF and PAUSE, measured only slower and was
-//         removed: docs/journal/fused.md.)
-//         Launch: as step 7 (nnbench/suites/fused.py); any G the device holds at once.
+//         removed: lab/journal/fused.md.)
+//         Launch: as step 7 (nnbench/workloads/train/fused.py); any G the device holds at once.
 //
 // Why one buffer per layer is enough in training: no value is overwritten before every reader
 // has read it.

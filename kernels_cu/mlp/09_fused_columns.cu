@@ -45,7 +45,7 @@
 // same offsets (o_glob), then the transposed weights, then their velocities: for weight layers
 // l >= 1, n_in rows of pad4(n_out) floats each (t_glob), 16-byte aligned. Shared memory: step
 // 8's, with room for one layer's gathered deltas (16-byte aligned) instead of the partial sums.
-// This step's defaults (the registry's, each measured: docs/journal/fused.md); fused_common.cuh's and
+// This step's defaults (the registry's, each measured: lab/journal/fused.md); fused_common.cuh's and
 // tagged.cuh's own fallbacks are the earlier steps'.
 #ifndef IN_FLIGHT
 #define IN_FLIGHT 1

@@ -1,5 +1,5 @@
 // MLP step 11: the cuBLAS reference for mini-batch training: the same three GEMMs per layer as
-// 10_batched.cu, each a cuBLAS SGEMM (nnbench/suites/batched.py calls it through CuPy, TF32 off),
+// 10_batched.cu, each a cuBLAS SGEMM (nnbench/workloads/train/batched.py calls it through CuPy, TF32 off),
 // and the work that 06 fuses into its epilogues done here as separate passes over H and D.
 //
 // Idea:   the yardstick for our GEMMs, and the measure of what fusion saves: every pass below

@@ -122,7 +122,7 @@ weight_gradient(int M, int N, int K, const float* Hin, const float* DT, MAPS, fl
 // so both sides stay coalesced; one element per thread (block (32, 32)), the slices' loads unrolled
 // so that several are in flight at once. Blocks [first_block, next layer's) belong to one layer.
 #define MAX_LAYERS 32
-struct UpdateLayer {  // 56 bytes; nnbench/suites/batched.py packs it as "PPPqiiiiii"
+struct UpdateLayer {  // 56 bytes; nnbench/workloads/train/batched.py packs it as "PPPqiiiiii"
     float* Wn;
     float* V;
     const float* G;

@@ -1,7 +1,7 @@
 // Shared by both mini-batch trainers (10_batched.cu on our GEMMs, 11_batched_cublas.cu beside
 // cuBLAS): the batch layout and the per-element work that is not part of any GEMM.
 //
-// Layout, column-major, one column per sample (nnbench/suites/batched.py allocates it):
+// Layout, column-major, one column per sample (nnbench/workloads/train/batched.py allocates it):
 //   H_l  ((n_l + 1) x B, ld = round4(n_l + 1)): layer l's outputs for the batch (H_0 = the input),
 //        with a constant row of ones under them. Each layer's bias is then one more input weight:
 //        the forward GEMM adds it, and the weight-gradient GEMM yields the bias gradient (the

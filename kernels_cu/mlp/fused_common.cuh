@@ -7,7 +7,7 @@
 // (fused polls 4 of them as one sector, not 4). The rotation rot_l = 4 l moves which blocks own
 // one row more than the others from layer to layer, so no block owns the most rows of every layer:
 // Net 8's fullest block holds 217.7 KiB instead of 225.8 with rot_l = the rows of the layers
-// before (nnbench/suites/fused.py, rows_per_block). A block keeps its rows' weights and
+// before (nnbench/workloads/train/fused.py, rows_per_block). A block keeps its rows' weights and
 // velocities in shared memory for the whole launch; shared-memory rows are padded to a multiple
 // of 4 floats so the update reads and writes float4.
 #pragma once
@@ -277,7 +277,7 @@ struct GridBarrier {
     }
 };
 
-// Where an iteration's time goes, phase by phase (built with PHASE_TIMES, scripts/fused_phases.py):
+// Where an iteration's time goes, phase by phase (built with PHASE_TIMES, lab/scripts/fused_phases.py):
 // thread 0 of block 0 adds the SM cycles from the start of each phase's wait until the data it
 // waits for are there (wait) and from then until the next phase's wait starts (work: its own
 // part of the critical path) to sums[2k] and sums[2k + 1], k the phase's number in the iteration.

@@ -40,7 +40,7 @@ class Tolerance(click.ParamType):
               help="The smallest change of the median that counts (e.g. 5% or 0.05); a rank test on the raw samples "
                    "says whether a change that large is real. Default 5% against a baseline of one run; 2% against "
                    "a baseline of several runs or the history, where each case's tolerance is raised to 5 times its "
-                   "between-run spread (docs/results/measurement.md).")
+                   "between-run spread (docs/gate.md).")
 @click.option("--run", "run_config", type=click.Path(dir_okay=False),
               help="Run this sweep config now and check it against --baseline (fresh; where --out names an existing "
                    "file, that file is resumed, its ERROR cases run again).")

@@ -104,7 +104,7 @@ def _print_table(facts: list[dict], do_measure: bool) -> None:
     app.out.print(t)
     app.out.print("SM/mem MHz: the maximum clocks; 'now': NVML's reading at this moment (an idle GPU clocks down). "
                   "power limit: enforced (the range a root user may set with nvidia-smi -pl). clocks: 'locked' where a "
-                  "user's setting holds them (nvidia-smi -lgc; docs/results/measurement.md), with any throttle "
+                  "user's setting holds them (nvidia-smi -lgc; docs/gate.md), with any throttle "
                   "reason NVML reports now.")
     if do_measure:
         app.out.print("FMA: 8 independent FMA chains per thread, full occupancy. copy: grid-stride float4 copy of "

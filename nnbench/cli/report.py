@@ -54,8 +54,8 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
 
     \b
     Examples:
-      nnbench report docs/data/ladder_4096.csv docs/data/ladder_odd.csv --plot roofline --out roofline.png
-      nnbench report docs/data/train_table.csv --plot train --out train.png
+      nnbench report docs/data/figures/ladder_*.csv --plot roofline --out roofline.png
+      nnbench report docs/data/figures/train_table_h100.csv --plot train --out train.png
       nnbench report results/ci.csv --baseline results/baselines/h100.csv --html report.html
       nnbench report results/a.csv results/b.csv --suite gemm --json gemm.jsonl
     """

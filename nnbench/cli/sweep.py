@@ -142,7 +142,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
       nnbench sweep configs/gemm_sweep.yaml
       nnbench sweep configs/gemm_sweep.yaml --dry-run
       nnbench sweep configs/gemm_sweep.yaml --compile-only --arch sm_90
-      nnbench sweep configs/gemm_search.yaml --replay docs/data/gemm_sweep_h100.csv
+      nnbench sweep configs/gemm_sweep.yaml --replay docs/data/figures/gemm_sweep_h100.csv --backend cpu
       nnbench sweep configs/gemm_sweep.yaml --gpus all
     """
     from dataclasses import replace

@@ -7,7 +7,7 @@ does not support at `max_pvalue`, or whose change is smaller than `min_change` (
 change point detection to hunt for performance regressions", ICPE 2023). No permutations: the same series
 always gives the same answer, which a gate needs.
 
-The defaults were chosen on synthetic 100-commit series with 1% noise (scripts/history_changepoints.py writes
+The defaults were chosen on synthetic 100-commit series with 1% noise (lab/scripts/history_changepoints.py writes
 the figures in docs/HISTORY.md): p < 0.00001 and a change of at least 2%.
 """
 

@@ -7,8 +7,8 @@ CUDA-event median (boost clock, warm L2): the two are printed side by side.
 
 The tensor pipe's active cycles count HMMA (mma.sync) and, on Hopper, HGMMA (wgmma) alike; on Hopper
 (sm_90) it adds the wgmma instructions and the `gmma` stall (warps waiting on a warpgroup's wgmma),
-which exist only there. The names are ncu 2025.3's (`ncu --query-metrics --chip gh100`, read on the
-H100; docs/data/step9/). `--ncu-csv FILE` keeps ncu's raw CSV.
+which exist only there. The names are ncu 2025.3's (`ncu --query-metrics --chip gh100`, read on an
+H100). `--ncu-csv FILE` keeps ncu's raw CSV.
 """
 
 from __future__ import annotations

@@ -337,7 +337,7 @@ class CudaBackend:
         The blocking kernel's timeout has two causes, told apart by one launch queued alone: a launch
         that synchronizes inside (never blocked again: its samples are issued by the host), or a batch
         that filled the driver's queue (about 1,000 entries, and `fn` may queue several kernels and
-        memsets: the unroll convolutions' 0.5 ms samples did, docs/results/measurement.md). Then the
+        memsets: the unroll convolutions' 0.5 ms samples did, lab/journal/measurement.md). Then the
         host waited inside a launch until the timeout let the stream go, so the batch is void: the
         room for `fn` is halved (queue_room) and QueueFull raised, for the caller to fit its batch."""
         room = self.queue_room(fn)

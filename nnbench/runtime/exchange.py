@@ -95,7 +95,7 @@ def launch(ranks: int, argv: list[str]) -> int:
     return subprocess.run(cmd).returncode
 
 
-DEFAULT_BUCKET_MB = 2.0  # --bucket-mb: Net 8's hidden layers are 1 MB each, two a bucket (docs/results/multigpu.md)
+DEFAULT_BUCKET_MB = 2.0  # --bucket-mb: Net 8's hidden layers are 1 MB each, two a bucket (lab/journal/multigpu.md)
 
 
 def bucket_floats(mb: float) -> int:

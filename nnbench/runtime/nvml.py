@@ -6,7 +6,7 @@ What `measure` asks of it, per case (`Telemetry`):
   SM and memory clocks, the clock-event ("throttle") reasons and the power at that moment. A batch
   whose SM clock is below 75% of the maximum, or that ran under a power or thermal limit, is dropped
   by `measure` (nvbench's rule), unless the user keeps throttled samples. Measured on the H100
-  (docs/results/measurement.md): 1.3-1.6 us a reading, 7.7 us a probe;
+  (lab/journal/measurement.md): 1.3-1.6 us a reading, 7.7 us a probe;
 - `start()` and `stop()` bracket the timed window. The total-energy counter (mJ since the driver
   loaded) is exact over long windows but, on the H100, moves only every 100 ms and costs 3.6 ms a
   read: it is read only when the window can last ENERGY_COUNTER_S or more (a long budget, or long

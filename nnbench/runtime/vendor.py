@@ -217,8 +217,8 @@ def kernel_names(torch, launch) -> str:
     profiler (CUPTI); or why they are unknown. Call it after the timing: the profiler's first use in a
     process costs a second or so on the host. CUPTI is torn down when the profiler stops
     (TEARDOWN_CUPTI=1 while it does; PyTorch's profiler reads it then): left subscribed, it made every
-    later launch 1.4-2.5x slower to issue on the H100 (scripts/independent_baselines.py measures it;
-    docs/results/baselines.md). PyTorch itself leaves the teardown off under torch.compile's CUDA
+    later launch 1.4-2.5x slower to issue on the H100 (lab/scripts/independent_baselines.py measures it;
+    lab/journal/baselines.md). PyTorch itself leaves the teardown off under torch.compile's CUDA
     graphs, where re-initializing CUPTI after one crashed on CUDA 11 and 12; the H100 runs were CUDA 13."""
     try:
         from torch.profiler import ProfilerActivity, profile

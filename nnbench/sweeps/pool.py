@@ -196,7 +196,7 @@ class MpiPool:
     unanswered after `LOST_AFTER` watchdog periods (the third covers a worker's restart and the pipe)
     is taken as lost and sent again; the pool's other ranks take it and every later job. If the rank
     was only slow, its late answer is dropped: the first answer is the one written. The MPI job must
-    outlive a dead rank (`mpirun --enable-recovery`; under Slurm `srun --no-kill`, docs/results/sweep.md);
+    outlive a dead rank (`mpirun --enable-recovery`; under Slurm `srun --no-kill`, lab/journal/sweep.md);
     by default Open MPI ends the whole job, and a re-run of the same command resumes from the file.
     A job whose future raises (the rank failed, the pool broke) is sent again too. A job lost or
     failed `TRIES` times is an ERROR row."""

@@ -68,12 +68,12 @@ LAYERS = (
 
 # The fully connected layers' path on the implicit variant. They are matrix products, not convolutions
 # (issue 28 asks for the convolutions on the implicit path), so they take the faster path, measured on the
-# H100 (docs/results/conv.md, "LeNet-5 on the implicit path"): fc1 on the unroll path took 41.8 us forward
+# H100 (lab/journal/conv.md, "LeNet-5 on the implicit path"): fc1 on the unroll path took 41.8 us forward
 # and 36.9 us backward, its shape alone on the implicit kernels 26.7 and 62.6 us. As implicit GEMMs these
 # shapes waste most of each tile (`padding`): fc1's data gradient gathers 25 taps of a 1 x 1 dY of which one
 # is inside, and the filter gradients pad each image's one pixel to a whole BK = 32 k-block. (With fc1-3 on
 # the implicit kernels inside the step, fc1's data gradient faulted, though its shape passes alone:
-# docs/journal/lenet-fc-implicit.md.)
+# lab/journal/lenet-fc-implicit.md.)
 FC_PATH = "unroll"
 # path name -> (the convolutions' path, the fully connected layers' path)
 PATHS = {"unroll": ("unroll", "unroll"), "implicit": ("implicit", FC_PATH)}

@@ -259,7 +259,7 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     the operands arrive (kernels_cu/common/wgmma_mainloop.cuh, PATH_*), split-K's per-tile counters and
     its workspace. An operand that cannot be mapped takes the kernel's cp.async path (a B whose leading
     dimension is not a multiple of 4: a padded copy first, inside the timed launch, measured slower on
-    7 of 8 such shapes, docs/results/gemm.md). `path` says which, for the table ("" without maps). One
+    7 of 8 such shapes, lab/journal/gemm.md). `path` says which, for the table ("" without maps). One
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
     allow_split = True
@@ -400,7 +400,7 @@ def launched_kernel(v: Variant, params: dict[str, int], shape: Shape, device) ->
 
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
     """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
-    from its measurements on the H100 (docs/results/gemm.md, step 9 on small shapes; clusters):
+    from its measurements on the H100 (lab/journal/gemm.md, step 9 on small shapes; clusters):
     - M <= 64 (from BM = 128): BM = 64, one consumer warpgroup (7x4096x101: 11.9 -> 9.1 us with BN = 64);
     - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
     - B by cp.async (K % 4 != 0) and M <= 64, or a 128-column grid that would leave half the SMs idle:

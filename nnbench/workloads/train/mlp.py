@@ -605,7 +605,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
 def torch_program(Ws, bs, opt, X, T, batch: int):
     """A PyTorch row's program: `sample(s)`, the s-th sample (a vector) or batch (samples as rows) of
     the training set on the device; `forward_t(x)`; and `step_t(x, t)`, one SGD step on the mean E.
-    Shared with scripts/independent_baselines.py, which times this very step with nnbench's timer
+    Shared with lab/scripts/independent_baselines.py, which times this very step with nnbench's timer
     beside its own loop."""
     import torch
     import torch.nn.functional as F
@@ -642,7 +642,7 @@ CHECK_ITERATIONS = 20
 # error that float32 itself makes on this net, these settings and these samples, measured by
 # running the reference's math in float32 in two summation orders. The GPU versions measured 0.3x to
 # 4.1x that error on Nets 1-8 (the fused kernels' approximate sigmoid the most), so 10x passes every
-# correct kernel and fails a 0.1% error in an update (docs/results/tolerances.md).
+# correct kernel and fails a 0.1% error in an update (lab/journal/tolerances.md).
 CHECK_FACTOR = 10.0
 
 
