@@ -12,6 +12,8 @@ from click.testing import CliRunner
 
 from nnbench.cli import cli
 
+from .conftest import missing
+
 DATA = Path("docs/data")
 BASELINE = DATA / "session3" / "ci_base.csv"  # the gate baseline that run was checked against (6cedca6)
 
@@ -28,7 +30,7 @@ def _chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if shutil.which(name):
             return shutil.which(name)
-    pytest.skip("Chromium is not installed (Debian: apt-get install chromium); .ci/run installs it")
+    missing("Chromium is not installed (Debian: apt-get install chromium); .ci/run installs it")
 
 
 def _browse(page_path: Path, action):
