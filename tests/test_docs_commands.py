@@ -18,7 +18,7 @@ import pytest
 
 from nnbench import paths
 from nnbench.cli import cli
-from nnbench.suites import kernel
+from nnbench.workloads.kernel import session as kernel
 
 ROOT = paths.ROOT
 
@@ -107,7 +107,7 @@ def test_the_no_gpu_form_rule():
         ["check", "a.csv", "b.csv", "--format", "markdown"]
 
 
-# -- docs/KERNEL_YAML.md against nnbench/suites/kernel.py's tables ----------------------------------------
+# -- docs/KERNEL_YAML.md against nnbench/workloads/kernel/session.py's tables ----------------------------------------
 def documented(section: str) -> list[str]:
     text = (ROOT / "docs" / "KERNEL_YAML.md").read_text()
     body = text.split(f"## {section}\n", 1)[1].split("\n## ", 1)[0]
