@@ -525,7 +525,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
     yield rec
     yield dict(rec, variant=row_name(path, "step-issued"), params=rec["params"] + ", host-issued (launch gaps "
                "included)", median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
-    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
+    if backend.runs_kernels:  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
         gnet = GpuLeNet(backend, params, x, labels, rate, path)
         try:
             graph = backend.capture(gnet.callable(gnet.step_launches))
