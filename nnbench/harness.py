@@ -69,7 +69,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     import numpy as np
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
     session = workload.session(backend, settings, rtol, seed, env or {})
-    compiled = workload.compile(backend.arch, cases) if backend.name == "cuda" else {}
+    compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
     for i, problem in enumerate(problems):

@@ -375,13 +375,13 @@ def issued_by_host(backend, launch, host_issued: bool) -> bool:
     """Whether `launch`'s samples are issued by the host as they go: asked for (`host_issued`), or fallen
     back to on a GPU (a launch that synchronizes inside, such as a vendor call that waits, found when the
     blocking kernel times out). Such samples take the host's window (HOST_WINDOW_MS)."""
-    return host_issued or (backend.name != "cpu" and backend.issued_by_host(launch))
+    return host_issued or backend.issued_by_host(launch)
 
 
 def timing_method(backend, launch, cold: bool, batch: int, host_issued: bool = False) -> str:
     """How `measure` timed `launch`: asked of the backend after the samples, since the fallback to
     host-issued launches happens inside it, on the first batch whose blocking kernel times out."""
-    if backend.name == "cpu":
+    if not backend.runs_kernels:  # times on the host clock
         return HOST
     if issued_by_host(backend, launch, host_issued):
         return HOST_ISSUED

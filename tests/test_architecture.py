@@ -231,3 +231,33 @@ def shipped_defect_hooks(root: Path) -> list[str]:
 @pytest.mark.xfail(reason="the MUTATE_/PLANT_ hooks still live in shipped kernels; see docs/ARCHITECTURE.md", strict=True)
 def test_no_test_only_defect_lives_in_a_shipped_kernel():
     assert shipped_defect_hooks(paths.KERNELS) == []
+
+
+# -- the runtime seam -------------------------------------------------------------------------------
+# Modules that read Python's own `ast.Call.func` (a parsed expression's callee), not a kernel's.
+READS_PYTHON_AST = ("expr.py",)
+
+
+def raw_function_reads(root: Path = PACKAGE) -> list[str]:
+    """Each `.func` read outside runtime/: the raw PyCUDA Function of a loaded kernel. Every launch goes
+    through the backend's `launch` or `bind`, so nothing above the runtime depends on PyCUDA's calls."""
+    bad = []
+    for f in sorted(root.rglob("*.py")):
+        rel = f.relative_to(root)
+        if rel.parts[0] == "runtime" or str(rel) in READS_PYTHON_AST:
+            continue
+        for node in ast.walk(ast.parse(f.read_text(), str(f))):
+            if isinstance(node, ast.Attribute) and node.attr == "func":
+                bad.append(f"{rel}:{node.lineno}")
+    return bad
+
+
+def test_no_module_outside_the_runtime_reaches_a_kernels_raw_function():
+    assert raw_function_reads() == []
+
+
+def test_the_seam_check_sees_a_planted_raw_function_call(tmp_path):
+    (tmp_path / "runtime").mkdir()
+    (tmp_path / "runtime" / "cuda.py").write_text("def load(m):\n    return m.get_function('k').func\n")
+    (tmp_path / "suite.py").write_text("def run(backend, c):\n    backend.load(c, 'k').func(block=(1, 1, 1))\n")
+    assert raw_function_reads(tmp_path) == ["suite.py:2"]

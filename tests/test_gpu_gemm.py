@@ -65,7 +65,7 @@ def test_poisoned_output_catches_unwritten_elements(cuda_backend):
     comp = gemm.WORKLOAD.compile(cuda_backend.arch, [case])[case]
     k = cuda_backend.load(comp, "gemm")
     pa, pb, pc = bufs.ptrs()
-    launch = lambda a, b: cuda_backend.launcher(  # noqa: E731 - half the grid along m
+    launch = lambda a, b: cuda_backend.bind(  # noqa: E731 - half the grid along m
         k, (1, 7, 1), (32, 8, 1), (np.int32(70), np.int32(50), np.int32(30), np.float32(a), pa, pb, np.float32(b), pc),
         SIGNATURE)
     assert gemm._verify(bufs, launch)[0] == float("inf")

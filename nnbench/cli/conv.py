@@ -81,7 +81,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     if backward and backend == "cpu":
         raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     be = open_device(backend)
-    if backward and be.name != "cuda":
+    if backward and not be.runs_kernels:
         raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
@@ -97,8 +97,8 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
         cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
                                                              conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
-    app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
-                                if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
+    app.out.print(tables.conv_table(records, f"convolution forward · NCHW fp32 · median of samples ({be.clock_name})"
+                                if be.runs_kernels else f"convolution forward · NumPy ({be.clock_name})"))
     for rec in records:
         if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
             app.out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
@@ -121,7 +121,7 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     if backend == "cpu":
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     be = open_device(backend)
-    if be.name != "cuda":
+    if not be.runs_kernels:
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     env = results.environment(be)
     app.out.print(device_line(env))

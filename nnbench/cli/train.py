@@ -14,6 +14,7 @@ from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
+from nnbench.runtime.backend import HOST_CLOCK
 
 
 # -- train ----------------------------------------------------------------------------------------
@@ -168,13 +169,13 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     # the command's only line, and a refused option leaves no file behind.
     sink = (app.open_sink(csv_path, "train", env["gpu"], force) if world is None or world.rank == 0
             else results.NullSink())
-    if defaulted and be.name != "cuda":
+    if defaulted and not be.runs_kernels:
         app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
     app.out.print(device_line(env))
     head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
             f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
             f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
-    torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
+    torch_modes = ("eager", "graph") if compare == "torch" and be.has_vendor_libs else ()
     problem = train_suite.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
                                        epochs or 0, train_samples or 0, test_per_letter, blocks)
     partial = dict(env, layers="-".join(map(str, layers)), encoding=layers[0], seed=hyper.seed, rate=hyper.rate,
@@ -183,15 +184,15 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
         if world is not None:
             app.out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
-                      f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
+                      f"gradients through {(allreduce or 'nccl') if be.runs_kernels else 'mpi'}")
         total = epochs * (train_samples // batch)
         records = _stream(sink, total, "step", lambda progress: (train_suite.finish(r, problem) for r in
                                                                  batched_mod.run(
             be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
             progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl", bucket_mb=bucket_mb)), problem,
             dict(partial, batch=batch))
-        clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
-                 if be.name == "cuda" else "host clock")
+        clock = (f"median step time, {be.clock_name}, steady state (PyTorch: events around whole epochs)"
+                 if be.runs_kernels else be.clock_name)
         app.out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
         check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
     else:
@@ -200,10 +201,11 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
                                                                               mlp.run(
             be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
             progress=progress, env=env, blocks=blocks)), problem, partial)
-        clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
+        clock = (f"{be.clock_name} around whole epochs (sequential: {HOST_CLOCK})" if be.runs_kernels
+                 else be.clock_name)
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
-    if compare == "torch" and be.name != "cuda":
+    if compare == "torch" and not be.has_vendor_libs:
         app.out.print("PyTorch comparison: needs the GPU backend")
     shown = next((r for r in records if r.get("_outcome") is not None and r["_outcome"].test_outputs is not None), None)
     if letters and shown is not None:

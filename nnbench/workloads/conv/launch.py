@@ -23,7 +23,7 @@ class Layer:
         self.ref = conv_reference(self.x, self.wt, shape.stride, shape.pad)
         self.be, self.shape = backend, shape
         self.count = self.ref.size
-        if backend.name == "cuda":
+        if backend.runs_kernels:
             self.X, self.Wt = backend.upload(self.x), backend.upload(self.wt)
             self.Y = backend.upload(np.zeros(self.ref.shape, np.float32))
             self.REF = backend.upload(self.ref)
@@ -36,11 +36,10 @@ def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):
     s = layer.shape
     kernel = backend.load(comp, "conv_forward")
     tile, kb = params["TILE"], params.get("KB", 1)
-    tiles, func, dims = -(-s.Ho // tile) * -(-s.Wo // tile), kernel.func, s.dims()
+    tiles, dims, block = -(-s.Ho // tile) * -(-s.Wo // tile), s.dims(), (tile, tile, 1)
     if v.runner != "constant":
         args = (dims, np.intp(int(layer.X)), np.intp(int(layer.Wt)), np.intp(int(layer.Y)))
-        grid = (-(-s.K // kb), tiles, s.N)
-        return lambda: func(*args, block=(tile, tile, 1), grid=grid)
+        return backend.bind(kernel, (-(-s.K // kb), tiles, s.N), block, args)
     symbol = backend.symbol(kernel, "filters")
     per_map = s.C * s.R * s.R
     chunk = CONSTANT_FLOATS // per_map  # output maps per launch
@@ -48,12 +47,13 @@ def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):
     for k0 in range(0, s.K, chunk):
         maps = min(chunk, s.K - k0)
         launches.append((int(layer.Wt) + 4 * k0 * per_map, 4 * maps * per_map,
-                         (dims, np.intp(int(layer.X)), np.int32(k0), np.intp(int(layer.Y))), (maps, tiles, s.N)))
+                         backend.bind(kernel, (maps, tiles, s.N), block,
+                                      (dims, np.intp(int(layer.X)), np.int32(k0), np.intp(int(layer.Y))))))
 
     def run():
-        for src, nbytes, args, grid in launches:
+        for src, nbytes, launch in launches:
             backend.copy(symbol, src, nbytes)
-            func(*args, block=(tile, tile, 1), grid=grid)
+            launch()
     return run
 
 
@@ -66,23 +66,23 @@ def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW.
     Returns (run, U, Z): the launcher and its two workspaces."""
     from nnbench.runtime import ladder_gemm
-    unroll, to_nchw = backend.load(comp, "unroll").func, backend.load(comp, "to_nchw").func
     g = registry.TF32X3_GEMM
     gp = g.defaults()
     kernel = backend.load(gemm_comp, g.kernel)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     U = backend.upload(np.zeros(m * crr, np.float32))
     Z = backend.upload(np.zeros(m * s.K, np.float32))
-    gemm = ladder_gemm.launcher(backend, g, gp, kernel, m, s.K, crr, 1.0, U, Wt, 0.0, Z)
+    gemm = ladder_gemm.bind_gemm(backend, g, gp, kernel, m, s.K, crr, 1.0, U, Wt, 0.0, Z)
     dims = s.dims()
-    u_grid, y_grid = elementwise_grid(backend, m * s.C), elementwise_grid(backend, m * s.K)
-    u_args = (dims, np.intp(int(X)), np.intp(int(U)))
-    y_args = (dims, np.intp(int(Z)), np.intp(int(Y)))
+    unroll = backend.bind(backend.load(comp, "unroll"), elementwise_grid(backend, m * s.C), (256, 1, 1),
+                          (dims, np.intp(int(X)), np.intp(int(U))))
+    to_nchw = backend.bind(backend.load(comp, "to_nchw"), elementwise_grid(backend, m * s.K), (256, 1, 1),
+                           (dims, np.intp(int(Z)), np.intp(int(Y))))
 
     def run():
-        unroll(*u_args, block=(256, 1, 1), grid=u_grid)
+        unroll()
         gemm()
-        to_nchw(*y_args, block=(256, 1, 1), grid=y_grid)
+        to_nchw()
     return run, U, Z
 
 
@@ -113,14 +113,14 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
     args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
     if pair and slices == 2:  # the two slices of a tile as one cluster: no zeroing, no atomics
         kernel = backend.load(comp, "conv_forward_pair")
-    main = backend.launcher(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
+    main = backend.bind(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
     if slices == 1:
         return main, path
     if pair and slices == 2:
         return main, f"{path}, split-K 2 (cluster pairs)"
     count = s.N * s.K * s.Ho * s.Wo
-    clear = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, count), (256, 1, 1),
-                             (np.intp(int(Y)), np.int32(count)), "Pi")
+    clear = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, count), (256, 1, 1),
+                         (np.intp(int(Y)), np.int32(count)), "Pi")
 
     def run():
         clear()
@@ -170,11 +170,11 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
         dy_map, bits, path = tensormap.encode_tiled(int(dY), map_dims, strides, box, 128), PATH_TMA_B, "TMA dY"
     else:
         dy_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async dY"
-    clear = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
-                             (ip(dW), np.int32(s.K * crr)), "Pi")
-    filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
-                            (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
-                            DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
+    clear = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
+                         (ip(dW), np.int32(s.K * crr)), "Pi")
+    filt = backend.bind(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
+                        (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
+                        DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     if dX is None:
         def filter_only():
             clear()
@@ -190,16 +190,16 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     wt2_ok = s.stride == 1 and tensormap.tiled_problem(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) is None
     wt2_map = tensormap.encode_tiled(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) if wt2_ok else \
         bytes(tensormap.MAP_BYTES)
-    transpose = backend.launcher(backend.load(comp, "transpose_filters"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
-                                 (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
+    transpose = backend.bind(backend.load(comp, "transpose_filters"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
+                             (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
     data_pair = s.stride == 1 and data_slices == 2  # as the forward's: cluster pairs, no zeroing of dX
-    data_launch = backend.launcher(backend.load(comp, "conv_data_grad_pair" if data_pair else "conv_data_grad"),
-                                   (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
-                                   (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
-                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
-                                   smem=smem)
-    clear_dx = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
-                                (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
+    data_launch = backend.bind(backend.load(comp, "conv_data_grad_pair" if data_pair else "conv_data_grad"),
+                               (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
+                               (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
+                               DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
+                               smem=smem)
+    clear_dx = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                            (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
 
     def data():
         if wt2_ok:
@@ -250,8 +250,7 @@ def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvSh
     """dX and dW of y = conv(X, Wt) for dY, through the unrolled input (06_unroll_backward.cu); dX None:
     dW alone (a first layer, whose input needs no gradient); U: X already unrolled by the forward pass
     (unroll_forward's workspace, unchanged since), so it is not unrolled again. Returns (run, workspaces)."""
-    k = {name: backend.load(comp, name).func for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad",
-                                                         "col2im")}
+    k = {name: backend.load(comp, name) for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad", "col2im")}
     threads = v.threads(params)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     kps = _round_up(-(-m // SPLIT_SLICES), params["BK"])
@@ -262,35 +261,39 @@ def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvSh
                 G=backend.upload(np.zeros(slices * crr * s.K, np.float32)),
                 dU=backend.upload(np.zeros(m * crr, np.float32) if dX is not None else np.zeros(1, np.float32)))
     U, dZ, G, dU = (work[n] for n in ("U", "dZ", "G", "dU"))
-    unroll = backend.load(fwd_comp, "unroll").func
     dims = s.dims()
     ip = lambda b: np.intp(int(b))
     bm, bn = params["BM"], params["BN"]
+    launches = [] if reuse else [backend.bind(backend.load(fwd_comp, "unroll"), elementwise_grid(backend, m * s.C),
+                                              (256, 1, 1), (dims, ip(X), ip(U)))]
+    launches += [
+        backend.bind(k["from_nchw"], elementwise_grid(backend, m * s.K), (256, 1, 1), (dims, ip(dY), ip(dZ))),
+        backend.bind(k["filter_grad"], (-(-crr // bm), -(-s.K // bn), slices), (threads, 1, 1),
+                     (np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps))),
+        backend.bind(k["sum_slices"], elementwise_grid(backend, crr * s.K), (256, 1, 1),
+                     (ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW)))]
+    if dX is not None:
+        launches += [
+            backend.bind(k["data_grad"], (-(-m // bm), -(-crr // bn), 1), (threads, 1, 1),
+                         (np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU))),
+            backend.bind(k["col2im"], elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                         (dims, ip(dU), ip(dX)))]
 
     def run():
-        if not reuse:
-            unroll(dims, ip(X), ip(U), block=(256, 1, 1), grid=elementwise_grid(backend, m * s.C))
-        k["from_nchw"](dims, ip(dY), ip(dZ), block=(256, 1, 1), grid=elementwise_grid(backend, m * s.K))
-        k["filter_grad"](np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps),
-                         block=(threads, 1, 1), grid=(-(-crr // bm), -(-s.K // bn), slices))
-        k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW), block=(256, 1, 1),
-                        grid=elementwise_grid(backend, crr * s.K))
-        if dX is None:
-            return
-        k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU),
-                       block=(threads, 1, 1), grid=(-(-m // bm), -(-crr // bn), 1))
-        k["col2im"](dims, ip(dU), ip(dX), block=(256, 1, 1), grid=elementwise_grid(backend, s.N * s.C * s.H * s.W))
+        for launch in launches:
+            launch()
     return run, work
 
 
 def direct_backward_launch(backend, params: dict, comp, layer: Layer, bufs: dict):
     s = layer.shape
-    dg = backend.load(comp, "data_grad_direct").func
-    fg = backend.load(comp, "filter_grad_direct").func
     dims, ip = s.dims(), (lambda b: np.intp(int(b)))
-    threads = params["THREADS"]
+    data = backend.bind(backend.load(comp, "data_grad_direct"), elementwise_grid(backend, layer.x.size), (256, 1, 1),
+                        (dims, ip(bufs["dY"]), ip(layer.Wt), ip(bufs["dX"])))
+    filt = backend.bind(backend.load(comp, "filter_grad_direct"), (layer.wt.size, 1, 1), (params["THREADS"], 1, 1),
+                        (dims, ip(layer.X), ip(bufs["dY"]), ip(bufs["dW"])))
 
     def run():
-        dg(dims, ip(bufs["dY"]), ip(layer.Wt), ip(bufs["dX"]), block=(256, 1, 1), grid=elementwise_grid(backend, layer.x.size))
-        fg(dims, ip(layer.X), ip(bufs["dY"]), ip(bufs["dW"]), block=(threads, 1, 1), grid=(layer.wt.size, 1, 1))
+        data()
+        filt()
     return run

@@ -277,8 +277,8 @@ class GpuLeNet:
             for c in (ifwd, ibwd):
                 if isinstance(c, Exception):
                     raise c
-        k = {name: be.load(ew, name).func for name in ("bias_act", "relu_grad", "bias_grad", "softmax_xent", "sgd")}
-        pf, pb = be.load(pool, "pool_forward").func, be.load(pool, "pool_backward").func
+        k = {name: be.load(ew, name) for name in ("bias_act", "relu_grad", "bias_grad", "softmax_xent", "sgd")}
+        pf, pb = be.load(pool, "pool_forward"), be.load(pool, "pool_backward")
         f32 = lambda a: be.upload(np.ascontiguousarray(a, dtype=np.float32))
         zeros = lambda count: be.upload(np.zeros(count, np.float32))
         ip = lambda b: np.intp(int(b))
@@ -329,37 +329,37 @@ class GpuLeNet:
             count = s.N * s.K * s.Ho * s.Wo
             blk, grd = _block_grid(be, count)
             steps = [(f"{lay.name} {self.paths[i]} forward", run),
-                     (f"{lay.name} bias+act", self._call(k["bias_act"], blk, grd, ip(Z[i]), ip(self.b[i]),
-                                                         np.int32(s.N), np.int32(s.K), np.int32(s.Ho * s.Wo),
-                                                         np.int32(lay.relu)))]
+                     (f"{lay.name} bias+act", be.bind(k["bias_act"], grd, blk, (ip(Z[i]), ip(self.b[i]), np.int32(s.N),
+                                                                                np.int32(s.K), np.int32(s.Ho * s.Wo),
+                                                                                np.int32(lay.relu))))]
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                steps.append((f"{lay.name} max-pool", self._call(pf, blk, grd, np.int32(s.N), np.int32(s.K),
-                                                                 np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
-                                                                 ip(Z[i]), ip(P[i]))))
+                steps.append((f"{lay.name} max-pool", be.bind(pf, grd, blk, (np.int32(s.N), np.int32(s.K),
+                                                                              np.int32(s.Ho), np.int32(s.Wo),
+                                                                              np.int32(lay.pool), ip(Z[i]), ip(P[i])))))
             fwd_runs += steps
             # backward of layer i: d_out[i] -> dZ[i] -> (dW, db, d_out[i-1])
             back = []
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                back.append((f"{lay.name} max-pool backward", self._call(
-                    pb, blk, grd, np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
-                    ip(Z[i]), ip(d_out[i]), ip(dZ[i]))))
+                back.append((f"{lay.name} max-pool backward", be.bind(
+                    pb, grd, blk, (np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
+                                   ip(Z[i]), ip(d_out[i]), ip(dZ[i])))))
             if lay.relu:
                 blk, grd = _block_grid(be, count)
-                back.append((f"{lay.name} relu backward", self._call(k["relu_grad"], blk, grd, ip(dZ[i]), ip(Z[i]),
-                                                                     np.int64(count))))
-            back.append((f"{lay.name} bias gradient", self._call(k["bias_grad"], (256, 1, 1), (s.K, 1, 1),
-                                                                 ip(dZ[i]), ip(self.db[i]), np.int32(s.N),
-                                                                 np.int32(s.K), np.int32(s.Ho * s.Wo))))
+                back.append((f"{lay.name} relu backward", be.bind(k["relu_grad"], grd, blk,
+                                                                  (ip(dZ[i]), ip(Z[i]), np.int64(count)))))
+            back.append((f"{lay.name} bias gradient", be.bind(k["bias_grad"], (s.K, 1, 1), (256, 1, 1),
+                                                              (ip(dZ[i]), ip(self.db[i]), np.int32(s.N),
+                                                               np.int32(s.K), np.int32(s.Ho * s.Wo)))))
             back.append((f"{lay.name} {self.paths[i]} backward", run_b))
             bwd_runs.insert(0, back)
         blk, grd = _block_grid(be, n)
-        xent = self._call(k["softmax_xent"], blk, grd, ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
-                          np.int32(n), np.int32(CLASSES))
+        xent = be.bind(k["softmax_xent"], grd, blk, (ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
+                                                    np.int32(n), np.int32(CLASSES)))
         blk, grd = _block_grid(be, self.size)
-        update = self._call(k["sgd"], blk, grd, ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
-                            np.float32(rate))
+        update = be.bind(k["sgd"], grd, blk, (ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
+                                              np.float32(rate)))
         self.forward_stages = fwd_runs
         self.stages = fwd_runs + [("softmax cross-entropy", xent)] + [r for back in bwd_runs for r in back] + \
             [("SGD update", update)]  # the backward last layer first
@@ -374,10 +374,6 @@ class GpuLeNet:
             return "unroll path (conv steps 4 and 6 + GEMM step 8)"
         return ("conv1, conv2: implicit GEMM (conv steps 9 and 10, wgmma, no workspace); fc1-3: "
                 + ("unroll path (GEMM step 8)" if fcs == "unroll" else "implicit GEMM"))
-
-    @staticmethod
-    def _call(func, block, grid, *args):
-        return lambda: func(*args, block=block, grid=grid)
 
     @staticmethod
     def callable(launches):
@@ -529,7 +525,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
     yield rec
     yield dict(rec, variant=row_name(path, "step-issued"), params=rec["params"] + ", host-issued (launch gaps "
                "included)", median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
-    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
+    if backend.runs_kernels:  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
         gnet = GpuLeNet(backend, params, x, labels, rate, path)
         try:
             graph = backend.capture(gnet.callable(gnet.step_launches))

@@ -105,9 +105,8 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     ref = pool_reference(x, S, mode)
     X, Y = backend.upload(x.astype(np.float32)), backend.upload(np.zeros(ref.shape, np.float32))
     backend.fill_nan(Y, ref.size)
-    func = backend.load(comp, v.kernel).func
-    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1),
-         grid=elementwise_grid(backend, ref.size))
+    backend.launch(backend.load(comp, v.kernel), elementwise_grid(backend, ref.size), (256, 1, 1),
+                   (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y))
     return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)
 
 
@@ -123,9 +122,8 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     init[:, :, (H // S) * S:, :] = 0.0
     init[:, :, :, (W // S) * S:] = 0.0
     X, DY, DX = backend.upload(x.astype(np.float32)), backend.upload(dy), backend.upload(init)
-    func = backend.load(comp, "pool_backward").func
-    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX, block=(256, 1, 1),
-         grid=elementwise_grid(backend, dy.size))
+    backend.launch(backend.load(comp, "pool_backward"), elementwise_grid(backend, dy.size), (256, 1, 1),
+                   (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX))
     return measure.rel_err(backend.download(DX, np.zeros(x.shape, np.float32)), ref)
 
 

@@ -177,7 +177,7 @@ class GemmSession(Session):
 
     def warm_up(self) -> None:
         """Load what the first case would otherwise wait for (cuBLAS, through CuPy)."""
-        if self.backend.name == "cuda":
+        if self.backend.has_vendor_libs:
             _ = self.cublas.via
 
     def prepare(self, problem: Shape, following: Shape | None = None) -> None:
@@ -312,8 +312,8 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
 
     def launch_for(alpha: float, beta: float):
-        main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
-                                + extra, sig, smem=smem)
+        main = backend.bind(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
+                            + extra, sig, smem=smem)
         return lambda: (keep, main())[1]
 
     return launch_for, path
@@ -383,8 +383,8 @@ def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan
         path += f", split-K {plan.splits}"
 
     def launch_for(alpha: float, beta: float):
-        main = backend.launcher(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
-                                np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
+        main = backend.bind(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
+                            np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
         return lambda: ((sync, work), main())[1]
 
     launch_for.ran = (kernel, 128 * plan.groups, plan.smem())  # for the record's resource columns
@@ -506,7 +506,7 @@ class _Buffers:
 
     def ptrs(self) -> tuple:
         b = self.backend
-        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.name == "cuda" else (self.A, self.B, self.C)
+        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.runs_kernels else (self.A, self.B, self.C)
 
     def poison(self) -> None:
         self.backend.fill_nan(self.C, self.count)

@@ -280,7 +280,7 @@ class KernelSession(Session):
                 self.refs = call_reference(problem, self.inputs)
             except NnbenchError as e:
                 self.ref_error = str(e)
-        if self.backend.name == "cuda":
+        if self.backend.runs_kernels:
             for name, host in self.inputs.items():
                 self.bufs[name] = self.backend.upload(host)
                 self.pristine[name] = self.backend.upload(host)
@@ -292,7 +292,7 @@ class KernelSession(Session):
                    precision=v.precision)
         if self.ref_error:
             return dict(rec, status="ERROR", error=self.ref_error)
-        if self.backend.name != "cuda":
+        if not self.backend.runs_kernels:
             return self._reference_against_itself(rec, problem)
         if isinstance(compiled, CompileError):
             return dict(rec, status="ERROR", error=str(compiled))
@@ -339,7 +339,7 @@ class KernelSession(Session):
         info = dict(threads=v.threads(params), registers=kernel.info.registers,
                     smem_bytes=kernel.info.smem_bytes + smem, local_bytes=kernel.info.local_bytes,
                     occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
-        return self.backend.launcher(kernel, grid, block, tuple(args), sig, smem=smem), info
+        return self.backend.bind(kernel, grid, block, tuple(args), sig, smem=smem), info
 
     def _reset_outputs(self, spec: KernelSpec) -> None:
         """Written-only outputs become NaN (an element the kernel never writes fails the check);

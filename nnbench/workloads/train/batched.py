@@ -295,11 +295,11 @@ class BatchedNet:
         m, n, _ = shape
         g = self.gemms[role]
         grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
-        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
+        return self.be.bind(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
 
     def _pass(self, name: str, total: int, args: tuple, sig: str, stream=None):
         grid = (self.be.device.stride_blocks(total, self.tpb), 1, 1)
-        return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
+        return self.be.bind(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
 
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
         out = []
@@ -554,8 +554,8 @@ class WgmmaNet(BatchedNet):
         m, n, _ = shape
         grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
         full = "iiiPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * 2 + sig
-        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), a[0], b[0], *maps, *args),
-                                full, smem=g.smem)
+        return self.be.bind(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), a[0], b[0], *maps, *args),
+                            full, smem=g.smem)
 
     def _forward(self, l: int, hin: np.intp, ldin: int, cols: int) -> list[StepLaunch]:
         n_in, n_out = self.layers[l], self.layers[l + 1]
@@ -606,8 +606,8 @@ class WgmmaNet(BatchedNet):
         table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
         table = table.ljust(-(-len(table) // 8) * 8, b"\0")
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1),
-                                                      (table, rate, mom), raw(len(table), 8) + "ff", stream=stream))]
+        return [StepLaunch("update", self.be.bind(self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1),
+                                                  (table, rate, mom), raw(len(table), 8) + "ff", stream=stream))]
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -891,15 +891,15 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 epochs=epochs, train_samples=len(train), steps_per_epoch=steps_per_epoch, init=hyper.init,
                 init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, seed=hyper.seed,
                 test_samples=len(test), flops_per_step=flops, **(env or {}))
-    base.update(ranks=ranks, exchange=(exchange_kind if backend.name == "cuda" else "mpi") if world else "")
+    base.update(ranks=ranks, exchange=(exchange_kind if backend.runs_kernels else "mpi") if world else "")
     sub = batch // ranks
-    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, sub, hyper) if backend.name == "cuda" else None
+    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, sub, hyper) if backend.has_vendor_libs else None
     exch = None
     from nnbench.runtime import exchange
     bucket_mb = exchange.DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
     cap = exchange.bucket_floats(bucket_mb)
     if world is not None:
-        exch = exchange.CpuExchange(world) if backend.name != "cuda" else exchange.gpu_exchange(
+        exch = exchange.CpuExchange(world) if not backend.runs_kernels else exchange.gpu_exchange(
             exchange_kind, world, backend, flat_size(layers))
     rtol = None
     ref = None  # the float64 reference after CHECK_STEPS steps: made once, for every version's check and the limit
@@ -970,9 +970,9 @@ def _exchange_params(world, backend, kind: str, bucket_mb: float) -> str:
     """A data-parallel row's params: how its gradients travel."""
     if world is None:
         return ""
-    if bucket_mb <= 0 or (backend.name == "cuda" and kind != "nccl"):
+    if bucket_mb <= 0 or (backend.runs_kernels and kind != "nccl"):
         return "one allreduce after the backward pass"
-    stream = ", on a side stream during the backward pass" if backend.name == "cuda" else " (non-blocking MPI)"
+    stream = ", on a side stream during the backward pass" if backend.runs_kernels else " (non-blocking MPI)"
     return f"buckets of <= {bucket_mb:g} MB{stream}"
 
 

@@ -203,7 +203,7 @@ class GpuNet:
     def __init__(self, backend, variant: Variant, params: dict[str, int], layers: tuple[int, ...],
                  init: list[np.ndarray], data: glyphs.Dataset, hyper: Hyper, compiled) -> None:
         self.be, self.v, self.layers, self.hyper = backend, variant, layers, hyper
-        self.kernels = {name: backend.load(compiled, name).func for name in self._kernel_names()}
+        self.kernels = {name: backend.load(compiled, name) for name in self._kernel_names()}
         self.out_off = np.concatenate([[0], np.cumsum(layers[1:])]).astype(int)  # hidden+output only
         self.w_off = np.concatenate([[0], np.cumsum([W.size for W in init])]).astype(int)
         self.d_out = backend.upload(np.zeros(sum(layers[1:]), np.float32))
@@ -213,8 +213,6 @@ class GpuNet:
         self.d_err = backend.upload(np.zeros(1, np.float32))
         self.load_data(data)
         self.threads_per_block = params.get("THREADS") or params.get("MASS_THREADS")
-        for name, f in self.kernels.items():
-            f.prepare(_SIGNATURES[name])
 
     def _kernel_names(self) -> list[str]:
         update = ["update_merged"] if "kcm" in self.v.tags else ["update_momentum", "update_rate"]
@@ -281,13 +279,12 @@ class GpuNet:
 
     def callable(self, launches: list[Launch], stream=None):
         """The launches as one call, on the default stream or, async, on `stream`."""
-        on = () if stream is None else (stream,)
-        calls = [(self.kernels[la.kernel].prepared_async_call if on else self.kernels[la.kernel].prepared_call,
-                  (la.grid, 1, 1), (la.block, 1, 1), (*on, *la.args)) for la in launches]
+        calls = [self.be.bind(self.kernels[la.kernel], (la.grid, 1, 1), (la.block, 1, 1), la.args,
+                              _SIGNATURES[la.kernel], stream=stream) for la in launches]
 
         def run():
-            for f, g, b, a in calls:
-                f(g, b, *a)
+            for call in calls:
+                call()
         return run
 
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
