@@ -41,6 +41,13 @@ from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
 from nnbench.runtime.vendor import CublasGemm
 from nnbench.workloads.train import mlp
+from nnbench.workloads.train.model import (  # noqa: F401 - the mini-batch trainer's math, by its names here
+    apply_update,
+    forward,
+    gradient_sums,
+    reference_weights,
+    step,
+)
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
@@ -52,56 +59,7 @@ STEP_TIMING = measure.TimingSettings(budget_s=0.3, min_samples=10, max_noise=0.0
 LAUNCH_TIMING = measure.TimingSettings(budget_s=0.05, min_samples=5, max_noise=0.05)
 
 
-# -- the math, in any float dtype (float64: the reference; float32: the CPU version) ---------------
-def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
-    """Outputs of every layer for the batch X (samples as rows)."""
-    outs = [X]
-    for W in params:
-        outs.append(mlp.sigmoid(outs[-1] @ W[:, :-1].T + W[:, -1]))
-    return outs
-
-
-def gradient_sums(params: list[np.ndarray], X: np.ndarray, T: np.ndarray,
-                  ready=None) -> tuple[list[np.ndarray], float]:
-    """The batch's summed update directions d o^T (bias column last) and its summed E, before any
-    update: what each data-parallel rank computes on its part of a batch before the allreduce.
-    The gradients are made from the last layer down, and `ready(l, g)` is told of each as it exists
-    (a data-parallel rank starts a bucket's allreduce there)."""
-    outs = forward(params, X)
-    e = T - outs[-1]
-    ds = mlp.deltas(params, outs, e)
-    grads: list[np.ndarray] = [np.empty(0)] * len(ds)
-    for l in range(len(ds) - 1, -1, -1):
-        grads[l] = np.hstack([ds[l].T @ outs[l], ds[l].sum(axis=0)[:, None]])
-        if ready is not None:
-            ready(l, grads[l])
-    return grads, 0.5 * float(np.sum(e * e))
-
-
-def apply_update(params: list[np.ndarray], vel: list[np.ndarray], grads: list[np.ndarray], scale, momentum) -> None:
-    """v = momentum v + scale g; W += v, in place (scale = rate / the global batch)."""
-    for W, v, g in zip(params, vel, grads):
-        v *= momentum
-        v += scale * g
-        W += v
-
-
-def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
-    """One mini-batch step, in place; returns the batch's mean E before the update."""
-    grads, e = gradient_sums(params, X, T)
-    apply_update(params, vel, grads, rate / len(X), momentum)
-    return e / len(X)
-
-
-def reference_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int) -> list[np.ndarray]:
-    ref = [W.copy() for W in init]
-    vel = [np.zeros_like(W) for W in init]
-    for j in range(steps):
-        sl = slice(j * batch, (j + 1) * batch)
-        step(ref, vel, data.x[sl], data.t[sl], hyper.rate, hyper.momentum)
-    return ref
-
-
+# -- the math (nnbench/workloads/train/model.py, shared with per-sample training) -----------------
 def float32_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int,
                     reverse: bool = False, update=None) -> list[np.ndarray]:
     """reference_weights' math in float32 (the `batched-numpy` version's arithmetic), for the

@@ -31,6 +31,8 @@ from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
+from nnbench.workloads.train import model
+from nnbench.workloads.train.model import deltas, sigmoid  # noqa: F401 - per-sample code calls them by these names
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
@@ -114,27 +116,11 @@ def init_params(layers: tuple[int, ...], seed: int, scale: float = 4.0, kind: st
     return out
 
 
-def sigmoid(z):
-    return 1.0 / (1.0 + np.exp(-z))
-
-
 def forward(params: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
     outs = [x]
     for W in params:
         outs.append(sigmoid(W[:, :-1] @ outs[-1] + W[:, -1]))
     return outs
-
-
-def deltas(params: list[np.ndarray], outs: list[np.ndarray], e: np.ndarray) -> list[np.ndarray]:
-    """Every layer's deltas from the outputs `outs` of a forward pass and the output error e = t - o,
-    for one sample (vectors) or a batch (samples as rows): d_L = o(1-o)e, d_l = h(1-h)(W_(l+1)^T d)."""
-    o = outs[-1]
-    out = [o * (1 - o) * e]
-    for l in range(len(params) - 1, 0, -1):
-        h = outs[l]
-        out.append(h * (1 - h) * (out[-1] @ params[l][:, :-1]))  # d @ W == W^T d, row by row for a batch
-    out.reverse()
-    return out
 
 
 def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.ndarray, rate: float,
@@ -677,12 +663,9 @@ def check_version(backend, variant: Variant, params: dict, compiled, layers, ini
 
 
 def reference_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int) -> list[np.ndarray]:
-    """The float64 reference's weights after `iterations` samples from `init`, in order."""
-    ref = [W.copy() for W in init]
-    vel = [np.zeros_like(W) for W in init]
-    for s in range(iterations):
-        step(ref, vel, data.x[s % len(data)], data.t[s % len(data)], hyper.rate, hyper.momentum)
-    return ref
+    """The float64 reference's weights after `iterations` samples from `init`, in order (the training
+    set again from its start after its last sample): the mini-batch math at batches of one."""
+    return model.reference_weights(init, data, 1, hyper, iterations)
 
 
 def float32_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int, reverse: bool = False,
