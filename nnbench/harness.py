@@ -63,12 +63,14 @@ class Comparisons:
 
 def run(workload: Workload, backend, cases: list[Case], problems: list, settings, rtol: float,
         seed: int | None = None, env: dict | None = None, vendor: bool = True,
-        baseline: Case | None = None) -> Iterator[dict]:
-    """Yield one record per (problem, vendor row or case). A kernel fault ends the run after its
-    ERROR record: the context is poisoned, and everything before it is already yielded."""
+        baseline: Case | None = None, options=None) -> Iterator[dict]:
+    """Yield one record per (problem, vendor row or case), each followed by the rows the session
+    measured along with it (Session.breakdown). A kernel fault ends the run after its ERROR record:
+    the context is poisoned, and everything before it is already yielded. `options` go to the
+    workload's session (Workload.session)."""
     import numpy as np
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
-    session = workload.session(backend, settings, rtol, seed, env or {})
+    session = workload.session(backend, settings, rtol, seed, env or {}, options)
     compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
@@ -78,7 +80,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
             for name in [n for n in workload.vendor_names(backend.name) if workload.vendor_wanted(n, cases)]:
                 rec = session.run_vendor(name, problem)
                 if rec is not None:
-                    yield comparisons.derive(rec)
+                    yield from (comparisons.derive(r) for r in session.breakdown(rec))
         for case in cases:
             if not workload.applies(case, problem):
                 continue
@@ -88,7 +90,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                            params=case.param_label, precision=case.variant.precision, status="SKIP", error=why)
                 continue
             rec = session.run_case(case, problem, compiled.get(case))
-            yield comparisons.derive(rec)
+            yield from (comparisons.derive(r) for r in session.breakdown(rec))
             if rec.get("fault"):
                 return
 

@@ -123,13 +123,18 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     be = open_device(backend)
     if not be.runs_kernels:
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    from nnbench.workloads.conv import problem as conv_problem
+    from nnbench.workloads.conv import session as conv_suite
     env = results.environment(be)
     app.out.print(device_line(env))
     sink = app.open_sink(csv_path, "conv", env["gpu"], force)
     path = sink.path
-    records = app.stream(sink, lenet.run(
-        be, batch, seed=seed, settings=app.settings(budget, cold), with_torch=not no_torch,
-        env=env, paths=tuple(dict.fromkeys(paths_)) or lenet.DEFAULT_PATHS))
+    by_path = {p: name for name, p in lenet.VARIANT_PATHS.items()}
+    cases = [Case.defaults(workloads.get("conv-model", by_path[p]))
+             for p in dict.fromkeys(paths_ or lenet.DEFAULT_PATHS)]
+    records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, [conv_suite.LeNetProblem(batch)],
+                                           app.settings(budget, cold), conv_problem.DEFAULT_RTOL, seed, env,
+                                           vendor=not no_torch))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))
     app.print_csv(path)

@@ -95,6 +95,12 @@ class Session:
     def run_case(self, case: Case, problem, compiled) -> dict:
         raise NotImplementedError
 
+    def breakdown(self, rec: dict) -> list[dict]:
+        """The rows a command shows for a case's or vendor row's record, in order: the record itself and
+        what the session measured along with it that is no case of its own (LeNet-5's forward pass, its
+        host-issued and graph steps). A sweep keeps the record alone."""
+        return [rec]
+
 
 class Workload:
     """A workload's declaration. Subclasses set the class attributes and implement the methods."""
@@ -153,7 +159,9 @@ class Workload:
         info = getattr(compiled, "ptxas", {}).get(case.variant.kernel)
         return info.registers if info else None
 
-    def session(self, backend, settings, rtol: float, seed: int, env: dict) -> Session:
+    def session(self, backend, settings, rtol: float, seed: int, env: dict, options=None) -> Session:
+        """The workload's session; `options`: a command's run options beyond the problem and the timing
+        (the workload's own dataclass: progress callbacks, data-parallel ranks; None: the defaults)."""
         raise NotImplementedError
 
 

@@ -544,42 +544,68 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
                        median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
 
 
+class LeNetRun:
+    """One batch's LeNet-5 problem, made once for its paths and PyTorch's rows: the images, the initial
+    weights and the float64 reference step. `path_rows` and `torch_rows` each return a list of rows;
+    nnbench/workloads/conv/session.py runs a path per case, `run` a command's paths."""
+
+    def __init__(self, backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
+                 env: dict | None = None) -> None:
+        if batch < 1:
+            raise NnbenchError(f"--n {batch}: the batch must be >= 1")
+        self.be, self.batch, self.rate, self.settings = backend, batch, rate, settings
+        per_letter = -(-batch // CLASSES)
+        x, labels = images(per_letter, seed)
+        self.x, self.labels = x[:batch], labels[:batch]
+        self.params = init_params(seed)
+        self.base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5,
+                         stride=1, pad=0, seed=seed, **(env or {}))
+        check_chain()
+        self.ref_loss, self.ref_params, _ = reference_step(self.params, self.x, labels[:batch], rate)
+
+    def path_rows(self, path: str) -> list[dict]:
+        """The path's rows (_path_rows), or one SKIP or ERROR row where it cannot run."""
+        layer_paths(path)  # an unknown path is refused before anything runs
+        if "implicit" in layer_paths(path) and (why := registry.find(VARIANTS, "conv", "implicit-wgmma").arch_problem(
+                self.be.device)):
+            return [dict(self.base, variant=row_name(path, "step"), status="SKIP", error=why)]
+        rows = []
+        try:
+            for row in _path_rows(self.be, path, self.params, self.x, self.labels, self.rate, self.settings, self.base,
+                                  self.ref_loss, self.ref_params):
+                rows.append(row)
+        except (KernelFault, CompileError) as e:
+            rows.append(dict(self.base, variant=row_name(path, "step"), status="ERROR", error=str(e)))
+        return rows
+
+    def torch_rows(self) -> list[dict]:
+        """PyTorch's forward and step (host-issued), its step checked as ours is: its weight changes after
+        one step, and its loss (the larger)."""
+        try:
+            t = torch_times(self.be, self.params, self.x, self.labels, self.rate)
+            t_loss, t_err = torch_step_check(self.params, self.x, self.labels, self.rate, self.ref_params)
+        except ImportError:
+            return [dict(self.base, variant="torch", status="SKIP", error="PyTorch is not installed")]
+        terr = max(t_err, abs(t_loss - self.ref_loss) / abs(self.ref_loss))
+        status = "PASS" if terr <= STEP_RTOL else "FAIL"
+        return [dict(self.base, variant="torch-forward", step="", params="eager, cuDNN, TF32 off",
+                     median_ms=t["forward_ms"], status=status, rel_err=terr),
+                dict(self.base, variant="torch-step", step="", params="eager, cuDNN, TF32 off, SGD",
+                     median_ms=t["step_ms"], status=status, rel_err=terr)]
+
+
 def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
         with_torch: bool = True, env: dict | None = None, paths=DEFAULT_PATHS):
     """Yield the records: ours on each of `paths` (PATHS; each checked against float64 on one step),
-    then PyTorch. A path that cannot be built or faults gives an ERROR row; the others still run."""
+    then PyTorch. A path that cannot be built or faults gives an ERROR row; the others still run.
+    LeNetRun over a list of paths, for tests and lab scripts (the command runs the same through the
+    workload's session)."""
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
     for path in paths:
         layer_paths(path)  # an unknown path is refused before anything runs
-    per_letter = -(-batch // CLASSES)
-    x, labels = images(per_letter, seed)
-    x, labels = x[:batch], labels[:batch]
-    params = init_params(seed)
-    base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5, stride=1,
-                pad=0, seed=seed, **(env or {}))
-    check_chain()
-    ref_loss, ref_params, _ = reference_step(params, x, labels, rate)
+    r = LeNetRun(backend, batch, rate, seed, settings, env)
     for path in paths:
-        if "implicit" in layer_paths(path) and (why := registry.find(VARIANTS, "conv", "implicit-wgmma").arch_problem(
-                backend.device)):
-            yield dict(base, variant=row_name(path, "step"), status="SKIP", error=why)
-            continue
-        try:
-            yield from _path_rows(backend, path, params, x, labels, rate, settings, base, ref_loss, ref_params)
-        except (KernelFault, CompileError) as e:
-            yield dict(base, variant=row_name(path, "step"), status="ERROR", error=str(e))
-    if not with_torch:
-        return
-    try:
-        t = torch_times(backend, params, x, labels, rate)
-        t_loss, t_err = torch_step_check(params, x, labels, rate, ref_params)
-    except ImportError:
-        yield dict(base, variant="torch", status="SKIP", error="PyTorch is not installed")
-        return
-    # PyTorch's step checked as ours is: its weight changes after one step, and its loss (the larger).
-    terr = max(t_err, abs(t_loss - ref_loss) / abs(ref_loss))
-    yield dict(base, variant="torch-forward", step="", params="eager, cuDNN, TF32 off", median_ms=t["forward_ms"],
-               status="PASS" if terr <= STEP_RTOL else "FAIL", rel_err=terr)
-    yield dict(base, variant="torch-step", step="", params="eager, cuDNN, TF32 off, SGD", median_ms=t["step_ms"],
-               status="PASS" if terr <= STEP_RTOL else "FAIL", rel_err=terr)
+        yield from r.path_rows(path)
+    if with_torch:
+        yield from r.torch_rows()

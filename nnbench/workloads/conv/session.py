@@ -128,6 +128,12 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
 
 
 # -- the workload ---------------------------------------------------------------------------------
+def _torch_row(variant: str) -> str:
+    """The PyTorch row a LeNet-5 row is compared with: its forward with PyTorch's forward, a step with
+    PyTorch's step."""
+    return "torch-forward" if variant.endswith("forward") else "torch-step"
+
+
 @dataclass(frozen=True)
 class LeNetProblem:
     """LeNet-5's whole SGD step on a batch of letter images (nnbench/workloads/conv/lenet.py)."""
@@ -160,6 +166,8 @@ class ConvSession(Session):
         self.layer: Layer | None = None
         self.grads: dict | None = None
         self._helpers: dict[str, object] = {}
+        self.lenet = None  # lenet.LeNetRun of the LeNet-5 problem at hand
+        self._rows: dict[tuple, list[dict]] = {}  # (variant, shape) -> the rows measured with that record
 
     def base_record(self, problem) -> dict:
         return _base(problem, problem.flops, self.rtol, self.seed, self.env)
@@ -168,6 +176,18 @@ class ConvSession(Session):
         if isinstance(problem, ConvShape) and (self.layer is None or self.layer.shape != problem):
             self.layer, self.grads = None, None
             self.layer = Layer(self.backend, problem, self.seed)
+        if isinstance(problem, LeNetProblem) and (self.lenet is None or self.lenet_problem != problem):
+            from nnbench.workloads.conv import lenet
+            self.lenet = lenet.LeNetRun(self.backend, problem.batch, problem.rate, self.seed, self.settings, self.env)
+            self.lenet_problem = problem
+
+    def breakdown(self, rec: dict) -> list[dict]:
+        """A LeNet-5 record as the command shows it: the path's rows (its forward, its step launched,
+        host-issued and as a graph) or PyTorch's forward and step, each compared with PyTorch's own."""
+        rows = self._rows.pop((rec.get("variant"), rec.get("shape")), None)
+        if rows is None:
+            return [rec]
+        return [dict(r, vendor=r.get("vendor") or _torch_row(r["variant"])) for r in rows]
 
     def helper(self, v: Variant):
         """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
@@ -178,12 +198,12 @@ class ConvSession(Session):
 
     def run_vendor(self, name: str, problem) -> dict | None:
         if name == "torch" and isinstance(problem, LeNetProblem):
-            from nnbench.workloads.conv import lenet
-            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env,
-                                  paths=()))  # PyTorch's rows alone
-            row = next((r for r in rows if r["variant"] == "torch-step"), None)
-            return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
-                if row else None
+            self.prepare(problem)
+            rows = self.lenet.torch_rows()
+            row = next((r for r in rows if r["variant"] in ("torch-step", "torch")), None)
+            rec = dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step")
+            self._rows[rec["variant"], rec["shape"]] = rows
+            return rec
         if name in BACKWARD_VENDORS and isinstance(problem, ConvShape):
             return self._cudnn_backward(name, problem)
         if name not in ("cudnn", "cudnn-tf32") or not isinstance(problem, ConvShape):
@@ -224,12 +244,14 @@ class ConvSession(Session):
                    precision=v.precision)
         if v.runner == "lenet":
             from nnbench.workloads.conv import lenet
+            self.prepare(problem)
             path = lenet.VARIANT_PATHS[v.name]
-            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings,
-                                  with_torch=False, env=self.env, paths=(path,)))
+            rows = self.lenet.path_rows(path)
             row = next(r for r in rows if r["variant"] == lenet.row_name(path, "step"))
-            return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
-                                                        "error")}, unit="step")
+            rec = dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
+                                                       "error")}, unit="step")
+            self._rows[rec["variant"], rec["shape"]] = rows
+            return rec
         device = getattr(self.backend, "device", None)
         if device is not None and (why := v.arch_problem(device)):
             return dict(rec, status="SKIP", error=why)
@@ -363,7 +385,7 @@ class ConvWorkload(Workload):
         if isinstance(problem, ConvShape):
             problem.validate()
 
-    def session(self, backend, settings, rtol, seed, env) -> ConvSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> ConvSession:
         return ConvSession(backend, settings, rtol, seed, env)
 
 

@@ -552,7 +552,7 @@ class GemmWorkload(Workload):
     def validate(self, problem: Shape) -> None:
         validate_shape(problem)
 
-    def session(self, backend, settings, rtol, seed, env) -> GemmSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> GemmSession:
         return GemmSession(backend, settings, rtol, seed, env)
 
 

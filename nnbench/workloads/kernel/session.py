@@ -422,7 +422,7 @@ class KernelWorkload(Workload):
                                     getattr(c.variant, "includes", ())) for c in todo]
         return dict(zip(todo, compile_many(reqs, jobs=jobs, return_errors=True)))
 
-    def session(self, backend, settings, rtol, seed, env) -> KernelSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> KernelSession:
         return KernelSession(backend, settings, rtol, seed, env)
 
 
