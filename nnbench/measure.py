@@ -139,6 +139,10 @@ class Stats:
     energy_j: float | None = None  # per unit
     energy_window_ms: float | None = None
     energy_method: str | None = None  # "counter", "instant power" or "average power" (nnbench/runtime/nvml.py)
+    # The last timed batch (nnbench/audit.py): its check's failure text, and the device-wide wait after it
+    last_failure: str | None = None
+    last_batch_ms: float | None = None  # between its events
+    settle_ms: float | None = None
 
     def as_record(self) -> dict:
         return dict(median_ms=self.median_ms, iqr_ms=self.iqr_ms, q1_ms=self.q1_ms, q3_ms=self.q3_ms,
@@ -170,8 +174,10 @@ def summarize(samples_ms: list[float] | np.ndarray) -> Stats:
                  int(x.size), float(noise), samples_ms=[float(v) for v in x])
 
 
-def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Stats:
-    """Time `launch` (a no-argument callable that enqueues one kernel) on `backend`."""
+def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=None) -> Stats:
+    """Time `launch` (a no-argument callable that enqueues one kernel) on `backend`. `last` (an
+    audit.LastBatch): once the stop rule has ended the samples, one more batch is timed with the outputs
+    poisoned before it and checked after it, and the device is synchronized whole after it (`_last_batch`)."""
     gpu_ms = backend.timed(launch, 1)  # warm-up
     reps = 1
     if not settings.cold:
@@ -269,6 +275,10 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
                     break
             elif len(kept) + len(dropped) >= settings.min_samples and time.perf_counter() >= t_end + settings.budget_s:
                 break  # throttled throughout twice the budget: keep what there is
+        if last is not None:
+            audited = _last_batch(backend, launch, settings, last, reps, batch)
+            if not last.single:
+                kept += audited[0]
     finally:
         if settings.host_issued:
             gc.unfreeze()
@@ -276,6 +286,10 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
         tel.stop()
     everything = kept + dropped
     stats = summarize(kept or dropped)
+    if last is not None:
+        got, stats.settle_ms, stats.last_failure = audited
+        stats.last_batch_ms = (1 if last.single else reps) * float(np.sum(got))
+        gpu_ms += stats.last_batch_ms if last.single else 0.0  # else its samples are among `everything`
     stats.dropped = len(dropped) if kept else 0
     stats.reps, stats.converged = reps, converged
     stats.gpu_ms = gpu_ms + reps * float(np.sum(everything))
@@ -285,6 +299,28 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings()) -> Sta
     else:
         _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     return stats
+
+
+def _last_batch(backend, launch, settings: TimingSettings, last, reps: int, batch: int):
+    """(samples, settle ms, failure) of the audited last batch: poisoned before it is queued, so no work enters
+    its events; then the whole device is synchronized, on the host's clock, so work that a launch left running
+    outside the timed stream is waited for here (audit.hidden_work judges it); then checked. A batch of the
+    timed ones' shape, or one launch where `last.single`."""
+    last.poison()
+    reps, count = (1, 1) if last.single else (reps, batch)
+    if settings.cold:
+        backend.flush_l2()
+    if settings.cold or settings.host_issued or issued_by_host(backend, launch, settings.host_issued):
+        got = [backend.timed(launch, reps) for _ in range(count)]
+    else:
+        try:
+            got = backend.timed_samples(launch, reps, count)
+        except QueueFull:
+            got = [backend.timed(launch, reps)]
+    t0 = time.perf_counter()
+    backend.synchronize()
+    settle_ms = 1e3 * (time.perf_counter() - t0)
+    return got, settle_ms, last.check()
 
 
 class RunWatch:

@@ -23,7 +23,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("nnbench.version", "nnbench.errors", "nnbench.paths", "nnbench.safeio", "nnbench.yamlnodes", "nnbench.expr",
      "nnbench.glyphs", "nnbench.nets", "nnbench.memory", "nnbench.options", "nnbench.space"),
     # measure times through a backend's events and the backends verify with its error norms: one layer
-    ("nnbench.runtime", "nnbench.measure"),
+    # and audit holds the checks that measure's last batch and the sessions apply (nnbench/audit.py)
+    ("nnbench.runtime", "nnbench.measure", "nnbench.audit"),
     ("nnbench.registry",),
     ("nnbench.workloads",),
     ("nnbench.harness",),
@@ -33,7 +34,7 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 # What a workload package may import besides itself: the contract, the registry, the timer and
 # verifier, the runtime, and the leaf utilities of the first layer.
-WORKLOAD_MAY_IMPORT = ("nnbench.workloads.base", "nnbench.registry", "nnbench.measure", "nnbench.runtime",
+WORKLOAD_MAY_IMPORT = ("nnbench.workloads.base", "nnbench.registry", "nnbench.measure", "nnbench.audit", "nnbench.runtime",
                        *LAYERS[0])
 
 
