@@ -74,6 +74,7 @@ MAX_REPS = MAX_QUEUED - 2  # launches per hot sample
 # queued batch: a 20 us kernel's host-issued read reached 50 us now and then on the H100 (reps 1 or 4 by chance)
 PROBE_BELOW = 4
 BATCH = 10  # hot samples per blocking kernel
+SETTLE_TRIES = 3  # batches whose device-wide wait must all look like hidden work (_last_batch)
 # Host-issued samples (a PyTorch eager step) span at least this much of the host's time before the
 # stopping rule may end them. Measured on the H100 (lab/journal/baselines.md): inside one 0.15 s
 # window an eager Net 8 step read 3.0 to 7.0 ms, so a ~10-sample row landed anywhere from the
@@ -305,22 +306,35 @@ def _last_batch(backend, launch, settings: TimingSettings, last, reps: int, batc
     """(samples, settle ms, failure) of the audited last batch: poisoned before it is queued, so no work enters
     its events; then the whole device is synchronized, on the host's clock, so work that a launch left running
     outside the timed stream is waited for here (audit.hidden_work judges it); then checked. A batch of the
-    timed ones' shape, or one launch where `last.single`."""
+    timed ones' shape, or one launch where `last.single`. A wait that looks like hidden work is timed again
+    after up to SETTLE_TRIES - 1 more such batches (unpoisoned, unchecked) and the shortest kept: hidden work
+    comes back with every batch, a host thread descheduled for a while (9 ms on a loaded 2-core host) rarely
+    twice in a row."""
+    from nnbench import audit
     last.poison()
     reps, count = (1, 1) if last.single else (reps, batch)
-    if settings.cold:
-        backend.flush_l2()
-    if settings.cold or settings.host_issued or issued_by_host(backend, launch, settings.host_issued):
-        got = [backend.timed(launch, reps) for _ in range(count)]
-    else:
-        try:
-            got = backend.timed_samples(launch, reps, count)
-        except QueueFull:
-            got = [backend.timed(launch, reps)]
-    t0 = time.perf_counter()
-    backend.synchronize()
-    settle_ms = 1e3 * (time.perf_counter() - t0)
-    return got, settle_ms, last.check()
+
+    def one() -> tuple[list[float], float]:
+        if settings.cold:
+            backend.flush_l2()
+        if settings.cold or settings.host_issued or issued_by_host(backend, launch, settings.host_issued):
+            got = [backend.timed(launch, reps) for _ in range(count)]
+        else:
+            try:
+                got = backend.timed_samples(launch, reps, count)
+            except QueueFull:
+                got = [backend.timed(launch, reps)]
+        t0 = time.perf_counter()
+        backend.synchronize()
+        return got, 1e3 * (time.perf_counter() - t0)
+
+    got, settle_ms = one()
+    failure = last.check()
+    for _ in range(SETTLE_TRIES - 1):
+        if audit.hidden_work(settle_ms, reps * float(np.sum(got))) is None:
+            break
+        settle_ms = min(settle_ms, one()[1])
+    return got, settle_ms, failure
 
 
 class RunWatch:
