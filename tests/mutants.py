@@ -32,10 +32,14 @@ class Patch:
 
 
 # rank 1's share of a cluster pair's K (and of a paired split data gradient) never added to rank 0's
-PAIR_SUM = Patch("conv/implicit_wgmma.cuh", """        acc[4 * r] += v.x;
+PAIR_SUM = Patch("conv/implicit_wgmma.cuh", """#pragma unroll
+    for (int r = 0; r < NACC / 4; ++r) {
+        const float4 v = ld_cluster_v4(tile + r * 128 * CONSUMERS, 1);
+        acc[4 * r] += v.x;
         acc[4 * r + 1] += v.y;
         acc[4 * r + 2] += v.z;
         acc[4 * r + 3] += v.w;
+    }
 """, "")
 
 DEFECTS: dict[str, tuple[Patch, ...]] = {
@@ -57,7 +61,8 @@ DEFECTS: dict[str, tuple[Patch, ...]] = {
     "drop_tap": (
         Patch("conv/implicit_wgmma.cuh",
               "(unsigned)Wi;\n            cp_async_4(",
-              "(unsigned)Wi;\n            ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);\n            cp_async_4("),
+              "(unsigned)Wi;\n            ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);\n"
+              "            cp_async_4("),
         Patch("conv/implicit_wgmma.cuh", "bool ok = (outside & bits) == 0;\n",
               "bool ok = (outside & bits) == 0;\n"
               "            ok = ok && bits != ((1u << (rows - 1)) | (1u << (16 + cols - 1)));\n"),

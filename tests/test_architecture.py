@@ -11,8 +11,6 @@ import ast
 import re
 from pathlib import Path
 
-import pytest
-
 from nnbench import paths, workloads
 
 PACKAGE = paths.ROOT / "nnbench"
@@ -34,7 +32,8 @@ LAYERS: list[tuple[str, ...]] = [
 ]
 # What a workload package may import besides itself: the contract, the registry, the timer and
 # verifier, the runtime, and the leaf utilities of the first layer.
-WORKLOAD_MAY_IMPORT = ("nnbench.workloads.base", "nnbench.registry", "nnbench.measure", "nnbench.audit", "nnbench.runtime",
+WORKLOAD_MAY_IMPORT = ("nnbench.workloads.base", "nnbench.registry", "nnbench.measure", "nnbench.audit",
+                       "nnbench.runtime",
                        *LAYERS[0])
 
 
