@@ -41,7 +41,7 @@ class Comparisons:
     def derive(self, rec: dict) -> dict:
         self.remember(rec)
         ms = rec.get("median_ms")
-        if not ms or rec.get("status") not in ("PASS", "FAIL"):
+        if not ms or rec.get("status") not in ("PASS", "FAIL", "SUSPECT"):
             return rec
         t = ms * 1e-3
         if rec.get("flops") and rec.get("gflops") is None:

@@ -60,10 +60,12 @@ csv.field_size_limit(2**31 - 1)
 FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
 
-# status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
-# faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
-FAILED = {"FAIL", "ERROR"}
-STATUSES = {"PASS", "FAIL", "ERROR", "SKIP"}
+# status values: PASS (verified, timed), FAIL (wrong answer, also on the last timed batch, fresh buffers, or
+# inputs the kernel edited; timed anyway), SUSPECT (right answer, but a timing beyond the device's roofline
+# or work outside the timed stream: nnbench/audit.py), ERROR (the kernel faulted or did not compile), SKIP
+# (refused for this device, with the reason in `error`). SUSPECT fails every command and the gate as FAIL does.
+FAILED = {"FAIL", "SUSPECT", "ERROR"}
+STATUSES = {"PASS", "FAIL", "SUSPECT", "ERROR", "SKIP"}
 
 
 @lru_cache(maxsize=1)

@@ -73,14 +73,16 @@ def test_poisoned_output_catches_unwritten_elements(cuda_backend):
 
 @pytest.mark.parametrize("shape", [gemm.Shape(127, 255, 63), gemm.Shape(1000, 777, 1234), gemm.Shape(512, 512, 4096)],
                          ids=lambda s: s.label)
-def test_a_kernel_that_skips_its_last_k_tile_fails_verification(cuda_backend, shape):
-    """Step 8 built with the test-only switch -DMUTATE_SKIP_KTILES=1 (it drops the last k-tile) is
-    verified by the suite's own session and tolerance, and fails; built without it, it passes."""
+def test_a_kernel_that_skips_its_last_k_tile_fails_verification(cuda_backend, shape, tmp_path):
+    """Step 8 patched to drop its last k-tile (tests/mutants.py, skip_ktiles) is verified by the suite's own
+    session and tolerance, and fails; as shipped, it passes."""
     from nnbench.runtime.compile import compile_sources
+    from tests import mutants
     v = workloads.get("gemm", "tf32x3")
     params = v.defaults()
-    real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
-                                                                                       "MUTATE_SKIP_KTILES": 1})])
+    real, = compile_sources(cuda_backend.arch, [(v.source, params)])
+    with mutants.kernel_root(tmp_path, "skip_ktiles"):
+        mutated, = compile_sources(cuda_backend.arch, [(v.source, params)])
     session = gemm.GemmSession(cuda_backend, QUICK, gemm.DEFAULT_RTOL, seed=0)
     case = Case(v, tuple(params.items()))
     assert session.run_case(case, shape, real)["status"] == "PASS"

@@ -476,6 +476,9 @@ class _StandInGpu:
     def sm_clock_mhz(self):
         return None
 
+    def synchronize(self) -> None:
+        pass
+
 
 @pytest.mark.parametrize("skip_last, status", [(False, "PASS"), (True, "FAIL")], ids=["writes all", "planted"])
 def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):

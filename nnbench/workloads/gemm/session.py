@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnbench import measure, registry
+from nnbench import audit, measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime import tensormap
@@ -234,15 +234,19 @@ class GemmSession(Session):
 
     def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
         t0 = time.perf_counter()
-        try:
-            err, verify_ms = _verify(bufs, launch_for)
-            stats = measure.measure(self.backend, launch_for(1.0, 0.0), self.settings)
-        except KernelFault as e:
-            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
-        t = stats.median_ms * 1e-3
         shape = bufs.prob.shape
         if self.rtol is None:
             rec["rtol"] = measure.error_limit(rec.get("precision"), shape.K)
+        try:
+            err, verify_ms = _verify(bufs, launch_for)
+            stats = measure.measure(self.backend, launch_for(1.0, 0.0), self.settings, _last_batch(bufs, rec["rtol"]))
+            edited = audit.changed({"A": bufs.prob.A, "B": bufs.prob.B},
+                                   {"A": bufs.backend.download(bufs.A, bufs.prob.A),
+                                    "B": bufs.backend.download(bufs.B, bufs.prob.B)}) \
+                if audit.enabled(audit.INPUTS_UNCHANGED) else []
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        t = stats.median_ms * 1e-3
         rec.update(stats.as_record(), gflops=shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
                    status="PASS" if err <= rec["rtol"] else "FAIL")
         rec["gpu_ms"] += verify_ms
@@ -250,7 +254,11 @@ class GemmSession(Session):
         peak = self.device.peak_flops(rec.get("precision")) if self.device is not None else None
         if peak:
             rec["pct_peak"] = 100 * shape.flops / t / peak
-        return rec
+        return audit.judge(rec, [
+            (audit.TIMED_OUTPUT, stats.last_failure),
+            (audit.INPUTS_UNCHANGED, edited and f"the kernel changed {' and '.join(edited)} while it was timed"),
+            (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0)),
+            (audit.ROOFLINE, audit.device_roofline(self.device, rec.get("precision"), shape.flops, shape.bytes, t))])
 
 
 def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
@@ -529,6 +537,19 @@ def _verify(bufs: _Buffers, make_launch) -> tuple[float, float]:
         ms += bufs.backend.timed(make_launch(alpha, beta), 1)
         errs.append(bufs.error(alpha, beta))
     return max(errs), ms
+
+
+def _last_batch(bufs: _Buffers, limit: float):
+    """The timed launches' C (alpha 1, beta 0) poisoned before the last timed batch and checked after it
+    (nnbench/audit.py): C is written only, so every launch of the batch leaves the same answer."""
+    if not audit.enabled(audit.TIMED_OUTPUT):
+        return None
+
+    def check() -> str | None:
+        err = bufs.error(1.0, 0.0)
+        return None if err <= limit else (f"C after the last timed batch is wrong (error {err:.3g} > {limit:.3g}) "
+                                          "where the check launches' was checked")
+    return audit.LastBatch(bufs.poison, check)
 
 
 def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
