@@ -63,12 +63,14 @@ class Comparisons:
 
 def run(workload: Workload, backend, cases: list[Case], problems: list, settings, rtol: float,
         seed: int | None = None, env: dict | None = None, vendor: bool = True,
-        baseline: Case | None = None) -> Iterator[dict]:
+        baseline: Case | None = None, tuner=None) -> Iterator[dict]:
     """Yield one record per (problem, vendor row or case). A kernel fault ends the run after its
-    ERROR record: the context is poisoned, and everything before it is already yielded."""
+    ERROR record: the context is poisoned, and everything before it is already yielded. `tuner`
+    (nnbench/runtime/autotune.py): the session picks its tiles per problem by timing them."""
     import numpy as np
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
     session = workload.session(backend, settings, rtol, seed, env or {})
+    session.tuner = tuner
     compiled = workload.compile(backend.arch, cases) if backend.name == "cuda" else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
