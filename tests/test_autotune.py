@@ -187,7 +187,7 @@ def test_the_conv_session_tunes_only_where_allowed(tmp_path, fixed):
     else:
         assert made[-1] == (params, {"SPLIT": session.tuner.asked[0]["SPLIT"]})
         assert rec["tuned"] == f"cache: BN=64 SPLIT={session.tuner.asked[0]['SPLIT']} (1 of {len(session.tuner.asked)})"
-        assert rec["params"] == autotune.label(params)
+        assert rec["params"] == f"{autotune.label(params)} · tuned (cache)"
 
 
 # -- the candidates -------------------------------------------------------------------------------

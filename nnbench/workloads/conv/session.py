@@ -288,7 +288,7 @@ class ConvSession(Session):
         choice = tuner.choose(f"{v.suite}/{v.name} {case_label(params)}", source_hash(paths.KERNELS / v.source),
                               shape.label, candidates(v, params, shape, device.sm_count), build)
         p, splits = split(choice.params)
-        rec.update(params=case_label(p), tuned=choice.marker())
+        rec.update(params=f"{case_label(p)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
         return make(p, module(p), splits)
 
     def _gradients(self) -> dict:

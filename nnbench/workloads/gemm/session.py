@@ -253,7 +253,7 @@ class GemmSession(Session):
         choice = self.tuner.choose(f"{v.suite}/{v.name} {label(params)}", source_hash(paths.KERNELS / v.source),
                                    shape.label, step9_candidates(v, params, shape, self.device), build)
         chosen = dict(params, **choice.params)
-        rec.update(params=label(chosen), tuned=choice.marker())
+        rec.update(params=f"{label(chosen)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
         return chosen, module(chosen)
 
     def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
