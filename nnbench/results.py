@@ -37,6 +37,9 @@ TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
+# How an autotuned row's tile was chosen (nnbench/runtime/autotune.py): "timed", "paired" or "cache", the
+# chosen candidate and its place among them; empty where the case ran its fixed tiles.
+TUNING = ["tuned"]
 VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
 # What only some workloads have (empty elsewhere).
 TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "init_scale", "rate", "momentum",
@@ -57,7 +60,7 @@ ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
 RAW = ["samples_ms"]
 # A cell of up to max_samples (100,000) samples runs to about 1 MB, past the csv module's 128 KiB default.
 csv.field_size_limit(2**31 - 1)
-FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
+FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + TUNING + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
 
 # status values: PASS (verified, timed), FAIL (wrong answer, also on the last timed batch, fresh buffers, or

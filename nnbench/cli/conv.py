@@ -8,7 +8,15 @@ import click
 
 from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, force_option, json_option, open_device, timing_options
+from nnbench.cli.app import (
+    autotune_option,
+    backend_option,
+    device_line,
+    force_option,
+    json_option,
+    open_device,
+    timing_options,
+)
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
 from nnbench.workloads.base import Case
@@ -43,11 +51,12 @@ from nnbench.workloads.base import Case
                    "(--n is the batch, default 64), checked against float64, beside PyTorch; on the unroll and "
                    "the implicit-GEMM paths, or the one given by --path (unroll or implicit).")
 @click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
+@autotune_option
 @force_option
 @json_option
 @backend_option
 def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
-         seed, force, backend) -> None:
+         seed, no_autotune, force, backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
 
@@ -96,7 +105,8 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     if backward:
         cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
-                                                             conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
+                                                             conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn,
+                                                             tuner=app.tuner(be, no_autotune, overrides)))
     app.out.print(tables.conv_table(records, f"convolution forward · NCHW fp32 · median of samples ({be.clock_name})"
                                 if be.runs_kernels else f"convolution forward · NumPy ({be.clock_name})"))
     for rec in records:

@@ -9,6 +9,7 @@ import click
 from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import (
+    autotune_option,
     backend_option,
     device_line,
     force_option,
@@ -43,10 +44,12 @@ from nnbench.workloads.gemm import session as gemm_suite
 @force_option
 @json_option
 @click.option("--no-cublas", is_flag=True, help="Skip the cuBLAS baseline.")
+@autotune_option
 @click.option("--seed", type=options.SEED,
               help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
 @backend_option
-def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, seed, backend, **params) -> None:
+def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, no_autotune, seed, backend,
+         **params) -> None:
     """Run the GEMM ladder (column-major SGEMM, C = alpha*A*B + beta*C): verify, time, compare.
 
     \b
@@ -82,7 +85,8 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     app.out.print(device_line(env))
     total = len(shapes) * (len(cases) + (0 if no_cublas or not be.has_vendor_libs else 1))
     records = app.stream(sink, harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
-                                                             seed=seed, env=env, vendor=not no_cublas), total)
+                                                             seed=seed, env=env, vendor=not no_cublas,
+                                                             tuner=app.tuner(be, no_autotune, overrides)), total)
 
     mode = "cold L2" if cold else "hot L2"
     clock = be.clock_name

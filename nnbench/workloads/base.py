@@ -78,6 +78,10 @@ class Session:
     record each (status PASS, FAIL, ERROR or SKIP; `fault=True` when the context is poisoned).
     """
 
+    # nnbench/runtime/autotune.py's Tuner where the command autotunes (harness.run sets it), else None:
+    # the fixed tiles, as a sweep's cases (each names its parameters) always run.
+    tuner = None
+
     def warm_up(self) -> None:
         pass
 

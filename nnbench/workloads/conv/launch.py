@@ -90,11 +90,13 @@ PATH_TMA_B = 2  # kernels_cu/common/wgmma_mainloop.cuh's `paths` bit: the filter
 DIMS_SIGNATURE = "{40@4}"  # ConvDims by value: ten ints
 
 
-def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, pair: bool = True):
+def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, pair: bool = True,
+                     slices: int | None = None):
     """Conv step 9 (09_implicit_wgmma.cu): one launch, no workspace. The filters, read as the K-major
     GEMM operand (C*R*R x K, leading dimension C*R*R), come by a tensor map where the 16-byte stride
     rule allows, else by the producer's cp.async. K split in two runs as cluster pairs reduced through
     shared memory (`conv_forward_pair`; `pair` False: Y zeroed, then atomics, as any other split).
+    `slices`: that many slices of K (the autotuner's candidate), else forward_slices' pick.
     Returns (run, path): the launcher and the filters' path, for the table."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
@@ -107,7 +109,7 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
     else:
         w_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async filters"
     tiles = -(-s.N * s.Ho * s.Wo // params["BM"]) * -(-s.K // params["BN"])
-    slices = forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
+    slices = slices or forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
     grid = (-(-s.N * s.Ho * s.Wo // params["BM"]), -(-s.K // params["BN"]), slices)
     sig = DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
     args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
@@ -150,12 +152,14 @@ def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
     return max(1, min(sms // tiles, k_blocks // 4))
 
 
-def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW):
+def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW,
+                      filter_split: int | None = None, data_split: int | None = None):
     """Conv step 10 (10_implicit_wgmma_backward.cu): dW zeroed, the filter gradient's slices added into
     it, then the data gradient; no workspace. The filter gradient reads dY by a 3-D tensor map (Ho*Wo,
     K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. dX None: the
-    filter gradient alone (a first layer, whose input needs no gradient: LeNet-5's conv1). Returns (run,
-    path)."""
+    filter gradient alone (a first layer, whose input needs no gradient: LeNet-5's conv1). `filter_split`,
+    `data_split`: the autotuner's slices of each reduction, else filter_grad_slices' and conv_data_slices'.
+    Returns (run, path)."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
     block, smem = v.launch_block(params), v.dynamic_smem_bytes(params)
@@ -164,7 +168,7 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     ip = lambda b: np.intp(int(b))  # noqa: E731
     dims = s.dims().tobytes()
     tiles = -(-crr // bm) * -(-s.K // bn)
-    slices = filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
+    slices = filter_split or filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
     map_dims, strides, box = (hw, s.K, s.N), (4 * hw, 4 * hw * s.K), (bk, bn, 1)
     if tensormap.tiled_problem(int(dY), map_dims, strides, box, 128) is None:
         dy_map, bits, path = tensormap.encode_tiled(int(dY), map_dims, strides, box, 128), PATH_TMA_B, "TMA dY"
@@ -182,7 +186,7 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
         filter_only.parts = {"filter": filter_only}
         return filter_only, f"filter split-K {slices}, {path}, no data gradient"
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
-    data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
+    data_slices = data_split or conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
     # At stride 1 the data gradient's B comes by the copy engine from the filters transposed into dW's
     # buffer (written by the filter gradient only after the data gradient has read them), where the map's
     # 16-byte stride rule allows; else (and for a strided layer's phases) the producer gathers it.
@@ -215,6 +219,42 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
     data_text = f", data split-K {data_slices}" + (" (cluster pairs)" if data_pair else "") if data_slices > 1 else ""
     return run, f"filter split-K {slices}, {path}{data_text}" + (", TMA filters^T in dW" if wt2_ok else "")
+
+
+TUNE_SPLITS = (1, 2, 3)  # the forward's slices of K the autotuner times beside forward_slices' pick
+TUNE_MIN_K_BLOCKS = 4  # each slice at least this many k-blocks (a slice pays the ring's fill)
+
+
+def _bn_choices(v: Variant, params: dict) -> list[int]:
+    """The case's BN first (the fixed behaviour leads: a tie keeps it), then the variant's other choices."""
+    return [params["BN"], *(b for b in v.param("BN").choices if b != params["BN"])]
+
+
+def forward_candidates(v: Variant, params: dict, s: ConvShape, sms: int) -> list[dict]:
+    """The implicit forward's tiles the autotuner times on a layer: each BN with forward_slices' pick and
+    1 to 3 slices of K (each of at least TUNE_MIN_K_BLOCKS k-blocks); the fixed rule's choice first."""
+    out = []
+    crr, pixels = s.C * s.R * s.R, s.N * s.Ho * s.Wo
+    k_blocks = -(-crr // params["BK"])
+    for bn in _bn_choices(v, params):
+        rule = forward_slices(-(-pixels // params["BM"]) * -(-s.K // bn), k_blocks, sms)
+        out += [{"BN": bn, "SPLIT": n} for n in dict.fromkeys((rule, *TUNE_SPLITS))
+                if n == 1 or k_blocks // n >= TUNE_MIN_K_BLOCKS]
+    return out
+
+
+def backward_candidates(v: Variant, params: dict, s: ConvShape, sms: int) -> list[dict]:
+    """The implicit backward's: each BN with the filter gradient's slices as filter_grad_slices picks them
+    and half as many, and the data gradient's as conv_data_slices picks them and none (a strided layer's
+    phases leave it one); the fixed rules' choice first."""
+    out = []
+    bm, bk, crr = params["BM"], params["BK"], s.C * s.R * s.R
+    for bn in _bn_choices(v, params):
+        rule = filter_grad_slices(-(-crr // bm) * -(-s.K // bn), s.N * -(-(s.Ho * s.Wo) // bk), sms)
+        data = conv_data_slices(s, bm, bn, bk, sms)
+        out += [{"BN": bn, "FILTER_SPLIT": f, "DATA_SPLIT": d} for f in dict.fromkeys((rule, max(1, rule // 2)))
+                for d in dict.fromkeys((data, 1))]
+    return out
 
 
 def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:

@@ -14,10 +14,11 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbench import measure, registry
+from nnbench import measure, paths, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.autotune import label as case_label
+from nnbench.runtime.compile import compile_sources, source_hash, variant_module
 from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.vendor import cudnn_conv
 from nnbench.workloads.base import Case, Session, Workload, problem_text
@@ -25,9 +26,11 @@ from nnbench.workloads.conv.launch import (
     AUTOTUNED,
     BACKWARD_VENDORS,
     Layer,
+    backward_candidates,
     direct_backward_launch,
     direct_launch,
     elementwise_grid,
+    forward_candidates,
     implicit_backward,
     implicit_forward,
     unroll_backward_launch,
@@ -267,7 +270,10 @@ class ConvSession(Session):
             rec["rtol"] = v.rtol
         try:
             if v.runner == "implicit":
-                launch, path = implicit_forward(self.backend, v, params, compiled, problem, layer.X, layer.Wt, layer.Y)
+                def make(p, comp, split):
+                    return implicit_forward(self.backend, v, p, comp, problem, layer.X, layer.Wt, layer.Y,
+                                            slices=split.get("SPLIT"))
+                launch, path = self._tuned(rec, v, params, compiled, problem, make, forward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
             elif v.runner == "unroll":
                 launch = unroll_launch(self.backend, compiled, self.helper(registry.TF32X3_GEMM), layer)
@@ -276,6 +282,34 @@ class ConvSession(Session):
             return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"])
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+
+    def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: ConvShape, make, candidates):
+        """(launch, path) of an implicit-GEMM path: its case's tile, or, under the autotuner
+        (nnbench/runtime/autotune.py), the candidate it chose for this layer, whose parameters then
+        replace the case's in the record's `params` and whose choice goes to `tuned`. `make(params,
+        module, splits)` builds a launch; the candidates' keys that are not parameters are its splits."""
+        tuner = self.tuner
+        if tuner is None or not tuner.takes(v):
+            return make(params, compiled, {})
+        device = self.backend.device
+
+        def split(c: dict) -> tuple[dict, dict]:
+            return dict(params, **{k: x for k, x in c.items() if k in params}), \
+                {k: x for k, x in c.items() if k not in params}
+
+        def module(p: dict):
+            if why := v.device_problems(p, device):
+                raise NnbenchError(why[0])
+            return compiled if p == params else variant_module(v, p, self.backend.arch)
+
+        def build(c: dict):
+            p, splits = split(c)
+            return make(p, module(p), splits)[0]
+        choice = tuner.choose(f"{v.suite}/{v.name} {case_label(params)}", source_hash(paths.KERNELS / v.source),
+                              shape.label, candidates(v, params, shape, device.sm_count), build)
+        p, splits = split(choice.params)
+        rec.update(params=f"{case_label(p)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
+        return make(p, module(p), splits)
 
     def _gradients(self) -> dict:
         """This layer's dY, the float64 dX and dW for it, and the output buffers, made on first use."""
@@ -324,8 +358,11 @@ class ConvSession(Session):
         rec["vendor"] = "cudnn-backward"
         try:
             if v.runner == "implicit":
-                launch, path = implicit_backward(be, v, params, comp, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
-                                                 bufs["dW"])
+                def make(p, module, split):
+                    return implicit_backward(be, v, p, module, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
+                                             bufs["dW"], filter_split=split.get("FILTER_SPLIT"),
+                                             data_split=split.get("DATA_SPLIT"))
+                launch, path = self._tuned(rec, v, params, comp, shape, make, backward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
             elif v.runner == "unroll":
                 launch = unroll_backward_launch(be, v, params, comp, self.helper(registry.find(VARIANTS, "conv", "unroll")), layer, bufs)

@@ -221,6 +221,8 @@ class GemmSession(Session):
         if isinstance(compiled, CompileError):
             return dict(rec, status="ERROR", error=str(compiled))
         params = case.param_dict
+        if self.tuner is not None and v.param("ADAPT") and self.tuner.takes(v):
+            params, compiled = self._tuned(rec, v, params, compiled, shape, bufs)
         kernel = self.backend.load(compiled, v.kernel)
         launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
         # The kernel that runs: step 9's transposed one where the host took that path (`ran`), else the variant's.
@@ -231,6 +233,28 @@ class GemmSession(Session):
         if path:
             rec["params"] = f"{rec['params']} · {path}"
         return self._timed(rec, bufs, launch_for)
+
+    def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: Shape, bufs: _Buffers):
+        """Step 9's tile and split for this shape, as the autotuner (nnbench/runtime/autotune.py) chose
+        them among step9_candidates: (the parameters, their module). The record's `params` names them
+        and `tuned` says how they were chosen."""
+        from nnbench import paths
+        from nnbench.runtime.autotune import label
+        from nnbench.runtime.compile import source_hash, variant_module
+
+        def module(p: dict):
+            code = dict(p, **{name: params[name] for name in HOST_SIDE})  # the host-side values: the case's cubin
+            return compiled if code == params else variant_module(v, code, self.backend.arch)
+
+        def build(c: dict):
+            p = dict(params, **c)
+            kernel = self.backend.load(module(p), v.kernel)
+            return gemm_launch(self.backend, kernel, v, p, shape, *bufs.ptrs())[0](1.0, 0.0)
+        choice = self.tuner.choose(f"{v.suite}/{v.name} {label(params)}", source_hash(paths.KERNELS / v.source),
+                                   shape.label, step9_candidates(v, params, shape, self.device), build)
+        chosen = dict(params, **choice.params)
+        rec.update(params=f"{label(chosen)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
+        return chosen, module(chosen)
 
     def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
         t0 = time.perf_counter()
@@ -270,22 +294,17 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     7 of 8 such shapes, lab/journal/gemm.md). `path` says which, for the table ("" without maps). One
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
-    allow_split = True
     wide = wide_plan(shape, params, backend.device.sm_count, backend.device.smem_per_block_optin) \
         if v.tensor_maps else None
     if wide is not None:
         return _wide_launch(backend, v, params, shape, wide, pa, pb, pc)
-    if params.get("ADAPT"):
-        tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
-        if tile != params:
-            changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
-            params = tile
-            kernel = backend.load(_tile_module(backend, v, params), v.kernel)
-            path = f"{changed} here ({why}), "
-    grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
-    asked = params.get("SPLIT_K", 0)
-    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count, asked) \
-        if v.split_k and (allow_split or asked) else 1
+    tile, why, grid, splits = launch_plan(v, params, shape, backend.device.sm_count)
+    if tile != params:
+        changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
+        params = tile
+        kernel = backend.load(_tile_module(backend, v, params), v.kernel)
+        path = f"{changed} here ({why}), "
+    block = v.launch_block(params)
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
@@ -406,6 +425,48 @@ def launched_kernel(v: Variant, params: dict[str, int], shape: Shape, device) ->
     return v.kernel
 
 
+def launch_plan(v: Variant, params: dict[str, int], shape: Shape, sms: int) -> tuple[dict, str, tuple, int]:
+    """What the main kernel launches for a case (not the transposed path): (the parameters, after step 9's
+    rules where ADAPT=1; why they differ from the case's; the grid; the slices of K)."""
+    tile, allow_split, why = step9_tile(shape, params, sms) if params.get("ADAPT") else (params, True, "")
+    grid = v.launch_grid(tile, shape.as_dict())
+    asked = tile.get("SPLIT_K", 0)
+    splits = split_k(grid[0] * grid[1], -(-shape.K // tile.get("BK", 1)), sms, asked) \
+        if v.split_k and (allow_split or asked) else 1
+    return tile, why, grid, splits
+
+
+TUNE_SPLITS = (0, 1, 2, 4)  # step 9's SPLIT_K values the autotuner times (0: the host's rule)
+HOST_SIDE = ("ADAPT", "SPLIT_K")  # step 9's parameters that only the host reads: one cubin serves every value
+
+
+def step9_candidates(v: Variant, params: dict[str, int], shape: Shape, device) -> list[dict]:
+    """The launches the autotuner times for step 9 on a shape: ADAPT as the case has it and not (the host's
+    rules, or BN as given and the main kernel always), each BN choice, SPLIT_K in TUNE_SPLITS; the case's own
+    first; each kept only where it launches something no earlier candidate launches (the rules map several
+    onto one launch: at 4096^3 every split asked for is none) and fits the device."""
+    out, seen = [], set()
+
+    def first(name: str, values) -> list[int]:
+        return [params[name], *(x for x in values if x != params[name])]
+    for adapt in first("ADAPT", v.param("ADAPT").choices):
+        for bn in first("BN", v.param("BN").choices):
+            for k in first("SPLIT_K", TUNE_SPLITS):
+                p = dict(params, ADAPT=adapt, BN=bn, SPLIT_K=k)
+                if v.problems(p) or v.device_problems(p, device, arch=False):
+                    continue
+                wide = wide_plan(shape, p, device.sm_count, device.smem_per_block_optin) if v.tensor_maps else None
+                if wide is None:
+                    tile, _, grid, n = launch_plan(v, p, shape, device.sm_count)
+                    launched = (tuple(sorted((name, x) for name, x in tile.items() if name not in HOST_SIDE)), grid, n)
+                else:
+                    launched = ("wide", wide)
+                if launched not in seen:
+                    seen.add(launched)
+                    out.append({"ADAPT": adapt, "BN": bn, "SPLIT_K": k})
+    return out
+
+
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
     """Step 9's rules per shape (ADAPT=1): (the parameters to launch with, whether K may be split, why),
     from its measurements on the H100 (lab/journal/gemm.md, step 9 on small shapes; clusters):
@@ -431,10 +492,11 @@ def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str
 
 
 def _tile_module(backend, v: Variant, params: dict[str, int]):
-    """The variant's module with other tile parameters, built (or taken from the cache) for this launch."""
-    from nnbench import paths
-    from nnbench.runtime.compile import CompileRequest, compile_cubin
-    return compile_cubin(CompileRequest.make(paths.KERNELS / v.source, params, v.target(backend.arch)))
+    """The variant's module with other tile parameters, built (or taken from the cache) for this launch; the
+    host-side parameters at their defaults, so that the autotuner's splits share one cubin."""
+    from nnbench.runtime.compile import variant_module
+    defaults = v.defaults()
+    return variant_module(v, dict(params, **{k: defaults[k] for k in HOST_SIDE if k in params}), backend.arch)
 
 
 PHASES = 4  # A with a leading dimension not a multiple of 4 is mapped by 4 maps, one per k % 4
