@@ -103,7 +103,7 @@ class Tuner:
     @staticmethod
     def for_backend(backend, fixed=()) -> Tuner | None:
         """A tuner on a GPU backend; None elsewhere (the host variants have no tiles to choose)."""
-        if backend.name != "cuda":
+        if not backend.runs_kernels:
             return None
         return Tuner(Identity.of(backend), EventTimer(backend), fixed=fixed)
 
