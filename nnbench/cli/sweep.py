@@ -167,6 +167,13 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError(f"--replay {replay_path}: no such file")
     if mpi and gpus_opt:
         raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
+    if not (dry_run or replay_path or (compile_only and arch)):
+        backend = app.worker_backend(backend)
+    if compile_only and backend == "cpu" and not arch:
+        # the CPU path compiles nothing: without a GPU, compile for an arch instead of saying so
+        from nnbench.backend_choice import NO_GPU_ARCH
+        arch = NO_GPU_ARCH
+        app.err.print(f"nnbench: no GPU: compiling for {arch} (--arch picks another)")
     gpus = _gpus(gpus_opt, backend) if gpus_opt and not (dry_run or compile_only) else None
     for spec in specs:
         n_shapes = len(spec.shapes)
