@@ -6,7 +6,9 @@ code 2; a failed verification or a kernel fault exits 1 after the results are wr
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import click
 from rich.console import Console
@@ -34,15 +36,31 @@ def _who() -> str:
     return f"rank {rank}: "
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so every `finally` runs as on Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 class NnbenchGroup(click.Group):
     """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
 
     def invoke(self, ctx):
+        # SIGTERM (a CI timeout, `kill`, mpirun ending its ranks) unwinds like Ctrl-C, so the result files
+        # are closed as they are then: rows kept, a file with none removed.
+        main_thread = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # before click's handler, which adds a blank line
-            click.echo("nnbench: interrupted (Ctrl-C); every row already written is kept", err=True)
-            raise click.exceptions.Exit(130) from None
+        except KeyboardInterrupt as e:  # before click's handler, which adds a blank line
+            how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+            click.echo(f"nnbench: {how}; every row already written is kept", err=True)
+            raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, before)
 
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
@@ -196,7 +214,7 @@ def param_options(*suites: str):
     return deco
 
 
-def _request(backend: str):
+def request_of(backend: str):
     from nnbench import backend_choice
     return BACKEND[0] if BACKEND[0] is not None and BACKEND[0].name == backend else \
         backend_choice.Request(backend, "--backend")
@@ -212,7 +230,7 @@ def open_device(backend: str, device: int | None = None):
     """The backend of `backend` (as the option resolved it), with its one line on stderr where it was
     not simply typed: auto's choice and reason, or the variable or file that set it."""
     from nnbench import backend_choice
-    be, line = backend_choice.open_requested(_request(backend), DEVICE[0] if device is None else device)
+    be, line = backend_choice.open_requested(request_of(backend), DEVICE[0] if device is None else device)
     _say_backend(line)
     return be
 
@@ -221,7 +239,7 @@ def worker_backend(backend: str) -> str:
     """cuda or cpu for a sweep's workers, with the same one line as open_device; this process never
     initialises CUDA (its workers own the GPUs)."""
     from nnbench import backend_choice
-    name, line = backend_choice.resolve_without_context(_request(backend))
+    name, line = backend_choice.resolve_without_context(request_of(backend))
     _say_backend(line)
     return name
 
