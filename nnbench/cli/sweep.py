@@ -179,7 +179,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         n_shapes = len(spec.shapes)
         app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · suite "
                       f"{spec.suite} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
-        app.out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and "
+        app.out.print(tables.plan_table(spec.counts, _runs(spec), "plan: the axes' product, less what restrictions and "
                                                                "the variants' rules exclude"))
     if dry_run:
         return
@@ -200,6 +200,14 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
     if code:
         sys.exit(code)
+
+
+def _runs(spec) -> dict[str, int]:
+    """Per variant, the (case, shape) pairs a run of the spec runs: the sweep's own plan, counted."""
+    from collections import Counter
+
+    from nnbench.sweep import plan_jobs
+    return Counter(j.case.variant.name for j in plan_jobs(spec, False, "cuda"))
 
 
 def _gpus(text: str, backend: str) -> list[int]:
@@ -259,8 +267,9 @@ def print_outcome(spec, outcome) -> None:
     if outcome.replayed:
         line += f" · replayed from {outcome.replayed}: no kernel ran, every row is the file's"
     elif outcome.overhead is not None:
-        line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
-                 f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
+        over = f" summed over {outcome.workers} workers" if outcome.workers > 1 else ""
+        line += (f" · kernel time {outcome.gpu_s:.1f} s{over} · overhead outside kernels "
+                 f"{100 * outcome.overhead:.1f}% of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
     app.out.print(line)
     if spec.suite == "kernel" and outcome.backend == "cpu":
         app.out.print("CPU backend: no kernel ran; each problem's float64 reference was timed and verified against "
