@@ -54,6 +54,7 @@ class _Recorder:
         self.saved: Path | None = None
         self.result = None  # api.CheckResult
         self.tolerance = parse_fail(config.getoption("nnbench_fail"))
+        self.backend = _backend(config)  # a bad NNBENCH_BACKEND or config file stops the session at once
         base = config.getoption("nnbench_compare")
         if base and not Path(base).is_file():
             raise pytest.UsageError(f"--nnbench-compare {base}: no such file")
@@ -92,7 +93,7 @@ def nnbench_kernel(request):
     fail the test on a wrong answer or a fault; skip it without a GPU. Returns a list of records, one
     per (case, problem), however many match: `[rec] = nnbench_kernel(...)` for one."""
     rec = _recorder(request.config)
-    backend = _backend(request.config)
+    backend = rec.backend
     device = request.config.getoption("nnbench_device")
     if backend == "cuda":
         from nnbench.errors import BackendUnavailable

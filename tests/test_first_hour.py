@@ -175,8 +175,17 @@ def test_cpu_default_iterations_fit_the_budget():
 def test_train_on_the_cpu_stops_at_its_default_and_says_so(tmp_path, monkeypatch):
     from nnbench.suites import mlp
     monkeypatch.setattr(mlp, "CPU_BUDGET_S", 0.01)  # the floor: one epoch of 52
-    res = run("train", "--net", "8", "--no-letters", "--csv", tmp_path / "t.csv")
-    assert res.exit_code == 0, res.output
+
+    def too_long(*_):
+        raise TimeoutError("train --net 8 ran past its CPU default")
+    before = signal.signal(signal.SIGALRM, too_long)
+    signal.alarm(60)  # uncapped, Net 8 would train 2,000,000 iterations: hours
+    try:
+        res = run("train", "--net", "8", "--no-letters", "--csv", tmp_path / "t.csv")
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, before)
+    assert res.exit_code == 0 and res.exception is None, res.output
     assert "at most 52 iterations" in res.output
     assert "stopped after 52 iterations (CPU default; --max-iterations for more)" in res.output
     res = run("train", "--net", "1", "--no-letters", "--max-iterations", "104", "--csv", tmp_path / "u.csv")
@@ -240,11 +249,12 @@ def test_an_api_frame_has_every_column_whatever_it_holds():
 
 def test_report_prints_no_pandas_warning(tmp_path):
     import pandas as pd
+    full = tmp_path / "full.csv"  # every column of today's schema: pandas' block count is what warned
+    assert run("gemm", "--backend", "cpu", "--size", "16", *QUICK, "--csv", full).exit_code == 0
     with warnings.catch_warnings():
         warnings.simplefilter("error", pd.errors.PerformanceWarning)
-        res = run("report", "docs/data/train_net1_h100.csv", "docs/data/ladder_odd.csv", "--html",
-                  tmp_path / "r.html")
-    assert res.exit_code == 0, res.output
+        res = run("report", full, "docs/data/ladder_odd.csv", "--html", tmp_path / "r.html")
+    assert res.exit_code == 0 and res.exception is None, res.output
 
 
 def test_cpu_conv_rows_compare_in_check(tmp_path):
@@ -262,10 +272,13 @@ def test_the_dry_run_counts_what_a_run_runs():
     from nnbench.sweep import plan_jobs
     res = run("sweep", "configs/ci.yaml", "--dry-run")
     assert res.exit_code == 0
-    totals = [int(m) for m in re.findall(r"│total\s.*?(\d+)│", res.output)]
-    jobs = [len([j for j in plan_jobs(spec, False, "cuda") if j.kind == "case"])
-            for spec in config.load_config("configs/ci.yaml")]
-    assert totals == jobs and jobs[1] == 5, (totals, jobs)
+    shown = [(name, int(n)) for name, n in re.findall(r"│(\S+)\s+│.*│\s*(\d+)│", res.output)]
+    want = []
+    for spec in config.load_config("configs/ci.yaml"):
+        jobs = [j.case.variant.name for j in plan_jobs(spec, False, "cuda") if j.kind == "case"]
+        want += [(c.variant, jobs.count(c.variant)) for c in spec.counts] + [("total", len(jobs))]
+    assert shown == want, (shown, want)
+    assert ("fused", 3) in shown and ("batched", 2) in shown  # per-sample nets, mini-batch nets
 
 
 def test_overhead_of_several_workers_is_a_share():
@@ -291,3 +304,11 @@ def test_help_cites_files_that_exist():
     assert "profile train" in run("profile", "--help").output and "profile mlp" not in run("profile", "--help").output
     assert "docs/data/train_table.csv" not in run("report", "--help").output
     assert "Let --csv" not in run("report", "--help").output
+
+
+def test_the_plugin_returns_a_list_and_takes_nnbench_backend(tmp_path):
+    from .test_kernel_suite import pytester_run
+    p = pytester_run(tmp_path, env={"NNBENCH_BACKEND": "cpu", "XDG_CONFIG_HOME": str(tmp_path)})
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr  # PLUGIN_TEST unpacks [rec]
+    p = pytester_run(tmp_path, env={"NNBENCH_BACKEND": "tpu", "XDG_CONFIG_HOME": str(tmp_path)})
+    assert p.returncode == 4 and "NNBENCH_BACKEND=tpu: choose from cuda, cpu, auto" in p.stderr, p.stderr

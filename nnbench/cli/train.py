@@ -221,7 +221,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
-        if cpu_cap is not None and any(r.get("iterations") == cpu_cap for r in records):
+        if cpu_cap is not None and any(r.get("iterations") == cpu_cap and not r.get("converged") for r in records):
             app.out.print(f"stopped after {cpu_cap:,} iterations (CPU default; "
                           "--max-iterations for more)")
     if compare == "torch" and be.name != "cuda":
