@@ -150,11 +150,12 @@ class LineSink:
     O_APPEND, an advisory lock held until `close`), each line one write(2), forced to disk before
     `append` returns. A file whose last line a kill cut short is ended before the next line."""
 
+    _made = False  # this sink wrote the header: the file is this run's alone
+
     def __init__(self, path: Path, mode: str) -> None:
         self.path, self._fd = safeio.open_locked(Path(path), mode)
         self.rows = 0  # written by this sink
         self._lead = ""  # what the first line must start with
-        self._made = False  # this sink wrote the header: the file is this run's alone
         try:
             end = os.fstat(self._fd).st_size
             if end > 0:
