@@ -18,7 +18,8 @@ from nnbench.errors import NnbenchError
 CHOICES = ("cuda", "cpu", "auto")
 ENV = "NNBENCH_BACKEND"
 USER_KEYS = ("backend",)
-NO_GPU_ARCH = "sm_90"  # what a command compiles for without a GPU (--arch picks another): the GPU a run most likely meets
+# What a command compiles for without a GPU (--arch picks another): the GPU a run most likely meets.
+NO_GPU_ARCH = "sm_90"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,6 @@ from click.testing import CliRunner
 
 from nnbench import backend_choice, paths, results, safeio
 from nnbench.cli import cli
-from nnbench.errors import NnbenchError
 
 from .conftest import gpu_available
 
@@ -297,7 +296,7 @@ def test_train_variant_option_and_the_version_option():
 
 def test_help_cites_files_that_exist():
     from nnbench.cli import app
-    for name, command in app.cli.commands.items():
+    for name in app.cli.commands:
         text = run(name, "--help").output
         for cited in re.findall(r"\b((?:configs|docs|examples)/[\w./-]+\.(?:yaml|csv|json|jsonl))\b", text):
             assert (paths.ROOT / cited).exists(), f"{name} --help cites {cited}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -156,10 +155,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
     if app.KEEP_THROTTLED[0]:
         specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
-    if arch and not compile_only:
-        raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
-    if arch and not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
+    from nnbench.cli.nogpu import check_arch
+    check_arch(arch, compile_only)
     # every refusal before the plan is printed: bad input gets its one line and nothing else
     if replay_path and compile_only:
         raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")

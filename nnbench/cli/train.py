@@ -95,7 +95,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
 
     \b
     Examples:
-      nnbench train --net 8                    # the fastest GPU version, to convergence (CPU: ~20 s of it)
+      nnbench train --net 8                    # the fastest GPU version, to convergence (CPU: a default length)
       nnbench train --net 1 -v all --compare torch
       nnbench train --layers 120,300,7 -v mass --max-iterations 5000
       nnbench train --net 8 --batch 4096 -v batched -v batched-cublas --compare torch
