@@ -70,7 +70,7 @@ def load(config: ConfigLike) -> list:
     return cfg.load_config(Path(config))
 
 
-def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device: int = 0,
+def benchmark(config: ConfigLike | None = None, *, backend: str | None = None, device: int = 0,
               variants: Iterable[str] | None = None, params: dict[str, int] | None = None,
               problems: list[dict[str, int]] | None = None, budget: float | None = None, seed: int | None = None,
               frame: bool = True, **declaration: Any):
@@ -83,7 +83,10 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
     variants: run only these variants. params: keep only the cases with these parameter values
         (with keyword declarations: the values themselves). problems: a kernel config's problems
         instead of its own, e.g. [{"N": 4097}]. budget: seconds per case (timing.budget).
-    backend: "cuda", "cpu" or "auto" (cuda when a GPU works). device: the GPU index.
+    backend: "cuda", "cpu" or "auto" (cuda when a GPU works); None: $NNBENCH_BACKEND, else the user's
+        config file (`backend:` in ~/.config/nnbench/config.yaml), else auto. device: the GPU index.
+    Returns every record with the result CSV's columns (results.FIELDS), each present whatever the
+    records hold (`error` is None on a row that passed).
     """
     import numpy as np
 
@@ -101,7 +104,8 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
     elif declaration:
         raise NnbenchError(f"benchmark(): give a config or keywords, not both ({', '.join(declaration)})")
     specs = load(config)
-    be, _ = open_backend(backend, device)
+    from nnbench.backend_choice import requested
+    be, _ = open_backend(requested(backend).name, device)
     env = results.environment(be)
     rows: list[dict] = []
     for spec in specs:
@@ -124,10 +128,10 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
         return rows
     import pandas as pd
     df = pd.DataFrame(rows)
-    return df.reindex(columns=[c for c in results.FIELDS if c in df.columns]).replace({np.nan: None})
+    return df.reindex(columns=results.FIELDS).replace({np.nan: None})
 
 
-def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out: str | Path | None = None,
+def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0, out: str | Path | None = None,
           fresh: bool = False, jobs: int | None = None, retry_errors: bool = False, load_only: bool = False,
           events: Callable[..., Callable] | None = None, finished: Callable[..., None] | None = None,
           json: str | Path | None = None, gpus: list[int] | None = None, replay: str | Path | None = None,
@@ -138,8 +142,11 @@ def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out
     the kernels and stop. `events(spec)` may return a callback for a part's progress events (the
     CLI's progress bar); `finished(spec, outcome)` is called after each part. With `json`, the records
     and their raw samples also go to that JSON Lines file (docs/JSON.md). `gpus`: one worker per listed
-    GPU, into one result file; `replay`: answer every case from a finished result file (no GPU)."""
+    GPU, into one result file; `replay`: answer every case from a finished result file (no GPU).
+    `backend` as in `benchmark` (None: $NNBENCH_BACKEND, else the user's config file, else auto)."""
+    from nnbench.backend_choice import requested
     from nnbench.sweeps import sweep as sweep_mod
+    backend = requested(backend).name
     specs = config if isinstance(config, list) else load(config)
     name = f"{backend}:{device}" if device and backend != "cpu" else backend
     outcomes = []

@@ -1,12 +1,13 @@
 """nnbench's pytest plugin (entry point `pytest11`): verified, CUDA-event-timed kernels in a test suite.
 
     def test_vector_add(nnbench_kernel):
-        rec = nnbench_kernel("examples/vector_add/vector_add.yaml", params={"BLOCK": 256, "ITEMS": 2})
+        [rec] = nnbench_kernel("examples/vector_add/vector_add.yaml", params={"BLOCK": 256, "ITEMS": 2})
         assert rec["gbs"] > 100
 
 `nnbench_kernel(config, **options)` runs `nnbench.benchmark` (the same verification, with outputs
 poisoned first, and the same `measure`, as `nnbench sweep`), fails the test on a FAIL, SUSPECT or ERROR row,
-and returns the record (one case and problem) or the list of records. Every record of the session
+and returns the list of records, one per (case, problem): always a list, so `[rec] = ...` states
+that one case is meant and fails loudly where a config matches more. Every record of the session
 is saved to one CSV (`--nnbench-save`, default .nnbench/pytest-<time>.csv under the rootdir).
 `--nnbench-compare=BASELINE.csv --nnbench-fail=median:5%` runs nnbench's gate on the saved file
 against the baseline and fails the session on a regression (SLOWER, FAILED, INVALID, MISSING).
@@ -31,8 +32,11 @@ def pytest_addoption(parser) -> None:
     g.addoption("--nnbench-fail", metavar="median:N%", default="median:5%",
                 help=f"With --nnbench-compare, how much slower counts as a regression: {FAIL_FORM}.")
     g.addoption("--nnbench-device", type=int, default=0, metavar="N", help="The GPU to run on (default 0).")
-    g.addoption("--nnbench-backend", default="cuda", choices=["cuda", "cpu"],
-                help="cpu: check the configs' references only (no kernel runs); default cuda.")
+    g.addoption("--nnbench-backend", default=None, choices=["cuda", "cpu", "auto"],
+                help="cuda: skip each kernel test without a GPU; cpu: check the configs' references only (no "
+                     "kernel runs); auto: cuda if a GPU works, else cpu. Default: $NNBENCH_BACKEND, else `backend:` "
+                     "in ~/.config/nnbench/config.yaml, else cuda (a kernel test that cannot run its kernel is "
+                     "skipped, never passed).")
 
 
 def parse_fail(text: str) -> float:
@@ -50,6 +54,7 @@ class _Recorder:
         self.saved: Path | None = None
         self.result = None  # api.CheckResult
         self.tolerance = parse_fail(config.getoption("nnbench_fail"))
+        self.backend = _backend(config)  # a bad NNBENCH_BACKEND or config file stops the session at once
         base = config.getoption("nnbench_compare")
         if base and not Path(base).is_file():
             raise pytest.UsageError(f"--nnbench-compare {base}: no such file")
@@ -85,10 +90,10 @@ def _recorder(config) -> _Recorder:
 @pytest.fixture
 def nnbench_kernel(request):
     """Run a kernel config (a path, a dict, or keywords as in nnbench.benchmark) verified and timed;
-    fail the test on a wrong answer or a fault; skip it without a GPU. Returns the record, or the
-    records when the call covers several cases or problems."""
+    fail the test on a wrong answer or a fault; skip it without a GPU. Returns a list of records, one
+    per (case, problem), however many match: `[rec] = nnbench_kernel(...)` for one."""
     rec = _recorder(request.config)
-    backend = request.config.getoption("nnbench_backend")
+    backend = rec.backend
     device = request.config.getoption("nnbench_device")
     if backend == "cuda":
         from nnbench.errors import BackendUnavailable
@@ -110,9 +115,21 @@ def nnbench_kernel(request):
             r = bad[0]
             why = r.get("error") or f"||out-ref||/||ref|| = {r.get('rel_err'):.3g} > rtol {r.get('rtol'):.3g}"
             pytest.fail(f"nnbench: {r['variant']} {r['params']} at {r['shape']}: {r['status']}: {why}", pytrace=False)
-        return rows[0] if len(rows) == 1 else rows
+        return rows
 
     return run
+
+
+def _backend(config) -> str:
+    """--nnbench-backend, else NNBENCH_BACKEND or the user's config file, else cuda: unlike the CLI's
+    default (auto), a kernel test without a GPU is skipped rather than passed on the references alone."""
+    from nnbench.backend_choice import requested
+    from nnbench.errors import NnbenchError
+    try:
+        req = requested(config.getoption("nnbench_backend"))
+    except NnbenchError as e:
+        raise pytest.UsageError(str(e)) from None
+    return "cuda" if req.source == "default" else req.name
 
 
 @pytest.hookimpl(tryfirst=True)

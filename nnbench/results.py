@@ -139,6 +139,8 @@ class LineSink:
     O_APPEND, an advisory lock held until `close`), each line one write(2), forced to disk before
     `append` returns. A file whose last line a kill cut short is ended before the next line."""
 
+    _made = False  # this sink wrote the header: the file is this run's alone
+
     def __init__(self, path: Path, mode: str) -> None:
         self.path, self._fd = safeio.open_locked(Path(path), mode)
         self.rows = 0  # written by this sink
@@ -153,6 +155,7 @@ class LineSink:
                 self.check_existing()
             else:
                 self._write(self.header())
+                self._made = True
         except OSError as e:
             self._fail(e)
         except NnbenchError:
@@ -207,8 +210,12 @@ class LineSink:
         raise NnbenchError(f"{safeio.os_problem(self.path, e)}{kept}") from None
 
     def close(self) -> None:
+        """Release the file; one this sink made and wrote no row to is removed (a run interrupted, or
+        refused, before its first row), so no header-only file trips `report`, `check` or a resume."""
         if self._fd is not None:
             fd, self._fd = self._fd, None
+            if self._made and not self.rows:
+                Path(self.path).unlink(missing_ok=True)  # still under our lock: nobody appended meanwhile
             os.close(fd)  # releases the lock
 
 
@@ -332,7 +339,9 @@ def read_csv(path, **options):
     from nnbench import safeio
     from nnbench.errors import NnbenchError
     try:
-        return pd.read_csv(path, encoding="utf-8", **options)
+        # pandas 3 reads every column into a block of its own; copy() joins them, or the first column a
+        # caller adds (report's _file) meets a 125-block frame and pandas warns that it is fragmented
+        return pd.read_csv(path, encoding="utf-8", **options).copy()
     except FileNotFoundError:
         raise NnbenchError(f"{path}: no such file") from None
     except IsADirectoryError:

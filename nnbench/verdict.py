@@ -220,6 +220,8 @@ def load(path: Path) -> pd.DataFrame:
         df["samples_ms"] = [r.samples_ms for r in recs]
     else:
         df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        if df.empty:
+            notes.append(f"{path}: has a header but no rows (a run stopped before its first); no cases from it")
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
         raise NnbenchError(f"{path}: not an nnbench result file; missing columns: {', '.join(missing)}")

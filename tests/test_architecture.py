@@ -28,7 +28,8 @@ LAYERS: list[tuple[str, ...]] = [
     ("nnbench.harness",),
     ("nnbench.results", "nnbench.rawresults"),
     ("nnbench.sweeps", "nnbench.profiling", "nnbench.verdict", "nnbench.history", "nnbench.report"),
-    ("nnbench", "nnbench.api", "nnbench.pytest_plugin", "nnbench.cli", "nnbench.__main__"),  # nnbench: the facade
+    ("nnbench", "nnbench.api", "nnbench.pytest_plugin", "nnbench.cli", "nnbench.__main__",  # nnbench: the facade
+     "nnbench.backend_choice"),
 ]
 # What a workload package may import besides itself: the contract, the registry, the timer and
 # verifier, the runtime, and the leaf utilities of the first layer.

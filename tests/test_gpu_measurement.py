@@ -54,7 +54,7 @@ def test_per_sample_trainers_record_nvml(tmp_path):
     eager and graph rows) carries the clocks, the throttle reasons and the energy over its timed runs
     (measure.RunWatch), as rows timed by `measure` do; the NumPy row, on the host, carries none."""
     out = tmp_path / "t.jsonl"
-    res = CliRunner().invoke(cli, ["train", "--net", "1", "-V", "fused", "-V", "simple", "-V", "sequential",
+    res = CliRunner().invoke(cli, ["train", "--net", "1", "-v", "fused", "-v", "simple", "-v", "sequential",
                                    "--max-iterations", "3120", "--compare", "torch", "--torch-iterations", "520",
                                    "--no-letters", "--csv", str(tmp_path / "t.csv"), "--json", str(out)])
     assert res.exit_code == 0, res.output

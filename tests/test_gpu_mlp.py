@@ -258,7 +258,7 @@ def test_data_parallel_gpus_match_one_gpu(tmp_path, exchange):
     from nnbench.runtime import device_count
     if device_count() < 2 or shutil.which("mpirun") is None:
         pytest.skip("needs 2 GPUs and mpirun")
-    args = ["train", "--net", "8", "--batch", "1024", "-V", "batched", "-V", "batched-cublas", "--epochs", "1",
+    args = ["train", "--net", "8", "--batch", "1024", "-v", "batched", "-v", "batched-cublas", "--epochs", "1",
             "--train-samples", "8192", "--no-letters"]
     one, two = tmp_path / "one.csv", tmp_path / "two.csv"
     assert CliRunner().invoke(cli, [*args, "--csv", str(one)]).exit_code == 0

@@ -424,7 +424,10 @@ def test_auto_fallback_hint_keeps_the_extra_name(tmp_path):
     from .conftest import gpu_available
     if gpu_available():
         pytest.skip("this machine has a GPU")
+    # auto's line gives the bare reason (rich prints it, escaped); an explicit cuda's refusal the install hint
     res = run("gemm", "--backend", "auto", "--size", "8", "--budget", "0.01", "--csv", tmp_path / "a.csv")
+    assert "nnbench: backend cpu (no GPU: PyCUDA is not installed)" in res.output
+    res = run("gemm", "--backend", "cuda", "--size", "8")
     assert "pip install -e '.[gpu]'" in res.output.replace("\n", " ")
     assert "bash scripts/setup" in res.output.replace("\n", " ")
 

@@ -272,8 +272,8 @@ def test_check_passes_the_same_file_and_fails_a_planted_slowdown(tmp_path):
 # -- the pytest plugin ----------------------------------------------------------------------------
 PLUGIN_TEST = f"""
 def test_vector_add(nnbench_kernel):
-    rec = nnbench_kernel({str(VECTOR_ADD)!r}, params={{"BLOCK": 256, "ITEMS": 1}}, problems=[{{"N": 100003}}],
-                         budget=0.05)
+    [rec] = nnbench_kernel({str(VECTOR_ADD)!r}, params={{"BLOCK": 256, "ITEMS": 1}}, problems=[{{"N": 100003}}],
+                           budget=0.05)
     assert rec["status"] == "PASS"
 """
 

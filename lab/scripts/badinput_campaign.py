@@ -116,7 +116,7 @@ def cases() -> list[Case]:
         ["train", *CPU, "--layers", "60,-5,7"],
         ["train", *CPU, "--layers", "60,100000000,7"],
         ["train", *CPU, "--layers", "60,1e9,7"],
-        ["train", *CPU, "--net", "1", "-V", ""],
+        ["train", *CPU, "--net", "1", "-v", ""],
         ["train", *CPU, "--net", "1", "--init", ""],
         ["gemm", *CPU, "-v", ""],
         ["gemm", *CPU, "-v", "tf32x3"],

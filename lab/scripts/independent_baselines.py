@@ -205,7 +205,7 @@ def torch_step(layers, batch: int, graph: bool) -> float:
 
 
 NET8 = (120, *[500] * 13, 100, 7)
-TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-V", "batched-cublas", "--compare", "torch", "--epochs", "1",
+TORCH_ARGS = ["train", "--net", "8", "--batch", "4096", "-v", "batched-cublas", "--compare", "torch", "--epochs", "1",
               "--no-letters"]
 TORCH_ROWS = ("torch-eager", "torch-graph")
 

@@ -6,7 +6,9 @@ code 2; a failed verification or a kernel fault exits 1 after the results are wr
 
 from __future__ import annotations
 
+import signal
 import sys
+import threading
 
 import click
 from rich.console import Console
@@ -14,7 +16,6 @@ from rich.markup import escape
 
 from nnbench import options, rawresults, workloads
 from nnbench.errors import NnbenchError
-from nnbench.runtime import open_backend
 from nnbench.version import __version__
 
 # Wide when piped (CI logs, pasted output), so the ladder table is never squeezed into 80 columns.
@@ -36,20 +37,36 @@ def _who() -> str:
     return f"rank {rank}: "
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so every `finally` runs as on Ctrl-C."""
+
+
+def _terminate(signum, frame):
+    raise Terminated()
+
+
 class NnbenchGroup(click.Group):
     """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
 
     def invoke(self, ctx):
+        # SIGTERM (a CI timeout, `kill`, mpirun ending its ranks) unwinds like Ctrl-C, so the result files
+        # are closed as they are then: rows kept, a file with none removed.
+        main_thread = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGTERM, _terminate) if main_thread else None
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # before click's handler, which adds a blank line
-            click.echo("nnbench: interrupted (Ctrl-C); every row already written is kept", err=True)
-            raise click.exceptions.Exit(130) from None
+        except KeyboardInterrupt as e:  # before click's handler, which adds a blank line
+            how = "terminated (SIGTERM)" if isinstance(e, Terminated) else "interrupted (Ctrl-C)"
+            click.echo(f"nnbench: {how}; every row already written is kept", err=True)
+            raise click.exceptions.Exit(143 if isinstance(e, Terminated) else 130) from None
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGTERM, before)
 
     def main(self, args=None, prog_name=None, **kw):
         kw["standalone_mode"] = False
         DEVICE[0] = 0
-        JSON[0], KEEP_THROTTLED[0] = None, False
+        JSON[0], KEEP_THROTTLED[0], BACKEND[0] = None, False, None
         from nnbench import measure
         measure.KEEP_THROTTLED[0] = False
         ARGV[:] = list(sys.argv[1:] if args is None else args)
@@ -159,13 +176,26 @@ def _remember_device(ctx, param, value):
     return value
 
 
+BACKEND = [None]  # this invocation's backend request (backend_choice.Request): the name and who asked
+
+
+def _request_backend(ctx, param, value):
+    """--backend, else NNBENCH_BACKEND, else the user's config file, else auto: the commands see the
+    name; open_device says which backend that became and why."""
+    from nnbench import backend_choice
+    BACKEND[0] = backend_choice.requested(value)
+    return BACKEND[0].name
+
+
 def backend_option(f):
     f = click.option("--device", type=click.IntRange(min=0), default=None, expose_value=False,
                      callback=_remember_device, help="The GPU to run on, by index (`nnbench devices` lists them; "
                                                      "default 0).")(f)
-    return click.option("--backend", type=click.Choice(["cuda", "cpu", "auto"]), default="cuda", show_default=True,
-                        help="cuda: PyCUDA on the --device GPU. cpu: the NumPy path. auto: cuda if it works, else "
-                             "cpu.")(f)
+    return click.option("--backend", type=click.Choice(["cuda", "cpu", "auto"]), default=None,
+                        callback=_request_backend,
+                        help="cuda: PyCUDA on the --device GPU. cpu: the NumPy path. auto: cuda if a GPU works, "
+                             "else cpu. Default: $NNBENCH_BACKEND, else `backend:` in "
+                             "~/.config/nnbench/config.yaml, else auto.")(f)
 
 
 
@@ -201,12 +231,34 @@ def tuner(backend, no_autotune: bool, fixed=()):
     return Tuner.for_backend(backend, fixed)
 
 
+def request_of(backend: str):
+    from nnbench import backend_choice
+    return BACKEND[0] if BACKEND[0] is not None and BACKEND[0].name == backend else \
+        backend_choice.Request(backend, "--backend")
+
+
+def _say_backend(line: str | None) -> None:
+    if line:
+        # escaped, or rich takes a hint's `[gpu]` for markup
+        err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)
+
+
 def open_device(backend: str, device: int | None = None):
-    be, note = open_backend(backend, DEVICE[0] if device is None else device)
-    if note:
-        # escaped, or rich takes the hint's `[gpu]` for markup and prints `pip install -e '.'`
-        err.print(f"[yellow]nnbench: {escape(note)}[/]", soft_wrap=True)
+    """The backend of `backend` (as the option resolved it), with its one line on stderr where it was
+    not simply typed: auto's choice and reason, or the variable or file that set it."""
+    from nnbench import backend_choice
+    be, line = backend_choice.open_requested(request_of(backend), DEVICE[0] if device is None else device)
+    _say_backend(line)
     return be
+
+
+def worker_backend(backend: str) -> str:
+    """cuda or cpu for a sweep's workers, with the same one line as open_device; this process never
+    initialises CUDA (its workers own the GPUs)."""
+    from nnbench import backend_choice
+    name, line = backend_choice.resolve_without_context(request_of(backend))
+    _say_backend(line)
+    return name
 
 
 def print_csv(path) -> None:

@@ -126,7 +126,7 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
         if app.KEEP_THROTTLED[0]:
             from dataclasses import replace
             specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
-        current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors,
+        current = run_sweep(specs, app.worker_backend(backend), out_path, not resume, None, retry_errors=retry_errors,
                             show=fmt == "table", json_path=app.JSON[0])[0].path
         if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))

@@ -7,7 +7,7 @@ import sys
 import click
 
 from nnbench import harness, memory, options, results, workloads
-from nnbench.cli import app
+from nnbench.cli import app, nogpu
 from nnbench.cli.app import (
     autotune_option,
     backend_option,
@@ -54,9 +54,10 @@ from nnbench.workloads.base import Case
 @autotune_option
 @force_option
 @json_option
+@nogpu.compile_only_options
 @backend_option
 def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
-         seed, no_autotune, force, backend) -> None:
+         seed, no_autotune, force, compile_only, arch, backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
 
@@ -64,10 +65,15 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     Examples:
       nnbench conv --set resnet
       nnbench conv --n 32 --c 64 --h 56 --w 56 --k 64 --r 3 --pad 1 -p tiled -p unroll
+      nnbench conv -p tiled --tile 16 --compile-only   # registers, shared memory, spills; no GPU needed
     """
     from nnbench.workloads.conv import problem as conv_problem
     from nnbench.workloads.conv import session as conv_suite
+    nogpu.check_arch(arch, compile_only)
     if model is not None:
+        if compile_only:
+            raise NnbenchError(f"--model {model}: `nnbench profile conv -v {model} --model {model}` shows its "
+                               "kernels' resources")
         _conv_model(model, n, budget, cold, csv_path, force, no_cudnn, seed, backend, paths_,
                     [x is not None for x in (c, h, w, k, r)] + [bool(sets), backward])
         return
@@ -85,13 +91,22 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
             raise NnbenchError(f"--set {name}: unknown; choose from {', '.join(known)} (configs/conv.yaml)")
         shapes += known[name]
     overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
-    if backend != "auto":
-        conv_suite.plan(list(paths_), backend, overrides)
-    if backward and backend == "cpu":
-        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
+    backward_paths = [(v, v.defaults()) for v in workloads.suite_variants("conv-backward")] if backward else []
+    if backend == "cuda" or compile_only:
+        chosen = conv_suite.plan(list(paths_), "cuda", overrides)
+        if compile_only:
+            nogpu.show_resources("conv", chosen + backward_paths, arch, backend)
+            return
+    on_host = {v.name for v in workloads.suite_variants("conv", "cpu")}
+    gpu_named = [name for name in paths_ if name not in on_host]
+    if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
+        conv_suite.plan(gpu_named, "cuda", overrides)
     be = open_device(backend)
-    if backward and not be.runs_kernels:
-        raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
+    if not be.runs_kernels:
+        paths_, overrides, line = nogpu.cpu_subset(workloads.suite_variants("conv"), list(paths_), overrides, "conv",
+                                                   "-p", ("--backward",) if backward else ())
+        nogpu.say(line)
+        backward = False
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
     for shape in shapes:
@@ -128,11 +143,10 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     batch = 64 if batch is None else batch
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
-    if backend == "cpu":
-        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     be = open_device(backend)
     if not be.runs_kernels:
-        raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+        raise NnbenchError(f"--model {model}: needs a GPU; `nnbench profile conv -v {model} --model {model}` shows "
+                           "its kernels' resources without one")
     from nnbench.workloads.conv import problem as conv_problem
     from nnbench.workloads.conv import session as conv_suite
     env = results.environment(be)

@@ -7,7 +7,7 @@ import sys
 import click
 
 from nnbench import harness, memory, options, results, workloads
-from nnbench.cli import app
+from nnbench.cli import app, nogpu
 from nnbench.cli.app import (
     autotune_option,
     backend_option,
@@ -47,8 +47,10 @@ from nnbench.workloads.gemm import session as gemm_suite
 @autotune_option
 @click.option("--seed", type=options.SEED,
               help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
+@nogpu.compile_only_options
 @backend_option
-def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, no_autotune, seed, backend,
+def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, no_autotune, seed, compile_only,
+         arch, backend,
          **params) -> None:
     """Run the GEMM ladder (column-major SGEMM, C = alpha*A*B + beta*C): verify, time, compare.
 
@@ -57,6 +59,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
       nnbench gemm                          # every step at 4096^3, with cuBLAS
       nnbench gemm --ts 32 --wpt 8          # steps 2 and 3 take TS and WPT
       nnbench gemm -v warptile --bk 8 --m 1000 --n 777 --k 1234
+      nnbench gemm --ts 32 --wpt 8 --compile-only   # registers, shared memory, spills; no GPU needed
     """
     overrides = {name: v for name, v in params.items() if v is not None}
     if any(x is not None for x in (m, n, k)):
@@ -67,12 +70,24 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     overrides = {p.upper(): v for p, v in overrides.items()}
     # Validate options against the registry before opening the GPU, so a bad option is reported
     # the same way on any machine; device limits are checked once the device is known.
-    if backend != "auto":
-        gemm_suite.plan(list(variants), overrides, None, backend)
+    nogpu.check_arch(arch, compile_only)
+    if backend == "cuda" or compile_only:
+        cases = gemm_suite.plan(list(variants), overrides, None, "cuda")
+        if compile_only:
+            nogpu.show_resources("gemm", [(c.variant, c.param_dict) for c in cases], arch, backend)
+            return
+    on_host = {v.name for v in workloads.suite_variants("gemm", "cpu")}
+    gpu_named = [name for name in variants if name not in on_host]
+    if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
+        gemm_suite.plan(gpu_named, overrides, None, "cuda")
     shapes = [gemm_suite.Shape(m, n, k)] if m else [gemm_suite.Shape(s, s, s) for s in sizes]
     for s in shapes:
         gemm_suite.validate_shape(s)
     be = open_device(backend)
+    if not be.runs_kernels:
+        variants, overrides, line = nogpu.cpu_subset(workloads.suite_variants("gemm"), list(variants), overrides,
+                                                     "gemm", "-v")
+        nogpu.say(line)
     cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)
     shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.runs_kernels else [1024])]
 

@@ -10,7 +10,6 @@ from rich.markup import escape
 
 from nnbench import results
 from nnbench.cli import app
-from nnbench.cli.app import force_option
 from nnbench.cli.check import Tolerance
 from nnbench.errors import NnbenchError
 
@@ -47,7 +46,7 @@ class Ceilings(click.ParamType):
 @click.option("--variant", "-v", "variants", multiple=True, help="Only these variants (repeatable).")
 @click.option("--title", default="", help="Title over the plot.")
 @app.json_option
-@force_option
+@click.option("--force", is_flag=True, help="Let --out, --html or --json replace an existing file (never the default).")
 def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, variants, title, force) -> None:
     """Plot result CSVs as PNG, or put them all in one HTML page; --json keeps the rows it reports as
     one JSON results file (with their raw samples).
@@ -76,7 +75,14 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         raise NnbenchError(f"--html {html_path}: name a .html file")
     if app.JSON[0] is not None:
         app.refuse_taken(app.JSON[0])
-    df = pd.concat([_read(p).assign(_file=p) for p in csv_paths], ignore_index=True)
+    frames = {p: results.read_csv(p) for p in csv_paths}
+    for p in [p for p, f in frames.items() if f.empty]:
+        if len(frames) == 1:
+            raise NnbenchError(f"{p}: has a header but no rows (a run stopped before its first); nothing to report")
+        app.err.print(f"nnbench: {escape(p)}: has a header but no rows (a run stopped before its first); left out",
+                      soft_wrap=True)
+        del frames[p]
+    df = pd.concat([f.assign(_file=p) for p, f in frames.items()], ignore_index=True)
     if suite is not None:
         present = sorted(set(plots.normalize(df)["suite"]))
         df = df[plots.normalize(df)["suite"] == suite]
@@ -91,9 +97,9 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         written = plots.plot(df.drop(columns="_file"), kind, Path(out_path), title, force, ceilings)
         app.out.print(f"{kind} plot of {len(df)} rows: {escape(str(written))}")
     if html_path:
-        _write_html(list(csv_paths), df, Path(html_path), baseline, tolerance, ceilings, force)
+        _write_html(list(frames), df, Path(html_path), baseline, tolerance, ceilings, force)
     if app.JSON[0] is not None:
-        _write_json(csv_paths, suite, variants, Path(app.JSON[0]))
+        _write_json(list(frames), suite, variants, Path(app.JSON[0]))
 
 
 def _write_json(sources, suite, variants, target: Path) -> None:
@@ -137,8 +143,4 @@ def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force)
     app.out.print(f"HTML report of {len(df)} rows: {escape(str(target))}")
 
 
-def _read(path: str):
-    df = results.read_csv(path)
-    if df.empty:
-        raise NnbenchError(f"{path}: has a header but no rows; nothing to plot")
-    return df
+

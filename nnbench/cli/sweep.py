@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -158,10 +157,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
     if app.KEEP_THROTTLED[0]:
         specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
-    if arch and not compile_only:
-        raise NnbenchError("--arch applies only with --compile-only (a run compiles for the GPU it runs on)")
-    if arch and not re.fullmatch(r"sm_\d{2,3}a?", arch):
-        raise NnbenchError(f"--arch {arch}: expected sm_<major><minor>, e.g. sm_80 or sm_90")
+    from nnbench.cli.nogpu import check_arch
+    check_arch(arch, compile_only)
     # every refusal before the plan is printed: bad input gets its one line and nothing else
     if replay_path and compile_only:
         raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
@@ -169,12 +166,19 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError(f"--replay {replay_path}: no such file")
     if mpi and gpus_opt:
         raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
+    if not (dry_run or replay_path or (compile_only and arch)):
+        backend = app.worker_backend(backend)
+    if compile_only and backend == "cpu" and not arch:
+        # the CPU path compiles nothing: without a GPU, compile for an arch instead of saying so
+        from nnbench.backend_choice import NO_GPU_ARCH
+        arch = NO_GPU_ARCH
+        app.err.print(f"nnbench: no GPU: compiling for {arch} (--arch picks another)")
     gpus = _gpus(gpus_opt, backend) if gpus_opt and not (dry_run or compile_only) else None
     for spec in specs:
         n_shapes = len(spec.shapes)
         app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · suite "
                       f"{spec.suite} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
-        app.out.print(tables.plan_table(spec.counts, n_shapes, "plan: the axes' product, less what restrictions and "
+        app.out.print(tables.plan_table(spec.counts, _runs(spec), "plan: the axes' product, less what restrictions and "
                                                                "the variants' rules exclude"))
     if dry_run:
         return
@@ -195,6 +199,14 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
     if code:
         sys.exit(code)
+
+
+def _runs(spec) -> dict[str, int]:
+    """Per variant, the (case, shape) pairs a run of the spec runs: the sweep's own plan, counted."""
+    from collections import Counter
+
+    from nnbench.sweeps.sweep import plan_jobs
+    return Counter(j.case.variant.name for j in plan_jobs(spec, False, "cuda"))
 
 
 def _gpus(text: str, backend: str) -> list[int]:
@@ -254,8 +266,9 @@ def print_outcome(spec, outcome) -> None:
     if outcome.replayed:
         line += f" · replayed from {outcome.replayed}: no kernel ran, every row is the file's"
     elif outcome.overhead is not None:
-        line += (f" · kernel time {outcome.gpu_s:.1f} s · overhead outside kernels {100 * outcome.overhead:.1f}% "
-                 f"of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
+        over = f" summed over {outcome.workers} workers" if outcome.workers > 1 else ""
+        line += (f" · kernel time {outcome.gpu_s:.1f} s{over} · overhead outside kernels "
+                 f"{100 * outcome.overhead:.1f}% of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
     app.out.print(line)
     if spec.suite == "kernel" and outcome.backend == "cpu":
         app.out.print("CPU backend: no kernel ran; each problem's float64 reference was timed and verified against "

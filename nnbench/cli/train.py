@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 
 from nnbench import harness, memory, options, results, workloads
-from nnbench.cli import app
+from nnbench.cli import app, nogpu
 from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
@@ -33,7 +33,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @app.cli.command()
 @click.option("--net", type=options.NAME, help="One of the seed's Nets 1-8 (configs/nets.yaml).")
 @click.option("--layers", "layers_text", metavar="W0,W1,...", help="Any other layer list, input first: 120,300,7.")
-@click.option("--version", "-V", "version_names", multiple=True, metavar="NAME",
+@click.option("--variant", "-v", "version_names", multiple=True, metavar="NAME",
               help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
                    "where a net does not fit on chip; batched with --batch), or "
                    "sequential (batched-numpy) without a GPU. Choices: "
@@ -87,20 +87,22 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @json_option
 @keep_throttled_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
+@nogpu.compile_only_options
 @backend_option
 def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, bucket_mb, encoding, rate,
           momentum,
           tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
-          csv_path, force, letters, backend) -> None:
+          csv_path, force, letters, compile_only, arch, backend) -> None:
     """Train the seed's character-recognition MLP, per sample or in mini-batches, verify each version,
     and compare.
 
     \b
     Examples:
-      nnbench train --net 8                    # the fastest GPU version, to convergence
-      nnbench train --net 1 -V all --compare torch
-      nnbench train --layers 120,300,7 -V mass --max-iterations 5000
-      nnbench train --net 8 --batch 4096 -V batched -V batched-cublas --compare torch
+      nnbench train --net 8                    # the fastest GPU version, to convergence (CPU: a default length)
+      nnbench train --net 1 -v all --compare torch
+      nnbench train --layers 120,300,7 -v mass --max-iterations 5000
+      nnbench train --net 8 --batch 4096 -v batched -v batched-cublas --compare torch
+      nnbench train -v fused --compile-only    # registers, shared memory, spills; no GPU needed
       nnbench train --net 8 --batch 16384 --gpus 4 --allreduce nccl
       nnbench train --net 8 --batch 8192 --gpus 2 --bucket-mb 2 --compare torch   # beside PyTorch DDP
     """
@@ -135,12 +137,12 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         names = [v.name for v in pool]
     for n in names:
         if n not in [v.name for v in workloads.suite_variants("mlp")]:
-            raise NnbenchError(f"--version {n}: unknown; choose from all, "
+            raise NnbenchError(f"--variant {n}: unknown; choose from all, "
                                + ", ".join(v.name for v in workloads.suite_variants("mlp")))
         if n not in [v.name for v in pool]:
-            raise NnbenchError(f"--version {n}: trains one sample at a time; with --batch {batch} choose from "
+            raise NnbenchError(f"--variant {n}: trains one sample at a time; with --batch {batch} choose from "
                                + ", ".join(batched_names) if mini else
-                               f"--version {n}: a mini-batch version; give --batch B > 1 with it")
+                               f"--variant {n}: a mini-batch version; give --batch B > 1 with it")
     if mini:
         for opt, given in (("--tolerance", tolerance), ("--max-iterations", max_iterations), ("--blocks", blocks)):
             if given is not None:
@@ -156,8 +158,24 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     hyper = mlp.Hyper.from_settings(tuned, rate=rate, momentum=momentum, tolerance=tolerance,
                                     max_iterations=max_iterations, seed=seed, init_scale=init_scale, init=init_kind)
     hyper.check()
+    nogpu.check_arch(arch, compile_only)
+    if compile_only:
+        gpu = [v.name for v in pool if v.backend != "cpu"]
+        nogpu.show_resources("train", mlp.plan([n for n in names if n in gpu] or gpu, "cuda", pool), arch, backend)
+        return
     world = _data_parallel(ranks, allreduce, mini, batch, backend, bucket_mb)
     be = open_device(backend, world.local_rank if world else None)
+    cpu_cap = None
+    if not be.runs_kernels:
+        if names:
+            names, _, line = nogpu.cpu_subset(pool, names, {}, "train", "-v")
+            nogpu.say(line)
+        if not mini and max_iterations is None:
+            cpu_cap = mlp.cpu_default_iterations(layers)
+            if cpu_cap < hyper.max_iterations:
+                hyper = replace(hyper, max_iterations=cpu_cap)
+            else:
+                cpu_cap = None
     memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0),
                    f"{label} (layers {','.join(map(str, layers))})", "narrower layers or a smaller batch")
     if world is not None:
@@ -206,6 +224,9 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
                  else be.clock_name)
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
+        if cpu_cap is not None and any(r.get("iterations") == cpu_cap and not r.get("converged") for r in records):
+            app.out.print(f"stopped after {cpu_cap:,} iterations (CPU default; "
+                          "--max-iterations for more)")
     if compare == "torch" and not be.has_vendor_libs:
         app.out.print("PyTorch comparison: needs the GPU backend")
     shown = next((r for r in records if r.get("received")), None)
@@ -269,10 +290,10 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
     terminal the bar cannot redraw, so a line a minute says how far each version is. On Ctrl-C,
     the version in training gets a row too (`partial` plus how far it got, status ERROR), so an
     interrupted run keeps what it did."""
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(),
                         TextColumn("{task.completed:,.0f} " + unit), TextColumn("error {task.fields[error]}"),
-                        TimeElapsedColumn(), console=app.err)
+                        TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=app.err)
     tasks, rows, said, start, last = {}, [], {}, time.monotonic(), {}
 
     def on_progress(name, done, e):
@@ -283,7 +304,8 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
         now = time.monotonic()
         if not app.err.is_terminal and now - said.get(name, -math.inf) >= PLAIN_PROGRESS_S:
             said[name] = now
-            app.err.print(f"{name}: {done:,} of {total:,} {unit}, error {e:.2e}, {now - start:,.0f} s")
+            left = f", about {(now - start) * (total - done) / done:,.0f} s left at most" if done else ""
+            app.err.print(f"{name}: {done:,} of {total:,} {unit}, error {e:.2e}, {now - start:,.0f} s{left}")
 
     try:
         with progress:

@@ -135,7 +135,8 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     work = workload(suite)
     v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
     device = getattr(backend, "device", None)
-    arch = backend.arch if device is not None else (arch or "sm_90")
+    from nnbench.runtime.device import NO_GPU_ARCH
+    arch = backend.arch if device is not None else (arch or NO_GPU_ARCH)
     comp = compiled_for(work, Case(v, tuple(params.items())), arch)
     dev = device or for_arch(arch)
     prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)

@@ -22,7 +22,7 @@ from nnbench import paths
 from nnbench.report import plots
 from nnbench.version import __version__
 
-ASSETS = Path(__file__).parent / "assets"
+ASSETS = Path(__file__).parent.parent / "assets"  # nnbench/assets: package data (pyproject.toml)
 # Shown for every suite, in this order; a suite's own columns follow.
 COMMON = ["suite", "variant", "params", "precision", "shape", "unit", "median_ms", "iqr_ms", "gflops", "gbs",
           "pct_peak", "pct_vendor", "vendor", "speedup", "speedup_over", "rel_err", "status", "error"]

@@ -79,16 +79,19 @@ def _pct_iqr(r: dict) -> str:
     return f"{100 * r['iqr_ms'] / r['median_ms']:.1f}%" if r.get("median_ms") and r.get("iqr_ms") is not None else "—"
 
 
-def plan_table(counts, shapes: int, title: str) -> Table:
-    """How each variant's axes became cases: the product, what restrictions and rules excluded."""
+def plan_table(counts, runs: dict[str, int], title: str) -> Table:
+    """How each variant's axes became cases: the product, what restrictions and rules excluded, and
+    `runs`, the (case, shape) pairs a run runs of each (a case runs only on the shapes it applies to:
+    a per-sample trainer not on a mini-batch problem)."""
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     for name in ("variant", "product", "restricted", "invalid", "cases", "× shapes"):
         t.add_column(name, justify="left" if name == "variant" else "right")
     tot = [0, 0, 0, 0]
     for c in counts:
-        t.add_row(c.variant, str(c.product), str(c.restricted), str(c.invalid), str(c.cases), str(c.cases * shapes))
+        t.add_row(c.variant, str(c.product), str(c.restricted), str(c.invalid), str(c.cases),
+                  str(runs.get(c.variant, 0)))
         tot = [a + b for a, b in zip(tot, (c.product, c.restricted, c.invalid, c.cases))]
-    t.add_row("total", *map(str, tot), str(tot[3] * shapes), style="bold")
+    t.add_row("total", *map(str, tot), str(sum(runs.get(c.variant, 0) for c in counts)), style="bold")
     return t
 
 

@@ -12,7 +12,8 @@ from nnbench.runtime.device import INSTALL_HINT  # noqa: F401 - where the backen
 
 
 def open_backend(name: str, device: int = 0):
-    """Return (backend, note); note is a one-line explanation when `auto` fell back to the CPU.
+    """Return (backend, note); note is why `auto` fell back to the CPU (no GPU: the reason, without the
+    install hint that refusing an explicit cuda gives), else None.
     `name` may carry the GPU as `cuda:N` (how a sweep tells its worker process)."""
     name, _, ordinal = name.partition(":")
     if ordinal.isdigit():
@@ -28,7 +29,7 @@ def open_backend(name: str, device: int = 0):
             if name == "cuda":
                 raise BackendUnavailable(f"{e}; or run the NumPy path with --backend cpu") from None
             from nnbench.runtime.cpu import CpuBackend
-            return CpuBackend(), f"running the NumPy CPU path, because {e}"
+            return CpuBackend(), str(e).replace(f": {INSTALL_HINT}", "")
     raise BackendUnavailable(f"--backend {name}: choose from cuda, cpu, auto")
 
 

@@ -151,3 +151,6 @@ def occupancy(dev: DeviceInfo, threads: int, regs_per_thread: int, smem_bytes: i
 
 INSTALL_HINT = ("with an NVIDIA GPU and the CUDA toolkit, `bash scripts/setup` installs PyCUDA (the extra "
                 "`pip install -e '.[gpu]'`)")
+
+# What a command compiles for without a GPU (--arch picks another): the GPU a run most likely meets.
+NO_GPU_ARCH = "sm_90"

@@ -73,7 +73,8 @@ class Outcome:
     requeued: int = 0  # jobs sent again because their MPI rank was lost or failed
     wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
     run_s: float = 0.0  # the jobs alone, compilation excluded
-    gpu_s: float = 0.0
+    gpu_s: float = 0.0  # kernel time, summed over every worker
+    workers: int = 1  # the workers that ran jobs side by side (--gpus N, MPI ranks)
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
     first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
     startup: dict | None = None  # the first worker's start-up phases (nnbench/sweeps/worker.py), seconds after its spawn
@@ -84,13 +85,15 @@ class Outcome:
     @property
     def overhead(self) -> float | None:
         """The share of the run phase (compilation is reported on its own) spent outside kernels,
-        where kernel time is the event-timed GPU time of every launch of every case."""
-        return 1.0 - self.gpu_s / self.run_s if self.run_s > 0 and self.jobs else None
+        where kernel time is the event-timed GPU time of every launch of every case. Several workers
+        each had the whole run: their kernel time, summed, is set against the run times the workers
+        (else four GPUs' kernel time over one wall clock came out as -201.7%)."""
+        return 1.0 - self.gpu_s / (self.run_s * self.workers) if self.run_s > 0 and self.jobs else None
 
     @property
     def overhead_total(self) -> float | None:
         """The same share of the whole command's wall time: worker start and compilation included."""
-        return 1.0 - self.gpu_s / self.wall_s if self.wall_s > 0 and self.jobs else None
+        return 1.0 - self.gpu_s / (self.wall_s * self.workers) if self.wall_s > 0 and self.jobs else None
 
 
 # -- the result file ------------------------------------------------------------------------------
@@ -481,6 +484,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             outcome.startup = dict(phases, ready_s=at - first_worker.spawned,
                                    run_start_s=run_started - first_worker.spawned)
         outcome.run_s = time.perf_counter() - t_run
+        outcome.workers = slots
         outcome.wall_s = time.perf_counter() - t_start
         return outcome
     except KeyboardInterrupt:

@@ -37,6 +37,13 @@ from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
 DEFAULT_MAX_ITERATIONS = 200_000
+# Without a GPU and without --max-iterations, per-sample training stops after about this long: the
+# nets' own budgets (up to 2,000,000 iterations) take hours in NumPy. The iterations come from a cost
+# model (a fixed cost per sample plus one per multiply-add, 2-core EPYC, loaded: Net 1 37 us, Net 5
+# 330 us, Net 8 12.3 ms an iteration), not from a clock, so the same command trains the same weights.
+CPU_BUDGET_S = 20.0
+CPU_S_PER_ITERATION = 30e-6
+CPU_S_PER_MAC = 4e-9
 
 
 @dataclass(frozen=True)
@@ -715,16 +722,23 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     return "fused" if fused.fits_on_chip(dev, layers, out_local=out_local) else "kcm-mass"
 
 
+def cpu_default_iterations(layers: tuple[int, ...]) -> int:
+    """The iterations the sequential NumPy version trains in about CPU_BUDGET_S (whole epochs of 52)."""
+    from nnbench.nets import Net
+    per = CPU_S_PER_ITERATION + CPU_S_PER_MAC * Net("", tuple(layers)).feedforward_macs
+    return max(52, int(CPU_BUDGET_S / per) // 52 * 52)
+
+
 def plan(names: list[str], backend: str, pool: list[Variant] | None = None) -> list[tuple[Variant, dict]]:
     all_ = {v.name: v for v in (versions() if pool is None else pool)}
     cpu = ", ".join(v.name for v in all_.values() if v.backend == "cpu")
     out = []
     for name in names:
         if name not in all_:
-            raise NnbenchError(f"--version {name}: unknown; choose from {', '.join(all_)}")
+            raise NnbenchError(f"--variant {name}: unknown; choose from {', '.join(all_)}")
         v = all_[name]
         if v.backend != backend and v.backend != "cpu":
-            raise NnbenchError(f"--version {name}: needs a GPU; the {backend} backend runs: {cpu}")
+            raise NnbenchError(f"--variant {name}: needs a GPU; the {backend} backend runs: {cpu}")
         out.append((v, v.defaults()))
     return out
 
