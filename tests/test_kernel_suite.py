@@ -168,17 +168,95 @@ def test_geometry_beyond_the_device_limits(tmp_path):
     assert "variants.main.shared: 300000 is 300,000 bytes" in line and "0..232,448" in line
 
 
-def test_a_reference_that_raises_or_returns_the_wrong_shape(tmp_path):
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    raise ValueError('boom')\n")
-    assert "k.yaml:17: reference: good:add raised ValueError: boom" in line
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    return (a + b)[:-1]\n")
-    assert "k.yaml:17: reference: good:add returned shape (1000,) for 'c'; N=1001 declares (1001,)" in line
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    return a, b\n")
-    assert "returned 2 arrays; the config checks 1 outputs (c)" in line
+def test_a_reference_that_is_missing_or_names_no_file_is_refused_at_load(tmp_path):
     line = bad(tmp_path, ref="good:missing")
-    assert "k.yaml:17: reference: good has no function 'missing'; it has add" in line
+    assert "k.yaml:17: reference: 'good:missing': good.py defines no 'missing' at its top level; it defines add" \
+        in line
     line = bad(tmp_path, ref="nosuchmodule:f")
-    assert "k.yaml:17: reference: cannot import 'nosuchmodule'" in line
+    assert "k.yaml:17: reference: 'nosuchmodule:f' names no file" in line
+    line = bad(tmp_path, module="def add(a, b, c, n):\n    return a +\n")
+    assert "good.py:2: not valid Python" in line
+
+
+def _error_rows(tmp_path, **kw) -> list[str]:
+    """The CPU sweep of the base config (in its worker, under the watchdog): each row's status and error."""
+    out = tmp_path / "out.csv"
+    res = run("sweep", str(write(tmp_path, **kw)), "--backend", "cpu", "--out", str(out))
+    assert res.exit_code in (0, 1), res.output
+    assert "Traceback" not in res.output
+    return [f"{r['status']} {r['error']}" for r in csv.DictReader(out.open())]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("    raise ValueError('boom')", "k.yaml:17: reference: good:add raised ValueError: boom"),
+    ("    return (a + b)[:-1]",
+     "k.yaml:17: reference: good:add returned shape (1000,) for 'c'; N=1001 declares (1001,)"),
+    ("    return a, b", "returned 2 arrays; the config checks 1 outputs (c)"),
+    ("    import sys; sys.exit(3)", "k.yaml:17: reference: good:add raised SystemExit: 3"),
+    ("    raise KeyboardInterrupt", "k.yaml:17: reference: good:add raised KeyboardInterrupt"),
+    ("    return a + b\nraise SystemExit('at import')",
+     "k.yaml:17: reference: good:add: loading good.py raised SystemExit: at import"),
+], ids=["raises", "shape", "count", "sys.exit", "ctrl-c", "top-level"])
+def test_a_reference_that_fails_is_the_cases_error_row_not_a_dead_sweep(tmp_path, body, needle):
+    """The reference runs in a case (the worker), never at load: a dry run passes, and whatever it does
+    other than return its outputs (SystemExit and KeyboardInterrupt included) is each case's ERROR."""
+    module = "def add(a, b, c, n):\n" + body + "\n"
+    assert run("sweep", str(write(tmp_path, module=module)), "--dry-run").exit_code == 0
+    rows = _error_rows(tmp_path, module=module)
+    assert rows and all(r.startswith("ERROR ") and needle in r for r in rows), rows
+
+
+def test_a_reference_that_never_returns_is_stopped_by_the_watchdog(tmp_path):
+    module = "import time\ndef add(a, b, c, n):\n    time.sleep(600)\n"
+    rows = _error_rows(tmp_path, module=module, **{"rtol: 1e-7": "rtol: 1e-7\ntiming: {watchdog: 2}"})
+    assert rows and all(r.startswith("ERROR ") for r in rows), rows
+    assert any("watchdog" in r or "silent" in r or "hung" in r for r in rows), rows
+
+
+def test_loading_a_config_runs_no_user_code(tmp_path):
+    """--dry-run, --compile-only, nnbench.load() and check: the reference file is read, never run."""
+    marker = tmp_path / "ran"
+    module = f"open({str(marker)!r}, 'w').close()\ndef add(a, b, c, n):\n    open({str(marker)!r}, 'w').close()\n"
+    cfg = write(tmp_path, module=module)
+    assert run("sweep", str(cfg), "--dry-run").exit_code == 0
+    assert run("sweep", str(cfg), "--compile-only", "--arch", "sm_90").exit_code == 0
+    nnbench.load(cfg)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("ref", ["os:system", "pickle:loads", "sys:exit", "builtins:eval", "subprocess:run",
+                                 "os.path:join"])
+def test_a_reference_is_never_an_importable_module(tmp_path, ref):
+    """`module:function` names module.py beside the config; a module of the Python path is never imported."""
+    line = bad(tmp_path, ref=ref)
+    assert f"k.yaml:17: reference: {ref!r} names no file" in line, line
+
+
+def test_a_module_on_the_python_path_is_not_imported(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marker = tmp_path / "imported"
+    (elsewhere / "nnbench_hostile_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef f(*a):\n    pass\n")
+    monkeypatch.syspath_prepend(str(elsewhere))
+    line = bad(tmp_path, ref="nnbench_hostile_mod:f")
+    assert "names no file" in line and not marker.exists() and "nnbench_hostile_mod" not in sys.modules
+
+
+def test_a_reference_in_the_python_installation_is_refused(tmp_path):
+    import pickle
+    line = bad(tmp_path, ref=f"{pickle.__file__}:loads")
+    assert "k.yaml:17: reference:" in line and "belongs to the Python installation" in line
+
+
+def test_a_reference_named_by_path(tmp_path):
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "refs" / "mine.py").write_text("def add(a, b, c, n):\n    return a + b\n")
+    assert run("sweep", str(write(tmp_path, ref="refs/mine.py:add")), "--dry-run").exit_code == 0
+    assert run("sweep", str(write(tmp_path, ref="./refs/mine.py:add")), "--dry-run").exit_code == 0
+    rows = _error_rows(tmp_path, ref="refs/mine.py:add")
+    assert any(r.startswith("PASS") for r in rows), rows
+    line = bad(tmp_path, ref="refs/mine.txt:add")
+    assert "is not a .py file" in line
 
 
 @pytest.mark.parametrize("old, new, needle", [
@@ -197,6 +275,7 @@ def test_a_reference_that_raises_or_returns_the_wrong_shape(tmp_path):
      "k.yaml:10: variants: every point was excluded; nothing to run"),
     ("rtol: 1e-7", "rtol: K * 1e-7", "k.yaml:18: rtol: unknown name 'K'; allowed: the problem axes N"),
     ("reference: good:add", "reference: good.add", "k.yaml:17: reference: 'good.add' is not module:function"),
+    ("reference: good:add", "reference: _callable:x", "k.yaml:17: reference: '_callable:x': _callable names a"),
     ("source: ", "source: nowhere/", "source: 'nowhere/"),
     ("axes: {BLOCK: [256, 128]}", "axes: {block: [256]}", "variants.main.axes: 'block' is not a macro name"),
 ])
