@@ -257,8 +257,11 @@ def test_a_corrupt_or_foreign_sqlite_file_is_refused_untouched(tmp_path):
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as c:
         c.execute("CREATE TABLE invoices (id INTEGER)")
+    c.close()
+    before = foreign.read_bytes()  # in rollback-journal mode: a switch to WAL would change its header
     one_line_error(run("history", "record", tmp_path / "run.csv", "--db", foreign), "not an nnbench history database",
                    "invoices")
+    assert foreign.read_bytes() == before and not (tmp_path / "foreign.sqlite-wal").exists()
     with sqlite3.connect(foreign) as c:
         assert [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["invoices"]
     one_line_error(run("history", "show", "--db", tmp_path / "absent.sqlite"), "no history database here")

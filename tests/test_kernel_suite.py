@@ -570,3 +570,47 @@ def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):
         assert rec["rel_err"] == float("inf")
     else:
         assert rec["rel_err"] <= 1e-7 and rec["median_ms"] == 0.01 and rec["timing"] == "hot-batched"
+
+
+def _with_npy(tmp_path, data: bytes | None = None, array=None, problems: str = "{N: 1001}") -> str:
+    import numpy as np
+    if array is not None:
+        np.save(tmp_path / "a.npy", array, allow_pickle=True)
+    else:
+        (tmp_path / "a.npy").write_bytes(data)
+    return bad(tmp_path, **{"init: normal": "init: {npy: a.npy}", "{N: 1001}": problems})
+
+
+def test_an_object_array_npy_is_refused_at_load_without_unpickling(tmp_path):
+    import numpy as np
+    line = _with_npy(tmp_path, array=np.array([object()] * 1001, dtype=object))
+    assert "k.yaml:5: args.a.init:" in line and "a.npy: holds object elements" in line and "unpickled" in line
+
+
+@pytest.mark.parametrize("data", [b"", b"\x93NUMPY\x01\x00garbage", b"not an npy file at all" * 10],
+                         ids=["empty", "bad-header", "text"])
+def test_a_corrupt_npy_is_one_line(tmp_path, data):
+    line = _with_npy(tmp_path, data=data)
+    assert "k.yaml:5: args.a.init:" in line and "not a readable .npy file" in line
+
+
+def test_every_problem_is_checked_against_an_npy_shape(tmp_path):
+    """Not only the smallest: the second problem needs another shape than the file holds."""
+    import numpy as np
+    line = _with_npy(tmp_path, array=np.zeros(1001, np.float32), problems="{N: [1001, 2002]}")
+    assert "k.yaml:5: args.a.init:" in line and "holds shape (1001,); the problem N=2002 needs (2002,)" in line
+
+
+def test_pickle_loads_on_a_pickled_npy_runs_nothing(tmp_path):
+    """The reproduction: a float64 .npy whose bytes are a pickle, and `reference: pickle:loads`."""
+    import pickle
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    line = _with_npy(tmp_path, data=pickle.dumps(Payload()), **{})
+    assert "not a readable .npy file" in line and not marker.exists()
+    (tmp_path / "a.npy").unlink()
+    line = bad(tmp_path, ref="pickle:loads")
+    assert "k.yaml:17: reference: 'pickle:loads' names no file" in line and not marker.exists()

@@ -12,7 +12,7 @@ import datetime as dt
 
 from nnbench import __version__
 from nnbench.errors import NnbenchError
-from nnbench.history.db import Database
+from nnbench.history.db import Database, foreign
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
     (1, "runs and their cases", [
@@ -56,8 +56,7 @@ def version(db: Database) -> int | None:
     tables = db.tables()
     if "schema_version" not in tables:
         if tables:
-            raise NnbenchError(f"{db.where}: not an nnbench history database (it has tables "
-                               f"{', '.join(sorted(tables)[:5])} but no schema_version); nothing was written to it")
+            raise foreign(db.where, tables)
         return None
     found = db.query("SELECT max(version) FROM schema_version")[0][0]
     return int(found) if found is not None else 0
