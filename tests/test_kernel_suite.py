@@ -614,3 +614,21 @@ def test_pickle_loads_on_a_pickled_npy_runs_nothing(tmp_path):
     (tmp_path / "a.npy").unlink()
     line = bad(tmp_path, ref="pickle:loads")
     assert "k.yaml:17: reference: 'pickle:loads' names no file" in line and not marker.exists()
+
+
+def test_a_scalar_that_overflows_its_dtype_is_one_line(tmp_path):
+    line = bad(tmp_path, **{"value: N}": "value: N * 10**7}"})
+    assert "k.yaml:8: args.n.value: N * 10**7 is 10010000000 BLOCK=256 at N=1001; a int32 holds " \
+           "-2,147,483,648..2,147,483,647" in line
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("rtol: 1e-7", "rtol: (N - 5000) ** 0.5", "k.yaml:18: rtol: expression '(N - 5000) ** 0.5': a complex number"),
+    ("rtol: 1e-7", "rtol: 1e-7\nflops: (N - 5000) ** 0.5", "k.yaml:19: flops:"),
+    ("{N: 1001}", "{N: [" + ", ".join(str(i) for i in range(1, 101)) + "], M: [" + ", ".join(
+        str(i) for i in range(1, 101)) + "], K: [1, 2]}", "k.yaml:16: problems: 100 N × 100 M × 2 K make 20,000 "
+                                                         "problems; at most 10,000 are allowed"),
+])
+def test_unbounded_or_complex_values_in_a_kernel_config(tmp_path, old, new, needle):
+    text = BASE.format(src=EXAMPLES / "vector_add" / "vector_add.cu", ref="good:add").replace(old, new, 1)
+    assert needle in one_line_error(run("sweep", str(write(tmp_path, text=text)), "--dry-run"))

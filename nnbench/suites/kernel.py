@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 import subprocess
 import tempfile
@@ -66,6 +67,7 @@ CHECK_ARCH = "sm_90"  # the PTX the signature is read from, unless the config na
 MAX_BLOCK = (1024, 1024, 64)
 MAX_THREADS = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_PROBLEMS = 10_000  # a config's problems, crossed: each is built, checked and run; more is a mistake
 
 
 # -- the declaration --------------------------------------------------------------------------------
@@ -566,6 +568,15 @@ def load(path: Path, root=None):
                          strategy=strategy, budget=budget)
 
 
+def _scalar_range(dtype: str) -> tuple[float, float]:
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else np.finfo(dtype)
+    return float(info.min), float(info.max)
+
+
+def _number_text(x: float) -> str:
+    return f"{int(x):,}" if abs(x) < 2**64 else f"{x:g}"
+
+
 def _check_npy(args: tuple[Arg, ...], problems: list[KernelProblem]) -> None:
     """Each .npy input's header against every problem's shape for it (the reference's output shapes are
     checked where the reference runs: in a case)."""
@@ -614,8 +625,12 @@ def _problems(path: Path, node) -> list[dict[str, int]]:
         for k in names:
             if not re.fullmatch(r"[A-Za-z_]\w*", k) or k in expr.FUNCTIONS:
                 raise fail(path, axes[k][0], f"problems: {k!r} is not a usable axis name (letters, digits, '_')")
-        values = [[integer(path, n, f"problems.{k}", minimum=1) for n in _list(path, vn, f"problems.{k}")]
-                  for k, (_, vn) in axes.items()]
+        lists = [(k, _list(path, vn, f"problems.{k}")) for k, (_, vn) in axes.items()]
+        count = len(out) + math.prod(len(nodes) for _, nodes in lists)  # counted before any is made
+        if count > MAX_PROBLEMS:
+            sizes = " × ".join(f"{len(nodes):,} {k}" for k, nodes in lists)
+            raise fail(path, item, f"problems: {sizes} make {count:,} problems; at most {MAX_PROBLEMS:,} are allowed")
+        values = [[integer(path, n, f"problems.{k}", minimum=1) for n in nodes] for k, nodes in lists]
         out += [dict(zip(names, combo)) for combo in itertools.product(*values)]
     return list({tuple(p.items()): p for p in out}.values())
 
@@ -835,9 +850,13 @@ def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], v
             if a.kind == "scalar" and (a.name, c) not in checked:
                 checked.add((a.name, c))
                 try:
-                    expr.evaluate(a.value, dict(env, **params))
+                    value = expr.evaluate(a.value, dict(env, **params))
                 except NnbenchError as e:
                     raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
+                lo, hi = _scalar_range(a.dtype)
+                if isinstance(value, tuple) or not lo <= value <= hi:
+                    raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value} {point}; a {a.dtype} "
+                                      f"holds {_number_text(lo)}..{_number_text(hi)}")
         geo = {}
         for key, text, limit in (("block", v.block, MAX_BLOCK), ("grid", v.grid, MAX_GRID)):
             try:
