@@ -510,3 +510,30 @@ def test_two_cases_that_share_a_long_start_get_two_figure_files():
     assert a != b and len(a) == len(b) and a.startswith("nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-bm-128")
     assert file_name(trend("64×64×64", "TS=32")) == "nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-ts-32-64-64-64-hot.png"
 
+
+
+def test_reading_a_run_is_linear_in_its_cases(tmp_path, monkeypatch):
+    """8,000 cases took 55 s: each record rebuilt the run's list of cases. Counted, not timed: the case
+    key is computed a fixed number of times per record, however many records the run has."""
+    import pandas as pd
+
+    from nnbench import results
+    from nnbench.history import source
+    row = pd.read_csv("docs/data/session3/ci_again.csv").iloc[[0]]
+    calls = {"n": 0}
+    real = results.case_key_of
+
+    def counted(fields):
+        calls["n"] += 1
+        return real(fields)
+    monkeypatch.setattr(results, "case_key_of", counted)
+    per_case = []
+    for n in (500, 2000):
+        df = pd.concat([row] * n, ignore_index=True)
+        df["variant"] = [f"v{i}" for i in range(n)]
+        df.to_csv(tmp_path / f"{n}.csv", index=False)
+        calls["n"] = 0
+        (run,) = source.read(tmp_path / f"{n}.csv")
+        assert len(run.cases) == n
+        per_case.append(calls["n"] / n)
+    assert per_case[1] <= per_case[0] * 1.1 and per_case[1] < 5, per_case
