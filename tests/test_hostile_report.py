@@ -132,3 +132,26 @@ def test_no_injected_script_runs_in_chromium(tmp_path):
     assert seen["pwned"] is None and seen["after_filter"] is None, seen
     assert "window.__pwned=4" in seen["caption"]  # shown as text
     assert not [e for e in errors if "pwned" in e], errors
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["new", "force"])
+def test_a_full_disk_leaves_no_cut_off_page(tmp_path, monkeypatch, force):
+    """The page is written to a temporary file beside it and renamed: a write that fails leaves nothing
+    under the requested name (or, with --force, the old page as it was), and no temporary file."""
+    import errno
+    import os
+
+    from nnbench import safeio
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report.html"
+    if force:
+        out.write_text("the old page")
+
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+    monkeypatch.setattr(safeio.os, "fsync", full)
+    res = CliRunner().invoke(cli, ["report", str(SOURCE), "--html", str(out), *(["--force"] if force else [])])
+    assert res.exit_code == 2 and "No space left on device" in res.output and "Traceback" not in res.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["report.html"] if force else [])
+    if force:
+        assert out.read_text() == "the old page"
