@@ -131,6 +131,8 @@ def _arith_why(e: Exception) -> str:
 
 
 def _bounded(v, text: str):
+    if isinstance(v, complex):  # (N - 5000) ** 0.5 below N = 5000
+        raise ExprError(f"expression {_short(text)}: a complex number (a fractional power of a negative number)")
     if isinstance(v, (int, float)) and not isinstance(v, bool) and (abs(v) > MAX_MAGNITUDE or v != v):
         raise ExprError(f"expression {_short(text)}: a value beyond +-2**{MAX_MAGNITUDE.bit_length() - 1}")
     return v
@@ -147,6 +149,9 @@ def _eval(node: ast.AST, env: dict, text: str):
             return env[name]
         case ast.BinOp(left=l, op=op, right=r):
             a, b = _eval(l, env, text), _eval(r, env, text)
+            if isinstance(a, tuple) or isinstance(b, tuple):  # (1,) * 2**30 would build the tuple first
+                raise ExprError(f"expression {_short(text)}: arithmetic on a list (a, b); a list is only a launch's "
+                                "(x, y, z) or a function's arguments")
             if isinstance(op, (ast.Div, ast.FloorDiv, ast.Mod)) and not isinstance(b, tuple) and b == 0:
                 raise ExprError(f"expression {_short(text)} divides by zero")
             if isinstance(op, ast.Pow) and not isinstance(a, tuple) and not isinstance(b, tuple):
@@ -157,7 +162,10 @@ def _eval(node: ast.AST, env: dict, text: str):
                                     f"+-2**{MAX_MAGNITUDE.bit_length() - 1}")
             return _bounded(_BIN[type(op)](a, b), text)
         case ast.UnaryOp(op=op, operand=x):
-            return _bounded(_UNARY[type(op)](_eval(x, env, text)), text)
+            v = _eval(x, env, text)
+            if isinstance(v, tuple) and not isinstance(op, ast.Not):
+                raise ExprError(f"expression {_short(text)}: arithmetic on a list (a, b)")
+            return _bounded(_UNARY[type(op)](v), text)
         case ast.Compare(left=l, ops=ops, comparators=rs):
             a = _eval(l, env, text)
             for op, r in zip(ops, rs):

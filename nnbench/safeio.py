@@ -130,3 +130,30 @@ def write_atomic(path, text: str) -> None:
         except OSError:
             pass
         raise os_problem(path, e) from None
+
+
+def write_whole(path: Path, text: str, force: bool = False) -> Path:
+    """A report (HTML, a page anyone may open) written whole or not at all: into a temporary file in the
+    same folder, flushed, then renamed onto `path`. A full disk or a kill leaves no cut-off page under
+    the requested name, and without `force` an existing file is refused, never replaced."""
+    path = Path(path)
+    made = not path.exists()
+    # The lock (and the refusal of a taken name) without truncating: the old page stays until the new is whole.
+    target, fd = open_locked(path, APPEND if force else NEW)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        for leftover in (tmp, target) if made else (tmp,):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+        raise os_problem(target, e) from None
+    finally:
+        os.close(fd)
+    return target

@@ -35,3 +35,18 @@ def test_unknown_name_and_division_by_zero():
         expr.evaluate("ts % wpt", {"ts": 32, "wpt": 0})
     with pytest.raises(expr.ExprError, match="cannot parse"):
         expr.evaluate("ts %% 2", {"ts": 1})
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("(1,) * 2**30", "arithmetic on a list"),  # built 8 GiB before the error
+    ("(R,) * 10**7 == (R,) * 10**7", "arithmetic on a list"),  # a restriction: 150 s over 4,096 points
+    ("(1, 2) + (3,)", "arithmetic on a list"),
+    ("-(1, 2)", "arithmetic on a list"),
+    ("(R - 5000) ** 0.5", "a complex number"),  # a flops or rtol that later became a traceback
+])
+def test_lists_are_not_numbers_and_nothing_unbounded_is_built(text, needle):
+    import time
+    t0 = time.perf_counter()
+    with pytest.raises(expr.ExprError, match=needle):
+        expr.evaluate(text, {"R": 3})
+    assert time.perf_counter() - t0 < 0.5

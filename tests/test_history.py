@@ -258,8 +258,11 @@ def test_a_corrupt_or_foreign_sqlite_file_is_refused_untouched(tmp_path):
     foreign = tmp_path / "foreign.sqlite"
     with sqlite3.connect(foreign) as c:
         c.execute("CREATE TABLE invoices (id INTEGER)")
+    c.close()
+    before = foreign.read_bytes()  # in rollback-journal mode: a switch to WAL would change its header
     one_line_error(run("history", "record", tmp_path / "run.csv", "--db", foreign), "not an nnbench history database",
                    "invoices")
+    assert foreign.read_bytes() == before and not (tmp_path / "foreign.sqlite-wal").exists()
     with sqlite3.connect(foreign) as c:
         assert [r[0] for r in c.execute("SELECT name FROM sqlite_master WHERE type = 'table'")] == ["invoices"]
     one_line_error(run("history", "show", "--db", tmp_path / "absent.sqlite"), "no history database here")
@@ -508,3 +511,30 @@ def test_two_cases_that_share_a_long_start_get_two_figure_files():
     assert a != b and len(a) == len(b) and a.startswith("nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-bm-128")
     assert file_name(trend("64×64×64", "TS=32")) == "nvidia-h100-80gb-hbm3--gemm-tf32-wgmma-ts-32-64-64-64-hot.png"
 
+
+
+def test_reading_a_run_is_linear_in_its_cases(tmp_path, monkeypatch):
+    """8,000 cases took 55 s: each record rebuilt the run's list of cases. Counted, not timed: the case
+    key is computed a fixed number of times per record, however many records the run has."""
+    import pandas as pd
+
+    from nnbench import results
+    from nnbench.history import source
+    row = pd.read_csv("docs/data/figures/ci_again.csv").iloc[[0]]
+    calls = {"n": 0}
+    real = results.case_key_of
+
+    def counted(fields):
+        calls["n"] += 1
+        return real(fields)
+    monkeypatch.setattr(results, "case_key_of", counted)
+    per_case = []
+    for n in (500, 2000):
+        df = pd.concat([row] * n, ignore_index=True)
+        df["variant"] = [f"v{i}" for i in range(n)]
+        df.to_csv(tmp_path / f"{n}.csv", index=False)
+        calls["n"] = 0
+        (run,) = source.read(tmp_path / f"{n}.csv")
+        assert len(run.cases) == n
+        per_case.append(calls["n"] / n)
+    assert per_case[1] <= per_case[0] * 1.1 and per_case[1] < 5, per_case

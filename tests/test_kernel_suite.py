@@ -169,17 +169,95 @@ def test_geometry_beyond_the_device_limits(tmp_path):
     assert "variants.main.shared: 300000 is 300,000 bytes" in line and "0..232,448" in line
 
 
-def test_a_reference_that_raises_or_returns_the_wrong_shape(tmp_path):
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    raise ValueError('boom')\n")
-    assert "k.yaml:17: reference: good:add raised ValueError: boom" in line
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    return (a + b)[:-1]\n")
-    assert "k.yaml:17: reference: good:add returned shape (1000,) for 'c'; N=1001 declares (1001,)" in line
-    line = bad(tmp_path, module="def add(a, b, c, n):\n    return a, b\n")
-    assert "returned 2 arrays; the config checks 1 outputs (c)" in line
+def test_a_reference_that_is_missing_or_names_no_file_is_refused_at_load(tmp_path):
     line = bad(tmp_path, ref="good:missing")
-    assert "k.yaml:17: reference: good has no function 'missing'; it has add" in line
+    assert "k.yaml:17: reference: 'good:missing': good.py defines no 'missing' at its top level; it defines add" \
+        in line
     line = bad(tmp_path, ref="nosuchmodule:f")
-    assert "k.yaml:17: reference: cannot import 'nosuchmodule'" in line
+    assert "k.yaml:17: reference: 'nosuchmodule:f' names no file" in line
+    line = bad(tmp_path, module="def add(a, b, c, n):\n    return a +\n")
+    assert "good.py:2: not valid Python" in line
+
+
+def _error_rows(tmp_path, **kw) -> list[str]:
+    """The CPU sweep of the base config (in its worker, under the watchdog): each row's status and error."""
+    out = tmp_path / "out.csv"
+    res = run("sweep", str(write(tmp_path, **kw)), "--backend", "cpu", "--out", str(out))
+    assert res.exit_code in (0, 1), res.output
+    assert "Traceback" not in res.output
+    return [f"{r['status']} {r['error']}" for r in csv.DictReader(out.open())]
+
+
+@pytest.mark.parametrize("body, needle", [
+    ("    raise ValueError('boom')", "k.yaml:17: reference: good:add raised ValueError: boom"),
+    ("    return (a + b)[:-1]",
+     "k.yaml:17: reference: good:add returned shape (1000,) for 'c'; N=1001 declares (1001,)"),
+    ("    return a, b", "returned 2 arrays; the config checks 1 outputs (c)"),
+    ("    import sys; sys.exit(3)", "k.yaml:17: reference: good:add raised SystemExit: 3"),
+    ("    raise KeyboardInterrupt", "k.yaml:17: reference: good:add raised KeyboardInterrupt"),
+    ("    return a + b\nraise SystemExit('at import')",
+     "k.yaml:17: reference: good:add: loading good.py raised SystemExit: at import"),
+], ids=["raises", "shape", "count", "sys.exit", "ctrl-c", "top-level"])
+def test_a_reference_that_fails_is_the_cases_error_row_not_a_dead_sweep(tmp_path, body, needle):
+    """The reference runs in a case (the worker), never at load: a dry run passes, and whatever it does
+    other than return its outputs (SystemExit and KeyboardInterrupt included) is each case's ERROR."""
+    module = "def add(a, b, c, n):\n" + body + "\n"
+    assert run("sweep", str(write(tmp_path, module=module)), "--dry-run").exit_code == 0
+    rows = _error_rows(tmp_path, module=module)
+    assert rows and all(r.startswith("ERROR ") and needle in r for r in rows), rows
+
+
+def test_a_reference_that_never_returns_is_stopped_by_the_watchdog(tmp_path):
+    module = "import time\ndef add(a, b, c, n):\n    time.sleep(600)\n"
+    rows = _error_rows(tmp_path, module=module, **{"rtol: 1e-7": "rtol: 1e-7\ntiming: {watchdog: 2}"})
+    assert rows and all(r.startswith("ERROR ") for r in rows), rows
+    assert any("watchdog" in r or "silent" in r or "hung" in r for r in rows), rows
+
+
+def test_loading_a_config_runs_no_user_code(tmp_path):
+    """--dry-run, --compile-only, nnbench.load() and check: the reference file is read, never run."""
+    marker = tmp_path / "ran"
+    module = f"open({str(marker)!r}, 'w').close()\ndef add(a, b, c, n):\n    open({str(marker)!r}, 'w').close()\n"
+    cfg = write(tmp_path, module=module)
+    assert run("sweep", str(cfg), "--dry-run").exit_code == 0
+    assert run("sweep", str(cfg), "--compile-only", "--arch", "sm_90").exit_code == 0
+    nnbench.load(cfg)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("ref", ["os:system", "pickle:loads", "sys:exit", "builtins:eval", "subprocess:run",
+                                 "os.path:join"])
+def test_a_reference_is_never_an_importable_module(tmp_path, ref):
+    """`module:function` names module.py beside the config; a module of the Python path is never imported."""
+    line = bad(tmp_path, ref=ref)
+    assert f"k.yaml:17: reference: {ref!r} names no file" in line, line
+
+
+def test_a_module_on_the_python_path_is_not_imported(tmp_path, monkeypatch):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    marker = tmp_path / "imported"
+    (elsewhere / "nnbench_hostile_mod.py").write_text(f"open({str(marker)!r}, 'w').close()\ndef f(*a):\n    pass\n")
+    monkeypatch.syspath_prepend(str(elsewhere))
+    line = bad(tmp_path, ref="nnbench_hostile_mod:f")
+    assert "names no file" in line and not marker.exists() and "nnbench_hostile_mod" not in sys.modules
+
+
+def test_a_reference_in_the_python_installation_is_refused(tmp_path):
+    import pickle
+    line = bad(tmp_path, ref=f"{pickle.__file__}:loads")
+    assert "k.yaml:17: reference:" in line and "belongs to the Python installation" in line
+
+
+def test_a_reference_named_by_path(tmp_path):
+    (tmp_path / "refs").mkdir()
+    (tmp_path / "refs" / "mine.py").write_text("def add(a, b, c, n):\n    return a + b\n")
+    assert run("sweep", str(write(tmp_path, ref="refs/mine.py:add")), "--dry-run").exit_code == 0
+    assert run("sweep", str(write(tmp_path, ref="./refs/mine.py:add")), "--dry-run").exit_code == 0
+    rows = _error_rows(tmp_path, ref="refs/mine.py:add")
+    assert any(r.startswith("PASS") for r in rows), rows
+    line = bad(tmp_path, ref="refs/mine.txt:add")
+    assert "is not a .py file" in line
 
 
 @pytest.mark.parametrize("old, new, needle", [
@@ -198,6 +276,7 @@ def test_a_reference_that_raises_or_returns_the_wrong_shape(tmp_path):
      "k.yaml:10: variants: every point was excluded; nothing to run"),
     ("rtol: 1e-7", "rtol: K * 1e-7", "k.yaml:18: rtol: unknown name 'K'; allowed: the problem axes N"),
     ("reference: good:add", "reference: good.add", "k.yaml:17: reference: 'good.add' is not module:function"),
+    ("reference: good:add", "reference: _callable:x", "k.yaml:17: reference: '_callable:x': _callable names a"),
     ("source: ", "source: nowhere/", "source: 'nowhere/"),
     ("axes: {BLOCK: [256, 128]}", "axes: {block: [256]}", "variants.main.axes: 'block' is not a macro name"),
 ])
@@ -496,3 +575,65 @@ def test_the_gpu_path_poisons_verifies_and_times(skip_last, status):
         assert rec["rel_err"] == float("inf")
     else:
         assert rec["rel_err"] <= 1e-7 and rec["median_ms"] == 0.01 and rec["timing"] == "hot-batched"
+
+
+def _with_npy(tmp_path, data: bytes | None = None, array=None, problems: str = "{N: 1001}") -> str:
+    import numpy as np
+    if array is not None:
+        np.save(tmp_path / "a.npy", array, allow_pickle=True)
+    else:
+        (tmp_path / "a.npy").write_bytes(data)
+    return bad(tmp_path, **{"init: normal": "init: {npy: a.npy}", "{N: 1001}": problems})
+
+
+def test_an_object_array_npy_is_refused_at_load_without_unpickling(tmp_path):
+    import numpy as np
+    line = _with_npy(tmp_path, array=np.array([object()] * 1001, dtype=object))
+    assert "k.yaml:5: args.a.init:" in line and "a.npy: holds object elements" in line and "unpickled" in line
+
+
+@pytest.mark.parametrize("data", [b"", b"\x93NUMPY\x01\x00garbage", b"not an npy file at all" * 10],
+                         ids=["empty", "bad-header", "text"])
+def test_a_corrupt_npy_is_one_line(tmp_path, data):
+    line = _with_npy(tmp_path, data=data)
+    assert "k.yaml:5: args.a.init:" in line and "not a readable .npy file" in line
+
+
+def test_every_problem_is_checked_against_an_npy_shape(tmp_path):
+    """Not only the smallest: the second problem needs another shape than the file holds."""
+    import numpy as np
+    line = _with_npy(tmp_path, array=np.zeros(1001, np.float32), problems="{N: [1001, 2002]}")
+    assert "k.yaml:5: args.a.init:" in line and "holds shape (1001,); the problem N=2002 needs (2002,)" in line
+
+
+def test_pickle_loads_on_a_pickled_npy_runs_nothing(tmp_path):
+    """The reproduction: a float64 .npy whose bytes are a pickle, and `reference: pickle:loads`."""
+    import pickle
+    marker = tmp_path / "ran"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+    line = _with_npy(tmp_path, data=pickle.dumps(Payload()), **{})
+    assert "not a readable .npy file" in line and not marker.exists()
+    (tmp_path / "a.npy").unlink()
+    line = bad(tmp_path, ref="pickle:loads")
+    assert "k.yaml:17: reference: 'pickle:loads' names no file" in line and not marker.exists()
+
+
+def test_a_scalar_that_overflows_its_dtype_is_one_line(tmp_path):
+    line = bad(tmp_path, **{"value: N}": "value: N * 10**7}"})
+    assert "k.yaml:8: args.n.value: N * 10**7 is 10010000000 BLOCK=256 at N=1001; a int32 holds " \
+           "-2,147,483,648..2,147,483,647" in line
+
+
+@pytest.mark.parametrize("old, new, needle", [
+    ("rtol: 1e-7", "rtol: (N - 5000) ** 0.5", "k.yaml:18: rtol: expression '(N - 5000) ** 0.5': a complex number"),
+    ("rtol: 1e-7", "rtol: 1e-7\nflops: (N - 5000) ** 0.5", "k.yaml:19: flops:"),
+    ("{N: 1001}", "{N: [" + ", ".join(str(i) for i in range(1, 101)) + "], M: [" + ", ".join(
+        str(i) for i in range(1, 101)) + "], K: [1, 2]}", "k.yaml:16: problems: 100 N × 100 M × 2 K make 20,000 "
+                                                         "problems; at most 10,000 are allowed"),
+])
+def test_unbounded_or_complex_values_in_a_kernel_config(tmp_path, old, new, needle):
+    text = BASE.format(src=EXAMPLES / "vector_add" / "vector_add.cu", ref="good:add").replace(old, new, 1)
+    assert needle in one_line_error(run("sweep", str(write(tmp_path, text=text)), "--dry-run"))

@@ -317,3 +317,29 @@ def test_a_killed_worker_among_several_is_replaced(tmp_path):
     assert len(errors) == 1 and "SIGKILL" in errors[0]["error"], errors
     assert outcome.restarts == 1
     assert sum(r["status"] == "PASS" for r in got) == 7 and all(r["speedup"] for r in got if r["status"] == "PASS")
+
+
+def test_cpu_workers_are_bounded_by_the_jobs(tmp_path, monkeypatch):
+    """--gpus 8 --backend cpu for 3 jobs starts 3 workers, not 8 (the issue: 24 workers for 4 cases)."""
+    sizes = []
+    real = sweep.WorkerPool
+
+    def recording(make, size, *a, **kw):
+        sizes.append(size)
+        return real(make, size, *a, **kw)
+    monkeypatch.setattr(sweep, "WorkerPool", recording)
+    spec = cpu_spec(tmp_path, [(5, 7, 3)])
+    sweep.execute(spec, "cpu", tmp_path / "r.csv", gpus=list(range(8)))
+    assert sizes == [3] and len(rows(tmp_path / "r.csv")) == 3
+
+
+@pytest.mark.parametrize("value, needle", [("²", "--gpus ²: expected all or a number"),
+                                           ("100000", "--gpus 100000: with --backend cpu, at most")])
+def test_gpus_option_bounds(tmp_path, value, needle):
+    from click.testing import CliRunner
+
+    from nnbench.cli import app
+    res = CliRunner().invoke(app.cli, ["sweep", "configs/ci.yaml", "--backend", "cpu", "--gpus", value,
+                                       "--out", str(tmp_path / "o.csv")])
+    assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output, res.output
+    assert not (tmp_path / "o.csv").exists()

@@ -126,7 +126,6 @@ def _write_json(sources, suite, variants, target: Path) -> None:
 
 
 def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force) -> None:
-    import os
 
     from nnbench import safeio, verdict
     from nnbench.report import html as htmlreport
@@ -134,12 +133,7 @@ def _write_html(sources, df, target: Path, baseline, tolerance, ceilings, force)
         tolerance = verdict.default_tolerance(bool(baseline) and len(verdict.baseline_files(baseline)) > 1)
     page = htmlreport.render(sources, df, ["nnbench", *sys.argv[1:]], Path(baseline) if baseline else None,
                              tolerance, ceilings)
-    target, fd = safeio.open_locked(target, safeio.FORCE if force else safeio.NEW)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(page)
-    except OSError as e:
-        raise safeio.os_problem(target, e) from None
+    target = safeio.write_whole(target, page, force)
     app.out.print(f"HTML report of {len(df)} rows: {escape(str(target))}")
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -211,11 +212,14 @@ def _runs(spec) -> dict[str, int]:
 
 def _gpus(text: str, backend: str) -> list[int]:
     """`--gpus all` or `--gpus N`: the devices to pin one worker each to (N CPU workers on --backend cpu)."""
-    if text != "all" and not (text.isdigit() and int(text) >= 1):
+    if text != "all" and not (text.isascii() and text.isdigit() and int(text) >= 1):  # not '²', which isdigit
         raise NnbenchError(f"--gpus {text}: expected all or a number of GPUs >= 1")
     if backend == "cpu":
         if text == "all":
             raise NnbenchError("--gpus all: with --backend cpu give a number of workers, e.g. --gpus 4")
+        cores = os.cpu_count() or 1
+        if int(text) > cores:
+            raise NnbenchError(f"--gpus {text}: with --backend cpu, at most {cores} workers (this machine's cores)")
         return list(range(int(text)))
     first = app.DEVICE[0]
     if text != "all" and int(text) == 1:

@@ -132,7 +132,11 @@ class SqliteDatabase(Database):
             # isolation_level=None: no implicit transactions; `transaction` says where each one starts and ends.
             self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             # A corrupt or foreign file fails here, on its first read, before anything is written to it.
-            self.conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            # Another application's database is refused before WAL mode (a change to the file) is switched on.
+            if tables and "schema_version" not in tables:
+                self.close()
+                raise foreign(self.where, tables)
             self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
             if self.conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
                 self.conn.execute("PRAGMA journal_mode = WAL")
@@ -213,6 +217,12 @@ class PostgresDatabase(Database):
         except self._psycopg.Error as e:
             raise NnbenchError(f"{self.where}: {doing + ': ' if doing else ''}{_first_line(e)}; the transaction "
                                "was rolled back, nothing was written") from None
+
+
+def foreign(where: str, tables: set[str]) -> NnbenchError:
+    """A database with tables but no schema_version: another application's, never written to."""
+    return NnbenchError(f"{where}: not an nnbench history database (it has tables {', '.join(sorted(tables)[:5])} "
+                        "but no schema_version); nothing was written to it")
 
 
 def _first_line(e: Exception) -> str:

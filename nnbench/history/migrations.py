@@ -11,7 +11,7 @@ from __future__ import annotations
 import datetime as dt
 
 from nnbench.errors import NnbenchError
-from nnbench.history.db import Database
+from nnbench.history.db import Database, foreign
 from nnbench.version import __version__
 
 MIGRATIONS: list[tuple[int, str, list[str]]] = [
@@ -56,8 +56,7 @@ def version(db: Database) -> int | None:
     tables = db.tables()
     if "schema_version" not in tables:
         if tables:
-            raise NnbenchError(f"{db.where}: not an nnbench history database (it has tables "
-                               f"{', '.join(sorted(tables)[:5])} but no schema_version); nothing was written to it")
+            raise foreign(db.where, tables)
         return None
     found = db.query("SELECT max(version) FROM schema_version")[0][0]
     return int(found) if found is not None else 0

@@ -55,6 +55,7 @@ def read(path: str | Path) -> list[Run]:
     if not cases:
         raise NnbenchError(f"{path}: no records to record")
     runs: dict[tuple[str, str, str], Run] = {}
+    latest: dict[tuple[str, str, str], dict[str, Case]] = {}  # each run's cases by key: linear in the file's records
     for c in cases:
         f = c.fields
         sha, gpu = str(f.get("git_sha") or "unknown"), str(f.get("gpu") or "cpu")
@@ -66,8 +67,11 @@ def read(path: str | Path) -> list[Run]:
         stamp = str(f.get("timestamp") or "")
         if stamp and (not run.run_time or stamp < run.run_time):
             run.run_time = stamp
-        run.cases = [x for x in run.cases if x.key != c.key] + [c]
-    for run in runs.values():
+        kept = latest.setdefault(ident, {})
+        kept.pop(c.key, None)  # a case recorded again moves to where its last record is, as before
+        kept[c.key] = c
+    for ident, run in runs.items():
+        run.cases = list(latest[ident].values())
         if not run.run_time:
             raise NnbenchError(f"{path}: records of {run.commit_sha} on {run.gpu} have no timestamp; not an nnbench "
                                "result file")

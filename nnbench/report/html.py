@@ -13,6 +13,7 @@ import base64
 import datetime as dt
 import html
 import math
+import re
 import shlex
 from pathlib import Path
 
@@ -69,7 +70,7 @@ def _environment(df: pd.DataFrame) -> str:
     for src, g in df.groupby("_file", sort=False):
         env = {c: html.escape(str(g[c].dropna().iloc[0])) if c in g and g[c].notna().any() else "" for c in ENVIRONMENT}
         stamps = g["timestamp"].dropna().astype(str).sort_values() if "timestamp" in g else pd.Series([], dtype=str)
-        env["measured"] = f"{stamps.iloc[0]} – {stamps.iloc[-1]}" if len(stamps) else ""
+        env["measured"] = html.escape(f"{stamps.iloc[0]} – {stamps.iloc[-1]}") if len(stamps) else ""
         cols[str(src)] = env
     head = "".join(f"<th>{html.escape(src)}</th>" for src in cols)
     body = "".join(f"<tr><th>{field}</th>" + "".join(f"<td>{env[field]}</td>" for env in cols.values()) + "</tr>"
@@ -88,7 +89,7 @@ def _box_svg(sides: list[tuple[str, dict]], lo: float, hi: float) -> str:
     for i, (name, s) in enumerate(sides):
         y = 9 + 18 * i
         colour = "#0072B2" if name == "base" else "#D55E00"
-        parts.append(f'<text x="0" y="{y + 4}" font-size="10">{name}</text>')
+        parts.append(f'<text x="0" y="{y + 4}" font-size="10">{html.escape(name)}</text>')
         if s.get("min") is not None and s.get("q1") is not None:
             parts.append(f'<line x1="{x(s["min"]):.1f}" x2="{x(s["q1"]):.1f}" y1="{y}" y2="{y}" stroke="{colour}"/>')
         if s.get("q1") is not None and s.get("q3") is not None:
@@ -130,7 +131,8 @@ def _verdicts(baseline: Path, current: list[Path], tolerance: float) -> str:
         values = [x for _, s in sides for x in s.values() if x is not None]
         box = _box_svg(sides, min(values), max(values)) if values else ""
         change = f"{v.change:+.1%}" if v.change is not None else ""
-        rows.append(f'<tr><td class="v-{v.verdict}">{v.verdict}</td><td>{html.escape(v.variant)}</td>'
+        rows.append(f'<tr><td class="v-{html.escape(v.verdict)}">{html.escape(v.verdict)}</td>'
+                    f"<td>{html.escape(v.variant)}</td>"
                     f"<td>{html.escape(v.params)}</td><td>{html.escape(v.shape)}</td><td>{box}</td>"
                     f'<td data-order="{v.base_ms or 0}">{_cell(v.base_ms)}</td>'
                     f'<td data-order="{v.cur_ms or 0}">{_cell(v.cur_ms)}</td><td>{change}</td>'
@@ -159,15 +161,20 @@ def render(sources: list[str], df: pd.DataFrame, command: list[str], baseline: P
     if baseline is not None:
         sections.append(f"<h2>Gate verdicts</h2>{_verdicts(baseline, [Path(s) for s in sources], tolerance)}")
     figs, cmds = [], []
-    for (suite, kind), png in figures.items():
+    for i, ((suite, kind), png) in enumerate(figures.items()):
+        # A suite's name comes from a result file (data anyone can write): escaped wherever it is shown,
+        # and in an id only as letters, digits, '_', '.' and '-' (numbered, so two names never share one).
         name = f"{suite}-{kind}" if len(suites) > 1 else kind
-        only = f" --suite {suite}" if len(suites) > 1 else ""
-        redraw = f"nnbench report {files}{only} --plot {kind} --out {name}.png"
+        anchor = name if re.fullmatch(r"[\w.-]+", name, re.ASCII) else f"{i}-" + re.sub(r"[^\w.-]", "_", name,
+                                                                                           flags=re.ASCII)
+        only = f" --suite {shlex.quote(str(suite))}" if len(suites) > 1 else ""
+        redraw = f"nnbench report {files}{only} --plot {kind} --out {shlex.quote(name + '.png')}"
         data = base64.b64encode(png).decode()
-        figs.append(f'<figure id="fig-{name}"><img alt="{suite} {kind} plot" src="data:image/png;base64,{data}">'
-                    f"<figcaption><b>{suite} · {kind}</b>: {WHAT[kind]}. "
-                    f'<a href="#cmd-{name}">The command that draws it</a>.</figcaption></figure>')
-        cmds.append(f'<li id="cmd-{name}"><code>{html.escape(redraw)}</code></li>')
+        shown = html.escape(f"{suite} · {kind}")
+        figs.append(f'<figure id="fig-{anchor}"><img alt="{html.escape(f"{suite} {kind} plot")}" '
+                    f'src="data:image/png;base64,{data}"><figcaption><b>{shown}</b>: {html.escape(WHAT[kind])}. '
+                    f'<a href="#cmd-{anchor}">The command that draws it</a>.</figcaption></figure>')
+        cmds.append(f'<li id="cmd-{anchor}"><code>{html.escape(redraw)}</code></li>')
     sections.append("<h2>Figures</h2>" + ("".join(figs) or "<p>No figure has anything to draw for these rows.</p>"))
     for suite, g in norm.groupby("suite", sort=False):
         cols = [c for c in COMMON + OWN.get(str(suite), []) if c in g and g[c].notna().any()]

@@ -378,6 +378,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             starting = threading.Thread(target=lambda: None)
             starting.start()
         elif not load_only:
+            slots = max(1, min(slots, len(todo)))  # a worker per job at most: --gpus 24 for 4 cases starts 4
             pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
                               on_progress=lambda what: emit("phase", what=what))
             starting = pool.start()  # the other GPUs' workers start while this process compiles

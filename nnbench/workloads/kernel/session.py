@@ -4,14 +4,17 @@ A kernel config (examples/vector_add/vector_add.yaml) says which source and kern
 arguments in order (arrays with a dtype and a shape written in the problem axes, generated or read
 from .npy; scalars; which arrays are checked outputs), the launch geometry as expressions over the
 parameters and problem axes, the parameter axes and restrictions (as a sweep's), the problem axes,
-FLOP and byte formulas, the reference (a float64 Python callable `module:function`, or another
-variant of the same config named as the baseline) and the tolerance.
+FLOP and byte formulas, the reference (a float64 Python function in the user's own file,
+`module:function` beside the config or `PATH.py:function`, or another variant of the same config
+named as the baseline) and the tolerance.
 
 Everything a mistake can be found in is checked when the file is loaded, so it is one
 `file:line: key: problem; allowed: ...` line and exit 2: the kernel name against the entries nvcc
 emits for the file, the argument count and kinds against the entry's PTX parameter list, the
-launch geometry of every case and problem against CUDA's limits, and the reference, called once
-on the smallest problem, against the declared output shapes.
+launch geometry of every case and problem against CUDA's limits, each .npy input's header against
+every problem, and the reference's file, read and parsed for the function (nnbench/usercode.py).
+Loading runs no user code: the reference runs only in a case, in the worker under the watchdog, and
+its mistakes (an exception, SystemExit, a wrong output shape) are that case's ERROR row.
 
 The rest is the contract's: the sweep runs the cases in a worker (a fault or a hang is an ERROR row
 and the sweep goes on), verifies each with its outputs poisoned (NaN) first, times it through
@@ -26,13 +29,11 @@ row says so (there is nothing else to check a user's CUDA against without a GPU)
 from __future__ import annotations
 
 import hashlib
-import importlib
-import importlib.util
 import itertools
 import json
+import math
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field, replace
@@ -41,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nnbench import audit, expr, measure, paths, space
+from nnbench import audit, expr, measure, paths, space, usercode
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
@@ -66,6 +67,7 @@ CHECK_ARCH = "sm_90"  # the PTX the signature is read from, unless the config na
 MAX_BLOCK = (1024, 1024, 64)
 MAX_THREADS = 1024
 MAX_GRID = (2**31 - 1, 65535, 65535)
+MAX_PROBLEMS = 10_000  # a config's problems, crossed: each is built, checked and run; more is a mistake
 
 
 # -- the declaration --------------------------------------------------------------------------------
@@ -94,11 +96,12 @@ class KernelSpec:
     bytes: str
     rtol: str
     seed: int
-    reference: str = ""  # "module:function", imported from ref_dir
+    reference: str = ""  # "module:function" or "PATH.py:function", as the config wrote it
     ref_dir: str = ""
     baseline: str = ""  # or a variant of this config whose outputs are the reference
     where_reference: str = ""
     baseline_case: Case | None = None  # that variant at its defaults
+    reference_file: str = ""  # the Python file `reference` names (nnbench/usercode.py), checked at load
 
     @property
     def outputs(self) -> list[Arg]:
@@ -160,7 +163,10 @@ def make_inputs(problem: KernelProblem, draw: int = 0) -> dict[str, np.ndarray]:
         elif kind == "uniform":
             x = rng.uniform(a.init[1], a.init[2], shape)
         elif kind == "npy":
-            x = np.load(a.init[1], allow_pickle=False)
+            try:
+                x = np.load(a.init[1], allow_pickle=False)  # an object array would unpickle: code from data
+            except (OSError, ValueError, EOFError) as e:
+                raise NnbenchError(f"{a.where}: args.{a.name}.init: {a.init[1]}: cannot read as .npy: {e}") from None
             if x.shape != shape:
                 raise NnbenchError(f"{a.where}: args.{a.name}.init: {a.init[1]} holds shape {x.shape}; the problem "
                                    f"{problem_text(problem)} needs {shape}")
@@ -170,6 +176,21 @@ def make_inputs(problem: KernelProblem, draw: int = 0) -> dict[str, np.ndarray]:
             x = np.zeros(shape)
         out[a.name] = np.ascontiguousarray(x, dtype=a.dtype)
     return out
+
+
+def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
+    """An .npy file's shape and dtype, from its header alone (no array is read, nothing unpickled).
+    Raises NnbenchError saying what is wrong with the file."""
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            shape, _, dtype = np.lib.format._read_array_header(f, version, max_header_size=10000)
+    except (OSError, ValueError, EOFError, SyntaxError, TypeError) as e:
+        raise NnbenchError(f"not a readable .npy file ({' '.join(str(e).split())[:200]})") from None
+    if dtype.hasobject or dtype.kind not in "biuf":
+        raise NnbenchError(f"holds {dtype} elements; allowed: numbers (an object array would be unpickled, "
+                           "which runs code)")
+    return shape, dtype
 
 
 def scalar_values(spec: KernelSpec, env: dict) -> dict[str, float]:
@@ -186,11 +207,7 @@ def call_reference(problem: KernelProblem, inputs: dict[str, np.ndarray], params
     env = dict(problem.as_dict(), **(params or {}))
     scalars = scalar_values(spec, env)
     args = [inputs[a.name].astype(np.float64) if a.kind == "array" else scalars[a.name].item() for a in spec.args]
-    try:
-        got = fn(*args)
-    except Exception as e:  # noqa: BLE001 - the user's code: any exception is their error, in one line
-        raise NnbenchError(f"{spec.where_reference}: reference: {spec.reference} raised {type(e).__name__}: {e}"
-                           ) from None
+    got = usercode.call(fn, args, f"{spec.where_reference}: reference: {spec.reference}")
     outs = spec.outputs
     if isinstance(got, dict):
         missing = [a.name for a in outs if a.name not in got]
@@ -218,36 +235,15 @@ def call_reference(problem: KernelProblem, inputs: dict[str, np.ndarray], params
 
 
 def reference_function(spec: KernelSpec):
-    """The `module:function`: a module file beside the config (loaded under a name of its own, so two
-    configs' `reference.py` never meet in sys.modules), else an importable module."""
-    module, _, name = spec.reference.partition(":")
+    """The reference's function: a callable the Python API registered in this process, else the file the
+    config names, loaded now (this runs the user's code: only a case calls it, never a config's load)."""
+    module, _, name = spec.reference.rpartition(":")
     if module == CALLABLE_MODULE:
         if name not in CALLABLES:
             raise NnbenchError(f"{spec.where_reference}: reference: a Python callable given to nnbench.benchmark() "
                                "lives in that process only; a sweep (a worker process) needs module:function")
         return CALLABLES[name]
-    local = Path(spec.ref_dir) / (module.replace(".", "/") + ".py")
-    try:
-        if local.is_file():
-            # named by its path and content: an edited file is loaded anew, two configs' modules never meet
-            key = f"_nnbench_reference_{hashlib.sha256(str(local).encode() + local.read_bytes()).hexdigest()[:16]}"
-            mod = sys.modules.get(key)
-            if mod is None:
-                loader = importlib.util.spec_from_file_location(key, local)
-                mod = importlib.util.module_from_spec(loader)
-                loader.loader.exec_module(mod)
-                sys.modules[key] = mod
-        else:
-            mod = importlib.import_module(module)
-    except Exception as e:  # noqa: BLE001 - an import of the user's module: any failure is one line
-        raise NnbenchError(f"{spec.where_reference}: reference: cannot import {module!r} (looked for {local}, then "
-                           f"the Python path): {type(e).__name__}: {e}") from None
-    fn = getattr(mod, name, None)
-    if not callable(fn):
-        have = [n for n in dir(mod) if not n.startswith("_") and callable(getattr(mod, n))]
-        raise NnbenchError(f"{spec.where_reference}: reference: {module} has no function {name!r}; it has "
-                           f"{', '.join(have) or '(none)'}")
-    return fn
+    return usercode.function(spec.reference_file, name, f"{spec.where_reference}: reference: {spec.reference}")
 
 
 CALLABLE_MODULE = "_callable"  # a reference given to the Python API as a callable (nnbench/api.py)
@@ -280,13 +276,12 @@ class KernelSession(Session):
         if problem == self._problem and problem.spec == getattr(self._problem, "spec", None):
             return
         self.bufs, self.pristine, self.refs, self.ref_error = {}, {}, None, ""
-        self.inputs = make_inputs(problem)
         self._problem = problem
-        if problem.spec.reference:
-            try:
-                self.refs = call_reference(problem, self.inputs)
-            except NnbenchError as e:
-                self.ref_error = str(e)
+        try:
+            self.inputs = make_inputs(problem)
+        except NnbenchError as e:  # an .npy file changed since the config was loaded
+            self.inputs, self.ref_error = {}, str(e)
+            return
         if self.backend.runs_kernels:
             for name, host in self.inputs.items():
                 self.bufs[name] = self.backend.upload(host)
@@ -297,6 +292,12 @@ class KernelSession(Session):
         self.prepare(problem)
         rec = dict(self.base_record(problem), variant=v.name, step=v.step, params=case.param_label,
                    precision=v.precision)
+        if problem.spec.reference and self.refs is None and not self.ref_error:
+            # The user's code runs here, in a case (under the sweep's watchdog), never when a config loads.
+            try:
+                self.refs = call_reference(problem, self.inputs)
+            except NnbenchError as e:
+                self.ref_error = str(e)
         if self.ref_error:
             return dict(rec, status="ERROR", error=self.ref_error)
         if not self.backend.runs_kernels:
@@ -604,13 +605,20 @@ def load(path: Path, root=None):
     if not cases:
         raise fail(path, top["variants"][1], "variants: every point was excluded; nothing to run")
 
-    reference = baseline = ""
+    reference = baseline = reference_file = ""
     ref_where = where(path, top["reference"][1]) if "reference" in top else ""
     if "reference" in top:
         reference = scalar(path, top["reference"][1], "reference")
-        if not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", reference):
-            raise fail(path, top["reference"][1], f"reference: {reference!r} is not module:function "
-                                                  "(a Python module beside the config, e.g. reference:vector_add)")
+        module, _, fname = reference.rpartition(":")
+        if module == CALLABLE_MODULE:  # registered by the Python API in this process; a file cannot name one
+            if fname not in CALLABLES:
+                raise fail(path, top["reference"][1], f"reference: {reference!r}: {CALLABLE_MODULE} names a callable "
+                                                      f"given to nnbench.benchmark(); give {usercode.FORMS}")
+        else:
+            try:  # the file is read and parsed, never run: loading a config runs no user code
+                reference_file = str(usercode.resolve(reference, here)[0])
+            except NnbenchError as e:
+                raise fail(path, top["reference"][1], f"reference: {e}") from None
     base_case = None
     if "baseline" in top:
         names = [v.name for v, _ in variants]
@@ -624,16 +632,11 @@ def load(path: Path, root=None):
         raise fail(path, top["suite"][1], "reference: missing; give `reference: module:function` (float64 NumPy) "
                                           "or `baseline: VARIANT` (another variant whose outputs are the reference)")
     spec = KernelSpec(name, str(path), args, flops, nbytes, rtol, seed, reference, str(here), baseline,
-                      ref_where or where(path, top["baseline"][1]), base_case)
+                      ref_where or where(path, top["baseline"][1]), base_case, reference_file)
     problems = [KernelProblem(tuple(p.items()), spec) for p in problems_axes]
     for p in problems:
         _check_problem(path, top, p, cases, variants)
-    if reference:  # called once, on the smallest problem, so a broken reference is found before a sweep
-        small = min(problems, key=lambda p: sum(int(np.prod(p.shape_of(a))) for a in args if a.kind == "array"))
-        try:
-            call_reference(small, make_inputs(small))  # as a session calls it: scalars over the problem axes
-        except NnbenchError as e:
-            raise ConfigError(str(e)) from None
+    _check_npy(args, problems)
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
     return Declaration(name, path, top, cases, problems, base_case, float(expr.evaluate(rtol, problems[0].as_dict())),
                        seed, counts, desc)
@@ -654,6 +657,31 @@ class Declaration:
     seed: int
     counts: list
     description: str
+
+
+def _scalar_range(dtype: str) -> tuple[float, float]:
+    info = np.iinfo(dtype) if np.dtype(dtype).kind in "iu" else np.finfo(dtype)
+    return float(info.min), float(info.max)
+
+
+def _number_text(x: float) -> str:
+    return f"{int(x):,}" if abs(x) < 2**64 else f"{x:g}"
+
+
+def _check_npy(args: tuple[Arg, ...], problems: list[KernelProblem]) -> None:
+    """Each .npy input's header against every problem's shape for it (the reference's output shapes are
+    checked where the reference runs: in a case)."""
+    for a in args:
+        if a.kind != "array" or a.init[0] != "npy":
+            continue
+        try:
+            have, _ = npy_header(a.init[1])
+        except NnbenchError as e:
+            raise ConfigError(f"{a.where}: args.{a.name}.init: {a.init[1]}: {e}") from None
+        for p in problems:
+            if have != p.shape_of(a):
+                raise ConfigError(f"{a.where}: args.{a.name}.init: {a.init[1]} holds shape {have}; the problem "
+                                  f"{problem_text(p)} needs {p.shape_of(a)}")
 
 
 def _list(path: Path, node, what: str) -> list:
@@ -688,8 +716,12 @@ def _problems(path: Path, node) -> list[dict[str, int]]:
         for k in names:
             if not re.fullmatch(r"[A-Za-z_]\w*", k) or k in expr.FUNCTIONS:
                 raise fail(path, axes[k][0], f"problems: {k!r} is not a usable axis name (letters, digits, '_')")
-        values = [[integer(path, n, f"problems.{k}", minimum=1) for n in _list(path, vn, f"problems.{k}")]
-                  for k, (_, vn) in axes.items()]
+        lists = [(k, _list(path, vn, f"problems.{k}")) for k, (_, vn) in axes.items()]
+        count = len(out) + math.prod(len(nodes) for _, nodes in lists)  # counted before any is made
+        if count > MAX_PROBLEMS:
+            sizes = " × ".join(f"{len(nodes):,} {k}" for k, nodes in lists)
+            raise fail(path, item, f"problems: {sizes} make {count:,} problems; at most {MAX_PROBLEMS:,} are allowed")
+        values = [[integer(path, n, f"problems.{k}", minimum=1) for n in nodes] for k, nodes in lists]
         out += [dict(zip(names, combo)) for combo in itertools.product(*values)]
     return list({tuple(p.items()): p for p in out}.values())
 
@@ -908,9 +940,13 @@ def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], v
             if a.kind == "scalar" and (a.name, c) not in checked:
                 checked.add((a.name, c))
                 try:
-                    expr.evaluate(a.value, dict(env, **params))
+                    value = expr.evaluate(a.value, dict(env, **params))
                 except NnbenchError as e:
                     raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
+                lo, hi = _scalar_range(a.dtype)
+                if isinstance(value, tuple) or not lo <= value <= hi:
+                    raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value} {point}; a {a.dtype} "
+                                      f"holds {_number_text(lo)}..{_number_text(hi)}")
         geo = {}
         for key, text, limit in (("block", v.block, MAX_BLOCK), ("grid", v.grid, MAX_GRID)):
             try:
