@@ -131,14 +131,14 @@ def test_no_autotune_and_a_cpu_backend_have_no_tuner():
     from nnbench.cli import app
 
     class Gpu:
-        name = "cuda"
+        name, runs_kernels = "cuda", True
         device = H100
 
         def environment(self):
             return {"gpu_uuid": "GPU-1", "driver": "550.54.15"}
     assert app.tuner(Gpu(), no_autotune=True) is None
     assert isinstance(app.tuner(Gpu(), no_autotune=False), Tuner)
-    assert Tuner.for_backend(type("Cpu", (), {"name": "cpu"})()) is None
+    assert Tuner.for_backend(type("Cpu", (), {"name": "cpu", "runs_kernels": False})()) is None
 
 
 def test_an_explicit_parameter_fixes_the_variants_that_take_it(tmp_path):

@@ -44,7 +44,7 @@ def test_conv_model_runs_through_the_harness(tmp_path, monkeypatch):
     from nnbench.cli import conv as conv_cli
 
     class Device:
-        name = "cuda"
+        name, runs_kernels, has_vendor_libs, clock_name = "cuda", True, True, "CUDA events"
 
         def environment(self):
             return {"backend": "cpu", "gpu": "stand-in"}

@@ -126,7 +126,7 @@ def test_the_readme_showcase_compares_case_for_case():
     step 9's rows changed between the two files; no case may split into MISSING and NEW for it."""
     root = results.paths.ROOT
     base = verdict.load(root / "results/baselines/nvidia-h100-80gb-hbm3.csv")
-    cur = verdict.load(root / "docs/data/contract/ci_again.csv")
+    cur = verdict.load(root / "docs/data/figures/ci_again.csv")
     got = verdict.compare(base, cur, verdict.TWO_FILE_TOLERANCE)
     split = [(v.verdict, v.variant, v.params) for v in got if v.verdict in ("MISSING", "NEW")]
     assert not split and len(got) == len(base) == len(cur)
