@@ -83,7 +83,9 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
     variants: run only these variants. params: keep only the cases with these parameter values
         (with keyword declarations: the values themselves). problems: a kernel config's problems
         instead of its own, e.g. [{"N": 4097}]. budget: seconds per case (timing.budget).
-    backend: "cuda", "cpu" or "auto" (cuda when a GPU works). device: the GPU index.
+    backend: "cuda", "cpu" or "auto" (cuda when a GPU works); every row's `backend` (and the frame's
+        attrs["backend"]) says which ran. On the CPU no user kernel runs: a kernel config's row there is its
+        reference, timed and checked, with variant `reference` and status REFERENCE. device: the GPU index.
     """
     import numpy as np
 
@@ -124,7 +126,9 @@ def benchmark(config: ConfigLike | None = None, *, backend: str = "auto", device
         return rows
     import pandas as pd
     df = pd.DataFrame(rows)
-    return df.reindex(columns=[c for c in results.FIELDS if c in df.columns]).replace({np.nan: None})
+    df = df.reindex(columns=[c for c in results.FIELDS if c in df.columns]).replace({np.nan: None})
+    df.attrs["backend"] = be.name  # also every row's `backend`: with backend="auto", which one ran
+    return df
 
 
 def run_sweep(config: ConfigLike, *, backend: str = "cuda", device: int = 0, out: str | Path | None = None,

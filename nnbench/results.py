@@ -22,6 +22,7 @@ from pathlib import Path
 from nnbench import paths, safeio, workloads
 from nnbench.errors import NnbenchError
 from nnbench.version import __version__
+from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT  # noqa: F401 (statuses live here)
 
 # One schema for every workload: any row of any suite can be read, compared and plotted alone.
 # `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
@@ -61,9 +62,11 @@ FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATIO
           + ENVIRONMENT + RAW)
 
 # status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
-# faulted or did not compile), SKIP (refused for this device, with the reason in `error`).
+# faulted or did not compile), SKIP (refused for this device, with the reason in `error`), REFERENCE (no
+# kernel ran: the config's float64 reference was timed and checked, on the CPU backend; variant `reference`).
 FAILED = {"FAIL", "ERROR"}
-STATUSES = {"PASS", "FAIL", "ERROR", "SKIP"}
+STATUSES = {"PASS", "FAIL", "ERROR", "SKIP", REFERENCE}
+TIMED = {"PASS", REFERENCE}  # rows whose median is a verified time (of a kernel, or of the reference)
 
 
 @lru_cache(maxsize=1)

@@ -151,7 +151,7 @@ class Summary:
             self.shapes.append(shape)
         t = self.tally.setdefault((shape, variant), {})
         t[rec.get("status", "")] = t.get(rec.get("status", ""), 0) + 1
-        if rec.get("status") == "PASS" and rec.get("median_ms"):
+        if rec.get("status") in results.TIMED and rec.get("median_ms"):  # the reference's time shown, never starred
             cur = self.best.get((shape, variant))
             if cur is None or rec["median_ms"] < cur["median_ms"]:
                 self.best[(shape, variant)] = {k: rec.get(k) for k in self.KEEP}
@@ -167,7 +167,8 @@ class Summary:
                 row["tally"] = self.tally[k]
                 rows.append(row)
             rows.sort(key=lambda r: r.get("median_ms") or float("inf"))
-            ours = [r for r in rows if str(r.get("step", "")) not in ("", "None") and r.get("median_ms")]
+            ours = [r for r in rows if str(r.get("step", "")) not in ("", "None") and r.get("median_ms")
+                    and r.get("status") == "PASS"]
             for r in rows:
                 r["best"] = bool(ours) and r is ours[0]
             out += rows
