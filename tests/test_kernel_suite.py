@@ -100,6 +100,75 @@ def test_vector_add_on_the_cpu_backend_checks_the_reference_and_says_so(tmp_path
     assert "ran 2 cases" in again.output and "26 resumed" in again.output  # the reference's rows run again
 
 
+# -- provenance: a result outlives no edit of its kernel ----------------------------------------------
+def _user_repo(tmp_path: Path) -> Path:
+    """vector_add in a git repository of the user's own, with one small problem and four cases, and a header."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for f in ("vector_add.cu", "reference.py"):
+        (folder / f).write_text((EXAMPLES / "vector_add" / f).read_text())
+    (folder / "op.cuh").write_text("#define OP(x, y) ((x) + (y))\n")
+    cu = folder / "vector_add.cu"
+    cu.write_text('#include "op.cuh"\n' + cu.read_text().replace("a[j] + b[j]", "OP(a[j], b[j])"))
+    text = VECTOR_ADD.read_text().replace("{N: [1000003, 16777216]}", "{N: 1001}")
+    (folder / "va.yaml").write_text(text.replace("[256, 64, 128, 512, 1024], ITEMS: [1, 2, 4]", "[64, 128], "
+                                                                                                 "ITEMS: [1, 2]"))
+    git = ["git", "-C", str(folder), "-c", "user.name=u", "-c", "user.email=u@x"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "mine"], check=True)
+    return folder
+
+
+def test_editing_a_kernel_or_its_header_runs_its_cases_again(tmp_path):
+    """The resume key holds the source's provenance: a sweep re-run over an unchanged kernel has nothing to do, over
+    an edited .cu file or header every case runs again (not "already done"); the rows name the user's commit."""
+    folder = _user_repo(tmp_path)
+    cfg, out = folder / "va.yaml", tmp_path / "r.csv"
+    first = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+    assert first.exit_code == 0, first.output
+    rows = list(csv.DictReader(out.open()))
+    head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert len(rows) == 4 and {r["git_sha"] for r in rows} == {head} and {r["source_repo"] for r in rows} == {
+        str(folder.resolve())}
+    assert len({r["provenance"] for r in rows}) == 1 and len(rows[0]["provenance"]) == 16
+    again = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+    assert "ran 1 cases" in again.output and "3 resumed" in again.output, again.output  # the reference's row only
+    for f, old, new in (("vector_add.cu", "OP(a[j], b[j])", "OP(b[j], a[j])"), ("op.cuh", "(x) + (y)", "(y) + (x)")):
+        (folder / f).write_text((folder / f).read_text().replace(old, new))
+        edited = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+        assert "ran 4 cases" in edited.output and "3 cases run again" in edited.output, (f, edited.output)
+        rows = list(csv.DictReader(out.open()))
+        assert rows[-1]["git_sha"] == head + "-dirty" and rows[-1]["provenance"] != rows[0]["provenance"]
+
+
+def test_a_user_kernels_results_go_to_the_users_folder_and_old_files_run_again(tmp_path, monkeypatch):
+    """Without --out, a kernel config's CSV lands in ./results/ where the command runs, not in nnbench's checkout;
+    a file from before provenance was recorded still loads for the gate, and a resume of it runs its cases again
+    into a new file (one line says so), or, named by --out, is refused in one line."""
+    from nnbench import results, verdict
+    folder = _user_repo(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    res = run("sweep", str(folder / "va.yaml"), "--backend", "cpu")
+    assert res.exit_code == 0, res.output
+    (made,) = (work / "results").glob("vector_add-*.csv")
+    assert not list(paths.RESULTS.glob(made.name))
+    rows = list(csv.DictReader(made.open()))
+    with made.open("w", newline="") as f:  # the same file as it was written before provenance was kept
+        w = csv.DictWriter(f, fieldnames=results.FIELDS_BEFORE_PROVENANCE, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert len(verdict.load(made)) == 4
+    again = run("sweep", str(folder / "va.yaml"), "--backend", "cpu")
+    assert "written before results recorded their provenance" in again.output and "ran 4 cases" in again.output
+    assert len(list((work / "results").glob("vector_add-*.csv"))) == 2
+    one_line_error(run("sweep", str(folder / "va.yaml"), "--backend", "cpu", "--out", str(made)), "--out",
+                   "provenance")
+
+
 # -- bad input: one line naming file, line and key, with what is allowed; exit 2 ---------------------
 BASE = """\
 name: bad

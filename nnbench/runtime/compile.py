@@ -121,11 +121,18 @@ def planted() -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out))
 
 
-def cache_key(req: CompileRequest) -> str:
+def sources_digest(source: Path, includes: tuple[str, ...] = ()) -> str:
+    """sha256 over the file and every header it reaches (`_sources_closure`): names and bytes."""
     h = hashlib.sha256()
-    for f in _sources_closure(req.source, req.includes):
+    for f in _sources_closure(source, includes):
         h.update(f.name.encode())
         h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def cache_key(req: CompileRequest) -> str:
+    h = hashlib.sha256()
+    h.update(sources_digest(req.source, req.includes).encode())
     h.update(repr((req.params, req.arch, BASE_FLAGS, nvcc_version())).encode())
     if req.includes:
         h.update(repr(req.includes).encode())
