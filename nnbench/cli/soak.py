@@ -1,0 +1,38 @@
+"""`nnbench soak`: fresh seeds over tiny and odd problems on every path of a backend; each failure with the seed
+and the command that reproduces it, exit 1 on any (nnbench/sweeps/soak.py)."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+from rich.markup import escape
+
+from nnbench import options
+from nnbench.cli import app
+
+
+@app.cli.command()
+@click.option("--seeds", "count", type=click.IntRange(min=1), default=20, show_default=True,
+              help="How many fresh seeds (from the operating system's entropy) each workload runs.")
+@click.option("--seed", type=options.SEED, default=None,
+              help="Run this one seed instead of fresh ones: how a reported failure is reproduced.")
+@click.option("--workload", type=click.Choice(["gemm", "conv", "train", "all"]), default="all", show_default=True,
+              help="Which workload's paths to soak.")
+@app.backend_option
+def soak(count: int, seed: int | None, workload: str, backend: str) -> None:
+    """Run N fresh seeds over tiny and odd problems (GEMMs 1x1x1 to 127x129x131; convolutions of 1x1 images, stride
+    2 and padding; the smallest nets) on every path the backend has, each case verified as always and timed
+    once. Every FAIL or ERROR row is printed with its seed and the exact command that runs it again; exit 1 on
+    any."""
+    from nnbench.sweeps import soak as soak_mod
+    be = app.open_device(backend)
+    names = list(soak_mod.WORKLOADS) if workload == "all" else [workload]
+    seeds = [seed] if seed is not None else soak_mod.fresh_seeds(count)
+    app.out.print(f"soak · {', '.join(names)} · {len(seeds)} seed{'s' if len(seeds) > 1 else ''} · backend {be.name}")
+    out = soak_mod.soak(be, names, seeds)
+    for f in out.failures:
+        app.out.print(escape(f.line(be.name)), soft_wrap=True)
+    app.out.print(f"{out.rows} rows, {len(out.failures)} failed")
+    if out.failures:
+        sys.exit(1)
