@@ -160,3 +160,13 @@ def test_limits_grow_with_the_reduction_and_order_the_precisions():
     # where the probabilistic bound is below the deterministic one, it is the limit; never above
     assert measure.accumulation_bound(3, 2.0**-24) == pytest.approx(3 * 2.0**-24, rel=1e-6)
     assert measure.accumulation_bound(4096, 2.0**-24) < 4096 * 2.0**-24 / 2
+
+
+def test_a_measured_limit_scales_to_the_rows_precision():
+    """A limit measured on float32 arithmetic (the trainers', LeNet-5's) is FP32's for FP32 and the host, and grows
+    for 3xTF32 (products truncated, sums with the MMA's truncating unit roundoff) by the bounds' ratio."""
+    for n in (1, 64, 4096):
+        assert measure.precision_scale(FFMA, n) == 1.0 == measure.precision_scale("FP32 host", n)
+        assert measure.precision_scale(TF32X3, n) == pytest.approx(
+            measure.error_limit(TF32X3, n, epilogue=0) / measure.error_limit(FFMA, n, epilogue=0))
+        assert 1.0 < measure.precision_scale(TF32X3, n) < measure.precision_scale(TF32, n)

@@ -29,7 +29,8 @@ def soak(count: int, seed: int | None, workload: str, backend: str) -> None:
     be = app.open_device(backend)
     names = list(soak_mod.WORKLOADS) if workload == "all" else [workload]
     seeds = [seed] if seed is not None else soak_mod.fresh_seeds(count)
-    app.out.print(f"soak · {', '.join(names)} · {len(seeds)} seed{'s' if len(seeds) > 1 else ''} · backend {be.name}")
+    plural = "s" if len(seeds) > 1 else ""
+    app.out.print(f"soak · {', '.join(names)} · {len(seeds)} seed{plural} · backend {be.name}")
     out = soak_mod.soak(be, names, seeds)
     for f in out.failures:
         app.out.print(escape(f.line(be.name)), soft_wrap=True)

@@ -933,7 +933,9 @@ def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hy
                 yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
                 continue
             rtol = rtol or check_tolerance(init, train, batch, hyper, ref=ref)  # the same for every version
-            rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL",
+            # a precision whose sums err more than FP32's (3xTF32's truncating MMA) by that much more
+            limit = rtol * measure.precision_scale(v.precision, batch)
+            rec.update(weights_rel_err=err, weights_rtol=limit, status="PASS" if err <= limit else "FAIL",
                        tiles="sgemm via cupy, TF32 off" if gemms is None else
                        " ".join(f"{role}={g.label}" for role, g in gemms.items()))
             try:
