@@ -42,7 +42,7 @@ class Comparisons:
     def derive(self, rec: dict) -> dict:
         self.remember(rec)
         ms = rec.get("median_ms")
-        if not ms or rec.get("status") not in ("PASS", "FAIL"):
+        if not ms or rec.get("status") not in ("PASS", "FAIL", "SUSPECT"):
             return rec
         t = ms * 1e-3
         if rec.get("flops") and rec.get("gflops") is None:
@@ -64,13 +64,17 @@ class Comparisons:
 
 def run(workload: Workload, backend, cases: list[Case], problems: list, settings, rtol: float,
         seed: int | None = None, env: dict | None = None, vendor: bool = True,
-        baseline: Case | None = None) -> Iterator[dict]:
-    """Yield one record per (problem, vendor row or case). A kernel fault ends the run after its
-    ERROR record: the context is poisoned, and everything before it is already yielded."""
+        baseline: Case | None = None, options=None, tuner=None) -> Iterator[dict]:
+    """Yield one record per (problem, vendor row or case), each followed by the rows the session
+    measured along with it (Session.breakdown). A kernel fault ends the run after its ERROR record:
+    the context is poisoned, and everything before it is already yielded. `options` go to the
+    workload's session (Workload.session); `tuner` (nnbench/runtime/autotune.py): the session picks
+    its tiles per problem by timing them."""
     import numpy as np
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
-    session = workload.session(backend, settings, rtol, seed, env or {})
-    compiled = workload.compile(backend.arch, cases) if backend.name == "cuda" else {}
+    session = workload.session(backend, settings, rtol, seed, env or {}, options)
+    session.tuner = tuner
+    compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
     for i, problem in enumerate(problems):
@@ -79,7 +83,8 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
             for name in [n for n in workload.vendor_names(backend.name) if workload.vendor_wanted(n, cases)]:
                 rec = session.run_vendor(name, problem)
                 if rec is not None:
-                    yield comparisons.derive(provenance.stamp(rec, None, env or {}))
+                    yield from (comparisons.derive(provenance.stamp(r, None, env or {}))
+                                for r in session.breakdown(rec))
         for case in cases:
             if not workload.applies(case, problem):
                 continue
@@ -91,7 +96,8 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                                        case.variant, env or {})
                 continue
             rec = provenance.stamp(session.run_case(case, problem, compiled.get(case)), case.variant, env or {})
-            yield comparisons.derive(rec)
+            yield from (comparisons.derive(provenance.stamp(r, case.variant, env or {}))
+                        for r in session.breakdown(rec))
             if rec.get("fault"):
                 return
 

@@ -5,7 +5,7 @@
         assert rec["gbs"] > 100
 
 `nnbench_kernel(config, **options)` runs `nnbench.benchmark` (the same verification, with outputs
-poisoned first, and the same `measure`, as `nnbench sweep`), fails the test on a FAIL or ERROR row,
+poisoned first, and the same `measure`, as `nnbench sweep`), fails the test on a FAIL, SUSPECT or ERROR row,
 and returns the record (one case and problem) or the list of records. Every record of the session
 is saved to one CSV (`--nnbench-save`, default .nnbench/pytest-<time>.csv under the rootdir).
 `--nnbench-compare=BASELINE.csv --nnbench-fail=median:5%` runs nnbench's gate on the saved file
@@ -100,11 +100,12 @@ def nnbench_kernel(request):
 
     def run(config=None, **options):
         import nnbench
+        from nnbench import results
         rows = nnbench.benchmark(config, backend=backend, device=device, frame=False, **options)
         for r in rows:
             r["sweep"] = request.node.name
         rec.records += rows
-        bad = [r for r in rows if r.get("status") in ("FAIL", "ERROR")]
+        bad = [r for r in rows if r.get("status") in results.FAILED]
         if bad:
             r = bad[0]
             why = r.get("error") or f"||out-ref||/||ref|| = {r.get('rel_err'):.3g} > rtol {r.get('rtol'):.3g}"

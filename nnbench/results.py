@@ -38,6 +38,9 @@ TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
+# How an autotuned row's tile was chosen (nnbench/runtime/autotune.py): "timed", "paired" or "cache", the
+# chosen candidate and its place among them; empty where the case ran its fixed tiles.
+TUNING = ["tuned"]
 VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
 # What only some workloads have (empty elsewhere).
 TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "init_scale", "rate", "momentum",
@@ -63,15 +66,18 @@ PROVENANCE = ("source_repo", "provenance")
 RAW = ["samples_ms"]
 # A cell of up to max_samples (100,000) samples runs to about 1 MB, past the csv module's 128 KiB default.
 csv.field_size_limit(2**31 - 1)
-FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + VERIFICATION + TRAINING + CONVOLUTION
+FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + TUNING + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
 FIELDS_BEFORE_PROVENANCE = [f for f in FIELDS if f not in PROVENANCE]  # files written before: they load, and rerun
 
-# status values: PASS (verified, timed), FAIL (wrong answer; timed anyway), ERROR (the kernel
-# faulted or did not compile), SKIP (refused for this device, with the reason in `error`), REFERENCE (no
-# kernel ran: the config's float64 reference was timed and checked, on the CPU backend; variant `reference`).
-FAILED = {"FAIL", "ERROR"}
-STATUSES = {"PASS", "FAIL", "ERROR", "SKIP", REFERENCE}
+# status values: PASS (verified, timed), FAIL (wrong answer, also on the last timed batch, fresh buffers, or
+# inputs the kernel edited; timed anyway), SUSPECT (right answer, but a timing beyond the device's roofline
+# or work outside the timed stream: nnbench/audit.py), ERROR (the kernel faulted or did not compile), SKIP
+# (refused for this device, with the reason in `error`), REFERENCE (no kernel ran: the config's float64
+# reference was timed and checked, on the CPU backend; variant `reference`). SUSPECT fails every command and
+# the gate as FAIL does.
+FAILED = {"FAIL", "SUSPECT", "ERROR"}
+STATUSES = {"PASS", "FAIL", "SUSPECT", "ERROR", "SKIP", REFERENCE}
 TIMED = {"PASS", REFERENCE}  # rows whose median is a verified time (of a kernel, or of the reference)
 
 

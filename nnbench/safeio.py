@@ -105,3 +105,28 @@ def read_text(path, what: str = "file") -> str:
         raise NnbenchError(f"{path}: not UTF-8 text (byte 0x{e.object[e.start]:02x} at offset {e.start})") from None
     except OSError as e:
         raise os_problem(path, e, "cannot read") from None
+
+
+def write_atomic(path, text: str) -> None:
+    """Replace `path` with `text` in one step: written beside it under a temporary name, forced to disk,
+    then renamed over it, so that a reader (another nnbench, a run killed halfway) sees the old file or
+    the new one, never half of one. An OS error is one line naming the path."""
+    import tempfile
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:
+        raise os_problem(path, e) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise os_problem(path, e) from None

@@ -476,8 +476,9 @@ def _failure(row) -> str:
     if row["status"] == "ERROR":
         return str(row.get("error") or "") if not pd.isna(row.get("error")) else "the kernel failed"
     rel, rtol = _number(row.get("rel_err")), _number(row.get("rtol"))
-    if rel is None or rtol is None:
-        return "failed verification"
+    error = row.get("error")
+    if row["status"] == "SUSPECT" or rel is None or rtol is None or rel <= rtol:  # a defense's (nnbench/audit.py)
+        return f"{row['status']}: {error}" if isinstance(error, str) and error else "failed verification"
     return f"rel_err {rel:.2e} > rtol {rtol:g}"
 
 

@@ -1,12 +1,68 @@
-"""GPU tests carry @pytest.mark.gpu and are skipped, with the reason, where no GPU backend opens."""
+"""GPU tests carry @pytest.mark.gpu and are skipped, with the reason, where no GPU backend opens. Skips are
+summed up once per reason at the end of the run (pyproject's addopts reports only failures and errors one by one)."""
 
+import collections
 import functools
+import os
+from pathlib import Path
 
 import pytest
+
+# Under CI (GitHub Actions and .ci/run set CI=true) a test whose real dependency is missing fails instead of
+# skipping: CI that cannot run a test must not pass by leaving it out.
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def missing(why: str):
+    """A test's dependency is missing: skip with `why`, or fail under CI."""
+    if IN_CI:
+        pytest.fail(f"{why} (CI=true: CI must run this test)", pytrace=False)
+    pytest.skip(why)
+
+
+# Skips that mean "a package or tool the README's test command installs is missing"; under CI they fail.
+NO_MPI = "mpirun or mpi4py is not installed"
+
+
+def _a_missing_dependency(reason: str) -> bool:
+    return reason.startswith("could not import") or reason == NO_MPI
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if IN_CI and report.skipped and "gpu" not in item.keywords and isinstance(report.longrepr, tuple):
+        reason = report.longrepr[2].removeprefix("Skipped: ")
+        if _a_missing_dependency(reason):
+            report.outcome = "failed"
+            report.longrepr = f"{reason} (CI=true: the test command installs it, so CI must run this test)"
+
+
+def skip_groups(reports) -> list[tuple[str, int, list[str]]]:
+    """(reason, tests, files) per distinct skip reason, the largest group first."""
+    groups: dict[str, list[str]] = collections.defaultdict(list)
+    for r in reports:
+        if isinstance(r.longrepr, tuple) and len(r.longrepr) == 3:
+            path, _line, reason = r.longrepr
+            groups[reason.removeprefix("Skipped: ")].append(Path(path).name)
+    return sorted(((why, len(files), sorted(set(files))) for why, files in groups.items()), key=lambda g: -g[1])
+
+
+def pytest_terminal_summary(terminalreporter):
+    groups = skip_groups(terminalreporter.stats.get("skipped", []))
+    if not groups:
+        return
+    terminalreporter.section("skipped, once per reason", sep="-")
+    for why, n, files in groups:
+        where = ", ".join(files) if len(files) <= 3 else f"{', '.join(files[:3])} and {len(files) - 3} more files"
+        terminalreporter.write_line(f"{n} skipped ({where}): {why}")
 
 
 @functools.lru_cache(maxsize=1)
 def _cuda():
+    if os.environ.get("NNBENCH_TEST_NO_GPU") == "1":  # tests/test_skip_summary.py's child pytest
+        return None, "no GPU backend: NNBENCH_TEST_NO_GPU=1"
     try:
         from nnbench.runtime.cuda import CudaBackend
 
@@ -45,7 +101,7 @@ def mpi_ready() -> bool:
     return shutil.which("mpirun") is not None
 
 
-needs_mpi = pytest.mark.skipif(not mpi_ready(), reason="mpirun or mpi4py is not installed")
+needs_mpi = pytest.mark.skipif(not mpi_ready(), reason=NO_MPI)
 
 
 def mpirun_cmd(n: int, *options: str) -> list[str]:

@@ -65,6 +65,7 @@ class FakeBackend:
     appends (kernel, grid, block, arguments, signature, smem, stream) to `log` when it runs."""
 
     name = "cuda"
+    runs_kernels = True
 
     def __init__(self) -> None:
         blocks = (lambda total, threads=256: max(1, min(-(-total // threads), 32)))
@@ -76,7 +77,7 @@ class FakeBackend:
         self._next += 1
         return self._next << 28
 
-    def launcher(self, kernel, grid, block, args, signature, smem=0, stream=None):
+    def bind(self, kernel, grid, block, args, signature=None, smem=0, stream=None):
         entry = (kernel.name, tuple(int(g) for g in grid), tuple(block), tuple(_norm(a) for a in args), signature,
                  smem, stream)
         return lambda: self.log.append(entry)

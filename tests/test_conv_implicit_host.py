@@ -21,6 +21,7 @@ def _device(cc):
 
 class _Backend:
     name = "cuda"
+    runs_kernels = True
 
     def __init__(self, cc):
         self.device = _device(cc)

@@ -87,14 +87,16 @@ def test_a_lenet5_graph_missing_its_update_fails_the_check(cuda_backend):
 
 @pytest.mark.parametrize("shape", [conv_problem.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv_problem.ConvShape(4, 64, 14, 14, 64, 3)],
                          ids=lambda s: s.label)
-def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, shape):
-    """The direct path built with the test-only switch -DMUTATE_SKIP_CHANNEL (the last output map is
-    never written, so it stays poisoned) fails the suite's own verification; built without it, it passes."""
+def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, shape, tmp_path):
+    """The direct path patched to leave the last output map unwritten (tests/mutants.py, skip_channel: it
+    stays poisoned) fails the suite's own verification; as shipped, it passes."""
     from nnbench.runtime.compile import compile_sources
+    from tests import mutants
     v = workloads.get("conv", "direct")
     params = v.defaults()
-    real, mutated = compile_sources(cuda_backend.arch, [(v.source, params), (v.source, {**params,
-                                                                                       "MUTATE_SKIP_CHANNEL": 1})])
+    real, = compile_sources(cuda_backend.arch, [(v.source, params)])
+    with mutants.kernel_root(tmp_path, "skip_channel"):
+        mutated, = compile_sources(cuda_backend.arch, [(v.source, params)])
     layer = conv_launch.Layer(cuda_backend, shape, seed=0)
     base = dict(variant="direct")
     limit = conv.bounds.forward_limit(v.precision, shape)
@@ -137,29 +139,34 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
 
 
 @pytest.mark.parametrize("suite,name,defect,shape", [
-    ("conv", "implicit-wgmma", "MUTATE_DROP_TAP", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_TAP", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv", "implicit-wgmma", "drop_tap", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "drop_tap", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_DROP_SLICE", conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "drop_slice", conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
     # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
-    ("conv", "implicit-wgmma", "MUTATE_PAIR_DROP", conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
+    ("conv", "implicit-wgmma", "pair_drop", conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
     # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
-    ("conv-backward", "implicit-wgmma-backward", "MUTATE_TRANSPOSE", conv_problem.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
-def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape):
-    """Built with a test-only switch (-DMUTATE_DROP_TAP: the last filter tap is gathered as zero;
-    -DMUTATE_DROP_SLICE: a split data gradient loses a slice; -DMUTATE_PAIR_DROP: a cluster pair's rank 1
-    share is lost; -DMUTATE_TRANSPOSE: the transposed filters lose their last output map), the forward and
-    the backward fail the
-    suite's verification; built without it, they pass."""
+    ("conv-backward", "implicit-wgmma-backward", "transpose", conv_problem.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
+def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape,
+                                                                  tmp_path):
+    """Patched with a test-only defect (tests/mutants.py; drop_tap: the last filter tap is gathered as zero;
+    drop_slice: a split data gradient loses a slice; pair_drop: a cluster pair's rank 1 share is lost;
+    transpose: the transposed filters lose their last output map), the forward and the backward fail the
+    suite's verification; as shipped, they pass. The mutant runs with the kernel root pointed at it, so the
+    helper kernels a session builds itself (the filters' transposition) are the mutant's too."""
     from nnbench.runtime.compile import compile_sources
+    from tests import mutants
     v = _implicit(cuda_backend, suite, name)
     params = v.defaults()
-    real, mutated = compile_sources(v.target(cuda_backend.arch), [(v.source, params),
-                                                                  (v.source, {**params, defect: 1})])
+    real, = compile_sources(v.target(cuda_backend.arch), [(v.source, params)])
     session = conv.WORKLOAD.session(cuda_backend, FAST, conv_problem.DEFAULT_RTOL, 0, {})
     session.prepare(shape)
     case = Case.defaults(v)
     ok = session.run_case(case, shape, real)
     assert ok["status"] == "PASS", ok.get("rel_err")
-    bad = session.run_case(case, shape, mutated)
+    with mutants.kernel_root(tmp_path, defect):
+        mutated, = compile_sources(v.target(cuda_backend.arch), [(v.source, params)])
+        session = conv.WORKLOAD.session(cuda_backend, FAST, conv_problem.DEFAULT_RTOL, 0, {})
+        session.prepare(shape)
+        bad = session.run_case(case, shape, mutated)
     assert bad["status"] == "FAIL" and bad["rel_err"] > bad["rtol"]

@@ -64,13 +64,15 @@ def test_step9_paths_verify(cuda_backend, params):
         assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, cp.async B")
 
 
-@pytest.mark.parametrize("defect,shape", [("MUTATE_WIDE_PERM", gemm.Shape(7, 4096, 101)),
-                                          ("MUTATE_WIDE_DROP_SLICE", gemm.Shape(100, 4096, 501))],
+@pytest.mark.parametrize("defect,shape", [("wide_perm", gemm.Shape(7, 4096, 101)),
+                                          ("wide_drop_slice", gemm.Shape(100, 4096, 501))],
                          ids=["permutation", "split-k-slice"])
-def test_the_transposed_path_with_a_planted_defect_fails_verification(cuda_backend, defect, shape):
-    """The transposed path built with a test-only switch (09_wide.cuh: A^T's chunks hold the wrong k; the
-    split-K sum drops the last slice) fails the suite's verification; built without it, it passes."""
+def test_the_transposed_path_with_a_planted_defect_fails_verification(cuda_backend, defect, shape, tmp_path):
+    """The transposed path patched with a test-only defect (tests/mutants.py on 09_wide.cuh: A^T's chunks hold
+    the wrong k; the split-K sum drops the last slice) fails the suite's verification; as shipped, it passes.
+    The session builds the transposed kernel itself, from the kernel root the mutant points at."""
     from nnbench.runtime.compile import compile_sources
+    from tests import mutants
     v = workloads.get("gemm", "tf32x3_wgmma")
     if v.arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
@@ -79,6 +81,9 @@ def test_the_transposed_path_with_a_planted_defect_fails_verification(cuda_backe
     session = gemm.GemmSession(cuda_backend, QUICK, gemm.DEFAULT_RTOL, seed=0)
     ok = session.run_case(Case(v, tuple(params.items())), shape, real)
     assert ok["status"] == "PASS" and "C^T = B^T A^T" in ok["params"], (ok.get("rel_err"), ok["params"])
-    bad = session.run_case(Case(v, tuple({**params, defect: 1}.items())), shape, real)
+    with mutants.kernel_root(tmp_path, defect):
+        mutated, = compile_sources(v.target(cuda_backend.arch), [(v.source, params)])
+        bad = gemm.GemmSession(cuda_backend, QUICK, gemm.DEFAULT_RTOL, seed=0).run_case(
+            Case(v, tuple(params.items())), shape, mutated)
     assert "C^T = B^T A^T" in bad["params"] and bad["status"] == "FAIL" and bad["rel_err"] > bad["rtol"], \
         (bad.get("rel_err"), bad["params"])

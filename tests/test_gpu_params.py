@@ -34,7 +34,7 @@ def _echo(be, tmp_path, prepare=None):
     a_map, b_map = bytes(range(128)), bytes(range(128, 256))
     args = (np.int32(7), np.int32(9), np.int32(13), np.float32(1.5), 0xA0, 0xB0, np.float32(-2.0), be.ptr(out),
             a_map, b_map, np.int32(3))
-    launch = be.launcher(kernel, (1, 1, 1), (1, 1, 1), args, SIG)
+    launch = be.bind(kernel, (1, 1, 1), (1, 1, 1), args, SIG)
     if prepare is not None:  # a planted defect: pack with another format
         kernel.func.prepare(prepare)
     launch()

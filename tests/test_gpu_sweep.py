@@ -129,8 +129,8 @@ def test_a_launch_of_many_kernels_at_long_samples_is_queued_in_smaller_batches_n
                                              cuda_backend.arch))
     x = cuda_backend.upload(np.ones(256, np.float32))
     y = cuda_backend.upload(np.zeros(256, np.float32))
-    one = cuda_backend.launcher(cuda_backend.load(comp, "fma_chain"), (1, 1, 1), (256, 1, 1),
-                                (cuda_backend.ptr(x), cuda_backend.ptr(y), np.int32(256)), "PPi")
+    one = cuda_backend.bind(cuda_backend.load(comp, "fma_chain"), (1, 1, 1), (256, 1, 1),
+                            (cuda_backend.ptr(x), cuda_backend.ptr(y), np.int32(256)), "PPi")
 
     def sixteen():  # 16 kernels a launch: 0.5 ms samples of 10 launches at least, 160+ launches a batch
         for _ in range(16):

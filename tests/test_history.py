@@ -37,8 +37,9 @@ def _need(module: str, extra: str = "history"):
 
 
 @pytest.fixture(autouse=True)
-def _otava():
-    _need("otava")
+def _history_extra():
+    """matplotlib draws `history show`'s figures; change points need only numpy and scipy."""
+    _need("matplotlib")
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,8 @@ from click.testing import CliRunner
 
 from nnbench.cli import cli
 
+from .conftest import missing
+
 DATA = Path("docs/data/figures")
 RUNS = Path("results/baselines/nvidia-h100-80gb-hbm3")
 BASELINE, CURRENT = RUNS / "run-01.csv", RUNS / "run-02.csv"  # 56 cases with raw samples; run-02 passes against run-01
@@ -29,7 +31,7 @@ def _chromium() -> str:
     for name in ("chromium", "chromium-browser"):
         if shutil.which(name):
             return shutil.which(name)
-    pytest.skip("Chromium is not installed (Debian: apt-get install chromium); .ci/run installs it")
+    missing("Chromium is not installed (Debian: apt-get install chromium); .ci/run installs it")
 
 
 def _browse(page_path: Path, action):

@@ -53,9 +53,9 @@ class _Recorder:
         self.log.append((name, tuple(grid)))
 
     def load(self, compiled, name):
-        return SimpleNamespace(name=name, func=lambda *args, block, grid: self._record(name, grid, args))
+        return SimpleNamespace(name=name)
 
-    def launcher(self, kernel, grid, block, args, signature, smem=0):
+    def bind(self, kernel, grid, block, args, signature=None, smem=0):
         return lambda: self._record(kernel.name, grid, args)
 
 

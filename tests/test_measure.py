@@ -11,6 +11,7 @@ class FakeBackend:
     kernel times out on the launch (as the CUDA backend reports a launch that synchronizes)."""
 
     name = "fake"
+    runs_kernels = True  # timed as a GPU's launches are
 
     def __init__(self, times, falls_back=False):
         self.times = iter(times)

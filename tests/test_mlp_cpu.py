@@ -330,3 +330,20 @@ def test_wgmma_net_keeps_weights_neuron_major_and_reads_them_back():
         assert b.shape == w.shape and np.allclose(b, w.astype(np.float32))
     planted = bufs[0][:, :7].reshape(7, 101)  # planted: the neuron-major buffer read as if input-major
     assert not np.allclose(planted, W[0].astype(np.float32))
+
+
+@pytest.mark.parametrize("net", range(1, 9))
+def test_the_per_sample_reference_is_the_batch_math_at_one(net):
+    """mlp.reference_weights (the float64 reference of every per-sample check) runs the mini-batch math at
+    batches of one; it equals the seed's per-sample step (mlp.step: matrix-vector products, outer
+    products) to float64 rounding on Nets 1-8, past the end of the training set included."""
+    layers = nets.get(net).layers
+    hyper = mlp.Hyper.from_settings(dict(nets.get(net).settings))
+    init = mlp.init_params(layers, 0, hyper.init_scale, hyper.init)
+    data = glyphs.clean(layers[0]).take(slice(0, 3))  # 5 iterations wrap around 3 samples
+    seed = [W.copy() for W in init]
+    vel = [np.zeros_like(W) for W in init]
+    for s in range(5):
+        mlp.step(seed, vel, data.x[s % 3], data.t[s % 3], hyper.rate, hyper.momentum)
+    for got, want, W0 in zip(mlp.reference_weights(init, data, hyper, 5), seed, init):
+        np.testing.assert_allclose(got - W0, want - W0, rtol=1e-9, atol=1e-14 * np.abs(W0).max())

@@ -53,23 +53,23 @@ def test_a_partner_that_never_arrives_is_a_clean_timeout(cuda_backend):
                                              be.arch))
     timeout_ns = 50_000_000
     status = be.upload(np.zeros(1, np.int32))
-    handoff = be.load(comp, "handoff").func
+    handoff = be.load(comp, "handoff")
     box = be.upload(np.zeros(1, np.uint64))
     t0 = time.perf_counter()
     # one block: block 0 waits for the odd values block 1 would send, and block 1 does not exist
-    handoff(box, np.int32(10), status, np.int64(timeout_ns), block=(32, 1, 1), grid=(1, 1, 1))
+    be.launch(handoff, (1, 1, 1), (32, 1, 1), (box, np.int32(10), status, np.int64(timeout_ns)))
     with pytest.raises(KernelFault, match="never arrived"):
         ceilings.gave_up(be, status, "handoff", timeout_ns)
-    barrier = be.load(comp, "grid_barrier").func
+    barrier = be.load(comp, "grid_barrier")
     be.write(status, np.zeros(1, np.int32))
     count = be.upload(np.array([0xC0000000], np.uint32))  # 2^30 arrivals short of every round: never met
-    barrier(count, np.int32(3), status, np.int64(timeout_ns), block=(128, 1, 1), grid=(4, 1, 1))
+    be.launch(barrier, (4, 1, 1), (128, 1, 1), (count, np.int32(3), status, np.int64(timeout_ns)))
     with pytest.raises(KernelFault, match="never arrived"):
         ceilings.gave_up(be, status, "grid_barrier", timeout_ns)
     assert time.perf_counter() - t0 < 5  # two timeouts of 50 ms, not a hang
     # the context survives: a real handoff between two blocks completes without giving up
     be.write(status, np.zeros(1, np.int32))
     be.write(box, np.zeros(1, np.uint64))
-    handoff(box, np.int32(10), status, np.int64(timeout_ns), block=(32, 1, 1), grid=(2, 1, 1))
+    be.launch(handoff, (2, 1, 1), (32, 1, 1), (box, np.int32(10), status, np.int64(timeout_ns)))
     ceilings.gave_up(be, status, "handoff", timeout_ns)
     assert int(be.download(box, np.zeros(1, np.uint64))[0]) == 20

@@ -226,7 +226,7 @@ def test_the_transposed_launch_without_a_gpu(monkeypatch):
         def ptr(self, buf):
             return 0
 
-        def launcher(self, kernel, grid, block, args, signature, smem=0):
+        def bind(self, kernel, grid, block, args, signature=None, smem=0):
             launched.append((kernel.name, grid, block, args, signature, smem))
             return lambda: None
 

@@ -17,6 +17,7 @@ from nnbench.workloads.conv import problem as conv_problem
 from nnbench.workloads.conv import reference as conv_ref
 from nnbench.workloads.gemm import session as gemm
 from nnbench.workloads.train import batched, mlp
+from tests import mutants
 
 NETS = [str(i) for i in range(1, 9)]
 PLANTED = np.float32(1.001)  # every update 0.1% too large
@@ -104,17 +105,32 @@ def test_a_conv_that_skips_an_output_channel_or_its_last_inputs_fails_verificati
     assert err(short) > limit
 
 
-@pytest.mark.parametrize("source,switch,defaults", [
-    ("gemm/08_tf32x3.cu", {"MUTATE_SKIP_KTILES": 1}, None),
-    ("conv/01_direct.cu", {"MUTATE_SKIP_CHANNEL": 1}, {"TILE": 16}),
+@pytest.mark.parametrize("defect", sorted(mutants.DEFECTS))
+def test_every_test_only_defect_applies_to_the_shipped_kernels_exactly_once(defect, tmp_path):
+    """Each patch of tests/mutants.py finds its text once in the shipped tree and changes the file."""
+    root = mutants.write_tree(tmp_path / "k", defect)
+    for p in mutants.DEFECTS[defect]:
+        assert (root / p.file).read_text() != (paths.KERNELS / p.file).read_text()
+
+
+def test_a_patch_whose_text_the_kernel_no_longer_holds_fails_loudly():
+    with pytest.raises(mutants.PatchError, match="occurs 0 times"):
+        mutants.apply("for (int k0 = 0; k0 < K; k0 += 2 * BK) {", mutants.DEFECTS["skip_ktiles"][0])
+
+
+@pytest.mark.parametrize("defect,source,defaults", [
+    ("skip_ktiles", "gemm/08_tf32x3.cu", None),
+    ("skip_channel", "conv/01_direct.cu", {"TILE": 16}),
 ])
-def test_the_mutation_switches_change_the_machine_code(source, switch, defaults):
-    """The -D switches the GPU tests use reach the kernel: the mutated cubin differs from the real one."""
+def test_the_mutants_change_the_machine_code(defect, source, defaults, tmp_path):
+    """A mutant compiled through the normal path from its kernel root differs from the shipped kernel (the
+    sm_90a mutants, slower to build, are compiled by the GPU tests that run them)."""
     if defaults is None:
         defaults = workloads.get("gemm", "tf32x3").defaults()
     real = compile_cubin(CompileRequest.make(paths.KERNELS / source, defaults, "sm_90"))
-    mutated = compile_cubin(CompileRequest.make(paths.KERNELS / source, {**defaults, **switch}, "sm_90"))
-    assert real.cubin.read_bytes() != mutated.cubin.read_bytes()
+    with mutants.kernel_root(tmp_path, defect):
+        mutated = compile_cubin(CompileRequest.make(paths.KERNELS / source, defaults, "sm_90"))
+    assert paths.KERNELS.name == "kernels_cu" and real.cubin.read_bytes() != mutated.cubin.read_bytes()
 
 
 # -- the conditioned error and its limits ------------------------------------------------------------------

@@ -19,9 +19,6 @@ conv_forward(ConvDims d, const float* __restrict__ X, const float* __restrict__ 
     int h, w;
     if (!output_pixel<TILE>(d, h, w)) return;
     plant_slowdown();  // nothing unless a gate test plants it (common/plant.cuh)
-#ifdef MUTATE_SKIP_CHANNEL  // test only: leaves the last output channel unwritten (tests/test_gpu_conv.py)
-    if (k == d.K - 1) return;
-#endif
     const float* wk = Wt + (size_t)k * d.C * d.R * d.R;
     Y[((size_t)(n * d.K + k) * d.Ho + h) * d.Wo + w] =
         direct_sum(d, X, n, h, w, [&](int c, int p, int q) { return wk[(c * d.R + p) * d.R + q]; });

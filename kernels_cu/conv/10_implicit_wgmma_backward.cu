@@ -59,11 +59,7 @@ extern "C" __global__ void transpose_filters(const ConvDims d, const float* __re
     const int RR = d.R * d.R, count = d.K * d.C * RR;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < count; i += gridDim.x * blockDim.x) {
         const int t = i % RR, kc = i / RR, c = kc % d.C, k = kc / d.C;  // i = (k, c, t) of Wt
-#ifdef MUTATE_TRANSPOSE  // test-only (tests/test_gpu_conv.py): the last output map's filters read as zeros
-        Wt2[((size_t)c * d.K + k) * RR + t] = k == d.K - 1 ? 0.0f : Wt[i];
-#else
         Wt2[((size_t)c * d.K + k) * RR + t] = Wt[i];
-#endif
     }
 }
 
@@ -120,9 +116,6 @@ __device__ __forceinline__ void data_grad(const ConvDims& d, const float* __rest
         if (!pair_reduce(acc, ring)) return;
     } else {
         if (st == 1 && kr.count == 0) return;  // an empty slice of a split K
-#ifdef MUTATE_DROP_SLICE  // test-only (tests/test_gpu_conv.py): a split data gradient's last slice is never added
-        if (st == 1 && gridDim.z > 1 && blockIdx.z == gridDim.z - 1) return;
-#endif
     }
     store_nchw(acc, dX, M, grid, d.C, m0, n0, wg, wt, !PAIR);
 }
@@ -177,9 +170,6 @@ struct FilterGather {
         tap_r = rs / d.R;
         tap_s = rs - tap_r * d.R;
         tap_off = c * d.H * d.W + tap_r * d.W + tap_s;
-#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last filter tap's gradient is never gathered
-        live = live && !(tap_r == d.R - 1 && tap_s == d.R - 1);
-#endif
     }
 
     __device__ __forceinline__ void load(const Ring& ring, int i, int kb) {

@@ -128,9 +128,6 @@ struct PatchRows {
             const int ti = packed >> 15, tj = packed & 0x7fff;
             const int h = DGRAD ? oh_base - ti : oh_base + ti, w = DGRAD ? ow_base - tj : ow_base + tj;
             bool ok = live && packed >= 0 && (unsigned)h < (unsigned)Hi && (unsigned)w < (unsigned)Wi;
-#ifdef MUTATE_DROP_TAP  // test-only (tests/test_gpu_conv.py): the last tap is never gathered
-            ok = ok && !(ti == taps / cols - 1 && tj == cols - 1);
-#endif
             cp_async_4(as + kk * A_PITCH + m, ok ? img + (pix_off + off) : img, ok);
         }
     }
@@ -160,9 +157,6 @@ struct PatchRows {
             const int off = __shfl_sync(0xffffffffu, lane_off, kk);
             const unsigned bits = __shfl_sync(0xffffffffu, lane_bits, kk);
             bool ok = (outside & bits) == 0;
-#ifdef MUTATE_DROP_TAP
-            ok = ok && bits != ((1u << (rows - 1)) | (1u << (16 + cols - 1)));
-#endif
             gather_4(as + kk * A_PITCH + m, at, ok ? off : -pix_off, ok);
         }
     }
@@ -310,8 +304,6 @@ __device__ __forceinline__ bool pair_reduce(float (&acc)[NACC], const Ring& ring
         return false;
     }
     mbar_wait_cluster(exch_bar(ring), 0);
-#if !defined(MUTATE_PAIR_DROP) && !defined(MUTATE_DROP_SLICE)  // test-only (tests/test_gpu_conv.py): rank 1's
-    // share is never added (DROP_SLICE: a split data gradient's last slice, as the unpaired split's)
 #pragma unroll
     for (int r = 0; r < NACC / 4; ++r) {
         const float4 v = ld_cluster_v4(tile + r * 128 * CONSUMERS, 1);
@@ -320,7 +312,6 @@ __device__ __forceinline__ bool pair_reduce(float (&acc)[NACC], const Ring& ring
         acc[4 * r + 2] += v.z;
         acc[4 * r + 3] += v.w;
     }
-#endif
     mbar_arrive_remote_release(exch_bar(ring), 1);
     return true;
 }

@@ -36,14 +36,6 @@
 #ifndef WIDE_G
 #define WIDE_G 1
 #endif
-// Test-only planted defects (tests/test_gpu_gemm_step9.py shows each failing verification): A^T's chunks
-// hold the wrong k (the transposition's permutation off by one place); split-K's sum leaves out the last slice.
-#ifndef MUTATE_WIDE_PERM
-#define MUTATE_WIDE_PERM 0
-#endif
-#ifndef MUTATE_WIDE_DROP_SLICE
-#define MUTATE_WIDE_DROP_SLICE 0
-#endif
 #define WIDE_THREADS (128 * WIDE_G)
 #define WIDE_ACC (WIDE_N / 2)            // accumulators per thread: m64 x WIDE_N over 128 threads
 #define WIDE_BT_BYTES (WIDE_N * BK * 4)  // one k-block of A^T: WIDE_N rows of 128 bytes (the 128-byte swizzle)
@@ -109,7 +101,7 @@ __device__ __forceinline__ void build_at(unsigned char* big, unsigned char* smal
             const int c = e % 8, q = e / 8 % (WIDE_N / 4), kb = e / (8 * (WIDE_N / 4));
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
-                const int k = (kb0 + kb) * BK + 8 * i + (c ^ MUTATE_WIDE_PERM);
+                const int k = (kb0 + kb) * BK + 8 * i + c;
                 const float4 x = e < total && k < K ? load4_guarded(A + (size_t)k * M, j0 + 4 * q, M, vec)
                                                     : make_float4(0.f, 0.f, 0.f, 0.f);
                 v[u][i][0] = x.x;
@@ -284,7 +276,7 @@ gemm_wide(int M, int N, int K, float alpha, const float* __restrict__ A, const f
 #pragma unroll
         for (int u = 0; u < UNROLL; ++u) sum[u] = make_float4(0.f, 0.f, 0.f, 0.f);
 #pragma unroll 4
-        for (int z = 0; z < splits - MUTATE_WIDE_DROP_SLICE; ++z) {
+        for (int z = 0; z < splits; ++z) {
 #pragma unroll
             for (int u = 0; u < UNROLL; ++u) {
                 const int e = e0 + u * 4 * WIDE_THREADS;

@@ -100,7 +100,7 @@ backward_delta(int M, int N, int K, const float* DT, const float* Wn, MAPS, floa
     block_gemm(M, N, K, DT, Wn, &a_map, &b_map, (K + BK - 1) / BK, [&](int m, int n, float s0, float s1) {
         const float h0 = Hin[(size_t)m * ldin + n];
         const float h1 = m + 1 < M ? Hin[(size_t)(m + 1) * ldin + n] : 0.0f;
-        store_pair(DTout + (size_t)n * ldt + m, m + 1 < M, s0 * PLANTED_SLOPE(h0), s1 * PLANTED_SLOPE(h1));
+        store_pair(DTout + (size_t)n * ldt + m, m + 1 < M, s0 * (h0 * (1.0f - h0)), s1 * (h1 * (1.0f - h1)));
     });
 }
 

@@ -185,6 +185,22 @@ def param_options(*suites: str):
     return deco
 
 
+def autotune_option(f):
+    return click.option("--no-autotune", is_flag=True,
+                        help="Launch each variant's fixed tiles instead of timing its candidate tiles per shape and "
+                             "taking the fastest (cached on disk per device, driver, kernel source and shape; "
+                             "docs/autotune.md). A tile parameter given on the command line fixes its variant's "
+                             "tiles as well.")(f)
+
+
+def tuner(backend, no_autotune: bool, fixed=()):
+    """The autotuner of a command's run (nnbench/runtime/autotune.py), or None: --no-autotune, or no GPU."""
+    if no_autotune:
+        return None
+    from nnbench.runtime.autotune import Tuner
+    return Tuner.for_backend(backend, fixed)
+
+
 def open_device(backend: str, device: int | None = None):
     be, note = open_backend(backend, DEVICE[0] if device is None else device)
     if note:

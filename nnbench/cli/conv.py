@@ -8,7 +8,15 @@ import click
 
 from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, force_option, json_option, open_device, timing_options
+from nnbench.cli.app import (
+    autotune_option,
+    backend_option,
+    device_line,
+    force_option,
+    json_option,
+    open_device,
+    timing_options,
+)
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
 from nnbench.workloads.base import Case
@@ -43,11 +51,12 @@ from nnbench.workloads.base import Case
                    "(--n is the batch, default 64), checked against float64, beside PyTorch; on the unroll and "
                    "the implicit-GEMM paths, or the one given by --path (unroll or implicit).")
 @click.option("--seed", type=options.SEED, default=0, show_default=True, help="Seed of the random inputs.")
+@autotune_option
 @force_option
 @json_option
 @backend_option
 def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, csv_path, no_cudnn, backward, model,
-         seed, force, backend) -> None:
+         seed, no_autotune, force, backend) -> None:
     """Convolution forward paths (direct, constant memory, shared-memory tiled, unroll + GEMM) on NCHW
     layers, each verified against float64, timed, and compared with cuDNN.
 
@@ -81,7 +90,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     if backward and backend == "cpu":
         raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     be = open_device(backend)
-    if backward and be.name != "cuda":
+    if backward and not be.runs_kernels:
         raise NnbenchError("--backward: the backward paths need the cuda backend (a GPU)")
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
@@ -96,9 +105,10 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     if backward:
         cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
-                                                             conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn))
-    app.out.print(tables.conv_table(records, "convolution forward · NCHW fp32 · median of CUDA-event samples"
-                                if be.name == "cuda" else "convolution forward · NumPy (host clock)"))
+                                                             conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn,
+                                                             tuner=app.tuner(be, no_autotune, overrides)))
+    app.out.print(tables.conv_table(records, f"convolution forward · NCHW fp32 · median of samples ({be.clock_name})"
+                                if be.runs_kernels else f"convolution forward · NumPy ({be.clock_name})"))
     for rec in records:
         if rec.get("status") in ("SKIP", "ERROR", "FAIL") and rec.get("error"):
             app.out.print(f"{rec['status']} {rec['variant']} {rec['shape']}: {rec['error']}")
@@ -121,15 +131,20 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     if backend == "cpu":
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
     be = open_device(backend)
-    if be.name != "cuda":
+    if not be.runs_kernels:
         raise NnbenchError(f"--model {model}: needs the cuda backend (a GPU)")
+    from nnbench.workloads.conv import problem as conv_problem
+    from nnbench.workloads.conv import session as conv_suite
     env = results.environment(be)
     app.out.print(device_line(env))
     sink = app.open_sink(csv_path, "conv", env["gpu"], force)
     path = sink.path
-    records = app.stream(sink, lenet.run(
-        be, batch, seed=seed, settings=app.settings(budget, cold), with_torch=not no_torch,
-        env=env, paths=tuple(dict.fromkeys(paths_)) or lenet.DEFAULT_PATHS))
+    by_path = {p: name for name, p in lenet.VARIANT_PATHS.items()}
+    cases = [Case.defaults(workloads.get("conv-model", by_path[p]))
+             for p in dict.fromkeys(paths_ or lenet.DEFAULT_PATHS)]
+    records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, [conv_suite.LeNetProblem(batch)],
+                                           app.settings(budget, cold), conv_problem.DEFAULT_RTOL, seed, env,
+                                           vendor=not no_torch))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "
                                          f"(rel_err: weight changes and loss)"))
     app.print_csv(path)

@@ -9,6 +9,7 @@ import click
 from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import (
+    autotune_option,
     backend_option,
     device_line,
     force_option,
@@ -43,10 +44,12 @@ from nnbench.workloads.gemm import session as gemm_suite
 @force_option
 @json_option
 @click.option("--no-cublas", is_flag=True, help="Skip the cuBLAS baseline.")
+@autotune_option
 @click.option("--seed", type=options.SEED,
               help="Seed for the random inputs (default: fresh entropy, recorded in the CSV).")
 @backend_option
-def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, seed, backend, **params) -> None:
+def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cublas, no_autotune, seed, backend,
+         **params) -> None:
     """Run the GEMM ladder (column-major SGEMM, C = alpha*A*B + beta*C): verify, time, compare.
 
     \b
@@ -71,7 +74,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
         gemm_suite.validate_shape(s)
     be = open_device(backend)
     cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)
-    shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.name == "cuda" else [1024])]
+    shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.runs_kernels else [1024])]
 
     for s in shapes:
         memory.require(be, *gemm_suite.footprint(s), f"shape {s.label}")
@@ -80,19 +83,20 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     path = sink.path
     settings = app.settings(budget, cold)
     app.out.print(device_line(env))
-    total = len(shapes) * (len(cases) + (0 if no_cublas or be.name != "cuda" else 1))
+    total = len(shapes) * (len(cases) + (0 if no_cublas or not be.has_vendor_libs else 1))
     records = app.stream(sink, harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
-                                                             seed=seed, env=env, vendor=not no_cublas), total)
+                                                             seed=seed, env=env, vendor=not no_cublas,
+                                                             tuner=app.tuner(be, no_autotune, overrides)), total)
 
     mode = "cold L2" if cold else "hot L2"
-    clock = "CUDA events" if be.name == "cuda" else "perf_counter"
+    clock = be.clock_name
     app.out.print(tables.gemm_table(records, f"GEMM ladder · median of ≥10 samples ({clock}), {mode}, budget "
                                           f"{budget:g} s/case · "
                                           f"{f'rtol {rtol:g}' if rtol else 'limit by precision and K'}"))
-    if be.name == "cuda" and not no_cublas and not any(r["variant"] == "cublas" for r in records):
+    if be.has_vendor_libs and not no_cublas and not any(r["variant"] == "cublas" for r in records):
         app.out.print(f"cuBLAS: not available ({Cublas(be).reason})")
-    elif be.name != "cuda":
-        app.out.print("cuBLAS: not available (CPU backend)")
+    elif not be.has_vendor_libs:
+        app.out.print(f"cuBLAS: not available ({be.name} backend)")
     for r in records:
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"error ratio {r.get('rel_err'):.2e} > limit {r.get('rtol'):.2e}"

@@ -85,7 +85,7 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     if launch_only:
         profiler.launch_only(be, suite, variant, overrides, problem, case)
         return
-    if with_ncu and be.name != "cuda":
+    if with_ncu and not be.runs_kernels:
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
     prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case)
@@ -102,7 +102,7 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     if app.JSON[0] is not None:
         from nnbench import rawresults
         app.out.print(f"JSON: {rawresults.write_document(app.JSON[0], 'profile', [profiler.as_json(prof, env)])}")
-    if be.name != "cuda":
+    if not be.runs_kernels:
         app.out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
 
 

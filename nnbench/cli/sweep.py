@@ -13,6 +13,7 @@ from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
+from nnbench.runtime.backend import HOST_CLOCK
 
 
 # -- sweep ----------------------------------------------------------------------------------------
@@ -232,7 +233,7 @@ def _case_label(case) -> str:
 
 
 def print_outcome(spec, outcome) -> None:
-    clock = "CUDA events" if outcome.backend == "cuda" else "perf_counter"
+    clock = "CUDA events" if outcome.backend == "cuda" else HOST_CLOCK  # the record names its backend
     title = (f"sweep {spec.name} · best parameters per shape · median of ≥{spec.settings.min_samples} samples "
              f"({clock}), {'cold' if spec.settings.cold else 'hot'} cache")
     app.out.print(tables.sweep_table(outcome.summary.rows(), spec.baseline.variant.name if spec.baseline else None,

@@ -5,15 +5,18 @@ from __future__ import annotations
 import math
 import sys
 import time
+from dataclasses import replace
 
 import click
 from rich.console import Console
 
-from nnbench import memory, options, results, workloads
+from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app
 from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
+from nnbench.runtime.backend import HOST_CLOCK
+from nnbench.workloads.base import Case
 
 
 # -- train ----------------------------------------------------------------------------------------
@@ -168,46 +171,46 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     # the command's only line, and a refused option leaves no file behind.
     sink = (app.open_sink(csv_path, "train", env["gpu"], force) if world is None or world.rank == 0
             else results.NullSink())
-    if defaulted and be.name != "cuda":
+    if defaulted and not be.runs_kernels:
         app.err.print(f"[yellow]nnbench: no GPU: training the {names[0]} (NumPy) version[/]")
     app.out.print(device_line(env))
     head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
             f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
             f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
-    torch_modes = ("eager", "graph") if compare == "torch" and be.name == "cuda" else ()
     problem = train_suite.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
                                        epochs or 0, train_samples or 0, test_per_letter, blocks)
     partial = dict(env, layers="-".join(map(str, layers)), encoding=layers[0], seed=hyper.seed, rate=hyper.rate,
                    momentum=hyper.momentum, init=hyper.init, init_scale=hyper.init_scale)
+    options = train_suite.TrainOptions(torch_iterations=torch_iterations, world=world,
+                                       exchange_kind=allreduce or "nccl", bucket_mb=bucket_mb, letters=letters)
+    cases = [Case(v, tuple(p.items())) for v, p in sorted(chosen, key=lambda vp: vp[0].step)]
+
+    def train_rows(progress):
+        return harness.run(train_suite.WORKLOAD, be, cases, [problem], None, None, hyper.seed, env,
+                           vendor=compare == "torch", options=replace(options, progress=progress))
     if mini:
         app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
         if world is not None:
             app.out.print(f"data-parallel over {world.size} ranks ({batch // world.size} samples each per step), "
-                      f"gradients through {(allreduce or 'nccl') if be.name == 'cuda' else 'mpi'}")
-        total = epochs * (train_samples // batch)
-        records = _stream(sink, total, "step", lambda progress: (train_suite.finish(r, problem) for r in
-                                                                 batched_mod.run(
-            be, chosen, layers, hyper, batch, epochs, train_samples, test_per_letter, torch_modes=torch_modes,
-            progress=progress, env=env, world=world, exchange_kind=allreduce or "nccl", bucket_mb=bucket_mb)), problem,
-            dict(partial, batch=batch))
-        clock = ("median step time, CUDA events, steady state (PyTorch: events around whole epochs)"
-                 if be.name == "cuda" else "host clock")
+                      f"gradients through {(allreduce or 'nccl') if be.runs_kernels else 'mpi'}")
+        records = _stream(sink, epochs * (train_samples // batch), "step", train_rows, problem,
+                          dict(partial, batch=batch))
+        clock = (f"median step time, {be.clock_name}, steady state (PyTorch: events around whole epochs)"
+                 if be.runs_kernels else be.clock_name)
         app.out.print(tables.batch_table(records, f"{label} · mini-batch training, B = {batch} · {clock}"))
         check_what = f"weights after {batched_mod.CHECK_STEPS} steps"
     else:
         app.out.print(f"{head} · tolerance {hyper.tolerance:g} · at most {hyper.max_iterations:,} iterations")
-        records = _stream(sink, hyper.max_iterations, "it", lambda progress: (train_suite.finish(r, problem) for r in
-                                                                              mlp.run(
-            be, chosen, layers, hyper, test_per_letter, torch_modes=torch_modes, torch_iterations=torch_iterations,
-            progress=progress, env=env, blocks=blocks)), problem, partial)
-        clock = "CUDA events around whole epochs (sequential: host clock)" if be.name == "cuda" else "host clock"
+        records = _stream(sink, hyper.max_iterations, "it", train_rows, problem, partial)
+        clock = (f"{be.clock_name} around whole epochs (sequential: {HOST_CLOCK})" if be.runs_kernels
+                 else be.clock_name)
         app.out.print(tables.train_table(records, f"{label} · per-sample training · time per iteration: {clock}"))
         check_what = f"weights after {mlp.CHECK_ITERATIONS} iterations"
-    if compare == "torch" and be.name != "cuda":
+    if compare == "torch" and not be.has_vendor_libs:
         app.out.print("PyTorch comparison: needs the GPU backend")
-    shown = next((r for r in records if r.get("_outcome") is not None and r["_outcome"].test_outputs is not None), None)
-    if letters and shown is not None:
-        app.out.print(_letters_view(shown, layers, mlp))
+    shown = next((r for r in records if r.get("received")), None)
+    if shown is not None:
+        app.out.print(_letters_view(shown))
     for r in records:
         if r.get("status") in results.FAILED:
             why = r.get("error") or f"{check_what} differ from the float64 reference by " \
@@ -287,7 +290,7 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
             for rec in records(on_progress):
                 sink.append(rec)
                 rows.append(rec)
-                last.pop(rec.get("version"), None)
+                last.pop(rec.get("variant"), None)
     except KeyboardInterrupt:
         for name, (done, e) in last.items():
             count = "steps" if unit == "step" else "iterations"
@@ -300,14 +303,12 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
     return rows
 
 
-def _letters_view(rec: dict, layers, mlp) -> str:
-    """Expected against received bits for each clean letter, through the trained version."""
+def _letters_view(rec: dict) -> str:
+    """Expected against received bits for each letter, from what the trained version's record carries
+    (train_suite.received_bits: its outputs for the first held-out noisy copy of each letter)."""
     from nnbench import glyphs
-    outs = rec["_outcome"].test_outputs
     lines, row = [f"{rec['variant']}: expected -> received on held-out noisy letters (first copy of each):"], []
-    for i, c in enumerate(glyphs.LETTERS):
-        got = outs[i * (rec["test_samples"] // 52)]
-        bits = "".join("1" if v >= 0.5 else "0" for v in got)
+    for c, bits in zip(glyphs.LETTERS, rec["received"].split()):
         want = "".join(str(int(b)) for b in glyphs.target(c))
         mark = "[green]✓[/]" if bits == want else "[red]✗[/]"
         row.append(f"{c} {want}->{bits} {mark}")
@@ -317,4 +318,3 @@ def _letters_view(rec: dict, layers, mlp) -> str:
     if row:
         lines.append("   ".join(row))
     return "\n".join(lines)
-

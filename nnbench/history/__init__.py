@@ -6,7 +6,7 @@ last stable segment.
     migrations.py   the versioned schema (schema_version table); a newer database is refused
     source.py       results files in, records out; the one adapter that knows where raw samples and energy sit
     store.py        record runs, read the per-commit series of each case
-    changepoints.py E-divisive means (Apache Otava's split/merge variant) over a case's series
+    changepoints.py E-divisive means (Hunter/Apache Otava's split/merge variant) over a case's series
     trend.py        series + change points -> trends and the last stable segment
     figures.py      one PNG per case
     gate.py         `check --against-history`: the current run against each case's last stable segment

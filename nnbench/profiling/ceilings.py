@@ -34,8 +34,8 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
     occ = backend.occupancy(fma, FMA_THREADS)
     blocks = dev.sm_count * occ.blocks_per_sm
     out = backend.upload(np.zeros(blocks * FMA_THREADS, dtype=np.float32))
-    launch = backend.launcher(fma, (blocks, 1, 1), (FMA_THREADS, 1, 1),
-                              (backend.ptr(out), np.int32(FMA_ITERS), np.float32(0.999), np.float32(1e-3)), "Piff")
+    launch = backend.bind(fma, (blocks, 1, 1), (FMA_THREADS, 1, 1),
+                          (backend.ptr(out), np.int32(FMA_ITERS), np.float32(0.999), np.float32(1e-3)), "Piff")
     st = measure.measure(backend, launch, settings)
     flops = 2.0 * CHAINS * UNROLL * FMA_ITERS * blocks * FMA_THREADS
     fma_tflops = flops / (st.median_ms * 1e-3) / 1e12
@@ -44,8 +44,8 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
     n4 = COPY_BYTES // 16
     src = backend.upload(np.ones(COPY_BYTES // 4, dtype=np.float32))
     dst = backend.upload(np.zeros(COPY_BYTES // 4, dtype=np.float32))
-    launch = backend.launcher(cp, (dev.sm_count * 8, 1, 1), (512, 1, 1),
-                              (backend.ptr(src), backend.ptr(dst), np.int64(n4)), "PPq")
+    launch = backend.bind(cp, (dev.sm_count * 8, 1, 1), (512, 1, 1),
+                          (backend.ptr(src), backend.ptr(dst), np.int64(n4)), "PPq")
     st2 = measure.measure(backend, launch, settings)
     copy_gbs = 2.0 * COPY_BYTES / (st2.median_ms * 1e-3) / 1e9
 
@@ -53,18 +53,19 @@ def measure_ceilings(backend, settings: measure.TimingSettings = measure.TimingS
     spin = (backend.ptr(status), np.int64(SPIN_TIMEOUT_NS))
     handoff = backend.load(comp, "handoff")
     box = backend.upload(np.zeros(1, dtype=np.uint64))
-    launch = backend.launcher(handoff, (2, 1, 1), (32, 1, 1), (backend.ptr(box), np.int32(ROUNDS), *spin), "PiPq")
+    launch = backend.bind(handoff, (2, 1, 1), (32, 1, 1), (backend.ptr(box), np.int32(ROUNDS), *spin), "PiPq")
     handoff_us = measure.measure(backend, launch, settings).median_ms * 1e3 / (2 * ROUNDS)
     gave_up(backend, status, "handoff")
 
     barrier = backend.load(comp, "grid_barrier")
     count = backend.upload(np.zeros(1, dtype=np.uint32))
 
+    launch = backend.bind(barrier, (dev.sm_count, 1, 1), (128, 1, 1), (backend.ptr(count), np.int32(ROUNDS), *spin),
+                          "PiPq")
+
     def barriers():  # the count must start at 0 each launch; the write is outside the kernel's time
         backend.write(count, np.zeros(1, dtype=np.uint32))
-        return backend.timed(lambda: barrier.func.prepared_call((dev.sm_count, 1, 1), (128, 1, 1),
-                                                                backend.ptr(count), np.int32(ROUNDS), *spin), 1)
-    barrier.func.prepare("PiPq")
+        return backend.timed(launch, 1)
     barrier_us = float(np.median([barriers() for _ in range(5)])) * 1e3 / ROUNDS
     gave_up(backend, status, "grid_barrier")
     return {

@@ -21,7 +21,7 @@ import numpy as np
 from nnbench import measure
 from nnbench.errors import NnbenchError
 from nnbench.profiling import ncu, sass
-from nnbench.profiling.roofline import Position, Roof, position
+from nnbench.profiling.roofline import Position, Roof, position, roof_for
 from nnbench.registry import Variant
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 from nnbench.runtime.device import for_arch, occupancy
@@ -157,9 +157,9 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     if prof.record.get("status") != "PASS" or not prof.seconds:
         return prof
     from nnbench.profiling.ceilings import measure_ceilings
-    c = measure_ceilings(backend)
-    prof.roof = Roof(c["fma_tflops"] * 1e12, c["copy_gbs"] * 1e9, "measured")
-    prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
+    prof.roof = roof_for(prof.record.get("precision") or v.precision, device, measure_ceilings(backend))
+    if prof.roof is not None:
+        prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
         if kernel is None and suite == "gemm":  # step 9 may launch its transposed kernel for this shape
             from nnbench.workloads.gemm.session import launched_kernel

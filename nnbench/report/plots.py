@@ -24,7 +24,8 @@ import pandas as pd
 
 from nnbench import results
 from nnbench.errors import NnbenchError
-from nnbench.profiling.roofline import Roof
+from nnbench.profiling.roofline import ROOF_NAMES, Roof
+from nnbench.runtime.device import FFMA, TF32, TF32X3
 
 KINDS = ("roofline", "speedup", "heatmap", "train", "conv")
 SIZE_INCHES, DPI = (8.0, 5.0), 100  # 800 x 500 pixels for a one-panel figure
@@ -176,11 +177,14 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
     first = d.iloc[0]
     roofs = []  # (label, Roof, line style)
     bw = first.get("dram_peak_gbs")
-    for col, name, ls in (("fp32_peak_tflops", "FP32", "-"), ("tf32_peak_tflops", "TF32 tensor", "-.")):
-        peak = first.get(col)
+    precisions = set(d["precision"].dropna()) if "precision" in d else set()
+    for precision, ls in ((FFMA, "-"), (TF32, "-."), (TF32X3, ":")):
+        if precision == TF32X3 and precision not in precisions:
+            continue  # drawn only for the rows it is the roof of
+        peak = _peak_tflops(first, precision)
         if bw and peak and not (math.isnan(bw) or math.isnan(peak)):
-            roofs.append((f"{name} peak {peak:.1f} TFLOP/s, DRAM {bw / 1e3:.2f} TB/s (theoretical)",
-                          Roof(peak * 1e12, bw * 1e9, "theoretical"), ls))
+            roofs.append((f"{ROOF_NAMES[precision]} peak {peak:.1f} TFLOP/s, DRAM {bw / 1e3:.2f} TB/s (theoretical)",
+                          Roof(peak * 1e12, bw * 1e9, "theoretical", ROOF_NAMES[precision]), ls))
     if measured is not None:
         roofs.append((f"measured: FMA {measured.flops / 1e12:.1f} TFLOP/s, copy {measured.bandwidth / 1e12:.2f} TB/s",
                       measured, "--"))
@@ -200,6 +204,10 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
         ax.plot(g["ai"], g["tflops"], ms=6, fillstyle=fills.get(shape, "full"), **{**series[name], "linestyle": "none"})
     for name, st in series.items():
         ax.plot([], [], ms=6, label=str(name), **{**st, "linestyle": "none"})
+    above = d[above_roof(d)]
+    if not above.empty:  # no point may sit above its own precision's roof: a wrong roof or a timing error
+        ax.plot(above["ai"], above["tflops"], "o", ms=14, fillstyle="none", color="#d62728", mew=1.5,
+                label=f"SUSPECT: above its precision's roof ({len(above)}): a wrong roof or a timing error")
     if len(fills) > 1:  # shapes told apart by fill, each with a legend entry of its own (in black)
         for shape, fill in fills.items():
             ax.plot([], [], "o", color="black", ms=6, fillstyle=fill, label=f"shape {shape}")
@@ -218,6 +226,23 @@ def _roofline(fig, d: pd.DataFrame, measured: Roof | None) -> None:
                  fontsize=10)
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
     ax.grid(True, which="major", alpha=0.3)
+
+
+def _peak_tflops(row, precision) -> float | None:
+    """A row's compute ceiling for `precision` from its environment columns, as the tables' %peak takes it
+    (runtime.device.DeviceInfo.peak_flops): FP32 FFMA, TF32, 3xTF32 = TF32 / 3; None for any other."""
+    fp32, tf32 = row.get("fp32_peak_tflops"), row.get("tf32_peak_tflops")
+    return {FFMA: fp32, TF32: tf32, TF32X3: None if tf32 is None else tf32 / 3}.get(precision)
+
+
+def above_roof(d: pd.DataFrame) -> pd.Series:
+    """Which rows (with `ai` and `tflops`) lie above their precision's roof at their intensity."""
+    def one(row) -> bool:
+        peak, bw = _peak_tflops(row, row.get("precision")), row.get("dram_peak_gbs")
+        if peak is None or bw is None or math.isnan(peak) or math.isnan(bw):
+            return False
+        return row["tflops"] > min(peak, row["ai"] * bw / 1e3)
+    return d.apply(one, axis=1).astype(bool) if not d.empty else pd.Series([], dtype=bool)
 
 
 def _label_points(ax, d: pd.DataFrame, series: dict, decades: float, with_shape: bool) -> None:

@@ -13,7 +13,8 @@ from rich.text import Text
 STATUS_STYLE = {"PASS": "green", "REFERENCE": "cyan", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow",
                 "SLOWER": "bold red",
                 "FAILED": "bold red", "INVALID": "bold red", "FASTER": "green", "SAME": "", "MISSING": "bold yellow",
-                "NEW": "cyan", "SKIPPED": "yellow", "UNSTABLE": "bold magenta", "AMBIGUOUS": "bold magenta"}
+                "NEW": "cyan", "SKIPPED": "yellow", "UNSTABLE": "bold magenta", "AMBIGUOUS": "bold magenta",
+                "SUSPECT": "bold magenta"}
 
 
 def _num(v, fmt: str, missing: str = "—") -> str:
@@ -202,19 +203,24 @@ def profile_tables(prof) -> list:
     if r is not None:
         what = f"{prof.problem.label}, per {r.get('unit') or 'launch'}"
         t = Table(title=f"achieved · {what}", title_justify="left", header_style="bold", pad_edge=False)
-        for name in ("time", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof TFLOP/s",
-                     "% of roof", "FMA ceiling", "copy ceiling", "check", ""):
-            t.add_column(name, justify="right" if name else "left")
+        for name in ("time", "±IQR", "TFLOP/s", "GB/s (fewest bytes)", "FLOP/byte", "bound", "roof", "roof TFLOP/s",
+                     "% of roof", "compute ceiling", "copy ceiling", "check", ""):
+            t.add_column(name, justify="right" if name not in ("", "roof") else "left")
         w, roof, sec = prof.where, prof.roof, prof.seconds
         iqr = 100 * r["iqr_ms"] / r["median_ms"] if r.get("median_ms") and r.get("iqr_ms") is not None else None
         check = r.get("rel_err")
+        # a point above its roof gets no percentage (it would pass 100): SUSPECT, and the note below says why
+        pct = _status("SUSPECT") if w and w.suspect else _num(w and w.pct_of_roof, ".1f")
         t.add_row(_num(sec and sec * 1e3, ".4f") + " ms", _num(iqr, ".1f") + "%",
                   _num(sec and prof.flops / sec / 1e12, ".3f"), _num(sec and prof.bytes / sec / 1e9, ",.0f"),
-                  _num(w and w.intensity, ".2f"), w.bound if w else "—", _num(w and w.attainable / 1e12, ".2f"),
-                  _num(w and w.pct_of_roof, ".1f"), _num(roof and roof.flops / 1e12, ".1f") + " TFLOP/s",
+                  _num(w and w.intensity, ".2f"), w.bound if w else "—",
+                  f"{roof.name} ({roof.source})" if roof else f"none for {r.get('precision') or 'this precision'}",
+                  _num(w and w.attainable / 1e12, ".2f"), pct, _num(roof and roof.flops / 1e12, ".1f") + " TFLOP/s",
                   _num(roof and roof.bandwidth / 1e9, ",.0f") + " GB/s", _num(check, ".1e"),
                   _status(r.get("status", "")))
         out.append(t)
+        if w and w.suspect:
+            out.append(Text(w.suspect, style=STATUS_STYLE["SUSPECT"]))
     if prof.ncu is not None:
         t = Table(title="Nsight Compute (one launch, --clock-control none, --cache-control none)",
                   title_justify="left", header_style="bold", pad_edge=False)

@@ -1,7 +1,7 @@
 """The runtime seam: compile, load, launch, time, copy. It knows nothing about GEMM or MLPs.
 
-Two backends share one small interface (after Kernel Tuner's backends): `cuda` (PyCUDA on the
-device's primary context) and `cpu` (NumPy). `open_backend` picks one; `auto` takes CUDA when it
+Two backends implement one abstract base class, `backend.Backend` (after Kernel Tuner's backends):
+`cuda` (PyCUDA on the device's primary context) and `cpu` (NumPy). `open_backend` picks one; `auto` takes CUDA when it
 works and says so when it falls back.
 """
 

@@ -121,18 +121,23 @@ def planted() -> tuple[tuple[str, int], ...]:
     return tuple(sorted(out))
 
 
-def sources_digest(source: Path, includes: tuple[str, ...] = ()) -> str:
-    """sha256 over the file and every header it reaches (`_sources_closure`): names and bytes."""
-    h = hashlib.sha256()
+def _hash_sources(h, source: Path, includes: tuple[str, ...] = ()) -> None:
     for f in _sources_closure(source, includes):
         h.update(f.name.encode())
         h.update(f.read_bytes())
-    return h.hexdigest()
+
+
+def source_hash(source: Path, includes: tuple[str, ...] = ()) -> str:
+    """The content hash of a kernel file and every header it reaches: what makes a timing of its kernels
+    stale (the autotuner's cache key, nnbench/runtime/autotune.py), as it makes a cubin stale."""
+    h = hashlib.sha256()
+    _hash_sources(h, Path(source), includes)
+    return h.hexdigest()[:32]
 
 
 def cache_key(req: CompileRequest) -> str:
     h = hashlib.sha256()
-    h.update(sources_digest(req.source, req.includes).encode())
+    _hash_sources(h, req.source, req.includes)
     h.update(repr((req.params, req.arch, BASE_FLAGS, nvcc_version())).encode())
     if req.includes:
         h.update(repr(req.includes).encode())
@@ -252,3 +257,9 @@ def compile_sources(arch: str, kernels: list[tuple[str, dict[str, int]]], jobs: 
     how every suite compiles its variants."""
     reqs = [CompileRequest.make(paths.KERNELS / source, params, arch) for source, params in kernels]
     return compile_many(reqs, jobs=jobs, return_errors=True)
+
+
+def variant_module(variant, params: dict[str, int], arch: str) -> Compiled:
+    """A registry variant's module with other parameters than its case's (a tile the host or the autotuner
+    picked for one shape), built for `arch` (or the variant's own target) or taken from the cache."""
+    return compile_cubin(CompileRequest.make(paths.KERNELS / variant.source, params, variant.target(arch)))

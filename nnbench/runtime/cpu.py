@@ -9,14 +9,22 @@ import time
 import numpy as np
 
 from nnbench import measure
+from nnbench.runtime.backend import HOST_CLOCK, Backend
 
 
-class CpuBackend:
+class CpuBackend(Backend):
     name = "cpu"
+    runs_kernels = False  # the NumPy variants run instead; load, launch and graphs say so in one line
+    has_vendor_libs = False
+    clock_name = HOST_CLOCK
     device = None  # no DeviceInfo: no GPU peaks, no occupancy
+    arch = None
 
     def __init__(self) -> None:
         self._flush: np.ndarray | None = None
+
+    def alloc(self, nbytes: int) -> np.ndarray:
+        return np.empty(nbytes, dtype=np.uint8)
 
     def upload(self, host: np.ndarray) -> np.ndarray:
         return np.array(host, copy=True, order="K")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import functools
 import gc
 import weakref
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ import numpy as np
 from nnbench import paths
 from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError, QueueFull
 from nnbench.measure import rel_err_from_sums
+from nnbench.runtime.backend import Backend
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import INSTALL_HINT, DeviceInfo, occupancy
 from nnbench.runtime.nvml import Nvml
@@ -50,6 +52,14 @@ class Kernel:
         self.module, self.func, self.info = module, func, info
         self.cubin, self.name = cubin, name
         self._offsets: list[int] | None = None
+        self._signature: str | None = None
+
+    def prepare(self, signature: str) -> None:
+        """Give PyCUDA the struct format of a prepared call. The function holds one format, so it is set
+        again only when the signature changes (a kernel has one), not once per bound launch."""
+        if signature != self._signature:
+            self.func.prepare(param_format(signature, self.param_offsets() if has_raw(signature) else None))
+            self._signature = signature
 
     def sibling(self, name: str) -> Kernel:
         """Another kernel of the same module (a helper pass that ships in the same .cu file)."""
@@ -85,8 +95,17 @@ def _param_offsets(cubin: bytes, name: str) -> list[int]:
     return offsets
 
 
-class CudaBackend:
+def _dims(d) -> tuple[int, int, int]:
+    """A grid or block as the driver takes it: three Python ints (a NumPy integer is no C unsigned to PyCUDA)."""
+    return int(d[0]), int(d[1]) if len(d) > 1 else 1, int(d[2]) if len(d) > 2 else 1
+
+
+class CudaBackend(Backend):
     name = "cuda"
+    runs_kernels = True
+    has_vendor_libs = True
+    clock_name = "CUDA events"
+    device = None  # the DeviceInfo, set once the driver answers
 
     def __init__(self, ordinal: int = 0) -> None:
         try:
@@ -168,32 +187,38 @@ class CudaBackend:
     def occupancy(self, kernel: Kernel, threads: int, dynamic_smem: int = 0):
         return occupancy(self.device, threads, kernel.info.registers, kernel.info.smem_bytes + dynamic_smem)
 
-    def launcher(self, kernel: Kernel, grid, block, args: tuple, signature: str, smem: int = 0, stream=None):
-        """A no-argument callable that launches the kernel: prepared once, so the per-launch
-        Python cost is one call (about 5 us on the H100 host here). `signature` may hold raw
-        by-value parameters (`params.raw`), whose arguments are bytes; `smem` is the dynamic shared
-        memory, raised past the 48 KiB default where the kernel asks for more. `stream` (a PyCUDA
-        Stream): launch there instead of the default stream (a data-parallel step's side stream)."""
-        kernel.func.prepare(param_format(signature, kernel.param_offsets() if has_raw(signature) else None))
-        grid2 = (int(grid[0]), int(grid[1]), int(grid[2]) if len(grid) > 2 else 1)
-        block3 = tuple(int(b) for b in block)
-        fn = kernel.func.prepared_call
+    def bind(self, kernel: Kernel, grid, block, args: tuple, signature: str | None = None, *, smem: int = 0,
+             stream=None):
+        """A no-argument callable that launches the kernel. With a `signature` (which may hold raw by-value
+        parameters, `params.raw`, whose arguments are bytes) the call is prepared once, so the per-launch
+        Python cost is one prepared call (about 5 us on the H100 host here); without one, PyCUDA reads the
+        arguments' types at each launch. `smem`: dynamic shared memory, raised past the 48 KiB default where
+        the kernel asks for more. `stream` (a PyCUDA Stream): launch there instead of the default stream (a
+        data-parallel step's side stream)."""
+        grid3, block3, smem = _dims(grid), _dims(block), int(smem)
         if smem > DEFAULT_DYNAMIC_SMEM:
-            kernel.func.set_attribute(drv.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, int(smem))
+            self.allow_dynamic_smem(kernel, smem)
+        func = kernel.func
+        if signature is None:
+            return functools.partial(func, *args, block=block3, grid=grid3, shared=smem, stream=stream)
+        kernel.prepare(signature)
         if stream is not None:
-            on = kernel.func.prepared_async_call
-            return lambda: on(grid2, block3, stream, *args, shared_size=int(smem))
+            return functools.partial(func.prepared_async_call, grid3, block3, stream, *args, shared_size=smem)
         if smem:
-            return lambda: fn(grid2, block3, *args, shared_size=int(smem))
-        return lambda: fn(grid2, block3, *args)
+            return functools.partial(func.prepared_call, grid3, block3, *args, shared_size=smem)
+        return functools.partial(func.prepared_call, grid3, block3, *args)
+
+    def launch(self, kernel: Kernel, grid, block, args: tuple, signature: str | None = None, *, smem: int = 0,
+               stream=None) -> None:
+        self.bind(kernel, grid, block, args, signature, smem=smem, stream=stream)()
 
     def capture(self, fn, streams=()):
         """`fn`'s launches as one CUDA graph (runtime/graph.py), replayed by calling the result on the
-        default stream. Every PyCUDA launch that names no stream (the launchers here, and the plain
-        `func(..., block=, grid=)` calls of the conv paths) goes to the capture stream meanwhile and is
-        counted, so the graph must hold exactly that many kernels. `streams` are callables that point
-        a library's own launches (cuBLAS) at a stream handle and back (None): with them the count is
-        unknown and the capture relaxed, since a library may allocate its workspace inside."""
+        default stream. Every PyCUDA launch that names no stream (`launch` and `bind`, prepared or not) goes
+        to the capture stream meanwhile and is counted, so the graph must hold exactly that many kernels.
+        `streams` are callables that point a library's own launches (cuBLAS) at a stream handle and back
+        (None): with them the count is unknown and the capture relaxed, since a library may allocate its
+        workspace inside."""
         from nnbench.runtime import graph
         stream = drv.Stream()  # blocking: see graph.py for why
         launches = [0]

@@ -16,7 +16,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from nnbench import paths
-from nnbench.runtime.compile import BASE_FLAGS, planted, sources_digest
+from nnbench.runtime.compile import BASE_FLAGS, planted, source_hash
 from nnbench.version import __version__
 
 DIGEST_CHARS = 16  # 64 bits: a collision between two edits of one kernel is not a practical worry
@@ -48,7 +48,7 @@ def _closure(src: Path, includes: tuple[str, ...]) -> str:
     # read anew on every call (a few files of kilobytes): a kernel edited between two calls of one process (the
     # Python API in a notebook) must give another digest
     try:
-        return sources_digest(src, includes)
+        return source_hash(src, includes)
     except OSError:
         return f"unreadable:{src}"
 

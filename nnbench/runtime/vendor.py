@@ -26,8 +26,8 @@ class Cublas:
 
     def __init__(self, backend) -> None:
         self.backend, self.via, self.reason = backend, None, None
-        if backend.name != "cuda":
-            self.reason = "no GPU backend"
+        if not backend.has_vendor_libs:
+            self.reason = f"none on the {backend.name} backend"
             return
         try:
             from cupy.cuda import device as cp_device

@@ -100,8 +100,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     if backend is None:
         conn.send(("hello", {"env": env, "device": session.device, "arch": session.arch}))
     else:
-        conn.send(("hello", {"env": env, "device": getattr(backend, "device", None),
-                             "arch": getattr(backend, "arch", None)}))
+        conn.send(("hello", {"env": env, "device": backend.device, "arch": backend.arch}))
         session = session_for(suite, backend, settings, rtol, seed, env)
     # Start-up, all while the parent compiles: each phase's end, in seconds from the worker's first
     # line (after Python and nnbench are imported), told to the parent once the worker is ready.
@@ -110,7 +109,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
         session.prefetch(first)
     session.warm_up()
     ready["vendor_s"] = time.perf_counter() - t0
-    if hasattr(backend, "prime"):  # the verifier and the blocking kernel, compiled on a cold cache
+    if backend is not None:  # the verifier and the blocking kernel, compiled on a cold cache
         backend.prime()
     ready["helpers_s"] = time.perf_counter() - t0
     if first is not None:  # its device buffers too, while the parent still compiles

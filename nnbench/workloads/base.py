@@ -83,6 +83,10 @@ class Session:
     record each (status PASS, FAIL, ERROR or SKIP; `fault=True` when the context is poisoned).
     """
 
+    # nnbench/runtime/autotune.py's Tuner where the command autotunes (harness.run sets it), else None:
+    # the fixed tiles, as a sweep's cases (each names its parameters) always run.
+    tuner = None
+
     def warm_up(self) -> None:
         pass
 
@@ -99,6 +103,12 @@ class Session:
 
     def run_case(self, case: Case, problem, compiled) -> dict:
         raise NotImplementedError
+
+    def breakdown(self, rec: dict) -> list[dict]:
+        """The rows a command shows for a case's or vendor row's record, in order: the record itself and
+        what the session measured along with it that is no case of its own (LeNet-5's forward pass, its
+        host-issued and graph steps). A sweep keeps the record alone."""
+        return [rec]
 
 
 class Workload:
@@ -158,7 +168,9 @@ class Workload:
         info = getattr(compiled, "ptxas", {}).get(case.variant.kernel)
         return info.registers if info else None
 
-    def session(self, backend, settings, rtol: float, seed: int, env: dict) -> Session:
+    def session(self, backend, settings, rtol: float, seed: int, env: dict, options=None) -> Session:
+        """The workload's session; `options`: a command's run options beyond the problem and the timing
+        (the workload's own dataclass: progress callbacks, data-parallel ranks; None: the defaults)."""
         raise NotImplementedError
 
 

@@ -25,7 +25,7 @@ class Layer:
         self.mag = forward_magnitude(self.x, self.wt, shape.stride, shape.pad)
         self.be, self.shape = backend, shape
         self.count = self.ref.size
-        if backend.name == "cuda":
+        if backend.runs_kernels:
             self.X, self.Wt = backend.upload(self.x), backend.upload(self.wt)
             self.Y = backend.upload(np.zeros(self.ref.shape, np.float32))
             self.REF, self.MAG = backend.upload(self.ref), backend.upload(self.mag)
@@ -39,11 +39,10 @@ def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):
     s = layer.shape
     kernel = backend.load(comp, "conv_forward")
     tile, kb = params["TILE"], params.get("KB", 1)
-    tiles, func, dims = -(-s.Ho // tile) * -(-s.Wo // tile), kernel.func, s.dims()
+    tiles, dims, block = -(-s.Ho // tile) * -(-s.Wo // tile), s.dims(), (tile, tile, 1)
     if v.runner != "constant":
         args = (dims, np.intp(int(layer.X)), np.intp(int(layer.Wt)), np.intp(int(layer.Y)))
-        grid = (-(-s.K // kb), tiles, s.N)
-        return lambda: func(*args, block=(tile, tile, 1), grid=grid)
+        return backend.bind(kernel, (-(-s.K // kb), tiles, s.N), block, args)
     symbol = backend.symbol(kernel, "filters")
     per_map = s.C * s.R * s.R
     chunk = CONSTANT_FLOATS // per_map  # output maps per launch
@@ -51,12 +50,13 @@ def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):
     for k0 in range(0, s.K, chunk):
         maps = min(chunk, s.K - k0)
         launches.append((int(layer.Wt) + 4 * k0 * per_map, 4 * maps * per_map,
-                         (dims, np.intp(int(layer.X)), np.int32(k0), np.intp(int(layer.Y))), (maps, tiles, s.N)))
+                         backend.bind(kernel, (maps, tiles, s.N), block,
+                                      (dims, np.intp(int(layer.X)), np.int32(k0), np.intp(int(layer.Y))))))
 
     def run():
-        for src, nbytes, args, grid in launches:
+        for src, nbytes, launch in launches:
             backend.copy(symbol, src, nbytes)
-            func(*args, block=(tile, tile, 1), grid=grid)
+            launch()
     return run
 
 
@@ -69,23 +69,23 @@ def unroll_forward(backend, comp, gemm_comp, s: ConvShape, X, Wt, Y):
     """Unroll all N images side by side, one GEMM (ladder step 8) over them, then back to NCHW.
     Returns (run, U, Z): the launcher and its two workspaces."""
     from nnbench.runtime import ladder_gemm
-    unroll, to_nchw = backend.load(comp, "unroll").func, backend.load(comp, "to_nchw").func
     g = registry.TF32X3_GEMM
     gp = g.defaults()
     kernel = backend.load(gemm_comp, g.kernel)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     U = backend.upload(np.zeros(m * crr, np.float32))
     Z = backend.upload(np.zeros(m * s.K, np.float32))
-    gemm = ladder_gemm.launcher(backend, g, gp, kernel, m, s.K, crr, 1.0, U, Wt, 0.0, Z)
+    gemm = ladder_gemm.bind_gemm(backend, g, gp, kernel, m, s.K, crr, 1.0, U, Wt, 0.0, Z)
     dims = s.dims()
-    u_grid, y_grid = elementwise_grid(backend, m * s.C), elementwise_grid(backend, m * s.K)
-    u_args = (dims, np.intp(int(X)), np.intp(int(U)))
-    y_args = (dims, np.intp(int(Z)), np.intp(int(Y)))
+    unroll = backend.bind(backend.load(comp, "unroll"), elementwise_grid(backend, m * s.C), (256, 1, 1),
+                          (dims, np.intp(int(X)), np.intp(int(U))))
+    to_nchw = backend.bind(backend.load(comp, "to_nchw"), elementwise_grid(backend, m * s.K), (256, 1, 1),
+                           (dims, np.intp(int(Z)), np.intp(int(Y))))
 
     def run():
-        unroll(*u_args, block=(256, 1, 1), grid=u_grid)
+        unroll()
         gemm()
-        to_nchw(*y_args, block=(256, 1, 1), grid=y_grid)
+        to_nchw()
     return run, U, Z
 
 
@@ -93,11 +93,13 @@ PATH_TMA_B = 2  # kernels_cu/common/wgmma_mainloop.cuh's `paths` bit: the filter
 DIMS_SIGNATURE = "{40@4}"  # ConvDims by value: ten ints
 
 
-def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, pair: bool = True):
+def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, Y, pair: bool = True,
+                     slices: int | None = None):
     """Conv step 9 (09_implicit_wgmma.cu): one launch, no workspace. The filters, read as the K-major
     GEMM operand (C*R*R x K, leading dimension C*R*R), come by a tensor map where the 16-byte stride
     rule allows, else by the producer's cp.async. K split in two runs as cluster pairs reduced through
     shared memory (`conv_forward_pair`; `pair` False: Y zeroed, then atomics, as any other split).
+    `slices`: that many slices of K (the autotuner's candidate), else forward_slices' pick.
     Returns (run, path): the launcher and the filters' path, for the table."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
@@ -110,20 +112,20 @@ def implicit_forward(backend, v: Variant, params: dict, comp, s: ConvShape, X, W
     else:
         w_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async filters"
     tiles = -(-s.N * s.Ho * s.Wo // params["BM"]) * -(-s.K // params["BN"])
-    slices = forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
+    slices = slices or forward_slices(tiles, -(-crr // params["BK"]), backend.device.sm_count)
     grid = (-(-s.N * s.Ho * s.Wo // params["BM"]), -(-s.K // params["BN"]), slices)
     sig = DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i"
     args = (s.dims().tobytes(), np.intp(int(X)), np.intp(int(Wt)), np.intp(int(Y)), w_map, np.int32(bits))
     if pair and slices == 2:  # the two slices of a tile as one cluster: no zeroing, no atomics
         kernel = backend.load(comp, "conv_forward_pair")
-    main = backend.launcher(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
+    main = backend.bind(kernel, grid, v.launch_block(params), args, sig, smem=v.dynamic_smem_bytes(params))
     if slices == 1:
         return main, path
     if pair and slices == 2:
         return main, f"{path}, split-K 2 (cluster pairs)"
     count = s.N * s.K * s.Ho * s.Wo
-    clear = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, count), (256, 1, 1),
-                             (np.intp(int(Y)), np.int32(count)), "Pi")
+    clear = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, count), (256, 1, 1),
+                         (np.intp(int(Y)), np.int32(count)), "Pi")
 
     def run():
         clear()
@@ -153,12 +155,14 @@ def filter_grad_slices(tiles: int, k_blocks: int, sms: int) -> int:
     return max(1, min(sms // tiles, k_blocks // 4))
 
 
-def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW):
+def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, Wt, dY, dX, dW,
+                      filter_split: int | None = None, data_split: int | None = None):
     """Conv step 10 (10_implicit_wgmma_backward.cu): dW zeroed, the filter gradient's slices added into
     it, then the data gradient; no workspace. The filter gradient reads dY by a 3-D tensor map (Ho*Wo,
     K, N) where Ho*Wo is a multiple of 4 (the 16-byte stride rule), else by cp.async. dX None: the
-    filter gradient alone (a first layer, whose input needs no gradient: LeNet-5's conv1). Returns (run,
-    path)."""
+    filter gradient alone (a first layer, whose input needs no gradient: LeNet-5's conv1). `filter_split`,
+    `data_split`: the autotuner's slices of each reduction, else filter_grad_slices' and conv_data_slices'.
+    Returns (run, path)."""
     from nnbench.runtime import tensormap
     from nnbench.runtime.params import raw
     block, smem = v.launch_block(params), v.dynamic_smem_bytes(params)
@@ -167,17 +171,17 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     ip = lambda b: np.intp(int(b))  # noqa: E731
     dims = s.dims().tobytes()
     tiles = -(-crr // bm) * -(-s.K // bn)
-    slices = filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
+    slices = filter_split or filter_grad_slices(tiles, s.N * -(-hw // bk), backend.device.sm_count)
     map_dims, strides, box = (hw, s.K, s.N), (4 * hw, 4 * hw * s.K), (bk, bn, 1)
     if tensormap.tiled_problem(int(dY), map_dims, strides, box, 128) is None:
         dy_map, bits, path = tensormap.encode_tiled(int(dY), map_dims, strides, box, 128), PATH_TMA_B, "TMA dY"
     else:
         dy_map, bits, path = bytes(tensormap.MAP_BYTES), 0, "cp.async dY"
-    clear = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
-                             (ip(dW), np.int32(s.K * crr)), "Pi")
-    filt = backend.launcher(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
-                            (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
-                            DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
+    clear = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
+                         (ip(dW), np.int32(s.K * crr)), "Pi")
+    filt = backend.bind(backend.load(comp, "conv_filter_grad"), (-(-crr // bm), -(-s.K // bn), slices), block,
+                        (dims, ip(X), ip(dY), ip(dW), dy_map, np.int32(bits)),
+                        DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i", smem=smem)
     if dX is None:
         def filter_only():
             clear()
@@ -185,7 +189,7 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
         filter_only.parts = {"filter": filter_only}
         return filter_only, f"filter split-K {slices}, {path}, no data gradient"
     phase_pixels = s.N * -(-s.H // s.stride) * -(-s.W // s.stride)  # the largest of the stride^2 phases
-    data_slices = conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
+    data_slices = data_split or conv_data_slices(s, bm, bn, bk, backend.device.sm_count)
     # At stride 1 the data gradient's B comes by the copy engine from the filters transposed into dW's
     # buffer (written by the filter gradient only after the data gradient has read them), where the map's
     # 16-byte stride rule allows; else (and for a strided layer's phases) the producer gathers it.
@@ -193,16 +197,16 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     wt2_ok = s.stride == 1 and tensormap.tiled_problem(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) is None
     wt2_map = tensormap.encode_tiled(int(dW), (kk, s.C), (4 * kk,), (bk, bn), 128) if wt2_ok else \
         bytes(tensormap.MAP_BYTES)
-    transpose = backend.launcher(backend.load(comp, "transpose_filters"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
-                                 (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
+    transpose = backend.bind(backend.load(comp, "transpose_filters"), elementwise_grid(backend, s.K * crr), (256, 1, 1),
+                             (dims, ip(Wt), ip(dW)), DIMS_SIGNATURE + "PP")
     data_pair = s.stride == 1 and data_slices == 2  # as the forward's: cluster pairs, no zeroing of dX
-    data_launch = backend.launcher(backend.load(comp, "conv_data_grad_pair" if data_pair else "conv_data_grad"),
-                                   (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
-                                   (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
-                                   DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
-                                   smem=smem)
-    clear_dx = backend.launcher(backend.load(comp, "clear"), elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
-                                (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
+    data_launch = backend.bind(backend.load(comp, "conv_data_grad_pair" if data_pair else "conv_data_grad"),
+                               (-(-phase_pixels // bm), -(-s.C // bn), s.stride * s.stride * data_slices), block,
+                               (dims, ip(dY), ip(Wt), ip(dX), wt2_map, np.int32(PATH_TMA_B if wt2_ok else 0)),
+                               DIMS_SIGNATURE + "PPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) + "i",
+                               smem=smem)
+    clear_dx = backend.bind(backend.load(comp, "clear"), elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                            (ip(dX), np.int32(s.N * s.C * s.H * s.W)), "Pi")
 
     def data():
         if wt2_ok:
@@ -218,6 +222,42 @@ def implicit_backward(backend, v: Variant, params: dict, comp, s: ConvShape, X, 
     run.parts = {"filter": lambda: (clear(), filt()), "data": data}  # for timing each gradient alone
     data_text = f", data split-K {data_slices}" + (" (cluster pairs)" if data_pair else "") if data_slices > 1 else ""
     return run, f"filter split-K {slices}, {path}{data_text}" + (", TMA filters^T in dW" if wt2_ok else "")
+
+
+TUNE_SPLITS = (1, 2, 3)  # the forward's slices of K the autotuner times beside forward_slices' pick
+TUNE_MIN_K_BLOCKS = 4  # each slice at least this many k-blocks (a slice pays the ring's fill)
+
+
+def _bn_choices(v: Variant, params: dict) -> list[int]:
+    """The case's BN first (the fixed behaviour leads: a tie keeps it), then the variant's other choices."""
+    return [params["BN"], *(b for b in v.param("BN").choices if b != params["BN"])]
+
+
+def forward_candidates(v: Variant, params: dict, s: ConvShape, sms: int) -> list[dict]:
+    """The implicit forward's tiles the autotuner times on a layer: each BN with forward_slices' pick and
+    1 to 3 slices of K (each of at least TUNE_MIN_K_BLOCKS k-blocks); the fixed rule's choice first."""
+    out = []
+    crr, pixels = s.C * s.R * s.R, s.N * s.Ho * s.Wo
+    k_blocks = -(-crr // params["BK"])
+    for bn in _bn_choices(v, params):
+        rule = forward_slices(-(-pixels // params["BM"]) * -(-s.K // bn), k_blocks, sms)
+        out += [{"BN": bn, "SPLIT": n} for n in dict.fromkeys((rule, *TUNE_SPLITS))
+                if n == 1 or k_blocks // n >= TUNE_MIN_K_BLOCKS]
+    return out
+
+
+def backward_candidates(v: Variant, params: dict, s: ConvShape, sms: int) -> list[dict]:
+    """The implicit backward's: each BN with the filter gradient's slices as filter_grad_slices picks them
+    and half as many, and the data gradient's as conv_data_slices picks them and none (a strided layer's
+    phases leave it one); the fixed rules' choice first."""
+    out = []
+    bm, bk, crr = params["BM"], params["BK"], s.C * s.R * s.R
+    for bn in _bn_choices(v, params):
+        rule = filter_grad_slices(-(-crr // bm) * -(-s.K // bn), s.N * -(-(s.Ho * s.Wo) // bk), sms)
+        data = conv_data_slices(s, bm, bn, bk, sms)
+        out += [{"BN": bn, "FILTER_SPLIT": f, "DATA_SPLIT": d} for f in dict.fromkeys((rule, max(1, rule // 2)))
+                for d in dict.fromkeys((data, 1))]
+    return out
 
 
 def conv_data_slices(s: ConvShape, bm: int, bn: int, bk: int, sms: int) -> int:
@@ -253,8 +293,7 @@ def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvSh
     """dX and dW of y = conv(X, Wt) for dY, through the unrolled input (06_unroll_backward.cu); dX None:
     dW alone (a first layer, whose input needs no gradient); U: X already unrolled by the forward pass
     (unroll_forward's workspace, unchanged since), so it is not unrolled again. Returns (run, workspaces)."""
-    k = {name: backend.load(comp, name).func for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad",
-                                                         "col2im")}
+    k = {name: backend.load(comp, name) for name in ("from_nchw", "filter_grad", "sum_slices", "data_grad", "col2im")}
     threads = v.threads(params)
     m, crr = s.N * s.Ho * s.Wo, s.C * s.R * s.R
     kps = _round_up(-(-m // SPLIT_SLICES), params["BK"])
@@ -265,35 +304,39 @@ def unroll_backward(backend, v: Variant, params: dict, comp, fwd_comp, s: ConvSh
                 G=backend.upload(np.zeros(slices * crr * s.K, np.float32)),
                 dU=backend.upload(np.zeros(m * crr, np.float32) if dX is not None else np.zeros(1, np.float32)))
     U, dZ, G, dU = (work[n] for n in ("U", "dZ", "G", "dU"))
-    unroll = backend.load(fwd_comp, "unroll").func
     dims = s.dims()
     ip = lambda b: np.intp(int(b))
     bm, bn = params["BM"], params["BN"]
+    launches = [] if reuse else [backend.bind(backend.load(fwd_comp, "unroll"), elementwise_grid(backend, m * s.C),
+                                              (256, 1, 1), (dims, ip(X), ip(U)))]
+    launches += [
+        backend.bind(k["from_nchw"], elementwise_grid(backend, m * s.K), (256, 1, 1), (dims, ip(dY), ip(dZ))),
+        backend.bind(k["filter_grad"], (-(-crr // bm), -(-s.K // bn), slices), (threads, 1, 1),
+                     (np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps))),
+        backend.bind(k["sum_slices"], elementwise_grid(backend, crr * s.K), (256, 1, 1),
+                     (ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW)))]
+    if dX is not None:
+        launches += [
+            backend.bind(k["data_grad"], (-(-m // bm), -(-crr // bn), 1), (threads, 1, 1),
+                         (np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU))),
+            backend.bind(k["col2im"], elementwise_grid(backend, s.N * s.C * s.H * s.W), (256, 1, 1),
+                         (dims, ip(dU), ip(dX)))]
 
     def run():
-        if not reuse:
-            unroll(dims, ip(X), ip(U), block=(256, 1, 1), grid=elementwise_grid(backend, m * s.C))
-        k["from_nchw"](dims, ip(dY), ip(dZ), block=(256, 1, 1), grid=elementwise_grid(backend, m * s.K))
-        k["filter_grad"](np.int32(crr), np.int32(s.K), np.int32(m), ip(U), ip(dZ), ip(G), np.int32(kps),
-                         block=(threads, 1, 1), grid=(-(-crr // bm), -(-s.K // bn), slices))
-        k["sum_slices"](ip(G), np.int32(crr * s.K), np.int32(slices), ip(dW), block=(256, 1, 1),
-                        grid=elementwise_grid(backend, crr * s.K))
-        if dX is None:
-            return
-        k["data_grad"](np.int32(m), np.int32(crr), np.int32(s.K), ip(dZ), ip(Wt), ip(dU),
-                       block=(threads, 1, 1), grid=(-(-m // bm), -(-crr // bn), 1))
-        k["col2im"](dims, ip(dU), ip(dX), block=(256, 1, 1), grid=elementwise_grid(backend, s.N * s.C * s.H * s.W))
+        for launch in launches:
+            launch()
     return run, work
 
 
 def direct_backward_launch(backend, params: dict, comp, layer: Layer, bufs: dict):
     s = layer.shape
-    dg = backend.load(comp, "data_grad_direct").func
-    fg = backend.load(comp, "filter_grad_direct").func
     dims, ip = s.dims(), (lambda b: np.intp(int(b)))
-    threads = params["THREADS"]
+    data = backend.bind(backend.load(comp, "data_grad_direct"), elementwise_grid(backend, layer.x.size), (256, 1, 1),
+                        (dims, ip(bufs["dY"]), ip(layer.Wt), ip(bufs["dX"])))
+    filt = backend.bind(backend.load(comp, "filter_grad_direct"), (layer.wt.size, 1, 1), (params["THREADS"], 1, 1),
+                        (dims, ip(layer.X), ip(bufs["dY"]), ip(bufs["dW"])))
 
     def run():
-        dg(dims, ip(bufs["dY"]), ip(layer.Wt), ip(bufs["dX"]), block=(256, 1, 1), grid=elementwise_grid(backend, layer.x.size))
-        fg(dims, ip(layer.X), ip(bufs["dY"]), ip(bufs["dW"]), block=(threads, 1, 1), grid=(layer.wt.size, 1, 1))
+        data()
+        filt()
     return run

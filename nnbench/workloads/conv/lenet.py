@@ -277,8 +277,8 @@ class GpuLeNet:
             for c in (ifwd, ibwd):
                 if isinstance(c, Exception):
                     raise c
-        k = {name: be.load(ew, name).func for name in ("bias_act", "relu_grad", "bias_grad", "softmax_xent", "sgd")}
-        pf, pb = be.load(pool, "pool_forward").func, be.load(pool, "pool_backward").func
+        k = {name: be.load(ew, name) for name in ("bias_act", "relu_grad", "bias_grad", "softmax_xent", "sgd")}
+        pf, pb = be.load(pool, "pool_forward"), be.load(pool, "pool_backward")
         f32 = lambda a: be.upload(np.ascontiguousarray(a, dtype=np.float32))
         zeros = lambda count: be.upload(np.zeros(count, np.float32))
         ip = lambda b: np.intp(int(b))
@@ -329,37 +329,37 @@ class GpuLeNet:
             count = s.N * s.K * s.Ho * s.Wo
             blk, grd = _block_grid(be, count)
             steps = [(f"{lay.name} {self.paths[i]} forward", run),
-                     (f"{lay.name} bias+act", self._call(k["bias_act"], blk, grd, ip(Z[i]), ip(self.b[i]),
-                                                         np.int32(s.N), np.int32(s.K), np.int32(s.Ho * s.Wo),
-                                                         np.int32(lay.relu)))]
+                     (f"{lay.name} bias+act", be.bind(k["bias_act"], grd, blk, (ip(Z[i]), ip(self.b[i]), np.int32(s.N),
+                                                                                np.int32(s.K), np.int32(s.Ho * s.Wo),
+                                                                                np.int32(lay.relu))))]
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                steps.append((f"{lay.name} max-pool", self._call(pf, blk, grd, np.int32(s.N), np.int32(s.K),
-                                                                 np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
-                                                                 ip(Z[i]), ip(P[i]))))
+                steps.append((f"{lay.name} max-pool", be.bind(pf, grd, blk, (np.int32(s.N), np.int32(s.K),
+                                                                              np.int32(s.Ho), np.int32(s.Wo),
+                                                                              np.int32(lay.pool), ip(Z[i]), ip(P[i])))))
             fwd_runs += steps
             # backward of layer i: d_out[i] -> dZ[i] -> (dW, db, d_out[i-1])
             back = []
             if lay.pool:
                 blk, grd = _block_grid(be, count // lay.pool ** 2)
-                back.append((f"{lay.name} max-pool backward", self._call(
-                    pb, blk, grd, np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
-                    ip(Z[i]), ip(d_out[i]), ip(dZ[i]))))
+                back.append((f"{lay.name} max-pool backward", be.bind(
+                    pb, grd, blk, (np.int32(s.N), np.int32(s.K), np.int32(s.Ho), np.int32(s.Wo), np.int32(lay.pool),
+                                   ip(Z[i]), ip(d_out[i]), ip(dZ[i])))))
             if lay.relu:
                 blk, grd = _block_grid(be, count)
-                back.append((f"{lay.name} relu backward", self._call(k["relu_grad"], blk, grd, ip(dZ[i]), ip(Z[i]),
-                                                                     np.int64(count))))
-            back.append((f"{lay.name} bias gradient", self._call(k["bias_grad"], (256, 1, 1), (s.K, 1, 1),
-                                                                 ip(dZ[i]), ip(self.db[i]), np.int32(s.N),
-                                                                 np.int32(s.K), np.int32(s.Ho * s.Wo))))
+                back.append((f"{lay.name} relu backward", be.bind(k["relu_grad"], grd, blk,
+                                                                  (ip(dZ[i]), ip(Z[i]), np.int64(count)))))
+            back.append((f"{lay.name} bias gradient", be.bind(k["bias_grad"], (s.K, 1, 1), (256, 1, 1),
+                                                              (ip(dZ[i]), ip(self.db[i]), np.int32(s.N),
+                                                               np.int32(s.K), np.int32(s.Ho * s.Wo)))))
             back.append((f"{lay.name} {self.paths[i]} backward", run_b))
             bwd_runs.insert(0, back)
         blk, grd = _block_grid(be, n)
-        xent = self._call(k["softmax_xent"], blk, grd, ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
-                          np.int32(n), np.int32(CLASSES))
+        xent = be.bind(k["softmax_xent"], grd, blk, (ip(Z[-1]), ip(self.labels), ip(dZ[-1]), ip(self.loss),
+                                                    np.int32(n), np.int32(CLASSES)))
         blk, grd = _block_grid(be, self.size)
-        update = self._call(k["sgd"], blk, grd, ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
-                            np.float32(rate))
+        update = be.bind(k["sgd"], grd, blk, (ip(self.params_flat), ip(self.grads_flat), np.int32(self.size),
+                                              np.float32(rate)))
         self.forward_stages = fwd_runs
         self.stages = fwd_runs + [("softmax cross-entropy", xent)] + [r for back in bwd_runs for r in back] + \
             [("SGD update", update)]  # the backward last layer first
@@ -374,10 +374,6 @@ class GpuLeNet:
             return "unroll path (conv steps 4 and 6 + GEMM step 8)"
         return ("conv1, conv2: implicit GEMM (conv steps 9 and 10, wgmma, no workspace); fc1-3: "
                 + ("unroll path (GEMM step 8)" if fcs == "unroll" else "implicit GEMM"))
-
-    @staticmethod
-    def _call(func, block, grid, *args):
-        return lambda: func(*args, block=block, grid=grid)
 
     @staticmethod
     def callable(launches):
@@ -563,7 +559,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
     yield rec
     yield dict(rec, variant=row_name(path, "step-issued"), params=rec["params"] + ", host-issued (launch gaps "
                "included)", median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
-    if hasattr(backend, "capture"):  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
+    if backend.runs_kernels:  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
         gnet = GpuLeNet(backend, params, x, labels, rate, path)
         try:
             graph = backend.capture(gnet.callable(gnet.step_launches))
@@ -582,45 +578,77 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
                        median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
 
 
+class LeNetRun:
+    """One batch's LeNet-5 problem, made once for its paths and PyTorch's rows: the images, the initial
+    weights and the float64 reference step. `path_rows` and `torch_rows` each return a list of rows;
+    nnbench/workloads/conv/session.py runs a path per case, `run` a command's paths."""
+
+    def __init__(self, backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
+                 env: dict | None = None) -> None:
+        if batch < 1:
+            raise NnbenchError(f"--n {batch}: the batch must be >= 1")
+        self.be, self.batch, self.rate, self.settings = backend, batch, rate, settings
+        per_letter = -(-batch // CLASSES)
+        x, labels = images(per_letter, seed)
+        self.x, self.labels = x[:batch], labels[:batch]
+        self.params = init_params(seed)
+        self.base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5,
+                         stride=1, pad=0, seed=seed, **(env or {}))
+        check_chain()
+        self.ref_loss, self.ref_params, _ = reference_step(self.params, self.x, labels[:batch], rate)
+        self._arithmetic: float | None = None
+
+    def limit(self, precision: str = TF32X3) -> float:
+        """step_limit for a row of `precision`, the float32 arithmetic measured on first use."""
+        if self._arithmetic is None:
+            self._arithmetic = host_step_error(self.params, self.x, self.labels, self.rate, self.ref_loss,
+                                               self.ref_params)
+        return step_limit(self.params, self.ref_params, self._arithmetic, self.batch, precision)
+
+    def path_rows(self, path: str) -> list[dict]:
+        """The path's rows (_path_rows), or one SKIP or ERROR row where it cannot run."""
+        layer_paths(path)  # an unknown path is refused before anything runs
+        if "implicit" in layer_paths(path) and (why := registry.find(VARIANTS, "conv", "implicit-wgmma").arch_problem(
+                self.be.device)):
+            return [dict(self.base, variant=row_name(path, "step"), status="SKIP", error=why)]
+        rows = []
+        try:
+            for row in _path_rows(self.be, path, self.params, self.x, self.labels, self.rate, self.settings, self.base,
+                                  self.ref_loss, self.ref_params, self.limit()):
+                rows.append(row)
+        except (KernelFault, CompileError) as e:
+            rows.append(dict(self.base, variant=row_name(path, "step"), status="ERROR", error=str(e)))
+        return rows
+
+    def torch_rows(self) -> list[dict]:
+        """PyTorch's forward and step (host-issued), its step checked as ours is: its weight changes after
+        one step, and its loss (the larger)."""
+        try:
+            t = torch_times(self.be, self.params, self.x, self.labels, self.rate)
+            t_loss, t_err = torch_step_check(self.params, self.x, self.labels, self.rate, self.ref_params)
+        except ImportError:
+            return [dict(self.base, variant="torch", status="SKIP", error="PyTorch is not installed")]
+        terr = max(t_err, abs(t_loss - self.ref_loss) / abs(self.ref_loss))
+        limit = self.limit(FFMA)
+        status = "PASS" if terr <= limit else "FAIL"
+        return [dict(self.base, variant="torch-forward", step="", params="eager, cuDNN, TF32 off",
+                     median_ms=t["forward_ms"], status=status, rel_err=terr, rtol=limit),
+                dict(self.base, variant="torch-step", step="", params="eager, cuDNN, TF32 off, SGD",
+                     median_ms=t["step_ms"], status=status, rel_err=terr, rtol=limit)]
+
+
 def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),
         with_torch: bool = True, env: dict | None = None, paths=DEFAULT_PATHS):
     """Yield the records: ours on each of `paths` (PATHS; each checked against float64 on one step),
-    then PyTorch. A path that cannot be built or faults gives an ERROR row; the others still run."""
+    then PyTorch. A path that cannot be built or faults gives an ERROR row; the others still run.
+    LeNetRun over a list of paths, for tests and lab scripts (the command runs the same through the
+    workload's session)."""
     if batch < 1:
         raise NnbenchError(f"--n {batch}: the batch must be >= 1")
     for path in paths:
         layer_paths(path)  # an unknown path is refused before anything runs
-    per_letter = -(-batch // CLASSES)
-    x, labels = images(per_letter, seed)
-    x, labels = x[:batch], labels[:batch]
-    params = init_params(seed)
-    base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5, stride=1,
-                pad=0, seed=seed, **(env or {}))
-    check_chain()
-    ref_loss, ref_params, _ = reference_step(params, x, labels, rate)
-    arithmetic = host_step_error(params, x, labels, rate, ref_loss, ref_params)
-    limit = step_limit(params, ref_params, arithmetic, batch)
+    r = LeNetRun(backend, batch, rate, seed, settings, env)
     for path in paths:
-        if "implicit" in layer_paths(path) and (why := registry.find(VARIANTS, "conv", "implicit-wgmma").arch_problem(
-                backend.device)):
-            yield dict(base, variant=row_name(path, "step"), status="SKIP", error=why)
-            continue
-        try:
-            yield from _path_rows(backend, path, params, x, labels, rate, settings, base, ref_loss, ref_params, limit)
-        except (KernelFault, CompileError) as e:
-            yield dict(base, variant=row_name(path, "step"), status="ERROR", error=str(e))
-    if not with_torch:
-        return
-    try:
-        t = torch_times(backend, params, x, labels, rate)
-        t_loss, t_err = torch_step_check(params, x, labels, rate, ref_params)
-    except ImportError:
-        yield dict(base, variant="torch", status="SKIP", error="PyTorch is not installed")
-        return
-    # PyTorch's step checked as ours is: its weight changes after one step, and its loss (the larger).
-    terr = max(t_err, abs(t_loss - ref_loss) / abs(ref_loss))
-    flimit = step_limit(params, ref_params, arithmetic, batch, FFMA)
-    yield dict(base, variant="torch-forward", step="", params="eager, cuDNN, TF32 off", median_ms=t["forward_ms"],
-               status="PASS" if terr <= flimit else "FAIL", rel_err=terr, rtol=flimit)
-    yield dict(base, variant="torch-step", step="", params="eager, cuDNN, TF32 off, SGD", median_ms=t["step_ms"],
-               status="PASS" if terr <= flimit else "FAIL", rel_err=terr, rtol=flimit)
+        yield from r.path_rows(path)
+    if with_torch:
+        yield from r.torch_rows()

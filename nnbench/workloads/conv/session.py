@@ -15,10 +15,11 @@ from pathlib import Path
 
 import numpy as np
 
-from nnbench import measure, registry
+from nnbench import measure, paths, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
-from nnbench.runtime.compile import compile_sources
+from nnbench.runtime.autotune import label as case_label
+from nnbench.runtime.compile import compile_sources, source_hash, variant_module
 from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.vendor import cudnn_conv
 from nnbench.workloads.base import Case, Session, Workload, problem_text
@@ -28,9 +29,11 @@ from nnbench.workloads.conv.launch import (
     AUTOTUNED,
     BACKWARD_VENDORS,
     Layer,
+    backward_candidates,
     direct_backward_launch,
     direct_launch,
     elementwise_grid,
+    forward_candidates,
     implicit_backward,
     implicit_forward,
     unroll_backward_launch,
@@ -113,9 +116,8 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     ref = pool_reference(x, S, mode)
     X, Y = backend.upload(x.astype(np.float32)), backend.upload(np.zeros(ref.shape, np.float32))
     backend.fill_nan(Y, ref.size)
-    func = backend.load(comp, v.kernel).func
-    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y, block=(256, 1, 1),
-         grid=elementwise_grid(backend, ref.size))
+    backend.launch(backend.load(comp, v.kernel), elementwise_grid(backend, ref.size), (256, 1, 1),
+                   (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y))
     return measure.conditioned_error(backend.download(Y, np.zeros(ref.shape, np.float32)), ref,
                                      pool_magnitude(x, S, mode))
 
@@ -133,14 +135,19 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     init[:, :, (H // S) * S:, :] = 0.0
     init[:, :, :, (W // S) * S:] = 0.0
     X, DY, DX = backend.upload(x.astype(np.float32)), backend.upload(dy), backend.upload(init)
-    func = backend.load(comp, "pool_backward").func
-    func(np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX, block=(256, 1, 1),
-         grid=elementwise_grid(backend, dy.size))
+    backend.launch(backend.load(comp, "pool_backward"), elementwise_grid(backend, dy.size), (256, 1, 1),
+                   (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX))
     return measure.conditioned_error(backend.download(DX, np.zeros(x.shape, np.float32)), ref,
                                      pool_backward_magnitude(x, dy, S, mode))
 
 
 # -- the workload ---------------------------------------------------------------------------------
+def _torch_row(variant: str) -> str:
+    """The PyTorch row a LeNet-5 row is compared with: its forward with PyTorch's forward, a step with
+    PyTorch's step."""
+    return "torch-forward" if variant.endswith("forward") else "torch-step"
+
+
 @dataclass(frozen=True)
 class LeNetProblem:
     """LeNet-5's whole SGD step on a batch of letter images (nnbench/workloads/conv/lenet.py)."""
@@ -173,6 +180,8 @@ class ConvSession(Session):
         self.layer: Layer | None = None
         self.grads: dict | None = None
         self._helpers: dict[str, object] = {}
+        self.lenet = None  # lenet.LeNetRun of the LeNet-5 problem at hand
+        self._rows: dict[tuple, list[dict]] = {}  # (variant, shape) -> the rows measured with that record
 
     def base_record(self, problem) -> dict:
         return _base(problem, problem.flops, self.rtol, self.seed, self.env)
@@ -181,6 +190,18 @@ class ConvSession(Session):
         if isinstance(problem, ConvShape) and (self.layer is None or self.layer.shape != problem):
             self.layer, self.grads = None, None
             self.layer = Layer(self.backend, problem, self.seed)
+        if isinstance(problem, LeNetProblem) and (self.lenet is None or self.lenet_problem != problem):
+            from nnbench.workloads.conv import lenet
+            self.lenet = lenet.LeNetRun(self.backend, problem.batch, problem.rate, self.seed, self.settings, self.env)
+            self.lenet_problem = problem
+
+    def breakdown(self, rec: dict) -> list[dict]:
+        """A LeNet-5 record as the command shows it: the path's rows (its forward, its step launched,
+        host-issued and as a graph) or PyTorch's forward and step, each compared with PyTorch's own."""
+        rows = self._rows.pop((rec.get("variant"), rec.get("shape")), None)
+        if rows is None:
+            return [rec]
+        return [dict(r, vendor=r.get("vendor") or _torch_row(r["variant"])) for r in rows]
 
     def helper(self, v: Variant):
         """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
@@ -191,12 +212,12 @@ class ConvSession(Session):
 
     def run_vendor(self, name: str, problem) -> dict | None:
         if name == "torch" and isinstance(problem, LeNetProblem):
-            from nnbench.workloads.conv import lenet
-            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings, env=self.env,
-                                  paths=()))  # PyTorch's rows alone
-            row = next((r for r in rows if r["variant"] == "torch-step"), None)
-            return dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step") \
-                if row else None
+            self.prepare(problem)
+            rows = self.lenet.torch_rows()
+            row = next((r for r in rows if r["variant"] in ("torch-step", "torch")), None)
+            rec = dict(row, variant="torch", shape=problem.label, problem=problem_text(problem), unit="step")
+            self._rows[rec["variant"], rec["shape"]] = rows
+            return rec
         if name in BACKWARD_VENDORS and isinstance(problem, ConvShape):
             return self._cudnn_backward(name, problem)
         if name not in ("cudnn", "cudnn-tf32") or not isinstance(problem, ConvShape):
@@ -237,12 +258,14 @@ class ConvSession(Session):
                    precision=v.precision)
         if v.runner == "lenet":
             from nnbench.workloads.conv import lenet
+            self.prepare(problem)
             path = lenet.VARIANT_PATHS[v.name]
-            rows = list(lenet.run(self.backend, problem.batch, problem.rate, self.seed, self.settings,
-                                  with_torch=False, env=self.env, paths=(path,)))
+            rows = self.lenet.path_rows(path)
             row = next(r for r in rows if r["variant"] == lenet.row_name(path, "step"))
-            return dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
-                                                        "error")}, unit="step")
+            rec = dict(rec, **{k: row.get(k) for k in ("median_ms", "iqr_ms", "samples", "rel_err", "rtol", "status",
+                                                       "error")}, unit="step")
+            self._rows[rec["variant"], rec["shape"]] = rows
+            return rec
         device = getattr(self.backend, "device", None)
         if device is not None and (why := v.arch_problem(device)):
             return dict(rec, status="SKIP", error=why)
@@ -258,7 +281,10 @@ class ConvSession(Session):
             return _numpy(rec, layer, rec["rtol"])
         try:
             if v.runner == "implicit":
-                launch, path = implicit_forward(self.backend, v, params, compiled, problem, layer.X, layer.Wt, layer.Y)
+                def make(p, comp, split):
+                    return implicit_forward(self.backend, v, p, comp, problem, layer.X, layer.Wt, layer.Y,
+                                            slices=split.get("SPLIT"))
+                launch, path = self._tuned(rec, v, params, compiled, problem, make, forward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
             elif v.runner == "unroll":
                 launch = unroll_launch(self.backend, compiled, self.helper(registry.TF32X3_GEMM), layer)
@@ -267,6 +293,34 @@ class ConvSession(Session):
             return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"])
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+
+    def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: ConvShape, make, candidates):
+        """(launch, path) of an implicit-GEMM path: its case's tile, or, under the autotuner
+        (nnbench/runtime/autotune.py), the candidate it chose for this layer, whose parameters then
+        replace the case's in the record's `params` and whose choice goes to `tuned`. `make(params,
+        module, splits)` builds a launch; the candidates' keys that are not parameters are its splits."""
+        tuner = self.tuner
+        if tuner is None or not tuner.takes(v):
+            return make(params, compiled, {})
+        device = self.backend.device
+
+        def split(c: dict) -> tuple[dict, dict]:
+            return dict(params, **{k: x for k, x in c.items() if k in params}), \
+                {k: x for k, x in c.items() if k not in params}
+
+        def module(p: dict):
+            if why := v.device_problems(p, device):
+                raise NnbenchError(why[0])
+            return compiled if p == params else variant_module(v, p, self.backend.arch)
+
+        def build(c: dict):
+            p, splits = split(c)
+            return make(p, module(p), splits)[0]
+        choice = tuner.choose(f"{v.suite}/{v.name} {case_label(params)}", source_hash(paths.KERNELS / v.source),
+                              shape.label, candidates(v, params, shape, device.sm_count), build)
+        p, splits = split(choice.params)
+        rec.update(params=f"{case_label(p)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
+        return make(p, module(p), splits)
 
     def _gradients(self) -> dict:
         """This layer's dY, the float64 dX and dW for it, and the output buffers, made on first use."""
@@ -317,8 +371,11 @@ class ConvSession(Session):
         rec["vendor"] = "cudnn-backward"
         try:
             if v.runner == "implicit":
-                launch, path = implicit_backward(be, v, params, comp, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
-                                                 bufs["dW"])
+                def make(p, module, split):
+                    return implicit_backward(be, v, p, module, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
+                                             bufs["dW"], filter_split=split.get("FILTER_SPLIT"),
+                                             data_split=split.get("DATA_SPLIT"))
+                launch, path = self._tuned(rec, v, params, comp, shape, make, backward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
             elif v.runner == "unroll":
                 launch = unroll_backward_launch(be, v, params, comp, self.helper(registry.find(VARIANTS, "conv", "unroll")), layer, bufs)
@@ -378,7 +435,7 @@ class ConvWorkload(Workload):
         if isinstance(problem, ConvShape):
             problem.validate()
 
-    def session(self, backend, settings, rtol, seed, env) -> ConvSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> ConvSession:
         return ConvSession(backend, settings, rtol, seed, env)
 
 

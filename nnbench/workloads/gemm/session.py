@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from nnbench import measure, registry
+from nnbench import audit, measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime import tensormap
@@ -177,7 +177,7 @@ class GemmSession(Session):
 
     def warm_up(self) -> None:
         """Load what the first case would otherwise wait for (cuBLAS, through CuPy)."""
-        if self.backend.name == "cuda":
+        if self.backend.has_vendor_libs:
             _ = self.cublas.via
 
     def prepare(self, problem: Shape, following: Shape | None = None) -> None:
@@ -221,6 +221,8 @@ class GemmSession(Session):
         if isinstance(compiled, CompileError):
             return dict(rec, status="ERROR", error=str(compiled))
         params = case.param_dict
+        if self.tuner is not None and v.param("ADAPT") and self.tuner.takes(v):
+            params, compiled = self._tuned(rec, v, params, compiled, shape, bufs)
         kernel = self.backend.load(compiled, v.kernel)
         launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
         # The kernel that runs: step 9's transposed one where the host took that path (`ran`), else the variant's.
@@ -232,17 +234,43 @@ class GemmSession(Session):
             rec["params"] = f"{rec['params']} · {path}"
         return self._timed(rec, bufs, launch_for)
 
+    def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: Shape, bufs: _Buffers):
+        """Step 9's tile and split for this shape, as the autotuner (nnbench/runtime/autotune.py) chose
+        them among step9_candidates: (the parameters, their module). The record's `params` names them
+        and `tuned` says how they were chosen."""
+        from nnbench import paths
+        from nnbench.runtime.autotune import label
+        from nnbench.runtime.compile import source_hash, variant_module
+
+        def module(p: dict):
+            code = dict(p, **{name: params[name] for name in HOST_SIDE})  # the host-side values: the case's cubin
+            return compiled if code == params else variant_module(v, code, self.backend.arch)
+
+        def build(c: dict):
+            p = dict(params, **c)
+            kernel = self.backend.load(module(p), v.kernel)
+            return gemm_launch(self.backend, kernel, v, p, shape, *bufs.ptrs())[0](1.0, 0.0)
+        choice = self.tuner.choose(f"{v.suite}/{v.name} {label(params)}", source_hash(paths.KERNELS / v.source),
+                                   shape.label, step9_candidates(v, params, shape, self.device), build)
+        chosen = dict(params, **choice.params)
+        rec.update(params=f"{label(chosen)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
+        return chosen, module(chosen)
+
     def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
         t0 = time.perf_counter()
-        try:
-            err, verify_ms = _verify(bufs, launch_for)
-            stats = measure.measure(self.backend, launch_for(1.0, 0.0), self.settings)
-        except KernelFault as e:
-            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
-        t = stats.median_ms * 1e-3
         shape = bufs.prob.shape
         if self.rtol is None:
             rec["rtol"] = measure.error_limit(rec.get("precision"), shape.K)
+        try:
+            err, verify_ms = _verify(bufs, launch_for)
+            stats = measure.measure(self.backend, launch_for(1.0, 0.0), self.settings, _last_batch(bufs, rec["rtol"]))
+            edited = audit.changed({"A": bufs.prob.A, "B": bufs.prob.B},
+                                   {"A": bufs.backend.download(bufs.A, bufs.prob.A),
+                                    "B": bufs.backend.download(bufs.B, bufs.prob.B)}) \
+                if audit.enabled(audit.INPUTS_UNCHANGED) else []
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
+        t = stats.median_ms * 1e-3
         rec.update(stats.as_record(), gflops=shape.flops / t / 1e9, gbs=shape.bytes / t / 1e9, rel_err=err,
                    status="PASS" if err <= rec["rtol"] else "FAIL")
         rec["gpu_ms"] += verify_ms
@@ -250,7 +278,11 @@ class GemmSession(Session):
         peak = self.device.peak_flops(rec.get("precision")) if self.device is not None else None
         if peak:
             rec["pct_peak"] = 100 * shape.flops / t / peak
-        return rec
+        return audit.judge(rec, [
+            (audit.TIMED_OUTPUT, stats.last_failure),
+            (audit.INPUTS_UNCHANGED, edited and f"the kernel changed {' and '.join(edited)} while it was timed"),
+            (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0)),
+            (audit.ROOFLINE, audit.device_roofline(self.device, rec.get("precision"), shape.flops, shape.bytes, t))])
 
 
 def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shape, pa: int, pb: int, pc: int):
@@ -262,22 +294,17 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     7 of 8 such shapes, lab/journal/gemm.md). `path` says which, for the table ("" without maps). One
     launch, always."""
     sig, extra, path = SIGNATURE, (), ""
-    allow_split = True
     wide = wide_plan(shape, params, backend.device.sm_count, backend.device.smem_per_block_optin) \
         if v.tensor_maps else None
     if wide is not None:
         return _wide_launch(backend, v, params, shape, wide, pa, pb, pc)
-    if params.get("ADAPT"):
-        tile, allow_split, why = step9_tile(shape, params, backend.device.sm_count)
-        if tile != params:
-            changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
-            params = tile
-            kernel = backend.load(_tile_module(backend, v, params), v.kernel)
-            path = f"{changed} here ({why}), "
-    grid, block = v.launch_grid(params, shape.as_dict()), v.launch_block(params)
-    asked = params.get("SPLIT_K", 0)
-    splits = split_k(grid[0] * grid[1], -(-shape.K // params.get("BK", 1)), backend.device.sm_count, asked) \
-        if v.split_k and (allow_split or asked) else 1
+    tile, why, grid, splits = launch_plan(v, params, shape, backend.device.sm_count)
+    if tile != params:
+        changed = " ".join(f"{k}={tile[k]}" for k in ("BM", "BN") if tile[k] != params[k])
+        params = tile
+        kernel = backend.load(_tile_module(backend, v, params), v.kernel)
+        path = f"{changed} here ({why}), "
+    block = v.launch_block(params)
     keep = []  # device buffers the launches use, alive as long as launch_for
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
@@ -312,8 +339,8 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     M, N, K = np.int32(shape.M), np.int32(shape.N), np.int32(shape.K)
 
     def launch_for(alpha: float, beta: float):
-        main = backend.launcher(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
-                                + extra, sig, smem=smem)
+        main = backend.bind(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
+                            + extra, sig, smem=smem)
         return lambda: (keep, main())[1]
 
     return launch_for, path
@@ -383,8 +410,8 @@ def _wide_launch(backend, v: Variant, params: dict[str, int], shape: Shape, plan
         path += f", split-K {plan.splits}"
 
     def launch_for(alpha: float, beta: float):
-        main = backend.launcher(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
-                                np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
+        main = backend.bind(kernel, grid, (128 * plan.groups, 1, 1), (M, N, K, np.float32(alpha), pa, pb,
+                            np.float32(beta), pc) + extra, SIGNATURE + "iPP", smem=plan.smem())
         return lambda: ((sync, work), main())[1]
 
     launch_for.ran = (kernel, 128 * plan.groups, plan.smem())  # for the record's resource columns
@@ -396,6 +423,48 @@ def launched_kernel(v: Variant, params: dict[str, int], shape: Shape, device) ->
     if v.tensor_maps and wide_plan(shape, params, device.sm_count, device.smem_per_block_optin) is not None:
         return "gemm_wide"
     return v.kernel
+
+
+def launch_plan(v: Variant, params: dict[str, int], shape: Shape, sms: int) -> tuple[dict, str, tuple, int]:
+    """What the main kernel launches for a case (not the transposed path): (the parameters, after step 9's
+    rules where ADAPT=1; why they differ from the case's; the grid; the slices of K)."""
+    tile, allow_split, why = step9_tile(shape, params, sms) if params.get("ADAPT") else (params, True, "")
+    grid = v.launch_grid(tile, shape.as_dict())
+    asked = tile.get("SPLIT_K", 0)
+    splits = split_k(grid[0] * grid[1], -(-shape.K // tile.get("BK", 1)), sms, asked) \
+        if v.split_k and (allow_split or asked) else 1
+    return tile, why, grid, splits
+
+
+TUNE_SPLITS = (0, 1, 2, 4)  # step 9's SPLIT_K values the autotuner times (0: the host's rule)
+HOST_SIDE = ("ADAPT", "SPLIT_K")  # step 9's parameters that only the host reads: one cubin serves every value
+
+
+def step9_candidates(v: Variant, params: dict[str, int], shape: Shape, device) -> list[dict]:
+    """The launches the autotuner times for step 9 on a shape: ADAPT as the case has it and not (the host's
+    rules, or BN as given and the main kernel always), each BN choice, SPLIT_K in TUNE_SPLITS; the case's own
+    first; each kept only where it launches something no earlier candidate launches (the rules map several
+    onto one launch: at 4096^3 every split asked for is none) and fits the device."""
+    out, seen = [], set()
+
+    def first(name: str, values) -> list[int]:
+        return [params[name], *(x for x in values if x != params[name])]
+    for adapt in first("ADAPT", v.param("ADAPT").choices):
+        for bn in first("BN", v.param("BN").choices):
+            for k in first("SPLIT_K", TUNE_SPLITS):
+                p = dict(params, ADAPT=adapt, BN=bn, SPLIT_K=k)
+                if v.problems(p) or v.device_problems(p, device, arch=False):
+                    continue
+                wide = wide_plan(shape, p, device.sm_count, device.smem_per_block_optin) if v.tensor_maps else None
+                if wide is None:
+                    tile, _, grid, n = launch_plan(v, p, shape, device.sm_count)
+                    launched = (tuple(sorted((name, x) for name, x in tile.items() if name not in HOST_SIDE)), grid, n)
+                else:
+                    launched = ("wide", wide)
+                if launched not in seen:
+                    seen.add(launched)
+                    out.append({"ADAPT": adapt, "BN": bn, "SPLIT_K": k})
+    return out
 
 
 def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str, int], bool, str]:
@@ -423,10 +492,11 @@ def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str
 
 
 def _tile_module(backend, v: Variant, params: dict[str, int]):
-    """The variant's module with other tile parameters, built (or taken from the cache) for this launch."""
-    from nnbench import paths
-    from nnbench.runtime.compile import CompileRequest, compile_cubin
-    return compile_cubin(CompileRequest.make(paths.KERNELS / v.source, params, v.target(backend.arch)))
+    """The variant's module with other tile parameters, built (or taken from the cache) for this launch; the
+    host-side parameters at their defaults, so that the autotuner's splits share one cubin."""
+    from nnbench.runtime.compile import variant_module
+    defaults = v.defaults()
+    return variant_module(v, dict(params, **{k: defaults[k] for k in HOST_SIDE if k in params}), backend.arch)
 
 
 PHASES = 4  # A with a leading dimension not a multiple of 4 is mapped by 4 maps, one per k % 4
@@ -506,7 +576,7 @@ class _Buffers:
 
     def ptrs(self) -> tuple:
         b = self.backend
-        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.name == "cuda" else (self.A, self.B, self.C)
+        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.runs_kernels else (self.A, self.B, self.C)
 
     def poison(self) -> None:
         self.backend.fill_nan(self.C, self.count)
@@ -531,6 +601,19 @@ def _verify(bufs: _Buffers, make_launch) -> tuple[float, float]:
     return max(errs), ms
 
 
+def _last_batch(bufs: _Buffers, limit: float):
+    """The timed launches' C (alpha 1, beta 0) poisoned before the last timed batch and checked after it
+    (nnbench/audit.py): C is written only, so every launch of the batch leaves the same answer."""
+    if not audit.enabled(audit.TIMED_OUTPUT):
+        return None
+
+    def check() -> str | None:
+        err = bufs.error(1.0, 0.0)
+        return None if err <= limit else (f"C after the last timed batch is wrong (error {err:.3g} > {limit:.3g}) "
+                                          "where the check launches' was checked")
+    return audit.LastBatch(bufs.poison, check)
+
+
 def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
     A, B, C = bufs.A, bufs.B, bufs.C
     if beta == 0 and alpha == 1:
@@ -552,7 +635,7 @@ class GemmWorkload(Workload):
     def validate(self, problem: Shape) -> None:
         validate_shape(problem)
 
-    def session(self, backend, settings, rtol, seed, env) -> GemmSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> GemmSession:
         return GemmSession(backend, settings, rtol, seed, env)
 
 

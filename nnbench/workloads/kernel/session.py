@@ -41,7 +41,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nnbench import expr, measure, paths, space
+from nnbench import audit, expr, measure, paths, space
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
@@ -138,17 +138,22 @@ class KernelProblem:
 
 
 # -- inputs and the reference ------------------------------------------------------------------------
-def make_inputs(problem: KernelProblem) -> dict[str, np.ndarray]:
+FRESH = 0x46524553  # tags a second draw of the inputs (the fresh-buffers check): never a first draw's seed
+
+
+def make_inputs(problem: KernelProblem, draw: int = 0) -> dict[str, np.ndarray]:
     """Every array argument's initial contents (written-only outputs: zeros, poisoned before use).
     Each comes from a generator seeded by (config seed, argument seed, position, problem axes), so a
-    fresh worker rebuilds exactly the same problem."""
+    fresh worker rebuilds exactly the same problem. `draw` > 0: another set of the same distributions
+    (.npy, zeros and ones stay as they are), for the check on fresh buffers (nnbench/audit.py)."""
     out = {}
     spec = problem.spec
     for i, a in enumerate(spec.args):
         if a.kind != "array":
             continue
         shape = problem.shape_of(a)
-        rng = np.random.default_rng([spec.seed, a.seed, i, *(v for _, v in problem.axes)])
+        rng = np.random.default_rng([spec.seed, a.seed, i, *(v for _, v in problem.axes)]
+                                    + ([FRESH, draw] if draw else []))
         kind = a.init[0]
         if kind == "normal":
             x = rng.normal(a.init[1], a.init[2], shape)
@@ -263,6 +268,8 @@ class KernelSession(Session):
         self.pristine: dict[str, object] = {}
         self.ref_error = ""
         self.cpu_checked: KernelProblem | None = None
+        self.fresh: tuple | None = None  # (problem, inputs, refs) of the second draw, made once per problem
+        self.loaded: tuple | None = None  # (id of the Compiled, kernel name, the loaded kernel) of the case running
 
     def base_record(self, problem: KernelProblem) -> dict:
         return dict(suite=SUITE, shape=problem.label, problem=problem_text(problem), flops=problem.flops,
@@ -280,7 +287,7 @@ class KernelSession(Session):
                 self.refs = call_reference(problem, self.inputs)
             except NnbenchError as e:
                 self.ref_error = str(e)
-        if self.backend.name == "cuda":
+        if self.backend.runs_kernels:
             for name, host in self.inputs.items():
                 self.bufs[name] = self.backend.upload(host)
                 self.pristine[name] = self.backend.upload(host)
@@ -292,18 +299,20 @@ class KernelSession(Session):
                    precision=v.precision)
         if self.ref_error:
             return dict(rec, status="ERROR", error=self.ref_error)
-        if self.backend.name != "cuda":
+        if not self.backend.runs_kernels:
             return self._reference_against_itself(rec, problem)
         if isinstance(compiled, CompileError):
             return dict(rec, status="ERROR", error=str(compiled))
         try:
+            self.loaded = None  # a module of its own for each case
             launch, info = self._launcher(case, problem, compiled)
             rec.update(info)
             if self.refs is None:  # the baseline variant's outputs are the reference: run it first
                 self.refs = self._baseline_outputs(problem)
             t0 = time.perf_counter()
             err, verify_ms = self._verify(launch)
-            stats = measure.measure(self.backend, launch, self.settings)
+            stats = measure.measure(self.backend, launch, self.settings, self._last_batch(problem, rec["rtol"]))
+            failures = self._audit(case, problem, compiled, stats, rec["rtol"])
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
         except CompileError as e:  # the baseline variant, compiled here to make the reference
@@ -318,17 +327,90 @@ class KernelSession(Session):
             rec["pct_peak"] = 100 * problem.flops / t / peak
         if problem.spec.baseline == v.name and not problem.spec.reference:
             rec["error"] = "the reference: its own outputs were checked against themselves"
-        return rec
+        failures.append((audit.ROOFLINE, audit.device_roofline(self.device, v.precision, problem.flops,
+                                                                problem.bytes, t)))
+        return audit.judge(rec, failures)
 
-    def _launcher(self, case: Case, problem: KernelProblem, compiled):
+    # -- the defenses against a kernel that games the timer (nnbench/audit.py) ------------------------
+    def _last_batch(self, problem: KernelProblem, rtol: float) -> audit.LastBatch | None:
+        """The outputs poisoned before the last timed batch and checked after it; one launch where an
+        output is also read (each launch changes it, so only one launch's result is known)."""
+        if not audit.enabled(audit.TIMED_OUTPUT):
+            return None
+        spec = problem.spec
+
+        def check() -> str | None:
+            err = self._output_error(self.refs, self.bufs, self.inputs)
+            return None if err <= rtol else (f"the outputs of the last timed batch are wrong (rel_err {err:.3g} > "
+                                             f"{rtol:g}) where the check launch's were checked")
+        return audit.LastBatch(lambda: self._poison(spec.outputs, self.bufs, self.inputs), check,
+                               single=any(not a.written_only for a in spec.outputs))
+
+    def _audit(self, case: Case, problem: KernelProblem, compiled, stats, rtol: float) -> list[tuple[str, str]]:
+        """The checks after timing, each (defense, why it failed) or (defense, None)."""
+        spec = problem.spec
+        out = [(audit.TIMED_OUTPUT, stats.last_failure),
+               (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+        if audit.enabled(audit.INPUTS_UNCHANGED):
+            ins = [a.name for a in spec.args if a.kind == "array" and not a.output]
+            after = {k: self.backend.download(self.bufs[k], self.inputs[k]) for k in ins}
+            edited = audit.changed({k: self.inputs[k] for k in ins}, after)
+            out.append((audit.INPUTS_UNCHANGED, edited and f"the kernel changed its input(s) {', '.join(edited)} "
+                        "while it was timed (an array it may write is an output: `output: true`)"))
+        if audit.enabled(audit.ZERO_OUTPUT):
+            blind = [a.name for a in spec.outputs if audit.zeros_pass(self.refs[a.name], rtol)]
+            out.append((audit.ZERO_OUTPUT, blind and f"an all-zero {', '.join(blind)} would pass this check (the "
+                        f"reference is all zero, or rtol {rtol:g} >= 1): give inputs whose reference is not zero"))
+        if audit.enabled(audit.FRESH_BUFFERS):
+            err, other = self._fresh_error(case, problem, compiled)
+            out.append((audit.FRESH_BUFFERS, err > rtol and (
+                f"on a second input set{other} at other addresses the outputs are wrong (rel_err {err:.3g} > "
+                f"{rtol:g}): the kernel depends on what it has seen")))
+        return out
+
+    def _fresh_error(self, case: Case, problem: KernelProblem, compiled) -> tuple[float, str]:
+        """One launch on buffers the kernel has not seen, against their reference: other values where the
+        inputs are drawn and a reference callable exists (a baseline variant's outputs hold for the first
+        draw only), allocated while the first set is alive, so at other addresses."""
+        spec = problem.spec
+        if self.fresh is None or self.fresh[0] != problem:
+            inputs = make_inputs(problem, draw=1) if spec.reference else dict(self.inputs)
+            refs = call_reference(problem, inputs) if spec.reference else self.refs
+            self.fresh = (problem, inputs, refs)
+        _, inputs, refs = self.fresh
+        bufs = {k: self.backend.upload(x) for k, x in inputs.items()}
+        self._poison(spec.outputs, bufs, inputs)
+        launch, _ = self._launcher(case, problem, compiled, bufs)
+        self.backend.timed(launch, 1)
+        return self._output_error(refs, bufs, inputs), " (other values)" if spec.reference else ""
+
+    def _poison(self, args, bufs: dict, inputs: dict) -> None:
+        """`args`' written-only float arrays become NaN, the others their initial contents (host to device)."""
+        for a in args:
+            if a.written_only and a.dtype in ("float32", "float16", "float64"):
+                self.backend.write(bufs[a.name], np.full_like(inputs[a.name], np.nan))
+            else:
+                self.backend.write(bufs[a.name], inputs[a.name])
+
+    def _output_error(self, refs: dict, bufs: dict, inputs: dict) -> float:
+        err = max(measure.rel_err(self.backend.download(bufs[a.name], inputs[a.name]).astype(np.float64),
+                                  refs[a.name]) for a in self._problem.spec.outputs)
+        return err if np.isfinite(err) else float("inf")
+
+    def _launcher(self, case: Case, problem: KernelProblem, compiled, bufs: dict | None = None):
         v, params = case.variant, case.param_dict
-        kernel = self.backend.load(compiled, v.kernel)
+        bufs = self.bufs if bufs is None else bufs
+        # One module per case: its globals (a cache, a launch count) are the same for every launch of the case,
+        # the one on fresh buffers included, as they would be in the user's program.
+        if self.loaded is None or self.loaded[:2] != (id(compiled), v.kernel):
+            self.loaded = (id(compiled), v.kernel, self.backend.load(compiled, v.kernel))
+        kernel = self.loaded[2]
         env = dict(problem.as_dict(), **params)
         scalars = scalar_values(problem.spec, env)
         args, sig = [], ""
         for a in problem.spec.args:
             if a.kind == "array":
-                args.append(self.backend.ptr(self.bufs[a.name]))
+                args.append(self.backend.ptr(bufs[a.name]))
                 sig += "P"
             else:
                 args.append(scalars[a.name])
@@ -339,7 +421,7 @@ class KernelSession(Session):
         info = dict(threads=v.threads(params), registers=kernel.info.registers,
                     smem_bytes=kernel.info.smem_bytes + smem, local_bytes=kernel.info.local_bytes,
                     occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
-        return self.backend.launcher(kernel, grid, block, tuple(args), sig, smem=smem), info
+        return self.backend.bind(kernel, grid, block, tuple(args), sig, smem=smem), info
 
     def _reset_outputs(self, spec: KernelSpec) -> None:
         """Written-only outputs become NaN (an element the kernel never writes fails the check);
@@ -360,10 +442,9 @@ class KernelSession(Session):
         spec = self._problem.spec
         self._reset_outputs(spec)
         ms = self.backend.timed(launch, 1)
-        got = self._outputs(spec)
-        err = max(measure.rel_err(got[a.name].astype(np.float64), self.refs[a.name]) for a in spec.outputs)
+        err = self._output_error(self.refs, self.bufs, self.inputs)
         self._reset_outputs(spec)
-        return (err if np.isfinite(err) else float("inf")), ms
+        return err, ms
 
     def _baseline_outputs(self, problem: KernelProblem) -> dict[str, np.ndarray]:
         """The baseline variant's outputs at its defaults, in float64: the reference of the other variants."""
@@ -425,7 +506,7 @@ class KernelWorkload(Workload):
                                     getattr(c.variant, "includes", ())) for c in todo]
         return dict(zip(todo, compile_many(reqs, jobs=jobs, return_errors=True)))
 
-    def session(self, backend, settings, rtol, seed, env) -> KernelSession:
+    def session(self, backend, settings, rtol, seed, env, options=None) -> KernelSession:
         return KernelSession(backend, settings, rtol, seed, env)
 
 

@@ -41,6 +41,13 @@ from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
 from nnbench.runtime.vendor import CublasGemm
 from nnbench.workloads.train import mlp
+from nnbench.workloads.train.model import (  # noqa: F401 - the mini-batch trainer's math, by its names here
+    apply_update,
+    forward,
+    gradient_sums,
+    reference_weights,
+    step,
+)
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
@@ -52,56 +59,7 @@ STEP_TIMING = measure.TimingSettings(budget_s=0.3, min_samples=10, max_noise=0.0
 LAUNCH_TIMING = measure.TimingSettings(budget_s=0.05, min_samples=5, max_noise=0.05)
 
 
-# -- the math, in any float dtype (float64: the reference; float32: the CPU version) ---------------
-def forward(params: list[np.ndarray], X: np.ndarray) -> list[np.ndarray]:
-    """Outputs of every layer for the batch X (samples as rows)."""
-    outs = [X]
-    for W in params:
-        outs.append(mlp.sigmoid(outs[-1] @ W[:, :-1].T + W[:, -1]))
-    return outs
-
-
-def gradient_sums(params: list[np.ndarray], X: np.ndarray, T: np.ndarray,
-                  ready=None) -> tuple[list[np.ndarray], float]:
-    """The batch's summed update directions d o^T (bias column last) and its summed E, before any
-    update: what each data-parallel rank computes on its part of a batch before the allreduce.
-    The gradients are made from the last layer down, and `ready(l, g)` is told of each as it exists
-    (a data-parallel rank starts a bucket's allreduce there)."""
-    outs = forward(params, X)
-    e = T - outs[-1]
-    ds = mlp.deltas(params, outs, e)
-    grads: list[np.ndarray] = [np.empty(0)] * len(ds)
-    for l in range(len(ds) - 1, -1, -1):
-        grads[l] = np.hstack([ds[l].T @ outs[l], ds[l].sum(axis=0)[:, None]])
-        if ready is not None:
-            ready(l, grads[l])
-    return grads, 0.5 * float(np.sum(e * e))
-
-
-def apply_update(params: list[np.ndarray], vel: list[np.ndarray], grads: list[np.ndarray], scale, momentum) -> None:
-    """v = momentum v + scale g; W += v, in place (scale = rate / the global batch)."""
-    for W, v, g in zip(params, vel, grads):
-        v *= momentum
-        v += scale * g
-        W += v
-
-
-def step(params: list[np.ndarray], vel: list[np.ndarray], X: np.ndarray, T: np.ndarray, rate, momentum) -> float:
-    """One mini-batch step, in place; returns the batch's mean E before the update."""
-    grads, e = gradient_sums(params, X, T)
-    apply_update(params, vel, grads, rate / len(X), momentum)
-    return e / len(X)
-
-
-def reference_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int) -> list[np.ndarray]:
-    ref = [W.copy() for W in init]
-    vel = [np.zeros_like(W) for W in init]
-    for j in range(steps):
-        sl = slice(j * batch, (j + 1) * batch)
-        step(ref, vel, data.x[sl], data.t[sl], hyper.rate, hyper.momentum)
-    return ref
-
-
+# -- the math (nnbench/workloads/train/model.py, shared with per-sample training) -----------------
 def float32_weights(init, data: glyphs.Dataset, batch: int, hyper: mlp.Hyper, steps: int,
                     reverse: bool = False, update=None) -> list[np.ndarray]:
     """reference_weights' math in float32 (the `batched-numpy` version's arithmetic), for the
@@ -295,11 +253,11 @@ class BatchedNet:
         m, n, _ = shape
         g = self.gemms[role]
         grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
-        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
+        return self.be.bind(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), *args), sig)
 
     def _pass(self, name: str, total: int, args: tuple, sig: str, stream=None):
         grid = (self.be.device.stride_blocks(total, self.tpb), 1, 1)
-        return self.be.launcher(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
+        return self.be.bind(self.k[name], grid, (self.tpb, 1, 1), args, sig, stream=stream)
 
     def forward_launches(self, x: np.intp, cols: int) -> list[StepLaunch]:
         out = []
@@ -554,8 +512,8 @@ class WgmmaNet(BatchedNet):
         m, n, _ = shape
         grid = (_cdiv(m, g.BM), _cdiv(n, g.BN), slices)
         full = "iiiPP" + raw(tensormap.MAP_BYTES, tensormap.MAP_ALIGN) * 2 + sig
-        return self.be.launcher(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), a[0], b[0], *maps, *args),
-                                full, smem=g.smem)
+        return self.be.bind(g.kernel, grid, (g.threads, 1, 1), (*map(np.int32, shape), a[0], b[0], *maps, *args),
+                            full, smem=g.smem)
 
     def _forward(self, l: int, hin: np.intp, ldin: int, cols: int) -> list[StepLaunch]:
         n_in, n_out = self.layers[l], self.layers[l + 1]
@@ -606,8 +564,8 @@ class WgmmaNet(BatchedNet):
         table = b"".join(rows).ljust(self.MAX_LAYERS * size, b"\0") + struct.pack("i", len(rows))
         table = table.ljust(-(-len(table) // 8) * 8, b"\0")
         rate, mom = np.float32(self.hyper.rate / self.global_batch), np.float32(self.hyper.momentum)
-        return [StepLaunch("update", self.be.launcher(self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1),
-                                                      (table, rate, mom), raw(len(table), 8) + "ff", stream=stream))]
+        return [StepLaunch("update", self.be.bind(self.k["momentum_update_transposed"], (blocks, 1, 1), (32, 32, 1),
+                                                  (table, rate, mom), raw(len(table), 8) + "ff", stream=stream))]
 
 
 # -- training -------------------------------------------------------------------------------------
@@ -866,126 +824,166 @@ def tune(backend, variant: Variant, compiled, layers, init, train, batch, hyper)
 
 
 # -- the command's whole job ----------------------------------------------------------------------
+class BatchRun:
+    """One net's mini-batch training at one batch, made once for all its versions: the training and
+    test sets, the initial weights, the step's GEMMs through cuBLAS (the yardstick of every row), the
+    data-parallel exchange, and the float64 reference after CHECK_STEPS steps and the check's limit
+    (on first use). `version` and `torch` each train one row and return (record, Outcome);
+    nnbench/workloads/train/session.py runs one per case, `run` all of a command's versions.
+
+    Under MPI (`world`), every rank makes the same rows in the same order and trains its slice of each
+    batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI, in
+    buckets of `bucket_mb` (0: one allreduce after the backward pass; the GPU's mpi exchange always
+    one); PyTorch is then one row of PyTorch DDP (NCCL) over the same ranks (`torch("ddp")`).
+    Timing: a GPU version's step is `measure`d in steady state (a fixed count of event-timed steps
+    where a collective is in it); the host version's is its epochs' host clock."""
+
+    def __init__(self, backend, layers: tuple[int, ...], hyper: mlp.Hyper, batch: int, epochs: int = DEFAULT_EPOCHS,
+                 train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10, flips: int = 2,
+                 progress=None, env: dict | None = None, world=None, exchange_kind: str = "nccl",
+                 bucket_mb: float | None = None) -> None:
+        if train_samples < batch:
+            raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
+        self.ranks, self.rank = (world.size, world.rank) if world else (1, 0)
+        if batch % self.ranks:
+            raise NnbenchError(f"--batch {batch} does not split evenly over {self.ranks} ranks: give a multiple of "
+                               f"{self.ranks}")
+        self.be, self.layers, self.hyper, self.batch, self.epochs = backend, layers, hyper, batch, epochs
+        self.progress, self.world, self.exchange_kind = progress, world, exchange_kind
+        self.train = training_set(layers[0], train_samples, hyper.seed, flips)
+        self.test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
+        self.init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
+        self.steps_per_epoch = len(self.train) // batch
+        self.base = dict(suite="mlp-batched", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
+                         epochs=epochs, train_samples=len(self.train), steps_per_epoch=self.steps_per_epoch,
+                         init=hyper.init, init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum,
+                         seed=hyper.seed, test_samples=len(self.test), flops_per_step=flops_per_step(layers, batch),
+                         **(env or {}))
+        self.base.update(ranks=self.ranks,
+                         exchange=(exchange_kind if backend.runs_kernels else "mpi") if world else "")
+        self.sub = batch // self.ranks
+        self.cublas_gemm_us = _cublas_gemms(backend, layers, self.init, self.train, self.sub, hyper) \
+            if backend.has_vendor_libs else None
+        from nnbench.runtime import exchange
+        self.bucket_mb = exchange.DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
+        self.cap = exchange.bucket_floats(self.bucket_mb)
+        self.exch = None
+        if world is not None:
+            self.exch = exchange.CpuExchange(world) if not backend.runs_kernels else exchange.gpu_exchange(
+                exchange_kind, world, backend, flat_size(layers))
+        self.rtol: float | None = None  # the check's limit, once a GPU version has been checked
+        self.ref: list[np.ndarray] | None = None  # the float64 reference after CHECK_STEPS steps, made once
+
+    def _say(self, name: str):
+        return (lambda it, err: self.progress(name, it, err)) if self.progress else None
+
+    def version(self, v: Variant, compiled=None) -> tuple[dict, Outcome | None]:
+        """Version v (at its tuned tile sets), checked first on the GPU, then trained; `compiled`: its
+        compile_version output where the caller has it (else compiled here, from the cache)."""
+        be, layers, init, train, test, hyper, batch = (self.be, self.layers, self.init, self.train, self.test,
+                                                       self.hyper, self.batch)
+        rec = dict(self.base, version=v.name, step=v.step, precision=v.precision,
+                   params=GRAPHED if "graph" in v.tags else _exchange_params(self.world, be, self.exchange_kind,
+                                                                             self.bucket_mb))
+        say = self._say(v.name)
+        if v.backend == "cpu":
+            out = train_numpy(layers, init, train, test, batch, self.epochs, hyper, say, self.exch, self.rank,
+                              self.ranks, self.cap)
+            rec["status"] = "PASS"
+            return _record(rec, out, self.cublas_gemm_us), out
+        if be.device is not None and (why := v.arch_problem(be.device)):
+            return dict(rec, status="SKIP", error=why), None
+        comp = compile_version(be.arch, v) if compiled is None else compiled
+        broken = next((c for _, c in comp if isinstance(c, Exception)), None)
+        if broken is not None:
+            return dict(rec, status="ERROR", error=str(broken)), None
+        try:
+            gemms = None if "cublas" in v.tags else tune(be, v, comp, layers, init, train, self.sub, hyper)
+            dp = dict(exchange=self.exch, rank=self.rank, ranks=self.ranks, bucket_cap=self.cap)
+            net = open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
+            self.ref = self.ref if self.ref is not None else reference_weights(init, train, batch, hyper, CHECK_STEPS)
+            err = check(net, init, train, hyper, self.ref)
+            net = open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
+        except NnbenchError as e:
+            return dict(rec, status="SKIP", error=str(e)), None
+        except KernelFault as e:  # a launch or a graph capture failed: this version's row says so
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}"), None
+        self.rtol = self.rtol or check_tolerance(init, train, batch, hyper, ref=self.ref)  # the same for every version
+        # a precision whose sums err more than FP32's (3xTF32's truncating MMA) by that much more
+        limit = self.rtol * measure.precision_scale(v.precision, batch)
+        rec.update(weights_rel_err=err, weights_rtol=limit, status="PASS" if err <= limit else "FAIL",
+                   tiles="sgemm via cupy, TF32 off" if gemms is None else
+                   " ".join(f"{role}={g.label}" for role, g in gemms.items()))
+        try:
+            out = train_gpu(net, v.name, train, test, self.epochs, say)
+        except KernelFault as e:
+            return dict(rec, status="ERROR", error=f"kernel fault: {e}"), None
+        if net.graph:
+            rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
+        return _record(rec, out, self.cublas_gemm_us), out
+
+    def torch(self, mode: str) -> tuple[dict, Outcome | None]:
+        """PyTorch's row: eager or graph on one GPU, or (`ddp`, data-parallel runs) DDP over the ranks;
+        checked like ours."""
+        if mode == "ddp":
+            rec = dict(self.base, version="torch-ddp", step="", precision=FFMA)
+            return _ddp_row(self.be, self.world, rec, self.layers, self.init, self.train, self.test, self.hyper,
+                            self.batch, self.epochs, self.bucket_mb, self.progress, self.rtol, self.cublas_gemm_us,
+                            self.ref)
+        graphed = ", the step as one CUDA graph" if mode == "graph" else ""
+        rec = dict(self.base, version=f"torch-{mode}", step="", precision=FFMA,
+                   params="fp32 SGD(momentum), TF32 off" + graphed)
+        steps = min(CHECK_STEPS, self.steps_per_epoch)  # checked like ours
+        ref = reference_weights(self.init, self.train, self.batch, self.hyper, steps)
+        try:
+            out = mlp.train_torch(self.layers, self.init, self.train, self.test, self.hyper,
+                                  self.epochs * self.steps_per_epoch, graph=(mode == "graph"), batch=self.batch,
+                                  check=(steps, ref), time_step=partial(time_torch_step, self.be))
+        except ImportError:
+            return dict(rec, status="SKIP", error="PyTorch is not installed"), None
+        limit = self.rtol or check_tolerance(self.init, self.train, self.batch, self.hyper, steps)
+        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
+                   status="PASS" if out.weights_rel_err <= limit else "FAIL")
+        t = _from_torch(out, self.batch, self.steps_per_epoch)
+        return _record(rec, t, self.cublas_gemm_us), t
+
+
 def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: mlp.Hyper, batch: int,
         epochs: int = DEFAULT_EPOCHS, train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10,
         flips: int = 2, torch_modes: tuple[str, ...] = (), progress=None, env: dict | None = None,
         world=None, exchange_kind: str = "nccl", bucket_mb: float | None = None):
-    """Yield one record per version (then per PyTorch mode), each GPU version verified first.
-    Under MPI (`world`), every rank runs this with the same arguments and trains its slice of each
-    batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI,
-    in buckets of `bucket_mb` (0: one allreduce after the backward pass; the GPU's mpi exchange
-    always one); the PyTorch rows are then one row of PyTorch DDP (NCCL) over the same ranks."""
-    if train_samples < batch:
-        raise NnbenchError(f"--train-samples {train_samples}: needs at least one batch of {batch}")
-    ranks, rank = (world.size, world.rank) if world else (1, 0)
-    if batch % ranks:
-        raise NnbenchError(f"--batch {batch} does not split evenly over {ranks} ranks: give a multiple of {ranks}")
-    train = training_set(layers[0], train_samples, hyper.seed, flips)
-    test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
-    init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
-    steps_per_epoch = len(train) // batch
+    """Yield one record per version (then per PyTorch mode, or PyTorch DDP's one row under `world`),
+    each GPU version verified first, with its Outcome in `_outcome`: BatchRun over a list of versions,
+    for tests and lab scripts (the command runs the same through the workload's session)."""
+    r = BatchRun(backend, layers, hyper, batch, epochs, train_samples, test_per_letter, flips, progress, env, world,
+                 exchange_kind, bucket_mb)
     compiled = {v.name: compile_version(backend.arch, v) for v, _ in chosen
                 if v.backend != "cpu" and not (backend.device is not None and v.arch_problem(backend.device))}
-    flops = flops_per_step(layers, batch)
-    base = dict(suite="mlp-batched", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
-                epochs=epochs, train_samples=len(train), steps_per_epoch=steps_per_epoch, init=hyper.init,
-                init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, seed=hyper.seed,
-                test_samples=len(test), flops_per_step=flops, **(env or {}))
-    base.update(ranks=ranks, exchange=(exchange_kind if backend.name == "cuda" else "mpi") if world else "")
-    sub = batch // ranks
-    cublas_gemm_us = _cublas_gemms(backend, layers, init, train, sub, hyper) if backend.name == "cuda" else None
-    exch = None
-    from nnbench.runtime import exchange
-    bucket_mb = exchange.DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
-    cap = exchange.bucket_floats(bucket_mb)
-    if world is not None:
-        exch = exchange.CpuExchange(world) if backend.name != "cuda" else exchange.gpu_exchange(
-            exchange_kind, world, backend, flat_size(layers))
-    rtol = None
-    ref = None  # the float64 reference after CHECK_STEPS steps: made once, for every version's check and the limit
     for v, _ in sorted(chosen, key=lambda vp: vp[0].step):
-        rec = dict(base, version=v.name, step=v.step, precision=v.precision,
-                   params=GRAPHED if "graph" in v.tags else _exchange_params(world, backend, exchange_kind, bucket_mb))
-        say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
-        if v.backend == "cpu":
-            out = train_numpy(layers, init, train, test, batch, epochs, hyper, say, exch, rank, ranks, cap)
-            rec["status"] = "PASS"
-        else:
-            if backend.device is not None and (why := v.arch_problem(backend.device)):
-                yield dict(rec, status="SKIP", error=why)
-                continue
-            comp = compiled[v.name]
-            broken = next((c for _, c in comp if isinstance(c, Exception)), None)
-            if broken is not None:
-                yield dict(rec, status="ERROR", error=str(broken))
-                continue
-            try:
-                gemms = None if "cublas" in v.tags else tune(backend, v, comp, layers, init, train, sub, hyper)
-                dp = dict(exchange=exch, rank=rank, ranks=ranks, bucket_cap=cap)
-                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
-                ref = ref if ref is not None else reference_weights(init, train, batch, hyper, CHECK_STEPS)
-                err = check(net, init, train, hyper, ref)
-                net = open_net(backend, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
-            except NnbenchError as e:
-                yield dict(rec, status="SKIP", error=str(e))
-                continue
-            except KernelFault as e:  # a launch or a graph capture failed: this version's row says so
-                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
-                continue
-            rtol = rtol or check_tolerance(init, train, batch, hyper, ref=ref)  # the same for every version
-            # a precision whose sums err more than FP32's (3xTF32's truncating MMA) by that much more
-            limit = rtol * measure.precision_scale(v.precision, batch)
-            rec.update(weights_rel_err=err, weights_rtol=limit, status="PASS" if err <= limit else "FAIL",
-                       tiles="sgemm via cupy, TF32 off" if gemms is None else
-                       " ".join(f"{role}={g.label}" for role, g in gemms.items()))
-            try:
-                out = train_gpu(net, v.name, train, test, epochs, say)
-            except KernelFault as e:
-                yield dict(rec, status="ERROR", error=f"kernel fault: {e}")
-                continue
-            if net.graph:
-                rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
-        yield _record(rec, out, cublas_gemm_us)
-    if world is not None and torch_modes:  # the PyTorch row of a data-parallel run: DDP over the same ranks
-        yield _ddp_row(backend, world, dict(base, version="torch-ddp", step="", precision=FFMA), layers, init, train,
-                       test, hyper, batch, epochs, bucket_mb, progress, rtol, cublas_gemm_us, ref)
-        return
-    for mode in torch_modes:
-        graphed = ", the step as one CUDA graph" if mode == "graph" else ""
-        rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
-                   params="fp32 SGD(momentum), TF32 off" + graphed)
-        steps = min(CHECK_STEPS, steps_per_epoch)  # checked like ours
-        ref = reference_weights(init, train, batch, hyper, steps)
-        try:
-            out = mlp.train_torch(layers, init, train, test, hyper, epochs * steps_per_epoch, graph=(mode == "graph"),
-                                  batch=batch, check=(steps, ref), time_step=partial(time_torch_step, backend))
-        except ImportError:
-            yield dict(rec, status="SKIP", error="PyTorch is not installed")
-            continue
-        limit = rtol or check_tolerance(init, train, batch, hyper, steps)
-        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
-                   status="PASS" if out.weights_rel_err <= limit else "FAIL")
-        yield _record(rec, _from_torch(out, batch, steps_per_epoch), cublas_gemm_us)
+        yield mlp.with_outcome(*r.version(v, compiled.get(v.name)))
+    for mode in (("ddp",) if torch_modes else ()) if world is not None else torch_modes:
+        yield mlp.with_outcome(*r.torch(mode))
 
 
 def _exchange_params(world, backend, kind: str, bucket_mb: float) -> str:
     """A data-parallel row's params: how its gradients travel."""
     if world is None:
         return ""
-    if bucket_mb <= 0 or (backend.name == "cuda" and kind != "nccl"):
+    if bucket_mb <= 0 or (backend.runs_kernels and kind != "nccl"):
         return "one allreduce after the backward pass"
-    stream = ", on a side stream during the backward pass" if backend.name == "cuda" else " (non-blocking MPI)"
+    stream = ", on a side stream during the backward pass" if backend.runs_kernels else " (non-blocking MPI)"
     return f"buckets of <= {bucket_mb:g} MB{stream}"
 
 
 def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch: int, epochs: int, bucket_mb: float,
-             progress, rtol: float | None, cublas_gemm_us: float | None, ref: list[np.ndarray] | None) -> dict:
+             progress, rtol: float | None, cublas_gemm_us: float | None,
+             ref: list[np.ndarray] | None) -> tuple[dict, Outcome | None]:
     """PyTorch DDP's row (nnbench/workloads/train/ddp.py), checked and timed as our data-parallel rows; `ref`: the
     float64 reference after CHECK_STEPS steps where our rows made it."""
     from nnbench.workloads.train import ddp
     rec["params"] = ddp.label(bucket_mb)
     if why := ddp.unavailable():
-        return dict(rec, status="SKIP", error=why)
+        return dict(rec, status="SKIP", error=why), None
     steps = min(CHECK_STEPS, len(train) // batch)
     if ref is None or steps != CHECK_STEPS:
         ref = reference_weights(init, train, batch, hyper, steps)
@@ -995,7 +993,7 @@ def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch:
     limit = rtol or check_tolerance(init, train, batch, hyper, steps, ref=ref)
     rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
                status="PASS" if out.weights_rel_err <= limit else "FAIL")
-    return _record(rec, out, cublas_gemm_us)
+    return _record(rec, out, cublas_gemm_us), out
 
 
 def flat_size(layers: tuple[int, ...]) -> int:
@@ -1054,5 +1052,4 @@ def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
         launches_per_step=out.launches_per_step or None,
         cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
         train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy)
-    rec["_outcome"] = out
     return rec

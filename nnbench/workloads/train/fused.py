@@ -175,9 +175,8 @@ class FusedNet:
         info = kernel.info
         self.blocks, self.dyn = grid(backend.device, info.registers, info.smem_bytes, self.threads, layers, blocks,
                                      self.flag_barrier, exchange, self.out_local)
-        self.func = kernel.func
+        self.kernel = kernel
         backend.allow_dynamic_smem(kernel, self.dyn)
-        self.func.prepare(SIGNATURE)
         self.w_sizes = [W.size for W in init]
         self.d_widths = backend.upload(np.array(layers, dtype=np.int32))
         flat = np.concatenate([W.ravel() for W in init]).astype(np.float32)
@@ -217,8 +216,8 @@ class FusedNet:
                 np.int32(iterations), np.int32(mode), self.d_w, self.d_v, self.d_out, self.d_acc, self.d_err,
                 np.float32(tolerance), self.d_pred, np.intp(p), np.intp(p + 4 * g), np.intp(p + 4 * g + 4), self.rate,
                 self.momentum, np.int64(BARRIER_TIMEOUT_NS), np.uint32(self.tag0), self.d_phase)
-        ms = be.timed(lambda: self.func.prepared_call((self.blocks, 1, 1), (self.threads, 1, 1), *args,
-                                                      shared_size=self.dyn), 1, during)
+        ms = be.timed(be.bind(self.kernel, (self.blocks, 1, 1), (self.threads, 1, 1), args, SIGNATURE, smem=self.dyn),
+                      1, during)
         state = be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
         if state[0] == 2:
             raise KernelFault("fused: a block read a value tagged with a later iteration than it awaited (a bug in "

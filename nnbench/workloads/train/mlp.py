@@ -31,6 +31,8 @@ from nnbench.nets import INITS
 from nnbench.registry import Variant
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
+from nnbench.workloads.train import model
+from nnbench.workloads.train.model import deltas, sigmoid  # noqa: F401 - per-sample code calls them by these names
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
@@ -114,27 +116,11 @@ def init_params(layers: tuple[int, ...], seed: int, scale: float = 4.0, kind: st
     return out
 
 
-def sigmoid(z):
-    return 1.0 / (1.0 + np.exp(-z))
-
-
 def forward(params: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
     outs = [x]
     for W in params:
         outs.append(sigmoid(W[:, :-1] @ outs[-1] + W[:, -1]))
     return outs
-
-
-def deltas(params: list[np.ndarray], outs: list[np.ndarray], e: np.ndarray) -> list[np.ndarray]:
-    """Every layer's deltas from the outputs `outs` of a forward pass and the output error e = t - o,
-    for one sample (vectors) or a batch (samples as rows): d_L = o(1-o)e, d_l = h(1-h)(W_(l+1)^T d)."""
-    o = outs[-1]
-    out = [o * (1 - o) * e]
-    for l in range(len(params) - 1, 0, -1):
-        h = outs[l]
-        out.append(h * (1 - h) * (out[-1] @ params[l][:, :-1]))  # d @ W == W^T d, row by row for a batch
-    out.reverse()
-    return out
 
 
 def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.ndarray, rate: float,
@@ -203,7 +189,7 @@ class GpuNet:
     def __init__(self, backend, variant: Variant, params: dict[str, int], layers: tuple[int, ...],
                  init: list[np.ndarray], data: glyphs.Dataset, hyper: Hyper, compiled) -> None:
         self.be, self.v, self.layers, self.hyper = backend, variant, layers, hyper
-        self.kernels = {name: backend.load(compiled, name).func for name in self._kernel_names()}
+        self.kernels = {name: backend.load(compiled, name) for name in self._kernel_names()}
         self.out_off = np.concatenate([[0], np.cumsum(layers[1:])]).astype(int)  # hidden+output only
         self.w_off = np.concatenate([[0], np.cumsum([W.size for W in init])]).astype(int)
         self.d_out = backend.upload(np.zeros(sum(layers[1:]), np.float32))
@@ -213,8 +199,6 @@ class GpuNet:
         self.d_err = backend.upload(np.zeros(1, np.float32))
         self.load_data(data)
         self.threads_per_block = params.get("THREADS") or params.get("MASS_THREADS")
-        for name, f in self.kernels.items():
-            f.prepare(_SIGNATURES[name])
 
     def _kernel_names(self) -> list[str]:
         update = ["update_merged"] if "kcm" in self.v.tags else ["update_momentum", "update_rate"]
@@ -281,13 +265,12 @@ class GpuNet:
 
     def callable(self, launches: list[Launch], stream=None):
         """The launches as one call, on the default stream or, async, on `stream`."""
-        on = () if stream is None else (stream,)
-        calls = [(self.kernels[la.kernel].prepared_async_call if on else self.kernels[la.kernel].prepared_call,
-                  (la.grid, 1, 1), (la.block, 1, 1), (*on, *la.args)) for la in launches]
+        calls = [self.be.bind(self.kernels[la.kernel], (la.grid, 1, 1), (la.block, 1, 1), la.args,
+                              _SIGNATURES[la.kernel], stream=stream) for la in launches]
 
         def run():
-            for f, g, b, a in calls:
-                f(g, b, *a)
+            for call in calls:
+                call()
         return run
 
     def weights(self, init: list[np.ndarray]) -> list[np.ndarray]:
@@ -675,12 +658,9 @@ def check_version(backend, variant: Variant, params: dict, compiled, layers, ini
 
 
 def reference_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int) -> list[np.ndarray]:
-    """The float64 reference's weights after `iterations` samples from `init`, in order."""
-    ref = [W.copy() for W in init]
-    vel = [np.zeros_like(W) for W in init]
-    for s in range(iterations):
-        step(ref, vel, data.x[s % len(data)], data.t[s % len(data)], hyper.rate, hyper.momentum)
-    return ref
+    """The float64 reference's weights after `iterations` samples from `init`, in order (the training
+    set again from its start after its last sample): the mini-batch math at batches of one."""
+    return model.reference_weights(init, data, 1, hyper, iterations)
 
 
 def float32_weights(init, data: glyphs.Dataset, hyper: Hyper, iterations: int, reverse: bool = False,
@@ -747,70 +727,128 @@ def plan(names: list[str], backend: str, pool: list[Variant] | None = None) -> l
     return out
 
 
+class PerSampleRun:
+    """One net's per-sample training, made once for all its versions: the initial weights, the
+    training and test sets, the float64 reference after the check's iterations and the check's limit
+    (both on first use), and the sequential version's time per iteration that the speedups are over.
+    `version` and `torch` each train one row and return (record, Outcome); nnbench/workloads/train/session.py
+    runs one per case, `run` all of a command's versions.
+
+    Timing (kept as it was measured, docs/RESULTS.md): a version's time per iteration is the median over
+    its timed runs of the training itself (events around each epoch, or each fused launch of up to
+    fused.EPOCHS_PER_LAUNCH epochs, as the host issues them; the sequential version's host clock), not a
+    `measure`d steady-state step: per-sample training is L small launches per sample and the figure is
+    what a whole training run costs per sample, launch gaps included, which a steady-state repeat of
+    one sample's launches would not time."""
+
+    def __init__(self, backend, layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10, flips: int = 2,
+                 torch_iterations: int = 2000, baseline_iterations: int = 104, env: dict | None = None,
+                 blocks: int | None = None, progress=None) -> None:
+        self.be, self.layers, self.hyper, self.blocks, self.progress = backend, layers, hyper, blocks, progress
+        self.torch_iterations, self.baseline_iterations = torch_iterations, baseline_iterations
+        self.init, self.train, self.test = data_sets(layers, hyper, test_per_letter, flips)
+        self.base = dict(base_record(layers, hyper, self.test), **(env or {}))
+        self.seq_s: float | None = None  # the sequential version's seconds per iteration, once known
+        self._ref: list[np.ndarray] | None = None
+        self._rtol: float | None = None
+        dev = getattr(backend, "device", None)
+        self.peak = getattr(dev, "fp32_peak_flops", None)
+        self.lanes = None
+        if dev is not None:
+            from nnbench.runtime.device import fp32_lanes_per_sm
+            self.lanes = dev.sm_count * fp32_lanes_per_sm(dev.cc)
+
+    @property
+    def ref(self) -> list[np.ndarray]:
+        """The float64 reference's weights after the check's iterations: made once, for every row's check."""
+        if self._ref is None:
+            self._ref = reference_weights(self.init, self.train, self.hyper, CHECK_ITERATIONS)
+        return self._ref
+
+    @property
+    def rtol(self) -> float:
+        if self._rtol is None:
+            self._rtol = check_tolerance(self.init, self.train, self.hyper, ref=self.ref)
+        return self._rtol
+
+    def sequential_seconds(self) -> float:
+        """Seconds per iteration of the sequential version: its own run's where it ran, else a short run
+        of baseline_iterations (the speedups need it)."""
+        if self.seq_s is None:
+            quick = replace(self.hyper, max_iterations=self.baseline_iterations)
+            self.seq_s = train_sequential(self.layers, self.init, self.train, self.test, quick).seconds_per_iteration
+        return self.seq_s
+
+    def _say(self, name: str):
+        return (lambda it, err: self.progress(name, it, err)) if self.progress else None
+
+    def version(self, v: Variant, p: dict, compiled=None) -> tuple[dict, Outcome | None]:
+        """Version v at parameters p, verified (GPU versions: outputs poisoned) and then trained; `compiled`:
+        its module where the caller compiled it (else compiled here, from the cache)."""
+        rec = dict(self.base, version=v.name, step=v.step, precision=v.precision,
+                   params=" ".join(f"{k}={x}" for k, x in p.items()))
+        hyper, layers, init, train, test = self.hyper, self.layers, self.init, self.train, self.test
+        say = self._say(v.name)
+        if v.backend == "cpu":
+            out = train_sequential(layers, init, train, test, hyper, say)
+            self.seq_s = out.seconds_per_iteration
+            rec["status"] = "PASS"
+            return train_record(rec, out, self.seq_s, self.peak, self.lanes), out
+        comp = compile_versions(self.be.arch, [(v, p)])[v.name] if compiled is None else compiled
+        if isinstance(comp, Exception):
+            return dict(rec, status="ERROR", error=str(comp)), None
+        try:
+            err = check_version(self.be, v, p, comp, layers, init, train, hyper, self.blocks, self.ref)
+            rec.update(weights_rel_err=err, weights_rtol=self.rtol, status="PASS" if err <= self.rtol else "FAIL")
+            if "fused" in v.tags:
+                out = train_fused(self.be, v, p, comp, layers, init, train, test, hyper, say, self.blocks)
+                rec["params"] += f" blocks={out.blocks}"
+            else:
+                out = train_gpu(self.be, v, p, comp, layers, init, train, test, hyper, say)
+        except NnbenchError as e:  # fused refuses a grid it cannot make co-resident
+            return dict(rec, status="SKIP", error=str(e)), None
+        except KernelFault as e:  # the rows already made stand
+            return dict(rec, status="ERROR", error=str(e)), None
+        return train_record(rec, out, self.sequential_seconds(), self.peak, self.lanes), out
+
+    def torch(self, mode: str) -> tuple[dict, Outcome | None]:
+        """PyTorch's row in `mode` (eager or graph), checked like ours (CHECK_ITERATIONS, the same limit)."""
+        graphed = ", whole epochs as one CUDA graph" if mode == "graph" else ""
+        rec = dict(self.base, version=f"torch-{mode}", step="", precision=FFMA,
+                   params="fp32 SGD(momentum), TF32 off" + graphed)
+        try:
+            out = train_torch(self.layers, self.init, self.train, self.test, self.hyper, self.torch_iterations,
+                              graph=(mode == "graph"), check=(CHECK_ITERATIONS, self.ref),
+                              watch=measure.RunWatch(self.be))
+        except ImportError:
+            return dict(rec, status="SKIP", error="PyTorch is not installed"), None
+        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=self.rtol,
+                   status="PASS" if out.weights_rel_err <= self.rtol else "FAIL")
+        return train_record(rec, out, self.sequential_seconds(), self.peak, self.lanes), out
+
+
+def with_outcome(rec: dict, out) -> dict:
+    """A row with its trainer's Outcome in `_outcome`, for callers of `run` that read the trained state
+    (tests, lab scripts); the workload's session reads the Outcome directly and records carry none."""
+    return dict(rec, _outcome=out) if out is not None else rec
+
+
 def run(backend, chosen: list[tuple[Variant, dict]], layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
         flips: int = 2, torch_modes: tuple[str, ...] = (), torch_iterations: int = 2000,
         baseline_iterations: int = 104, progress=None, env: dict | None = None, blocks: int | None = None):
-    """Yield one record per version (then per PyTorch mode), each verified before it is trained."""
-    init, train, test = data_sets(layers, hyper, test_per_letter, flips)
+    """Yield one record per version (then per PyTorch mode), each verified before it is trained, with
+    its Outcome in `_outcome`: PerSampleRun over a list of versions, for tests and lab scripts (the
+    command runs the same through the workload's session)."""
+    r = PerSampleRun(backend, layers, hyper, test_per_letter, flips, torch_iterations, baseline_iterations, env,
+                     blocks, progress)
     gpu = [(v, p) for v, p in chosen if v.backend != "cpu"]
     compiled = compile_versions(backend.arch, gpu) if gpu else {}
-    base = dict(base_record(layers, hyper, test), **(env or {}))
-    seq_s = None
     if not any(v.backend == "cpu" for v, _ in chosen):  # the speedup needs the sequential time per iteration
-        quick = replace(hyper, max_iterations=baseline_iterations)
-        seq_s = train_sequential(layers, init, train, test, quick).seconds_per_iteration
-    # the float64 reference's weights after the check's steps, made once for the limit and every version's check
-    ref = reference_weights(init, train, hyper, CHECK_ITERATIONS) if gpu else None
-    rtol = check_tolerance(init, train, hyper, ref=ref) if gpu else None
-    peak = getattr(getattr(backend, "device", None), "fp32_peak_flops", None)
-    lanes = None
-    if getattr(backend, "device", None) is not None:
-        from nnbench.runtime.device import fp32_lanes_per_sm
-        lanes = backend.device.sm_count * fp32_lanes_per_sm(backend.device.cc)
+        r.sequential_seconds()
     for v, p in sorted(chosen, key=lambda vp: vp[0].step):
-        rec = dict(base, version=v.name, step=v.step, precision=v.precision,
-                   params=" ".join(f"{k}={x}" for k, x in p.items()))
-        say = (lambda it, err, name=v.name: progress(name, it, err)) if progress else None
-        if v.backend == "cpu":
-            out = train_sequential(layers, init, train, test, hyper, say)
-            seq_s = out.seconds_per_iteration
-            rec["status"] = "PASS"
-        else:
-            comp = compiled[v.name]
-            if isinstance(comp, Exception):
-                yield dict(rec, status="ERROR", error=str(comp))
-                continue
-            try:
-                err = check_version(backend, v, p, comp, layers, init, train, hyper, blocks, ref)
-                rec.update(weights_rel_err=err, weights_rtol=rtol, status="PASS" if err <= rtol else "FAIL")
-                if "fused" in v.tags:
-                    out = train_fused(backend, v, p, comp, layers, init, train, test, hyper, say, blocks)
-                    rec["params"] += f" blocks={out.blocks}"
-                else:
-                    out = train_gpu(backend, v, p, comp, layers, init, train, test, hyper, say)
-            except NnbenchError as e:  # fused refuses a grid it cannot make co-resident
-                yield dict(rec, status="SKIP", error=str(e))
-                continue
-            except KernelFault as e:  # the rows already yielded stand
-                yield dict(rec, status="ERROR", error=str(e))
-                continue
-        yield train_record(rec, out, seq_s, peak, lanes)
+        yield with_outcome(*r.version(v, p, compiled.get(v.name)))
     for mode in torch_modes:
-        graphed = ", whole epochs as one CUDA graph" if mode == "graph" else ""
-        rec = dict(base, version=f"torch-{mode}", step="", precision=FFMA,
-                   params="fp32 SGD(momentum), TF32 off" + graphed)
-        try:
-            steps = CHECK_ITERATIONS  # checked like ours
-            ref = reference_weights(init, train, hyper, steps)
-            out = train_torch(layers, init, train, test, hyper, torch_iterations, graph=(mode == "graph"),
-                              check=(steps, ref), watch=measure.RunWatch(backend))
-        except ImportError:
-            yield dict(rec, status="SKIP", error="PyTorch is not installed")
-            continue
-        limit = check_tolerance(init, train, hyper, steps, ref)
-        rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
-                   status="PASS" if out.weights_rel_err <= limit else "FAIL")
-        yield train_record(rec, out, seq_s, peak, lanes)
+        yield with_outcome(*r.torch(mode))
 
 
 def data_sets(layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
@@ -844,5 +882,4 @@ def train_record(rec: dict, out: Outcome, seq_s: float | None, peak: float | Non
         busy_threads=busy, speedup_per_thread=speedup / threads_per_launch if speedup and threads_per_launch else None,
         speedup_per_busy_core=speedup / busy if speedup and busy else None, gflops=gflops,
         pct_peak=100 * gflops * 1e9 / peak if gflops and peak else None)
-    rec["_outcome"] = out
     return rec

@@ -13,12 +13,13 @@ steady-state step through `measure`). PyTorch eager and CUDA-graph rows are the 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from nnbench import measure, nets
+from nnbench import glyphs, measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import HOST
 from nnbench.workloads.base import Case, Session, Workload, problem_text
@@ -120,10 +121,31 @@ def unify(rec: dict, problem: TrainProblem, unit_samples_s: list[float] | None =
     return rec
 
 
-def finish(rec: dict, problem: TrainProblem) -> dict:
-    """unify, with the samples of the trainer's outcome (kept in `_outcome` for the caller)."""
-    out = rec.get("_outcome")
-    return unify(rec, problem, getattr(out, "samples_s", None), getattr(out, "stats", None))
+def received_bits(test_outputs, test_samples: int) -> str:
+    """What the trained net answers for the first held-out copy of each letter: 52 words of 7 bits
+    (an output >= 0.5 is a 1), in glyphs.LETTERS order, for the command's letters view."""
+    per_letter = test_samples // len(glyphs.LETTERS)
+    return " ".join("".join("1" if v >= 0.5 else "0" for v in test_outputs[i * per_letter])
+                    for i in range(len(glyphs.LETTERS)))
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """How a command runs its training, beyond the problem: what a sweep leaves at the defaults."""
+
+    progress: Callable[[str, int, float], None] | None = None  # (version, iterations or steps done, error)
+    torch_iterations: int | None = None  # per-sample PyTorch rows' iterations (None: the problem's)
+    world: object | None = None  # the MPI world of a data-parallel run (runtime.exchange.world())
+    exchange_kind: str = "nccl"  # the GPU versions' gradient exchange under `world`
+    bucket_mb: float | None = None  # allreduce buckets (None: exchange.DEFAULT_BUCKET_MB)
+    letters: bool = False  # each version's record carries `received` (received_bits), for the letters view
+
+def case_params(case: Case, how: str | None) -> str:
+    """The record's params: the case's parameters (its identity, results.case_params), then after " · "
+    what the trainer adds about how it ran (fused's grid, a data-parallel exchange, a graph)."""
+    label, how = case.param_label, (how or "").strip()
+    extra = how[len(label):].strip() if how.startswith(label) else how
+    return f"{label} · {extra}" if label and extra else label or extra
 
 
 class TrainWorkload(Workload):
@@ -134,7 +156,7 @@ class TrainWorkload(Workload):
     default_rtol = None  # derived per run from the float32 arithmetic (mlp/batched.check_tolerance)
     vendor = "torch-graph"
     baseline = "sequential"
-    vendor_rows = ("torch-eager", "torch-graph")
+    vendor_rows = ("torch-eager", "torch-graph", "torch-ddp")
 
     def runs_on(self, v, backend: str) -> bool:
         return v.backend in (backend, "cpu")  # the NumPy trainers are the speedups' baseline beside the GPU's
@@ -202,46 +224,72 @@ class TrainWorkload(Workload):
             compile_sources(target, [(src, dict(p)) for src, p in these], jobs)
         return {}
 
-    def session(self, backend, settings, rtol, seed, env) -> TrainSession:
-        return TrainSession(backend, settings, rtol, seed, env)
+    def session(self, backend, settings, rtol, seed, env, options: TrainOptions | None = None) -> TrainSession:
+        return TrainSession(backend, settings, rtol, seed, env, options)
 
 
 class TrainSession(Session):
-    def __init__(self, backend, settings, rtol: float, seed: int, env: dict) -> None:
+    """A problem's trainer (mlp.PerSampleRun at batch 1, batched.BatchRun above), made once in
+    `prepare` and shared by its cases, so the data, the float64 reference and the check's limit are
+    made once per net; `run_case` trains one version, `run_vendor` one PyTorch row. Records are the
+    one schema's (unify); the Outcome stays in this process (its samples become the record's)."""
+
+    def __init__(self, backend, settings, rtol: float, seed: int, env: dict,
+                 options: TrainOptions | None = None) -> None:
         self.backend, self.settings, self.rtol, self.env = backend, settings, rtol, env
+        self.options = options or TrainOptions()
+        self.problem: TrainProblem | None = None
+        self.trainer: mlp.PerSampleRun | batched.BatchRun | None = None
 
     def base_record(self, problem: TrainProblem) -> dict:
         return unify(dict(self.env, status=""), problem)
 
-    def _rows(self, problem: TrainProblem, chosen, torch_modes=()):
-        h = problem.hyper
+    def prepare(self, problem: TrainProblem, following=None) -> None:
+        if problem == self.problem:
+            return
+        o, h = self.options, problem.hyper
+        self.problem = problem
         if problem.batch == 1:
-            return mlp.run(self.backend, chosen, problem.layers, h, problem.test_per_letter, torch_modes=torch_modes,
-                           torch_iterations=h.max_iterations, env=self.env, blocks=problem.blocks)
-        return batched.run(self.backend, chosen, problem.layers, h, problem.batch, problem.epochs,
-                           problem.train_samples, problem.test_per_letter, torch_modes=torch_modes, env=self.env)
+            self.trainer = mlp.PerSampleRun(self.backend, problem.layers, h, problem.test_per_letter,
+                                            torch_iterations=o.torch_iterations or h.max_iterations, env=self.env,
+                                            blocks=problem.blocks, progress=o.progress)
+        else:
+            self.trainer = batched.BatchRun(self.backend, problem.layers, h, problem.batch, problem.epochs,
+                                            problem.train_samples, problem.test_per_letter, progress=o.progress,
+                                            env=self.env, world=o.world, exchange_kind=o.exchange_kind,
+                                            bucket_mb=o.bucket_mb)
 
-    def _finish(self, rec: dict, problem: TrainProblem) -> dict:
-        rec = finish(rec, problem)
-        rec.pop("_outcome", None)  # the trained net's outputs stay in this process
+    def _finish(self, rec: dict, out, problem: TrainProblem) -> dict:
+        rec = unify(rec, problem, getattr(out, "samples_s", None), getattr(out, "stats", None))
+        outputs = getattr(out, "test_outputs", None)
+        if self.options.letters and outputs is not None:
+            rec["received"] = received_bits(outputs, rec["test_samples"])
         return rec
 
     def run_case(self, case: Case, problem: TrainProblem, compiled) -> dict:
         v = case.variant
+        self.prepare(problem)
         try:
-            rec = next(iter(self._rows(problem, [(v, case.param_dict)])))
+            rec, out = (self.trainer.version(v, case.param_dict) if problem.batch == 1
+                        else self.trainer.version(v))
         except NnbenchError as e:
-            rec = dict(version=v.name, status="SKIP", error=str(e))
-        rec = self._finish(dict(rec, step=v.step, params=case.param_label, precision=v.precision), problem)
+            rec, out = dict(version=v.name, status="SKIP", error=str(e)), None
+        rec = self._finish(dict(rec, step=v.step, params=case_params(case, rec.get("params")), precision=v.precision),
+                           out, problem)
         if self.rtol is not None and rec.get("rel_err") is not None and rec.get("status") in ("PASS", "FAIL"):
             rec["rtol"] = self.rtol  # a sweep's own timing.rtol replaces the derived limit
             rec["status"] = "PASS" if rec["rel_err"] <= self.rtol else "FAIL"
         return rec
 
     def run_vendor(self, name: str, problem: TrainProblem) -> dict | None:
+        """PyTorch's row `name`: torch-eager and torch-graph on one process, torch-ddp (PyTorch DDP
+        over the same ranks) in a data-parallel run; None for a row that does not belong to this run."""
+        self.prepare(problem)
         mode = name.removeprefix("torch-")
-        rows = list(self._rows(problem, [], torch_modes=(mode,)))
-        return self._finish(dict(rows[0], precision="FP32"), problem) if rows else None
+        if (mode == "ddp") != (self.options.world is not None) or (mode == "ddp" and problem.batch == 1):
+            return None
+        rec, out = self.trainer.torch(mode)
+        return self._finish(rec, out, problem)
 
 
 WORKLOAD = TrainWorkload()
