@@ -5,7 +5,7 @@ FAIL or ERROR row is reported with its seed and the command that runs that seed 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -66,21 +66,18 @@ def cases(workload: str, backend) -> list[Case]:
     return [Case.defaults(v) for v in work.variants(backend.name) if work.runs_on(v, backend.name)]
 
 
-def soak(backend, names: list[str], seeds: list[int], on_row: Callable[[str, int, dict], None] | None = None
-         ) -> Outcome:
-    """Every workload of `names` at every seed; the vendor rows run too where the backend has them."""
+def soak(backend, names: list[str], seeds: list[int], on_row: Callable[[str, int, dict], None] | None = None,
+         env: dict | None = None) -> Outcome:
+    """Every workload of `names` at every seed; the vendor rows run too where the backend has them. `env`: the
+    environment every row carries (results.environment)."""
     out = Outcome(seeds=list(seeds))
     for name in names:
         work, chosen, shapes = workloads.workload(name), cases(name, backend), problems(name)
         for seed in seeds:
-            for rec in _rows(work, backend, chosen, shapes, seed):
+            for rec in harness.run(work, backend, chosen, shapes, ONCE, work.default_rtol, seed, env or {}):
                 out.rows += 1
                 if on_row is not None:
                     on_row(name, seed, rec)
                 if rec.get("status") in ("FAIL", "ERROR"):
                     out.failures.append(Failure(name, seed, rec))
     return out
-
-
-def _rows(work, backend, chosen: list[Case], shapes: list, seed: int) -> Iterator[dict]:
-    yield from harness.run(work, backend, chosen, shapes, ONCE, work.default_rtol, seed, {}, vendor=True)
