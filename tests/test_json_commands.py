@@ -241,7 +241,8 @@ def test_the_schema_allows_every_status_a_record_can_have():
 
 def test_soak_json_holds_every_row_with_its_seed(tmp_path):
     out = tmp_path / "s.jsonl"
-    res = CliRunner().invoke(cli, ["soak", "--backend", "cpu", "--workload", "gemm", "--seed", "17", "--json", str(out)])
+    res = CliRunner().invoke(cli, ["soak", "--backend", "cpu", "--workload", "gemm", "--seed", "17", "--json",
+                                   str(out)])
     assert res.exit_code == 0, res.output
     recs = valid(out, "results")
     assert len(recs) == 6 and {r["seed"] for r in recs} == {17} and {r["status"] for r in recs} == {"PASS"}
