@@ -85,7 +85,9 @@ def benchmark(config: ConfigLike | None = None, *, backend: str | None = None, d
         instead of its own, e.g. [{"N": 4097}]. budget: seconds per case (timing.budget).
     backend: "cuda", "cpu" or "auto" (cuda when a GPU works); None: $NNBENCH_BACKEND, else the user's
         config file (`backend:` in ~/.config/nnbench/config.yaml), else auto. device: the GPU index.
-    Returns every record with the result CSV's columns (results.FIELDS), each present whatever the
+    Every row's `backend` (and the frame's attrs["backend"]) says which ran. On the CPU no user kernel
+    runs: a kernel config's row there is its reference, timed and checked, with variant `reference` and
+    status REFERENCE. Returns every record with the result CSV's columns (results.FIELDS), each present whatever the
     records hold (`error` is None on a row that passed).
     """
     import numpy as np
@@ -128,7 +130,9 @@ def benchmark(config: ConfigLike | None = None, *, backend: str | None = None, d
         return rows
     import pandas as pd
     df = pd.DataFrame(rows)
-    return df.reindex(columns=results.FIELDS).replace({np.nan: None})
+    df = df.reindex(columns=results.FIELDS).replace({np.nan: None})
+    df.attrs["backend"] = be.name  # also every row's `backend`: with backend="auto", which one ran
+    return df
 
 
 def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0, out: str | Path | None = None,

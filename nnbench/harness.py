@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from nnbench.runtime import provenance
 from nnbench.workloads.base import Case, Workload
 
 
@@ -82,17 +83,21 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
             for name in [n for n in workload.vendor_names(backend.name) if workload.vendor_wanted(n, cases)]:
                 rec = session.run_vendor(name, problem)
                 if rec is not None:
-                    yield from (comparisons.derive(r) for r in session.breakdown(rec))
+                    yield from (comparisons.derive(provenance.stamp(r, None, env or {}))
+                                for r in session.breakdown(rec))
         for case in cases:
             if not workload.applies(case, problem):
                 continue
             why = workload.refusal(case, problem)
             if why:
-                yield dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
-                           params=case.param_label, precision=case.variant.precision, status="SKIP", error=why)
+                yield provenance.stamp(dict(session.base_record(problem), variant=case.variant.name,
+                                            step=case.variant.step, params=case.param_label,
+                                            precision=case.variant.precision, status="SKIP", error=why),
+                                       case.variant, env or {})
                 continue
-            rec = session.run_case(case, problem, compiled.get(case))
-            yield from (comparisons.derive(r) for r in session.breakdown(rec))
+            rec = provenance.stamp(session.run_case(case, problem, compiled.get(case)), case.variant, env or {})
+            yield from (comparisons.derive(provenance.stamp(r, case.variant, env or {}))
+                        for r in session.breakdown(rec))
             if rec.get("fault"):
                 return
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from nnbench import paths, safeio, workloads
 from nnbench.errors import NnbenchError
 from nnbench.version import __version__
+from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT  # noqa: F401 (statuses live here)
 
 # One schema for every workload: any row of any suite can be read, compared and plotted alone.
 # `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
@@ -55,20 +56,29 @@ TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "
 CONVOLUTION = ["workspace_bytes"]
 ENVIRONMENT = ["backend", "gpu", "device_index", "gpu_uuid", "cc", "sms",
                "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
-               "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "host", "timestamp"]
+               "tf32_peak_tflops", "dram_peak_gbs", "nnbench_version", "git_sha", "source_repo", "provenance", "host",
+               "timestamp"]
+# git_sha: the commit of the code that made the row: nnbench's, or for a user's kernel the commit of the
+# repository holding its source (source_repo; both empty outside one). provenance: nnbench/runtime/provenance.py's
+# digest of the kernel source with its headers, the flags, nnbench's version and the driver.
+PROVENANCE = ("source_repo", "provenance")
 # Every kept sample (ms per unit, each over `reps` launches), space-separated; last, since it is long.
 RAW = ["samples_ms"]
 # A cell of up to max_samples (100,000) samples runs to about 1 MB, past the csv module's 128 KiB default.
 csv.field_size_limit(2**31 - 1)
 FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + TUNING + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
+FIELDS_BEFORE_PROVENANCE = [f for f in FIELDS if f not in PROVENANCE]  # files written before: they load, and rerun
 
 # status values: PASS (verified, timed), FAIL (wrong answer, also on the last timed batch, fresh buffers, or
 # inputs the kernel edited; timed anyway), SUSPECT (right answer, but a timing beyond the device's roofline
 # or work outside the timed stream: nnbench/audit.py), ERROR (the kernel faulted or did not compile), SKIP
-# (refused for this device, with the reason in `error`). SUSPECT fails every command and the gate as FAIL does.
+# (refused for this device, with the reason in `error`), REFERENCE (no kernel ran: the config's float64
+# reference was timed and checked, on the CPU backend; variant `reference`). SUSPECT fails every command and
+# the gate as FAIL does.
 FAILED = {"FAIL", "SUSPECT", "ERROR"}
-STATUSES = {"PASS", "FAIL", "SUSPECT", "ERROR", "SKIP"}
+STATUSES = {"PASS", "FAIL", "SUSPECT", "ERROR", "SKIP", REFERENCE}
+TIMED = {"PASS", REFERENCE}  # rows whose median is a verified time (of a kernel, or of the reference)
 
 
 @lru_cache(maxsize=1)

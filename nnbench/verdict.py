@@ -293,7 +293,7 @@ def load_baseline(paths) -> pd.DataFrame:
     rows, capped = {}, 0
     for key in dict.fromkeys(k for r in runs for k in r.index):
         have = [r.loc[key] for r in runs if key in r.index]
-        ok = [row for row in have if row["status"] == "PASS" and not _bad_stats(row, "")]
+        ok = [row for row in have if row["status"] in results.TIMED and not _bad_stats(row, "")]
         if len(ok) < len(have) or len(ok) < 2:  # a failed, skipped or lone row decides the case as it is
             rows[key] = dict(next((row for row in have if row["status"] in results.FAILED), have[-1]))
             continue
@@ -350,13 +350,20 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: floa
         ref = c if c is not None else b
         v = Verdict(str(ref["variant"]), str(ref["params"]), str(ref["shape"]), "", suite=str(ref["suite"]))
         out.append(v)
-        b_bad = _bad_stats(b, "the baseline's") if b is not None and b["status"] == "PASS" else None
-        c_bad = _bad_stats(c, "the current") if c is not None and c["status"] == "PASS" else None
-        if b is not None and b["status"] == "PASS" and not b_bad:
+        b_bad = _bad_stats(b, "the baseline's") if b is not None and b["status"] in results.TIMED else None
+        c_bad = _bad_stats(c, "the current") if c is not None and c["status"] in results.TIMED else None
+        # The reference's time (no kernel ran) is compared with the reference's only, never with a kernel's.
+        crossed = b is not None and c is not None and (b["status"] == results.REFERENCE) != (
+            c["status"] == results.REFERENCE) and not ({b["status"], c["status"]} & (results.FAILED | {"SKIP"}))
+        if b is not None and b["status"] in results.TIMED and not b_bad and not crossed:
             v.base_ms = float(b["median_ms"])
-        if c is not None and c["status"] == "PASS" and not c_bad:
+        if c is not None and c["status"] in results.TIMED and not c_bad and not crossed:
             v.cur_ms = float(c["median_ms"])
-        if c is None:
+        if crossed:
+            side = "baseline" if b["status"] == results.REFERENCE else "current run"
+            v.verdict, v.why = "INVALID", (f"the {side}'s row timed the reference, not the kernel (no GPU): the two "
+                                           "are not comparable")
+        elif c is None:
             v.verdict, v.why = "MISSING", "not in the current run"
         elif c["status"] in results.FAILED:
             v.verdict, v.why = "FAILED", _failure(c)

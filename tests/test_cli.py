@@ -181,3 +181,39 @@ def test_train_batched_on_the_cpu(tmp_path):
     r = rows[0]
     assert r["variant"] == "batched-numpy" and r["steps"] == "20" and r["batch"] == "100" and r["status"] == "PASS"
     assert float(r["us_per_step"]) > 0 and 0 <= float(r["test_accuracy"]) <= 1
+
+
+# -- nnbench soak ---------------------------------------------------------------------------------
+def test_the_soak_passes_every_cpu_path_over_fresh_seeds():
+    res = run("soak", "--backend", "cpu", "--seeds", "4")
+    assert res.exit_code == 0, res.output
+    assert "gemm, conv, train · 4 seeds · backend cpu" in res.output and " 0 failed" in res.output
+
+
+def test_the_soak_finds_a_defect_that_only_some_draws_show_and_names_the_seed(monkeypatch):
+    """A planted defect that depends on the data (the NumPy GEMM off by 1e-4 where A's first element is above 0.9:
+    a few draws in ten) fails some seeds; each failure's command, run alone, fails again, and a passing seed passes."""
+    import re
+
+    import numpy as np
+    honest = gemm_suite._numpy_launcher
+
+    def flaky(bufs, alpha, beta):
+        run_it = honest(bufs, alpha, beta)
+
+        def launch():
+            run_it()
+            if abs(bufs.A.flat[0]) > 0.9:
+                bufs.C *= np.float32(1 + 1e-4)
+        return launch
+    monkeypatch.setattr(gemm_suite, "_numpy_launcher", flaky)
+    res = run("soak", "--backend", "cpu", "--workload", "gemm", "--seeds", "40")
+    assert res.exit_code == 1, res.output
+    failed = sorted({int(s) for s in re.findall(r"again: nnbench soak --workload gemm --backend cpu --seed (\d+)",
+                                                  res.output)})
+    assert failed and len(failed) < 40 and all(f"seed {s}:" in res.output for s in failed), res.output
+    again = run("soak", "--backend", "cpu", "--workload", "gemm", "--seed", str(failed[0]))
+    assert again.exit_code == 1 and f"seed {failed[0]}:" in again.output
+    passing = next(s for s in range(1000) if s not in failed and run(
+        "soak", "--backend", "cpu", "--workload", "gemm", "--seed", str(s)).exit_code == 0)
+    assert passing not in failed

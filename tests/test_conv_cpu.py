@@ -180,3 +180,102 @@ def test_lenet5_layers_must_chain():
     bad[2] = replace(bad[2], H=6)
     with pytest.raises(NnbenchError, match="layer fc1: takes 6x6 inputs, but layer conv2 gives 5x5"):
         lenet.check_chain(bad)
+
+
+# -- the conditioned measure and its limits (nnbench/workloads/conv/bounds.py) ----------------------
+ODD_LAYERS = [  # N, C, H, W, K, R, stride, pad: a 1x1 image, 1x1 filters, odd sizes, stride 2, padding
+    (1, 1, 1, 1, 1, 1, 1, 0), (1, 1, 1, 1, 2, 3, 1, 1), (1, 1, 7, 7, 1, 1, 1, 0), (2, 3, 5, 7, 3, 3, 2, 1),
+    (3, 5, 9, 9, 2, 3, 2, 0), (1, 4, 6, 5, 5, 5, 1, 2)]
+
+
+def _tf32(a: np.ndarray) -> np.ndarray:
+    """`a` truncated to TF32's 10 mantissa bits, as a tensor core reads an FP32 register."""
+    return (np.asarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def _float32_backward(x, wt, dy, stride, pad, drop_tap=False):
+    """dX and dW in float32 arithmetic (im2col, BLAS products, col2im), as a correct FP32 kernel may order them."""
+    K, C, R, _ = wt.shape
+    w2 = wt.reshape(K, -1)
+    if drop_tap:
+        w2 = np.where(np.arange(w2.shape[1]) % (R * R) == R * R // 2, np.float32(0), w2)
+    u = conv_ref.im2col(x, R, stride, pad)
+    d2 = dy.reshape(len(x), K, -1)
+    dw = np.tensordot(d2, u, axes=([0, 2], [0, 2])).reshape(wt.shape)
+    if drop_tap:
+        dw = dw.reshape(K, -1).copy()
+        dw[:, R * R // 2::R * R] = 0
+        dw = dw.reshape(wt.shape)
+    return conv_ref.col2im(np.matmul(w2.T, d2), x.shape, R, stride, pad), dw
+
+
+@pytest.mark.parametrize("dims", ODD_LAYERS, ids=lambda d: "x".join(map(str, d)))
+def test_the_numpy_path_passes_at_every_seed_and_a_dropped_tap_or_tf32_fails(dims):
+    """The CPU path's forward, checked as every path is (each output's error against |w|*|x|, within the FP32 limit
+    for C*R*S taps), passes over 200 seeds on odd layers; the same path with one filter tap dropped, or with its
+    operands rounded to TF32 as if FP32 were TF32, fails at every seed (the centre tap, which every output meets)."""
+    from nnbench.runtime.cpu import CpuBackend
+    from nnbench.workloads.conv import session as conv
+    from nnbench.workloads.conv.launch import Layer
+    shape = conv_problem.ConvShape(*dims)
+    limit = conv.bounds.forward_limit("FP32 host", shape)
+    worst = {"honest": 0.0, "dropped": np.inf, "tf32": np.inf}
+    for seed in range(200):
+        layer = Layer(CpuBackend(), shape, seed)
+        worst["honest"] = max(worst["honest"], conv._numpy({}, layer, limit)["rel_err"])
+        dropped = conv._numpy({}, layer, limit, drop_tap=True)
+        worst["dropped"] = min(worst["dropped"], dropped["rel_err"])
+        assert dropped["status"] == "FAIL"
+        y = conv_ref.conv_reference(_tf32(layer.x), _tf32(layer.wt), shape.stride, shape.pad).astype(np.float32)
+        worst["tf32"] = min(worst["tf32"], conv.measure.conditioned_error(y, layer.ref, layer.mag))
+    assert worst["honest"] <= limit < worst["tf32"] < worst["dropped"], (worst, limit)
+
+
+@pytest.mark.parametrize("dims", ODD_LAYERS, ids=lambda d: "x".join(map(str, d)))
+def test_the_gradients_limits_pass_float32_at_every_seed_and_fail_a_dropped_tap(dims):
+    """dX and dW computed in float32, each against its own magnitudes and the limit of its reduction length (K*R*S,
+    N*P*Q), pass over 200 seeds; the filters' centre tap dropped from both fails at every seed."""
+    from nnbench.workloads.conv import bounds
+    shape = conv_problem.ConvShape(*dims)
+    lim_dx, lim_dw = bounds.backward_limits("FP32 host", shape)
+    honest, dropped = 0.0, np.inf
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        x = conv_ref.random_nonzero(rng, (shape.N, shape.C, shape.H, shape.W))
+        wt = conv_ref.random_nonzero(rng, (shape.K, shape.C, shape.R, shape.R))
+        dy = conv_ref.random_nonzero(rng, (shape.N, shape.K, shape.Ho, shape.Wo))
+        refs = conv_ref.conv_backward_reference(x, wt, dy, shape.stride, shape.pad)
+        mags = bounds.backward_magnitudes(x, wt, dy, shape.stride, shape.pad)
+
+        def ratio(got):
+            return bounds.worst([(conv_measure(g, r, m), lim) for g, r, m, lim in zip(got, refs, mags,
+                                                                                       (lim_dx, lim_dw))])
+        err, lim = ratio(_float32_backward(x, wt, dy, shape.stride, shape.pad))
+        honest = max(honest, err / lim)
+        err, lim = ratio(_float32_backward(x, wt, dy, shape.stride, shape.pad, drop_tap=True))
+        dropped = min(dropped, err / lim)
+    assert honest <= 1 < dropped, (honest, dropped)
+
+
+def conv_measure(got, ref, mag):
+    from nnbench import measure
+    return measure.conditioned_error(got, ref, mag)
+
+
+@pytest.mark.parametrize("mode", ["avg", "max"])
+def test_pooling_limits_pass_float32_and_fail_a_wrong_element(mode):
+    """Pooling in float32 (sum and scale; the maximum) within bounds.pool_limit over 200 seeds at odd sizes; one
+    window's last element left out fails. The maximum is exact, so its limit is one rounding of slack."""
+    from nnbench.workloads.conv import bounds
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        S = 2 + seed % 2
+        x = conv_ref.random_nonzero(rng, (1, 2, 7, 5))
+        win = x[:, :, :7 // S * S, :5 // S * S].reshape(1, 2, 7 // S, S, 5 // S, S)
+        y = win.max(axis=(3, 5)) if mode == "max" else win.sum(axis=(3, 5), dtype=np.float32) * np.float32(1 / (S * S))
+        ref, mag = conv_ref.pool_reference(x, S, mode), bounds.pool_magnitude(x, S, mode)
+        assert conv_measure(y, ref, mag) <= bounds.pool_limit(mode, S)
+        cut = win.copy()
+        cut[0, 0, 0, S - 1, 0, S - 1] = -np.inf if mode == "max" else 0
+        bad = cut.max(axis=(3, 5)) if mode == "max" else cut.sum(axis=(3, 5), dtype=np.float32) / (S * S)
+        assert conv_measure(bad, ref, mag) > bounds.pool_limit(mode, S) or np.all(bad == y)

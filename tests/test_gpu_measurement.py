@@ -14,7 +14,7 @@ pytestmark = pytest.mark.gpu
 
 def test_gemm_records_carry_nvml_and_samples(cuda_backend, tmp_path):
     out = tmp_path / "g.jsonl"
-    res = CliRunner().invoke(cli, ["gemm", "-v", "double_buffered", "--size", "1024", "--budget", "0.2",
+    res = CliRunner().invoke(cli, ["gemm", "-v", "double_buffered", "--size", "1024", "--budget", "0.2", "--seed", "0",
                                    "--csv", str(tmp_path / "g.csv"), "--json", str(out)])
     assert res.exit_code == 0, res.output
     recs = rawresults.load(out)

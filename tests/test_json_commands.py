@@ -231,3 +231,19 @@ def test_a_gpu_profile_line_validates_with_its_timed_record():
 
 def test_the_schema_knows_every_kind_the_writer_writes():
     assert rawresults.schema()["$defs"]["header"]["properties"]["kind"]["enum"] == list(rawresults.KINDS)
+
+
+def test_the_schema_allows_every_status_a_record_can_have():
+    """REFERENCE (the CPU backend's row of a kernel config's reference) and every other status validate."""
+    status = rawresults.schema()["$defs"]["record"]["properties"]["status"]["enum"]
+    assert sorted(status) == sorted(results.STATUSES)
+
+
+def test_soak_json_holds_every_row_with_its_seed(tmp_path):
+    out = tmp_path / "s.jsonl"
+    res = CliRunner().invoke(cli, ["soak", "--backend", "cpu", "--workload", "gemm", "--seed", "17", "--json",
+                                   str(out)])
+    assert res.exit_code == 0, res.output
+    recs = valid(out, "results")
+    assert len(recs) == 6 and {r["seed"] for r in recs} == {17} and {r["status"] for r in recs} == {"PASS"}
+    assert all(r["provenance"] for r in recs)

@@ -89,12 +89,84 @@ def test_vector_add_on_the_cpu_backend_checks_the_reference_and_says_so(tmp_path
     assert "no kernel ran" in res.output and "verified against itself" in res.output
     rows = list(csv.DictReader(out.open()))
     assert len(rows) == 28
-    ran = [r for r in rows if r["status"] == "PASS"]
+    ran = [r for r in rows if r["status"] == "REFERENCE"]
     assert len(ran) == 2 and all("verified against itself" in r["error"] for r in ran)
+    # the reference's row never poses as a kernel: its own variant, no step or parameters, no star in the table
+    assert all(r["variant"] == "reference" and r["step"] == "" and r["params"] == "" for r in ran)
     assert all(float(r["rel_err"]) <= float(r["rtol"]) for r in ran)
-    assert {r["status"] for r in rows} == {"PASS", "SKIP"}
+    assert {r["status"] for r in rows} == {"REFERENCE", "SKIP"}
+    assert "★" not in res.output and "REFERENCE" in res.output
     again = run("sweep", str(VECTOR_ADD), "--backend", "cpu", "--out", str(out))
-    assert "ran 0 cases" in again.output and "28 resumed" in again.output
+    assert "ran 2 cases" in again.output and "26 resumed" in again.output  # the reference's rows run again
+
+
+# -- provenance: a result outlives no edit of its kernel ----------------------------------------------
+def _user_repo(tmp_path: Path) -> Path:
+    """vector_add in a git repository of the user's own, with one small problem and four cases, and a header."""
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    for f in ("vector_add.cu", "reference.py"):
+        (folder / f).write_text((EXAMPLES / "vector_add" / f).read_text())
+    (folder / "op.cuh").write_text("#define OP(x, y) ((x) + (y))\n")
+    cu = folder / "vector_add.cu"
+    cu.write_text('#include "op.cuh"\n' + cu.read_text().replace("a[j] + b[j]", "OP(a[j], b[j])"))
+    text = VECTOR_ADD.read_text().replace("{N: [1000003, 16777216]}", "{N: 1001}")
+    (folder / "va.yaml").write_text(text.replace("[256, 64, 128, 512, 1024], ITEMS: [1, 2, 4]", "[64, 128], "
+                                                                                                 "ITEMS: [1, 2]"))
+    git = ["git", "-C", str(folder), "-c", "user.name=u", "-c", "user.email=u@x"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "."], check=True)
+    subprocess.run([*git, "commit", "-qm", "mine"], check=True)
+    return folder
+
+
+def test_editing_a_kernel_or_its_header_runs_its_cases_again(tmp_path):
+    """The resume key holds the source's provenance: a sweep re-run over an unchanged kernel has nothing to do, over
+    an edited .cu file or header every case runs again (not "already done"); the rows name the user's commit."""
+    folder = _user_repo(tmp_path)
+    cfg, out = folder / "va.yaml", tmp_path / "r.csv"
+    first = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+    assert first.exit_code == 0, first.output
+    rows = list(csv.DictReader(out.open()))
+    head = subprocess.run(["git", "-C", str(folder), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                          text=True).stdout.strip()
+    assert len(rows) == 4 and {r["git_sha"] for r in rows} == {head} and {r["source_repo"] for r in rows} == {
+        str(folder.resolve())}
+    assert len({r["provenance"] for r in rows}) == 1 and len(rows[0]["provenance"]) == 16
+    again = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+    assert "ran 1 cases" in again.output and "3 resumed" in again.output, again.output  # the reference's row only
+    for f, old, new in (("vector_add.cu", "OP(a[j], b[j])", "OP(b[j], a[j])"), ("op.cuh", "(x) + (y)", "(y) + (x)")):
+        (folder / f).write_text((folder / f).read_text().replace(old, new))
+        edited = run("sweep", str(cfg), "--backend", "cpu", "--out", str(out))
+        assert "ran 4 cases" in edited.output and "3 cases run again" in edited.output, (f, edited.output)
+        rows = list(csv.DictReader(out.open()))
+        assert rows[-1]["git_sha"] == head + "-dirty" and rows[-1]["provenance"] != rows[0]["provenance"]
+
+
+def test_a_user_kernels_results_go_to_the_users_folder_and_old_files_run_again(tmp_path, monkeypatch):
+    """Without --out, a kernel config's CSV lands in ./results/ where the command runs, not in nnbench's checkout;
+    a file from before provenance was recorded still loads for the gate, and a resume of it runs its cases again
+    into a new file (one line says so), or, named by --out, is refused in one line."""
+    from nnbench import results, verdict
+    folder = _user_repo(tmp_path)
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    res = run("sweep", str(folder / "va.yaml"), "--backend", "cpu")
+    assert res.exit_code == 0, res.output
+    (made,) = (work / "results").glob("vector_add-*.csv")
+    assert not list(paths.RESULTS.glob(made.name))
+    rows = list(csv.DictReader(made.open()))
+    with made.open("w", newline="") as f:  # the same file as it was written before provenance was kept
+        w = csv.DictWriter(f, fieldnames=results.FIELDS_BEFORE_PROVENANCE, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    assert len(verdict.load(made)) == 4
+    again = run("sweep", str(folder / "va.yaml"), "--backend", "cpu")
+    assert "written before results recorded their provenance" in again.output and "ran 4 cases" in again.output
+    assert len(list((work / "results").glob("vector_add-*.csv"))) == 2
+    one_line_error(run("sweep", str(folder / "va.yaml"), "--backend", "cpu", "--out", str(made)), "--out",
+                   "provenance")
 
 
 # -- bad input: one line naming file, line and key, with what is allowed; exit 2 ---------------------
@@ -295,7 +367,8 @@ def test_the_loader_raises_nnbench_error_for_the_api(tmp_path):
 def test_benchmark_on_the_cpu_path_with_params_and_problems():
     df = nnbench.benchmark(VECTOR_ADD, backend="cpu", params={"BLOCK": 128, "ITEMS": 2}, problems=[{"N": 4097}],
                            budget=0.05)
-    assert list(df["status"]) == ["PASS"] and df["params"][0] == "BLOCK=128 ITEMS=2" and df["shape"][0] == "N=4097"
+    assert list(df["status"]) == ["REFERENCE"] and list(df["variant"]) == ["reference"] and df["shape"][0] == "N=4097"
+    assert "BLOCK=128 ITEMS=2" in df["error"][0] and df.attrs["backend"] == "cpu" and list(df["backend"]) == ["cpu"]
     assert df["rel_err"][0] <= 1e-7 and df["median_ms"][0] > 0 and df["gflops"][0] > 0
 
 
@@ -307,7 +380,7 @@ def test_benchmark_from_keywords_with_a_callable_reference():
               {"name": "n", "scalar": "int32", "value": "N"}],
         grid="(cdiv(N, BLOCK),)", block="(BLOCK,)", params={"BLOCK": 128}, problems=[{"N": 999}],
         reference=lambda a, b, c, n: a + b, rtol="1e-7", timing={"budget": 0.05})
-    assert [r["status"] for r in rows] == ["PASS"] and rows[0]["params"] == "BLOCK=128"
+    assert [r["status"] for r in rows] == ["REFERENCE"] and "BLOCK=128" in rows[0]["error"]
     with pytest.raises(NnbenchError, match="nvcc reports: vector_add"):
         nnbench.benchmark(source=str(EXAMPLES / "vector_add" / "vector_add.cu"), kernel="vadd", backend="cpu",
                           args=[{"name": "c", "array": "float32", "shape": ["N"], "output": True}],
@@ -353,7 +426,7 @@ PLUGIN_TEST = f"""
 def test_vector_add(nnbench_kernel):
     [rec] = nnbench_kernel({str(VECTOR_ADD)!r}, params={{"BLOCK": 256, "ITEMS": 1}}, problems=[{{"N": 100003}}],
                            budget=0.05)
-    assert rec["status"] == "PASS"
+    assert rec["status"] in ("PASS", "REFERENCE")  # REFERENCE: the CPU path, where the reference ran
 """
 
 

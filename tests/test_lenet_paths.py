@@ -164,7 +164,7 @@ def test_the_implicit_gathers_on_the_cpu_match_float64(shape):
 
 @pytest.mark.parametrize("path", ["implicit", ALL_IMPLICIT[0]])
 def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path, monkeypatch):
-    """LeNet-5's one-step check (weight changes and loss against float64, STEP_RTOL) on the CPU path of the
+    """LeNet-5's one-step check (weight changes and loss against float64, lenet.step_limit) on the CPU path of the
     implicit variant: passes as built, fails with the kernels' planted defect (-DMUTATE_DROP_TAP: the last
     of each filter's taps never gathered) modelled; the GPU's own is tests/test_gpu_lenet.py."""
     monkeypatch.setitem(lenet.PATHS, *ALL_IMPLICIT)
@@ -174,7 +174,7 @@ def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path, monke
     ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
     errs = [lenet.cpu_step_error(params, *lenet.cpu_step(params, x, labels, 0.05, path, drop), ref_loss, ref_params)
             for drop in (False, True)]
-    assert errs[0] <= lenet.STEP_RTOL < errs[1], errs
+    assert errs[0] <= lenet.check_limit(params, x, labels, 0.05, ref_loss, ref_params) < errs[1], errs
 
 
 @pytest.mark.parametrize("args,needle", [
@@ -189,3 +189,24 @@ def test_lenet5_bad_input_is_one_line(args, needle):
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert len(lines) == 1 and needle in lines[0], res.output
+
+
+@pytest.mark.parametrize("batch", [6, 64])
+def test_the_step_limit_passes_float32_weights_and_fails_a_step_a_thousandth_too_long(batch):
+    """lenet.step_limit's two parts: a step whose weights are the float64 reference's stored in float32 (the GPU's
+    and PyTorch's storage, initial weights included) passes; the float32 arithmetic of the CPU model passes; a
+    step taken with the rate 0.1% too large, stored alike, fails. The old fixed 2e-3 passed that step."""
+    x, labels = lenet.images(-(-batch // lenet.CLASSES), 0)
+    x, labels = x[:batch], labels[:batch]
+    params = lenet.init_params(0)
+    ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
+    limit = lenet.check_limit(params, x, labels, 0.05, ref_loss, ref_params)
+
+    def stored(ps):
+        return [tuple(np.asarray(a, np.float32).astype(np.float64) for a in pair) for pair in ps]
+    f32 = stored(params)  # a step from the float32 copy of the weights, its result stored in float32, as on the GPU
+    good = lenet.cpu_step_error(params, ref_loss, stored(lenet.reference_step(f32, x, labels, 0.05)[1]), ref_loss,
+                                ref_params)
+    bad = lenet.cpu_step_error(params, ref_loss, stored(lenet.reference_step(f32, x, labels, 0.05 * 1.001)[1]),
+                               ref_loss, ref_params)
+    assert good <= limit < bad < 2e-3, (good, limit, bad)

@@ -153,3 +153,14 @@ def test_a_verdict_on_too_few_samples_for_the_interval_says_its_coverage():
     assert got.verdict == "SAME" and "93.8% coverage" in got.why and "99% interval" in got.why
     many = verdict.compare_samples(np.linspace(0.99, 1.01, 30), np.linspace(0.99, 1.01, 30), 0.05)
     assert many.verdict == "SAME" and many.why == ""
+
+
+def test_the_references_time_is_compared_with_the_references_only(tmp_path):
+    """A row the reference made (no kernel ran: status REFERENCE) is never a kernel's baseline or current time:
+    against a kernel row of the same case it is INVALID; against the reference's own row it is compared."""
+    ref = dict(suite="kernel", step="")
+    base = [row("k", 1.0, 0.01, **ref), row("reference", 2.0, 0.01, status="REFERENCE", **ref)]
+    cur = [row("k", 0.2, 0.01, status="REFERENCE", **ref), row("reference", 2.0, 0.01, status="REFERENCE", **ref)]
+    v = verdicts(tmp_path, base, cur)
+    assert v["k"].verdict == "INVALID" and "reference" in v["k"].why and v["k"].cur_ms is None
+    assert v["reference"].verdict == "SAME" and v["reference"].cur_ms == 2.0

@@ -10,6 +10,7 @@ from nnbench.cli import (  # noqa: F401 - registers commands
     history,
     profile,
     report,
+    soak,
     sweep,
     train,
 )

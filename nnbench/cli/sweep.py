@@ -39,6 +39,9 @@ class _SweepView:
             )
             if data["resumed"]:
                 app.err.print(f"resuming {data['path']}: {data['resumed']} cases already done")
+            if data.get("stale"):
+                app.err.print(f"{data['stale']} cases run again: their kernel source, headers, flags, nnbench or "
+                              "driver changed since their rows")
             self.progress = Progress(TextColumn("[bold]sweep"), BarColumn(), MofNCompleteColumn(),
                                      TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
                                      TextColumn("{task.description}"), console=app.err, transient=False)
@@ -153,6 +156,9 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError("--dry-run and --compile-only are exclusive: give one of them")
     if out_path and fresh and Path(out_path).exists():
         raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
+    if out_path:
+        from nnbench.sweeps.sweep import refuse_old_schema
+        refuse_old_schema(Path(out_path))
     specs = config.load_config(config_path)
     if watchdog:
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]

@@ -212,6 +212,7 @@ code {{ background: #f4f4f4; padding: 0 .2em; }}
 .s-FAIL, .s-ERROR, .v-SLOWER, .v-FAILED, .v-INVALID, .v-MISSING,
 .v-UNSTABLE, .v-AMBIGUOUS {{ color: #D55E00; font-weight: bold; }}
 .s-PASS, .v-FASTER {{ color: #009E73; }}
+.s-REFERENCE {{ color: #56B4E9; font-style: italic; }}
 </style></head>
 <body><h1>{title}</h1><p class="meta">{meta}</p>
 {body}

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from nnbench import results
 from nnbench.errors import NnbenchError
 from nnbench.profiling.roofline import ROOF_NAMES, Roof
 from nnbench.runtime.device import FFMA, TF32, TF32X3
@@ -96,7 +97,8 @@ def figure(df: pd.DataFrame, kind: str, title: str = "", ceilings: Roof | None =
     if kind not in KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(KINDS)}")
     d = normalize(df)
-    d = d[d["status"].isin(["PASS"])] if "status" in d else d
+    # the reference's rows (no kernel ran: the CPU backend) are drawn under their own variant, `reference`
+    d = d[d["status"].isin(sorted(results.TIMED))] if "status" in d else d
     suites = sorted(set(d["suite"]) - {""})
     if kind in ("roofline", "speedup") and len(suites) > 1:  # one suite's counters and baseline per figure
         raise NnbenchError(f"--plot {kind}: the rows are of several suites ({', '.join(suites)}); pick one with "

@@ -10,7 +10,7 @@ import math
 from rich.table import Table
 from rich.text import Text
 
-STATUS_STYLE = {"PASS": "green", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow",
+STATUS_STYLE = {"PASS": "green", "REFERENCE": "cyan", "FAIL": "bold red", "ERROR": "bold red", "SKIP": "yellow",
                 "SLOWER": "bold red",
                 "FAILED": "bold red", "INVALID": "bold red", "FASTER": "green", "SAME": "", "MISSING": "bold yellow",
                 "NEW": "cyan", "SKIPPED": "yellow", "UNSTABLE": "bold magenta", "AMBIGUOUS": "bold magenta",

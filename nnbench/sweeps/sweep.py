@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import os
 import resource
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -28,6 +29,7 @@ from pathlib import Path
 from nnbench import paths, results, safeio
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
+from nnbench.runtime import provenance
 from nnbench.runtime.device import for_arch
 from nnbench.sweeps import strategies
 from nnbench.sweeps.config import SweepSpec
@@ -66,6 +68,7 @@ class Outcome:
     backend: str = "cuda"
     replayed: Path | None = None  # answered from this result file: no kernel ran
     resumed: int = 0  # cases already in the file
+    stale: int = 0  # cases in the file whose provenance changed since (run again)
     jobs: int = 0  # jobs run now
     skipped: int = 0
     failed: int = 0
@@ -102,15 +105,43 @@ def result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tup
     resumed, or a new timestamped one is made. An existing file is never overwritten."""
     if out is not None:
         out = Path(out)
+        refuse_old_schema(out)
         if out.exists() and fresh:
             raise NnbenchError(f"--out {out}: the file exists and --fresh would overwrite it; name a new file")
         return out, out.exists()
+    folder = results_dir(spec)
     if not fresh:
         prefix = f"{spec.name}-{results.slug(gpu)}-"
-        olds = sorted(p for p in paths.RESULTS.glob(f"{prefix}*.csv") if p.name[len(prefix):len(prefix) + 1].isdigit())
-        if olds:
+        olds = sorted(p for p in folder.glob(f"{prefix}*.csv") if p.name[len(prefix):len(prefix) + 1].isdigit())
+        if olds and _schema(olds[-1]) == results.FIELDS_BEFORE_PROVENANCE:
+            print(f"{olds[-1]}: written before results recorded their provenance: its cases run again, "
+                  "into a new file", file=sys.stderr)
+        elif olds:
             return olds[-1], True
-    return results.default_path(spec.name, gpu), False
+    return folder / results.default_path(spec.name, gpu).name, False
+
+
+def refuse_old_schema(out: Path) -> None:
+    """A result file named to add to that was written before rows recorded their provenance: refused in one line
+    (every case in it would run again, and its columns cannot take a new row)."""
+    if out.exists() and _schema(out) == results.FIELDS_BEFORE_PROVENANCE:
+        raise NnbenchError(f"--out {out}: written before results recorded their provenance, so every case in it "
+                           "would run again and a new row cannot be added to its columns; name a new file")
+
+
+def results_dir(spec: SweepSpec) -> Path:
+    """Where a sweep's files go by default: nnbench's results/ for its own workloads, ./results/ (the user's
+    working directory) for a user's kernel config, whose results are the user's and not nnbench's checkout's."""
+    return Path.cwd() / "results" if spec.suite == "kernel" else paths.RESULTS
+
+
+def _schema(path: Path) -> list[str] | None:
+    """A result CSV's header, or None where it has none that can be read."""
+    try:
+        with open(path, newline="", encoding="utf-8") as f:
+            return next(csv.reader(f), None)
+    except (OSError, UnicodeDecodeError, csv.Error):
+        return None
 
 
 def open_result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tuple[results.CsvSink, bool]:
@@ -154,7 +185,7 @@ class Summary:
             self.shapes.append(shape)
         t = self.tally.setdefault((shape, variant), {})
         t[rec.get("status", "")] = t.get(rec.get("status", ""), 0) + 1
-        if rec.get("status") == "PASS" and rec.get("median_ms"):
+        if rec.get("status") in results.TIMED and rec.get("median_ms"):  # the reference's time shown, never starred
             cur = self.best.get((shape, variant))
             if cur is None or rec["median_ms"] < cur["median_ms"]:
                 self.best[(shape, variant)] = {k: rec.get(k) for k in self.KEEP}
@@ -170,7 +201,8 @@ class Summary:
                 row["tally"] = self.tally[k]
                 rows.append(row)
             rows.sort(key=lambda r: r.get("median_ms") or float("inf"))
-            ours = [r for r in rows if str(r.get("step", "")) not in ("", "None") and r.get("median_ms")]
+            ours = [r for r in rows if str(r.get("step", "")) not in ("", "None") and r.get("median_ms")
+                    and r.get("status") == "PASS"]
             for r in rows:
                 r["best"] = bool(ours) and r is ours[0]
             out += rows
@@ -214,9 +246,15 @@ def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
                flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
                seed=spec.seed, unit=spec.workload.unit)
     if job.kind == "vendor":
-        return dict(rec, variant=job.case, step="", params="")
+        return provenance.stamp(dict(rec, variant=job.case, step="", params=""), None, env)
     v = job.case.variant
-    return dict(rec, variant=v.name, step=v.step, params=job.case.param_label, precision=v.precision)
+    return provenance.stamp(dict(rec, variant=v.name, step=v.step, params=job.case.param_label,
+                                 precision=v.precision), v, env)
+
+
+def job_provenance(spec: SweepSpec, job: Job, env: dict) -> str:
+    """The provenance a row of `job` would carry now: a done row with another one runs again."""
+    return provenance.digest(None if job.kind == "vendor" else job.case.variant, env)
 
 
 def pinned(backend: str, gpu: int) -> str:
@@ -320,6 +358,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         comparisons = Comparisons(work, spec.baseline)
 
         last_status: dict[str, str] = {}  # every case of this suite in the file: the status of its last row
+        last_provenance: dict[str, str | None] = {}  # and its provenance (None: a row written before it was kept)
         done_ms: dict[str, float | None] = {}  # a done case's median (None: failed), for a resumed search
         if resume and path.exists():
             for row in _done_rows(path):
@@ -327,13 +366,19 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                     continue
                 key = results.case_key_of(row)
                 last_status[key] = row["status"]
+                last_provenance[key] = row.get("provenance")
                 done_ms[key] = row.get("median_ms") if row["status"] == "PASS" else None
                 comparisons.remember(row)
                 summary.add(row)
         done = {k for k, st in last_status.items() if not (retry_errors and st == "ERROR")}
         all_jobs = plan_jobs(spec, spec.vendor and env["backend"] == "cuda", env["backend"])
-        todo = [j for j in all_jobs if job_key(spec, j) not in done]
+        # a case whose kernel, headers, flags, nnbench or driver changed since its row is not done (an unchanged
+        # case's row is; the gate still compares the two rows, whose case is the same)
+        stale = {job_key(spec, j) for j in all_jobs if job_key(spec, j) in done
+                 and last_provenance.get(job_key(spec, j)) != job_provenance(spec, j, env)}
+        todo = [j for j in all_jobs if job_key(spec, j) not in done or job_key(spec, j) in stale]
         outcome.resumed = len(all_jobs) - len(todo)
+        outcome.stale = len(stale)
 
         # Refuse, before compiling, what this backend or device cannot run.
         skip: dict[int, str] = {}
@@ -444,7 +489,9 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 return
             if outcome.first_record_s is None:
                 outcome.first_record_s = time.perf_counter() - t_run
-            rec = comparisons.derive(dict(_base_record(spec, j, env), **rec))
+            # stamped after the worker's fields, whose environment names nnbench's commit, not a user kernel's
+            rec = comparisons.derive(provenance.stamp(dict(_base_record(spec, j, env), **rec),
+                                                      None if j.kind == "vendor" else j.case.variant, env))
             outcome.jobs += 1
             outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
             outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
@@ -463,12 +510,12 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         try:
             if not searching:
                 link_shapes(todo)
-                emit("start", total=len(todo), resumed=outcome.resumed, path=path)
+                emit("start", total=len(todo), resumed=outcome.resumed, stale=outcome.stale, path=path)
                 for _ in run(todo):
                     pass
             else:
                 total = sum(_search_size(spec, all_jobs, skip, s) for s in spec.shapes)
-                emit("start", total=total, resumed=outcome.resumed, path=path)
+                emit("start", total=total, resumed=outcome.resumed, stale=outcome.stale, path=path)
                 for shape_index, shape in enumerate(sorted(spec.shapes, key=lambda s: s.flops)):
                     found = _search(spec, shape_index, [j for j in all_jobs if j.shape == shape], skip, done,
                                     done_ms, compile_cases, run, slots)

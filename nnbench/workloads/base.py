@@ -30,6 +30,11 @@ from nnbench.errors import NnbenchError
 from nnbench.registry import Variant
 from nnbench.yamlnodes import ConfigError, fail, mapping, scalar, sequence, where
 
+# A row's status where no kernel ran and the config's float64 reference was timed and checked instead (the CPU
+# backend); such a row's variant is REFERENCE_VARIANT. nnbench/results.py lists every status.
+REFERENCE = "REFERENCE"
+REFERENCE_VARIANT = "reference"
+
 
 @dataclass(frozen=True)
 class Case:

@@ -8,6 +8,7 @@ import numpy as np
 from nnbench import registry
 from nnbench.registry import Variant
 from nnbench.runtime.vendor import AUTOTUNE_DRAWS
+from nnbench.workloads.conv.bounds import forward_magnitude
 from nnbench.workloads.conv.problem import CONSTANT_FLOATS, ConvShape
 from nnbench.workloads.conv.reference import conv_reference, random_nonzero
 
@@ -21,15 +22,17 @@ class Layer:
         self.x = random_nonzero(rng, (shape.N, shape.C, shape.H, shape.W))
         self.wt = random_nonzero(rng, (shape.K, shape.C, shape.R, shape.R))
         self.ref = conv_reference(self.x, self.wt, shape.stride, shape.pad)
+        self.mag = forward_magnitude(self.x, self.wt, shape.stride, shape.pad)
         self.be, self.shape = backend, shape
         self.count = self.ref.size
         if backend.runs_kernels:
             self.X, self.Wt = backend.upload(self.x), backend.upload(self.wt)
             self.Y = backend.upload(np.zeros(self.ref.shape, np.float32))
-            self.REF = backend.upload(self.ref)
+            self.REF, self.MAG = backend.upload(self.ref), backend.upload(self.mag)
 
-    def rel_err(self) -> float:
-        return self.be.rel_err(self.Y, self.REF, self.count)
+    def error(self) -> float:
+        """Y's conditioned error (nnbench/workloads/conv/bounds.py)."""
+        return self.be.conditioned_error(self.Y, self.REF, self.MAG, self.count)
 
 
 def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):

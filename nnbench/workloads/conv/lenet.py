@@ -31,7 +31,7 @@ import numpy as np
 from nnbench import glyphs, measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
-from nnbench.runtime.device import TF32X3
+from nnbench.runtime.device import FFMA, TF32X3
 from nnbench.workloads.conv import launch, problem, reference
 from nnbench.workloads.conv.variants import VARIANTS
 
@@ -496,7 +496,40 @@ def torch_times(backend, params, x, labels, rate: float) -> dict:
 
 
 # -- the command's whole job ----------------------------------------------------------------------
-STEP_RTOL = 2e-3  # float32 against float64, on the weight changes of one SGD step (as the MLP check)
+def step_limit(params, ref_params, arithmetic: float, batch: int, precision: str = TF32X3) -> float:
+    """The limit on the one-step check (`cpu_step_error`), derived in docs/VERIFICATION.md from two parts:
+    - storage: the model's weights live in float32. The initial weights and the updated ones are each rounded
+      once, by at most U_FP32 of their size, so the weight changes err by at most U_FP32 (||W0|| + ||W1||) from
+      that alone, relative to ||W1 - W0||: one SGD step moves the weights by a thousandth of their size (0.09%
+      at batch 64), so this part is the larger (2.8e-5 of the 3.7e-5 measured on the H100 at batch 64, for our
+      paths and PyTorch's alike);
+    - arithmetic: `arithmetic`, the float32 arithmetic's own error on this step (the CPU model of the unroll
+      path, updates in float64), times measure.CHECK_FACTOR as the trainers' checks, times how much larger the
+      row's precision's bound is than FP32's at the step's longest reduction (conv1's filter gradient, over
+      batch x 28 x 28 outputs).
+    No constant that one BLAS passes and another fails: each part follows from this run's weights and data."""
+    flat = [np.asarray(a, np.float64) for pair in params for a in pair]
+    new = [np.asarray(a, np.float64) for pair in ref_params for a in pair]
+
+    def norm(arrays) -> float:
+        return float(np.sqrt(sum(np.sum(a * a) for a in arrays)))
+    moved = norm([n - w for n, w in zip(new, flat)])
+    storage = measure.U_FP32 * (norm(flat) + norm(new)) / moved if moved > 0 else np.inf
+    first = LAYERS[0]
+    n = batch * (first.H - first.R + 1) ** 2
+    return storage + measure.CHECK_FACTOR * arithmetic * measure.precision_scale(precision, n)
+
+
+def host_step_error(params, x: np.ndarray, labels: np.ndarray, rate: float, ref_loss: float, ref_params) -> float:
+    """The float32 arithmetic's own error on this step: the CPU model of the unroll path against float64."""
+    return cpu_step_error(params, *cpu_step(params, x, labels, rate, "unroll"), ref_loss, ref_params)
+
+
+def check_limit(params, x: np.ndarray, labels: np.ndarray, rate: float, ref_loss: float, ref_params,
+                precision: str = TF32X3) -> float:
+    """step_limit for this batch, its float32 arithmetic measured here."""
+    return step_limit(params, ref_params, host_step_error(params, x, labels, rate, ref_loss, ref_params), len(x),
+                      precision)
 
 
 def row_name(path: str, what: str) -> str:
@@ -505,7 +538,8 @@ def row_name(path: str, what: str) -> str:
     return f"lenet5-{what}" if path == "unroll" else f"lenet5-{path}-{what}"
 
 
-def _path_rows(backend, path: str, params, x, labels, rate: float, settings, base: dict, ref_loss: float, ref_params):
+def _path_rows(backend, path: str, params, x, labels, rate: float, settings, base: dict, ref_loss: float, ref_params,
+               limit: float):
     """One path's rows: its forward, its step launched and host-issued, and its step as one CUDA graph
     (on a fresh copy of the model), each step checked against float64."""
     net = GpuLeNet(backend, params, x, labels, rate, path)
@@ -513,10 +547,10 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
     fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
     step = measure.measure(backend, net.callable(net.step_launches), settings)
     issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
-    status = "PASS" if err <= STEP_RTOL else "FAIL"
+    status = "PASS" if err <= limit else "FAIL"
     rec = dict(base, variant=row_name(path, "step"), step=4 if path == "unroll" else 9,
                params=f"{net.description}, SGD rate {rate}", precision=TF32X3,
-               median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=STEP_RTOL,
+               median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=limit,
                status=status, timing=step.timing, launches_per_step=len(net.step_launches))
     if net.notes:
         rec["tiles"] = "; ".join(net.notes)
@@ -537,7 +571,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
         else:
             grec = dict(rec, variant=row_name(path, "step-graph"), params=rec["params"] + f", one CUDA graph of "
                         f"{graph.nodes} kernels", median_ms=gstep.median_ms, iqr_ms=gstep.iqr_ms,
-                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= STEP_RTOL else "FAIL",
+                        samples=gstep.samples, rel_err=gerr, status="PASS" if gerr <= limit else "FAIL",
                         timing=gstep.timing)
             yield grec
             yield dict(grec, variant=row_name(path, "step-graph-issued"), params=grec["params"] + ", host-issued",
@@ -562,6 +596,14 @@ class LeNetRun:
                          stride=1, pad=0, seed=seed, **(env or {}))
         check_chain()
         self.ref_loss, self.ref_params, _ = reference_step(self.params, self.x, labels[:batch], rate)
+        self._arithmetic: float | None = None
+
+    def limit(self, precision: str = TF32X3) -> float:
+        """step_limit for a row of `precision`, the float32 arithmetic measured on first use."""
+        if self._arithmetic is None:
+            self._arithmetic = host_step_error(self.params, self.x, self.labels, self.rate, self.ref_loss,
+                                               self.ref_params)
+        return step_limit(self.params, self.ref_params, self._arithmetic, self.batch, precision)
 
     def path_rows(self, path: str) -> list[dict]:
         """The path's rows (_path_rows), or one SKIP or ERROR row where it cannot run."""
@@ -572,7 +614,7 @@ class LeNetRun:
         rows = []
         try:
             for row in _path_rows(self.be, path, self.params, self.x, self.labels, self.rate, self.settings, self.base,
-                                  self.ref_loss, self.ref_params):
+                                  self.ref_loss, self.ref_params, self.limit()):
                 rows.append(row)
         except (KernelFault, CompileError) as e:
             rows.append(dict(self.base, variant=row_name(path, "step"), status="ERROR", error=str(e)))
@@ -587,11 +629,12 @@ class LeNetRun:
         except ImportError:
             return [dict(self.base, variant="torch", status="SKIP", error="PyTorch is not installed")]
         terr = max(t_err, abs(t_loss - self.ref_loss) / abs(self.ref_loss))
-        status = "PASS" if terr <= STEP_RTOL else "FAIL"
+        limit = self.limit(FFMA)
+        status = "PASS" if terr <= limit else "FAIL"
         return [dict(self.base, variant="torch-forward", step="", params="eager, cuDNN, TF32 off",
-                     median_ms=t["forward_ms"], status=status, rel_err=terr),
+                     median_ms=t["forward_ms"], status=status, rel_err=terr, rtol=limit),
                 dict(self.base, variant="torch-step", step="", params="eager, cuDNN, TF32 off, SGD",
-                     median_ms=t["step_ms"], status=status, rel_err=terr)]
+                     median_ms=t["step_ms"], status=status, rel_err=terr, rtol=limit)]
 
 
 def run(backend, batch: int, rate: float = 0.05, seed: int = 0, settings=measure.TimingSettings(),

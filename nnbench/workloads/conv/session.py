@@ -2,9 +2,10 @@
 and the forward paths of kernels_cu/conv/, each verified then timed, beside cuDNN.
 
 Layout NCHW, fp32 (kernels_cu/conv/conv_common.cuh). A path is checked on fresh random non-zero
-inputs with its output poisoned (NaN) first; the error is ||Y - ref|| / ||ref|| against a float64
-reference computed by im2col and a float64 matrix product (the im2col itself is tested against a
-direct loop on the CPU). Knows nothing about click or rich.
+inputs with its output poisoned (NaN) first, against a float64 reference computed by im2col and a
+float64 matrix product (the im2col itself is tested against a direct loop on the CPU): each output's
+error against the magnitudes that enter it, within a limit from the row's precision and the reduction
+length (nnbench/workloads/conv/bounds.py, docs/VERIFICATION.md). Knows nothing about click or rich.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from nnbench.runtime.compile import compile_sources, source_hash, variant_module
 from nnbench.runtime.device import FFMA, TF32
 from nnbench.runtime.vendor import cudnn_conv
 from nnbench.workloads.base import Case, Session, Workload, problem_text
+from nnbench.workloads.conv import bounds
+from nnbench.workloads.conv.bounds import pool_backward_magnitude, pool_magnitude
 from nnbench.workloads.conv.launch import (
     AUTOTUNED,
     BACKWARD_VENDORS,
@@ -77,7 +80,7 @@ def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict
 def _timed(backend, rec: dict, layer: Layer, launch, settings, rtol) -> dict:
     backend.fill_nan(layer.Y, layer.count)
     backend.timed(launch, 1)
-    err = layer.rel_err()
+    err = layer.error()
     stats = measure.measure(backend, launch, settings)
     t = stats.median_ms * 1e-3
     s = layer.shape
@@ -86,11 +89,15 @@ def _timed(backend, rec: dict, layer: Layer, launch, settings, rtol) -> dict:
     return rec
 
 
-def _numpy(rec: dict, layer: Layer, rtol: float, settings) -> dict:
-    """Verified once, then timed by `measure` as every other row is: a single timing had no spread, so
-    the gate called every CPU conv row INVALID."""
+def _numpy(rec: dict, layer: Layer, rtol: float, settings=None, drop_tap: bool = False) -> dict:
+    """The CPU path: im2col and a float32 BLAS product per image, checked like a GPU path, then timed by
+    `measure` as every other row is (a single timing had no spread, so the gate called every CPU conv row
+    INVALID); `settings` None: timed once (the CPU tests' many draws). `drop_tap`: the centre tap of every
+    filter left out, which every output meets: the planted defect of the CPU tests."""
     s = layer.shape
     w2 = layer.wt.reshape(s.K, -1)
+    if drop_tap:
+        w2 = np.where(np.arange(w2.shape[1]) % (s.R * s.R) == s.R * s.R // 2, np.float32(0), w2)
     y = np.full(layer.ref.shape, np.nan, np.float32)
 
     def forward():
@@ -102,19 +109,25 @@ def _numpy(rec: dict, layer: Layer, rtol: float, settings) -> dict:
     t0 = time.perf_counter()
     forward()
     one_s = time.perf_counter() - t0
-    err = measure.rel_err(y, layer.ref)
-    # A ResNet layer takes ~1 s in NumPy: ten samples of it made `conv --set resnet` take 96 s on 2 cores.
-    # Where the budget holds fewer, 3 samples (still a median and a spread that the gate can read).
-    fit = max(3, min(settings.min_samples, int(settings.budget_s / one_s)))
-    stats = measure.measure(layer.be, forward, replace(settings, min_samples=fit))
-    ms = stats.median_ms
-    rec.update(stats.as_record(), gflops=s.flops / ms / 1e6, gbs=s.bytes / ms / 1e6, rel_err=err,
+    err = measure.conditioned_error(y, layer.ref, layer.mag)
+    if settings is None:
+        ms = 1e3 * one_s
+        rec.update(median_ms=ms)
+    else:
+        # A ResNet layer takes ~1 s in NumPy: ten samples of it made `conv --set resnet` take 96 s on 2 cores.
+        # Where the budget holds fewer, 3 samples (still a median and a spread that the gate can read).
+        fit = max(3, min(settings.min_samples, int(settings.budget_s / one_s)))
+        stats = measure.measure(layer.be, forward, replace(settings, min_samples=fit))
+        ms = stats.median_ms
+        rec.update(stats.as_record())
+    rec.update(gflops=s.flops / ms / 1e6, gbs=s.bytes / ms / 1e6, rel_err=err,
                status="PASS" if err <= rtol else "FAIL")
     return rec
 
 
 def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
-    """Run 05_pool.cu (MODE avg or max) on `x` with the output poisoned; ||y - ref|| / ||ref||."""
+    """Run 05_pool.cu (MODE avg or max) on `x` with the output poisoned; its conditioned error, whose limit is
+    bounds.pool_limit(mode, S)."""
     v = registry.find(VARIANTS, "pool", mode)
     (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
     N, C, H, W = x.shape
@@ -123,12 +136,14 @@ def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     backend.fill_nan(Y, ref.size)
     backend.launch(backend.load(comp, v.kernel), elementwise_grid(backend, ref.size), (256, 1, 1),
                    (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, Y))
-    return measure.rel_err(backend.download(Y, np.zeros(ref.shape, np.float32)), ref)
+    return measure.conditioned_error(backend.download(Y, np.zeros(ref.shape, np.float32)), ref,
+                                     pool_magnitude(x, S, mode))
 
 
 def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     """05_pool.cu's pool_backward against the float64 reference (dX poisoned except the cut-off
-    edge, which the host zeroes as the kernel's contract says)."""
+    edge, which the host zeroes as the kernel's contract says): the conditioned error, within
+    bounds.pool_limit(mode, S)."""
     v = registry.find(VARIANTS, "pool", mode)
     (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
     N, C, H, W = x.shape
@@ -140,7 +155,8 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     X, DY, DX = backend.upload(x.astype(np.float32)), backend.upload(dy), backend.upload(init)
     backend.launch(backend.load(comp, "pool_backward"), elementwise_grid(backend, dy.size), (256, 1, 1),
                    (np.int32(N), np.int32(C), np.int32(H), np.int32(W), np.int32(S), X, DY, DX))
-    return measure.rel_err(backend.download(DX, np.zeros(x.shape, np.float32)), ref)
+    return measure.conditioned_error(backend.download(DX, np.zeros(x.shape, np.float32)), ref,
+                                     pool_backward_magnitude(x, dy, S, mode))
 
 
 # -- the workload ---------------------------------------------------------------------------------
@@ -232,16 +248,16 @@ class ConvSession(Session):
         rec = dict(self.base_record(problem), variant=name, step="", precision=TF32 if tf32 else FFMA,
                    params=f"torch conv2d, cudnn.benchmark ({AUTOTUNED}), TF32 {'on' if tf32 else 'off'}, "
                           "its own output")
-        if tf32:
-            rec["rtol"] = measure.TF32_RTOL
-        return self._cudnn_row(rec, draws, lambda: self.backend.fill_nan(layer.Y, layer.count), layer.rel_err)
+        limit = bounds.forward_limit(rec["precision"], s) if self.rtol is None else self.rtol
+        return self._cudnn_row(rec, draws, lambda: self.backend.fill_nan(layer.Y, layer.count),
+                               lambda: (layer.error(), limit))
 
-    def _cudnn_row(self, rec: dict, draws, poison, rel_err) -> dict:
+    def _cudnn_row(self, rec: dict, draws, poison, check) -> dict:
         """A cuDNN row: every autotune draw (vendor.AUTOTUNE_DRAWS) timed by `measure`, whose warm-up
         runs its autotuning; the fastest kept, its outputs poisoned, made again and verified. Which
         draw was kept, each draw's time and its kernels (the algorithm it chose, named after the
         timing) go to `tiles`: they differ between processes, so they stay out of `params`, which
-        names the case."""
+        names the case. `check` gives (error, limit) of the outputs."""
         if draws is None:
             return dict(rec, status="SKIP", error="PyTorch is not installed")
         timed = [(measure.measure(self.backend, d.launch, self.settings), d) for d in draws]
@@ -250,8 +266,8 @@ class ConvSession(Session):
         poison()
         best.launch()
         best.result()
-        err = rel_err()
-        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= rec["rtol"] else "FAIL",
+        err, limit = check()
+        return dict(rec, **stats.as_record(), rel_err=err, rtol=limit, status="PASS" if err <= limit else "FAIL",
                     tiles=f"kept {best.label} · {notes}")
 
     def run_case(self, case: Case, problem, compiled) -> dict:
@@ -277,10 +293,10 @@ class ConvSession(Session):
         if v.suite == "conv-backward":
             return self._backward(rec, v, params, compiled, layer)
         rec["workspace_bytes"] = problem.unroll_bytes if v.runner in ("unroll", "numpy") else 0
+        if self.rtol is None:
+            rec["rtol"] = bounds.forward_limit(v.precision, problem)
         if v.backend == "cpu":
-            return _numpy(rec, layer, self.rtol, self.settings)
-        if v.rtol is not None:
-            rec["rtol"] = v.rtol
+            return _numpy(rec, layer, rec["rtol"], self.settings)
         try:
             if v.runner == "implicit":
                 def make(p, comp, split):
@@ -332,15 +348,19 @@ class ConvSession(Session):
             rng = np.random.default_rng([self.seed, 7, shape.N, shape.K])
             dy = random_nonzero(rng, layer.ref.shape)
             dx_ref, dw_ref = conv_backward_reference(layer.x, layer.wt, dy, shape.stride, shape.pad)
+            dx_mag, dw_mag = bounds.backward_magnitudes(layer.x, layer.wt, dy, shape.stride, shape.pad)
             self.grads = dict(dY=be.upload(dy), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
                               dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(dx_ref),
-                              DW=be.upload(dw_ref))
+                              DW=be.upload(dw_ref), MDX=be.upload(dx_mag), MDW=be.upload(dw_mag))
         return self.grads
 
-    def _grad_err(self) -> float:
-        """The larger of dX's and dW's ||out - ref|| / ||ref||."""
+    def _grad_check(self, precision: str | None) -> tuple[float, float]:
+        """(error, limit) of dX or dW, whichever is nearer its limit: each gradient's conditioned error against the
+        limit of its own reduction length (K*R*S for dX, N*P*Q for dW), or the run's rtol where one is set."""
         be, bufs, layer = self.backend, self.grads, self.layer
-        return max(be.rel_err(bufs["dX"], bufs["DX"], layer.x.size), be.rel_err(bufs["dW"], bufs["DW"], layer.wt.size))
+        lim_dx, lim_dw = bounds.backward_limits(precision, layer.shape) if self.rtol is None else (self.rtol,) * 2
+        return bounds.worst([(be.conditioned_error(bufs["dX"], bufs["DX"], bufs["MDX"], layer.x.size), lim_dx),
+                             (be.conditioned_error(bufs["dW"], bufs["DW"], bufs["MDW"], layer.wt.size), lim_dw)])
 
     def _cudnn_backward(self, name: str, problem: ConvShape) -> dict:
         """cuDNN's data and filter gradients (one autograd call), verified against float64 as our
@@ -352,15 +372,13 @@ class ConvSession(Session):
                    flops=2 * s.flops, vendor="cudnn-backward",
                    params=f"torch convolution_backward, cudnn.benchmark ({AUTOTUNED}), TF32 {'on' if tf32 else 'off'}, "
                           "its own outputs")
-        if tf32:
-            rec["rtol"] = measure.TF32_RTOL
         draws = cudnn_conv(int(self.layer.X), int(self.layer.Wt), (s.N, s.C, s.H, s.W, s.K, s.R), s.stride, s.pad,
                            (int(bufs["dX"]), int(bufs["dW"])), tf32=tf32, dy_ptr=int(bufs["dY"]))
 
         def poison() -> None:
             be.fill_nan(bufs["dX"], self.layer.x.size)
             be.fill_nan(bufs["dW"], self.layer.wt.size)
-        return self._cudnn_row(rec, draws, poison, self._grad_err)
+        return self._cudnn_row(rec, draws, poison, lambda: self._grad_check(rec["precision"]))
 
     def _backward(self, rec: dict, v: Variant, params: dict, comp, layer: Layer) -> dict:
         """dX and dW both checked against float64 (both poisoned first; the error is the larger),
@@ -384,11 +402,11 @@ class ConvSession(Session):
             be.fill_nan(bufs["dX"], layer.x.size)
             be.fill_nan(bufs["dW"], layer.wt.size)
             be.timed(launch, 1)
-            err = self._grad_err()
+            err, limit = self._grad_check(v.precision)
             stats = measure.measure(be, launch, self.settings)
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
-        return dict(rec, **stats.as_record(), rel_err=err, status="PASS" if err <= self.rtol else "FAIL")
+        return dict(rec, **stats.as_record(), rel_err=err, rtol=limit, status="PASS" if err <= limit else "FAIL")
 
 
 class ConvWorkload(Workload):

@@ -46,7 +46,7 @@ from nnbench import audit, expr, measure, paths, space, usercode
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
-from nnbench.workloads.base import Case, Session, Workload, problem_text, variant_cases
+from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT, Case, Session, Workload, problem_text, variant_cases
 from nnbench.yamlnodes import ConfigError, fail, integer, mapping, number, scalar, sequence, string, where
 
 SUITE = "kernel"
@@ -478,10 +478,13 @@ class KernelSession(Session):
         err = max(measure.rel_err(self.refs[a.name].astype(a.dtype).astype(np.float64), self.refs[a.name])
                   for a in spec.outputs)
         t = stats.median_ms * 1e-3
-        return dict(rec, **stats.as_record(), precision="FP64 host", rel_err=err,
-                    gflops=problem.flops / t / 1e9, gbs=problem.bytes / t / 1e9,
-                    status="PASS" if err <= rec["rtol"] else "FAIL",
-                    error="CPU backend: no kernel ran; the reference was verified against itself")
+        # The row is the reference's, not the case's: its own variant and status, no step (so no table stars it
+        # as the fastest kernel) and no parameters (so no gate matches it with a kernel's row of that case).
+        return dict(rec, **stats.as_record(), variant=REFERENCE_VARIANT, step="", params="", precision="FP64 host",
+                    rel_err=err, gflops=problem.flops / t / 1e9, gbs=problem.bytes / t / 1e9,
+                    status=REFERENCE if err <= rec["rtol"] else "FAIL",
+                    error=f"CPU backend: no kernel ran ({rec['variant']} {rec['params']} asked); the reference was "
+                          "timed and verified against itself")
 
 
 class KernelWorkload(Workload):
