@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from nnbench.errors import NnbenchError
+from nnbench.runtime.device import NO_GPU_ARCH  # noqa: F401 - re-exported for the commands
 
 CHOICES = ("cuda", "cpu", "auto")
 ENV = "NNBENCH_BACKEND"
 USER_KEYS = ("backend",)
-from nnbench.runtime.device import NO_GPU_ARCH  # noqa: F401 - re-exported for the commands
 
 
 @dataclass(frozen=True)

@@ -204,7 +204,8 @@ WARPTILE_PARAMS = (
     param("TM", 8, (4, 8), "thread tile rows"),
     param("TN", 4, (4, 8), "thread tile columns"),
 )
-MIN_BLOCKS = param("MIN_BLOCKS", 1, (1, 2), "resident blocks per SM asked of the register allocator (__launch_bounds__)")
+MIN_BLOCKS = param("MIN_BLOCKS", 1, (1, 2),
+                   "resident blocks per SM asked of the register allocator (__launch_bounds__)")
 WARPTILE_DERIVED = (
     ("THREADS", "32 * (BM // WM) * (BN // WN)"),
     ("WMITER", "(WM * WN) // (32 * TM * TN * WNITER)"),

@@ -159,7 +159,8 @@ def test_the_checks_see_a_planted_circle_an_upward_import_and_a_workload_reachin
     planted["nnbench.workloads.conv.session"].add("nnbench.workloads.train.mlp")  # one workload into another
     assert circles(planted)
     assert any("nnbench.runtime.device" in line for line in upward(planted))
-    assert foreign_imports_of_workloads(planted) == ["nnbench.workloads.conv.session imports nnbench.workloads.train.mlp"]
+    assert foreign_imports_of_workloads(planted) == [
+        "nnbench.workloads.conv.session imports nnbench.workloads.train.mlp"]
     # and the reader sees imports hidden inside functions
     f = tmp_path / "nnbench" / "probe.py"
     f.parent.mkdir()

@@ -13,6 +13,8 @@ from nnbench.errors import NnbenchError
 from nnbench.workloads.conv import problem as conv_problem
 from nnbench.workloads.conv import reference as conv_ref
 
+ConvShape = conv_problem.ConvShape
+
 SHAPES = [(2, 3, 7, 9, 3, 1, 0), (1, 2, 8, 5, 3, 2, 1), (2, 1, 11, 6, 5, 2, 2), (1, 4, 5, 5, 5, 1, 0)]
 
 
@@ -27,7 +29,7 @@ def test_reference_is_the_direct_sum(N, C, H, W, R, stride, pad):
     rng = np.random.default_rng(1)
     K = 3
     x, wt = conv_ref.random_nonzero(rng, (N, C, H, W)), conv_ref.random_nonzero(rng, (K, C, R, R))
-    s = conv_problem.ConvShape(N, C, H, W, K, R, stride, pad)
+    s = ConvShape(N, C, H, W, K, R, stride, pad)
     y = np.zeros((N, K, s.Ho, s.Wo))
     for n in range(N):
         for k in range(K):
@@ -50,24 +52,24 @@ def test_pooling_reference():
 
 
 def test_shape_arithmetic_and_refusals():
-    s = conv_problem.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    s = ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
     assert (s.Ho, s.Wo) == (56, 56) and s.flops == 2 * 32 * 64 * 64 * 9 * 56 * 56
     assert s.unroll_bytes == 4 * 32 * 56 * 56 * (64 * 9 + 64)  # the K^2 blow-up (9x the input) and Z
     assert tuple(s.dims().tolist()) == (32, 64, 56, 56, 64, 3, 1, 1, 56, 56) and s.dims().itemsize == 40
-    assert conv_problem.ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
-    for bad, needle in ((conv_problem.ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (conv_problem.ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),
-                        (conv_problem.ConvShape(1, 0, 4, 4, 1, 3), "--c 0")):
+    assert ConvShape(1, 1, 7, 7, 1, 3, 2, 0).Ho == 3
+    for bad, needle in ((ConvShape(1, 1, 4, 4, 1, 5), "--r 5"), (ConvShape(1, 1, 4, 4, 1, 3, 1, -1), "--pad"),
+                        (ConvShape(1, 0, 4, 4, 1, 3), "--c 0")):
         with pytest.raises(NnbenchError, match=needle):
             bad.validate()
     tiled, const = workloads.get("conv", "tiled"), workloads.get("conv", "constant")
-    assert conv_problem.refusal(tiled, tiled.defaults(), conv_problem.ConvShape(1, 1, 32, 32, 1, 13, 1, 0))
-    assert conv_problem.refusal(const, const.defaults(), conv_problem.ConvShape(1, 2048, 8, 8, 4, 3))  # 18,432 floats per map
-    assert conv_problem.refusal(const, const.defaults(), conv_problem.ConvShape(1, 128, 8, 8, 128, 3)) is None  # runs in chunks
+    assert conv_problem.refusal(tiled, tiled.defaults(), ConvShape(1, 1, 32, 32, 1, 13, 1, 0))
+    assert conv_problem.refusal(const, const.defaults(), ConvShape(1, 2048, 8, 8, 4, 3))  # 18,432 floats per map
+    assert conv_problem.refusal(const, const.defaults(), ConvShape(1, 128, 8, 8, 128, 3)) is None  # runs in chunks
 
 
 def test_layer_sets_and_their_errors(tmp_path):
     sets = conv_problem.load_sets()
-    assert sets["resnet"][0] == conv_problem.ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
+    assert sets["resnet"][0] == ConvShape(32, 64, 56, 56, 64, 3, 1, 1)
     assert [s.R for s in sets["lenet5"]] == [5, 5]
     bad = tmp_path / "c.yaml"
     bad.write_text("sets:\n  x:\n    - {n: 1, c: 1, h: 4, w: 4, k: 1, r: 3}\n    - {n: 1, c: 1, h: 4, w: 4, k: 1}\n")
@@ -109,11 +111,11 @@ def test_backward_reference_against_finite_differences(N, C, H, W, R, stride, pa
     rng = np.random.default_rng(2)
     K = 2
     x, wt = rng.standard_normal((N, C, H, W)), rng.standard_normal((K, C, R, R))
-    s = conv_problem.ConvShape(N, C, H, W, K, R, stride, pad)
+    s = ConvShape(N, C, H, W, K, R, stride, pad)
     dy = rng.standard_normal((N, K, s.Ho, s.Wo))
     u = rng.standard_normal((N, C * R * R, s.Ho * s.Wo))
-    assert np.sum(conv_ref.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * conv_ref.col2im(u, x.shape, R, stride,
-                                                                                                  pad)))
+    back = conv_ref.col2im(u, x.shape, R, stride, pad)
+    assert np.sum(conv_ref.im2col(x, R, stride, pad) * u) == pytest.approx(np.sum(x * back))
     dx, dw = conv_ref.conv_backward_reference(x, wt, dy, stride, pad)
     assert dx.flags.c_contiguous and dw.flags.c_contiguous  # uploaded as NCHW (a padded view was not)
     loss = lambda xx, ww: float(np.sum(dy * conv_ref.conv_reference(xx, ww, stride, pad)))
@@ -217,7 +219,7 @@ def test_the_numpy_path_passes_at_every_seed_and_a_dropped_tap_or_tf32_fails(dim
     from nnbench.runtime.cpu import CpuBackend
     from nnbench.workloads.conv import session as conv
     from nnbench.workloads.conv.launch import Layer
-    shape = conv_problem.ConvShape(*dims)
+    shape = ConvShape(*dims)
     limit = conv.bounds.forward_limit("FP32 host", shape)
     worst = {"honest": 0.0, "dropped": np.inf, "tf32": np.inf}
     for seed in range(200):
@@ -236,7 +238,7 @@ def test_the_gradients_limits_pass_float32_at_every_seed_and_fail_a_dropped_tap(
     """dX and dW computed in float32, each against its own magnitudes and the limit of its reduction length (K*R*S,
     N*P*Q), pass over 200 seeds; the filters' centre tap dropped from both fails at every seed."""
     from nnbench.workloads.conv import bounds
-    shape = conv_problem.ConvShape(*dims)
+    shape = ConvShape(*dims)
     lim_dx, lim_dw = bounds.backward_limits("FP32 host", shape)
     honest, dropped = 0.0, np.inf
     for seed in range(200):

@@ -11,6 +11,8 @@ from nnbench.workloads.conv import launch as conv_launch
 from nnbench.workloads.conv import problem as conv_problem
 from nnbench.workloads.conv import session as conv
 
+ConvShape = conv_problem.ConvShape
+
 FORWARD = workloads.get("conv", "implicit-wgmma")
 BACKWARD = workloads.get("conv-backward", "implicit-wgmma-backward")
 
@@ -29,7 +31,7 @@ class _Backend:
 
 def test_below_sm90_the_implicit_paths_are_one_skip_line_each():
     session = conv.ConvSession(_Backend((8, 0)), None, 1e-4, 0, {})
-    shape = conv_problem.ConvShape(2, 3, 9, 9, 4, 3, 1, 1)
+    shape = ConvShape(2, 3, 9, 9, 4, 3, 1, 1)
     for v in (FORWARD, BACKWARD):
         rec = session.run_case(Case.defaults(v), shape, compiled=None)
         assert rec["status"] == "SKIP"
@@ -43,7 +45,7 @@ def test_defaults_and_build_target():
     assert FORWARD.launch_block(FORWARD.defaults()) == (512, 1, 1)  # 2 producer + 2 consumer warpgroups
     assert FORWARD.target("sm_80") == BACKWARD.target("sm_90") == "sm_90a"
     # TF32's own limit, from its precision (each product off by up to (1 + 2^-10)^2 - 1), FP32-level for 3xTF32's
-    tf32, shape = workloads.get("conv", "implicit-wgmma-tf32"), conv_problem.ConvShape(2, 64, 9, 9, 4, 3, 1, 1)
+    tf32, shape = workloads.get("conv", "implicit-wgmma-tf32"), ConvShape(2, 64, 9, 9, 4, 3, 1, 1)
     assert conv.bounds.forward_limit(tf32.precision, shape) > 1.9e-3 > 1e-4 > conv.bounds.forward_limit(
         FORWARD.precision, shape)
 
@@ -88,5 +90,5 @@ def test_the_data_gradient_splits_k_as_the_forward_does_at_stride_1_only():
     layer2, strided = conv_problem.load_sets()["resnet"][1:]
     assert conv_launch.conv_data_slices(layer2, 128, 128, 32, sms) == 2  # 196 tiles: 2 slices of 18 k-blocks
     assert conv_launch.conv_data_slices(strided, 128, 128, 32, sms) == 1  # gridDim.z holds its 4 phases
-    assert conv_launch.conv_data_slices(conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
-    assert conv_launch.conv_data_slices(conv_problem.ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block
+    assert conv_launch.conv_data_slices(ConvShape(1, 20, 11, 13, 128, 3, 1, 1), 128, 128, 32, sms) == 2
+    assert conv_launch.conv_data_slices(ConvShape(2, 3, 9, 9, 4, 3, 1, 1), 128, 64, 32, sms) == 1  # 1 k-block

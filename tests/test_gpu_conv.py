@@ -11,6 +11,8 @@ from nnbench.workloads.conv import problem as conv_problem
 from nnbench.workloads.conv import reference as conv_ref
 from nnbench.workloads.conv import session as conv
 
+ConvShape = conv_problem.ConvShape
+
 pytestmark = pytest.mark.gpu
 
 FAST = measure.TimingSettings(budget_s=0.02, min_samples=3, max_noise=1.0)
@@ -42,7 +44,8 @@ def test_backward_paths_match_the_reference(cuda_backend, set_name):
     """dX and dW of both backward paths against float64 (both poisoned first)."""
     shapes = conv_problem.load_sets()[set_name][:2]
     cases = [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0, vendor=False))
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0,
+                            vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:
         assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
@@ -85,7 +88,7 @@ def test_a_lenet5_graph_missing_its_update_fails_the_check(cuda_backend):
         assert (err <= limit) == ok, (drop, err, limit)
 
 
-@pytest.mark.parametrize("shape", [conv_problem.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv_problem.ConvShape(4, 64, 14, 14, 64, 3)],
+@pytest.mark.parametrize("shape", [ConvShape(2, 3, 13, 11, 5, 3, 1, 1), ConvShape(4, 64, 14, 14, 64, 3)],
                          ids=lambda s: s.label)
 def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, shape, tmp_path):
     """The direct path patched to leave the last output map unwritten (tests/mutants.py, skip_channel: it
@@ -100,20 +103,20 @@ def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, 
     layer = conv_launch.Layer(cuda_backend, shape, seed=0)
     base = dict(variant="direct")
     limit = conv.bounds.forward_limit(v.precision, shape)
-    ok = conv._timed(cuda_backend, dict(base), layer, conv_launch.direct_launch(cuda_backend, v, params, real, layer), FAST,
-                     limit)
+    honest = conv_launch.direct_launch(cuda_backend, v, params, real, layer)
+    ok = conv._timed(cuda_backend, dict(base), layer, honest, FAST, limit)
     assert ok["status"] == "PASS", ok["rel_err"]
-    bad = conv._timed(cuda_backend, dict(base), layer, conv_launch.direct_launch(cuda_backend, v, params, mutated, layer),
-                      FAST, limit)
+    broken = conv_launch.direct_launch(cuda_backend, v, params, mutated, layer)
+    bad = conv._timed(cuda_backend, dict(base), layer, broken, FAST, limit)
     assert bad["status"] == "FAIL" and bad["rel_err"] > limit
 
 
 IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
-ODD_LAYERS = [conv_problem.ConvShape(1, 1, 5, 5, 1, 1), conv_problem.ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
-              conv_problem.ConvShape(2, 64, 15, 15, 64, 3, 1, 1), conv_problem.ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
-              conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2), conv_problem.ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
-              conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
-              conv_problem.ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
+ODD_LAYERS = [ConvShape(1, 1, 5, 5, 1, 1), ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
+              ConvShape(2, 64, 15, 15, 64, 3, 1, 1), ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
+              ConvShape(1, 130, 7, 7, 3, 3, 1, 2), ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
+              ConvShape(1, 20, 11, 13, 128, 3, 1, 1),  # the data gradient split in 2 (36 k-blocks, 2 tiles)
+              ConvShape(1, 2, 19, 18, 3, 16, 1, 1)]  # 16 x 16 taps: the gathers' bounds by row and column
 
 
 def _implicit(cuda_backend, suite: str, name: str):
@@ -132,21 +135,22 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
     shapes = conv_problem.load_sets()["odd"] + conv_problem.load_sets()["lenet5"] + ODD_LAYERS
     cases = [Case(v, tuple(dict(v.defaults(), **p).items()))
              for p in ({}, {"BM": 64}, {"BN": 128}, {"BM": 64, "BN": 128, "STAGES": 2}, {"PRODUCER_WGS": 1})]
-    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0, vendor=False))
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0,
+                            vendor=False))
     assert len(recs) == len(cases) * len(shapes)
     for r in recs:
         assert r["status"] == "PASS", (r["params"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
 @pytest.mark.parametrize("suite,name,defect,shape", [
-    ("conv", "implicit-wgmma", "drop_tap", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
-    ("conv-backward", "implicit-wgmma-backward", "drop_tap", conv_problem.ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv", "implicit-wgmma", "drop_tap", ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "drop_tap", ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
-    ("conv-backward", "implicit-wgmma-backward", "drop_slice", conv_problem.ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    ("conv-backward", "implicit-wgmma-backward", "drop_slice", ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
     # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
-    ("conv", "implicit-wgmma", "pair_drop", conv_problem.ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
+    ("conv", "implicit-wgmma", "pair_drop", ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
     # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
-    ("conv-backward", "implicit-wgmma-backward", "transpose", conv_problem.ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
+    ("conv-backward", "implicit-wgmma-backward", "transpose", ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
 def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape,
                                                                   tmp_path):
     """Patched with a test-only defect (tests/mutants.py; drop_tap: the last filter tap is gathered as zero;

@@ -74,6 +74,6 @@ def consistent_position(where, record_flops: float, roof) -> None:
 
 @pytest.mark.parametrize("variant", ["tiled", "unroll", "unroll-backward"])
 def test_profile_a_conv_path(cuda_backend, variant):
-    from nnbench.workloads.conv import problem as conv_problem
-    prof = profile_suite.profile(cuda_backend, "conv", variant, {}, conv_problem.ConvShape(8, 16, 28, 28, 32, 3, 1, 1), None)
+    from nnbench.workloads.conv.problem import ConvShape
+    prof = profile_suite.profile(cuda_backend, "conv", variant, {}, ConvShape(8, 16, 28, 28, 32, 3, 1, 1), None)
     assert prof.record["status"] == "PASS" and prof.seconds > 0 and prof.where is not None

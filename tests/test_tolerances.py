@@ -19,6 +19,8 @@ from nnbench.workloads.gemm import session as gemm
 from nnbench.workloads.train import batched, mlp
 from tests import mutants
 
+ConvShape = conv_problem.ConvShape
+
 NETS = [str(i) for i in range(1, 9)]
 PLANTED = np.float32(1.001)  # every update 0.1% too large
 
@@ -85,7 +87,7 @@ def test_a_gemm_that_skips_its_last_k_tile_fails_verification(shape):
     assert ok <= limit
 
 
-@pytest.mark.parametrize("shape", [conv_problem.ConvShape(2, 3, 13, 11, 5, 3, 1, 1), conv_problem.ConvShape(4, 64, 14, 14, 64, 3)])
+@pytest.mark.parametrize("shape", [ConvShape(2, 3, 13, 11, 5, 3, 1, 1), ConvShape(4, 64, 14, 14, 64, 3)])
 def test_a_conv_that_skips_an_output_channel_or_its_last_inputs_fails_verification(shape):
     layer = conv_launch.Layer(CpuBackend(), shape, seed=0)
     s = shape

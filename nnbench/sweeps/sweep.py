@@ -80,7 +80,8 @@ class Outcome:
     workers: int = 1  # the workers that ran jobs side by side (--gpus N, MPI ranks)
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
     first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
-    startup: dict | None = None  # the first worker's start-up phases (nnbench/sweeps/worker.py), seconds after its spawn
+    # the first worker's start-up phases (nnbench/sweeps/worker.py), seconds after its spawn
+    startup: dict | None = None
     compile: CompileStats = field(default_factory=CompileStats)
     searches: list[dict] = field(default_factory=list)  # per shape, under a strategy: what it found
     summary: Summary | None = None

@@ -262,7 +262,8 @@ class GpuLeNet:
         be, self.be = backend, backend
         n = self.batch = len(x)
         self.path, self.paths = path, layer_paths(path)
-        fwd_v, bwd_v = registry.find(VARIANTS, "conv", "unroll"), registry.find(VARIANTS, "conv-backward", "unroll-backward")
+        fwd_v = registry.find(VARIANTS, "conv", "unroll")
+        bwd_v = registry.find(VARIANTS, "conv-backward", "unroll-backward")
         pool_v, g = registry.find(VARIANTS, "pool", "max"), registry.TF32X3_GEMM
         fwd, bwd, pool, ew, gemm = compile_sources(be.arch, [
             (fwd_v.source, {}), (bwd_v.source, bwd_v.defaults()), (pool_v.source, pool_v.defaults()),

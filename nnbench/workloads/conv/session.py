@@ -396,7 +396,8 @@ class ConvSession(Session):
                 launch, path = self._tuned(rec, v, params, comp, shape, make, backward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
             elif v.runner == "unroll":
-                launch = unroll_backward_launch(be, v, params, comp, self.helper(registry.find(VARIANTS, "conv", "unroll")), layer, bufs)
+                unroll = self.helper(registry.find(VARIANTS, "conv", "unroll"))
+                launch = unroll_backward_launch(be, v, params, comp, unroll, layer, bufs)
             else:
                 launch = direct_backward_launch(be, params, comp, layer, bufs)
             be.fill_nan(bufs["dX"], layer.x.size)
@@ -423,7 +424,8 @@ class ConvWorkload(Workload):
         return name not in BACKWARD_VENDORS or any(c.variant.suite == "conv-backward" for c in cases)
 
     def variants(self, backend: str | None = None) -> list[Variant]:
-        return [v for suite in ("conv", "conv-backward", "conv-model") for v in registry.of_suite(VARIANTS, suite, backend)]
+        return [v for suite in ("conv", "conv-backward", "conv-model")
+                for v in registry.of_suite(VARIANTS, suite, backend)]
 
     def applies(self, case: Case, problem) -> bool:
         return (case.variant.runner == "lenet") == isinstance(problem, LeNetProblem)

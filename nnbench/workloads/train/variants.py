@@ -76,7 +76,8 @@ MLP: tuple[Variant, ...] = (
             "neuron-major and deltas sample-major, so every operand is mapped", "mlp/12_batched_wgmma.cu",
             tags=("batched", "tensor-core", "sm_90a"), runner="batched-wgmma", precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BN=64), dict(BM=64), dict(BM=64, BN=64))),
-            **dict(WGMMA_TILES, derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"), ("B_COPIES", "2")),
+            **dict(WGMMA_TILES,
+                   derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"), ("B_COPIES", "2")),
                    split_k=False)),
 )
 
