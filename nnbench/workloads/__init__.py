@@ -10,6 +10,7 @@ workload is one line here; the packages are imported only when asked for.
 
 from __future__ import annotations
 
+import os
 from importlib import import_module
 
 from nnbench import registry
@@ -24,6 +25,22 @@ WORKLOADS = {
     "conv": "nnbench.workloads.conv",
     "kernel": "nnbench.workloads.kernel",  # a user's own .cu file, declared in YAML
 }
+# A workload outside nnbench's tree (a lab's own package on the Python path): NNBENCH_WORKLOADS="name=package,...".
+# An environment variable, not a call, so that sweep workers (processes of their own) see it too.
+EXTRA_ENV = "NNBENCH_WORKLOADS"
+
+
+def _extra(text: str) -> dict[str, str]:
+    out = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        name, eq, package = (s.strip() for s in item.partition("="))
+        if not eq or not name.isidentifier() or not all(p.isidentifier() for p in package.split(".")):
+            raise NnbenchError(f"{EXTRA_ENV}: {item!r} is not name=package (e.g. attention=mylab.attention)")
+        out[name] = package
+    return out
+
+
+WORKLOADS.update(_extra(os.environ.get(EXTRA_ENV, "")))
 
 
 def workload(name: str):
