@@ -58,7 +58,7 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
       nnbench profile gemm -v coarsened --ts 32 --wpt 8 --ncu
       nnbench profile train -v fused --net 8 --ncu
       nnbench profile train -v batched --net 8 --batch 4096
-      nnbench profile train -v batched --backend cpu --arch sm_90
+      nnbench profile train -v batched --net 8 --batch 4096 --backend cpu --arch sm_90
       nnbench profile conv -v tiled --layer 32,64,56,56,64,3,1,1
       nnbench profile conv -v lenet5 --model lenet5
       nnbench profile kernel -v tiled --ts 16 --config examples/tiled_gemm/tiled_gemm.yaml --problem 1
