@@ -47,7 +47,7 @@ def test_a_cudnn_row_keeps_its_fastest_draw_verifies_it_and_names_every_draws_ke
     monkeypatch.setattr(measure, "measure", lambda backend, launch, settings: _Stats(times[id(launch)]))
     session = SimpleNamespace(backend=None, settings=None)
     rec = conv.ConvSession._cudnn_row(session, {"rtol": 1e-5, "params": "p"}, [d for d, _ in made],
-                                      poison=lambda: calls.append(("poison", "")), rel_err=lambda: 2e-6)
+                                      poison=lambda: calls.append(("poison", "")), check=lambda: (2e-6, 1e-5))
     kept = made[fast][0].label
     assert rec["median_ms"] == 0.091 and rec["status"] == "PASS" and rec["params"] == "p"
     # The kept draw's outputs are poisoned, made again and copied out before they are verified.
@@ -56,7 +56,7 @@ def test_a_cudnn_row_keeps_its_fastest_draw_verifies_it_and_names_every_draws_ke
     assert "deterministic off 0.1000 ms" in rec["tiles"] or "deterministic off 0.0910 ms" in rec["tiles"]
     assert "sm90_xmma_a" in rec["tiles"] and "sm90_xmma_b" in rec["tiles"]
     failed = conv.ConvSession._cudnn_row(session, {"rtol": 1e-5, "params": "p"}, [d for d, _ in made],
-                                         poison=lambda: None, rel_err=lambda: 1e-4)
+                                         poison=lambda: None, check=lambda: (1e-4, 1e-5))
     assert failed["status"] == "FAIL"
 
 

@@ -72,7 +72,6 @@ def _param_set(path: Path, v: registry.Variant, node, what: str, blame, rule_wha
 SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants",
               "strategy", "budget"]
 PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
-SWEEP_SUITES = list(WORKLOADS)
 TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog", "keep_throttled"]
 
 
@@ -154,7 +153,7 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
     name = string(path, top["name"][1], "name") if "name" in top else path.stem
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise fail(path, top["name"][1], f"name: {name!r} may use only letters, digits, '_', '-' and '.'")
-    suite = string(path, top["suite"][1], "suite", SWEEP_SUITES)
+    suite = string(path, top["suite"][1], "suite", list(WORKLOADS))  # as listed now (NNBENCH_WORKLOADS too)
     work = find_workload(suite)
 
     cases: list[Case] = []
