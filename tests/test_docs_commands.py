@@ -37,7 +37,8 @@ CANNOT_RUN_HERE = {
     "postgresql://": "a PostgreSQL server of the user's",
     "--size 4096": "the full ladder at 4096³ takes minutes on the NumPy path",
     "history show": "reads the history database that `nnbench history record` makes first",
-    "--baseline results/baselines/nvidia-h100": "checks against the H100's committed baseline: every case needs that GPU",
+    "--baseline results/baselines/nvidia-h100": "checks against the H100's committed baseline: every case needs "
+                                                 "that GPU",
 }
 
 
