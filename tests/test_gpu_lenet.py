@@ -31,17 +31,22 @@ def test_every_lenet5_path_matches_the_reference(cuda_backend, batch):
             assert r["status"] == "PASS", (path, what, r.get("rel_err"), r.get("error"))
 
 
-@pytest.mark.parametrize("defect", ["MUTATE_DROP_TAP"])
-def test_a_dropped_filter_tap_in_the_implicit_path_fails_the_lenet5_check(cuda_backend, defect):
-    """conv steps 9 and 10 built with the test-only switch (the last of each filter's 5 x 5 taps never
-    gathered: in the forward, the data gradient and the filter gradient) fail LeNet-5's one-step check
-    against float64; built without it, the same step passes."""
+@pytest.mark.parametrize("defect", ["drop_tap"])
+def test_a_dropped_filter_tap_in_the_implicit_path_fails_the_lenet5_check(cuda_backend, defect, tmp_path):
+    """conv steps 9 and 10 built from a mutated copy of kernels_cu/ (tests/mutants.py: the last of each
+    filter's 5 x 5 taps never gathered, in the forward, the data gradient and the filter gradient) fail
+    LeNet-5's one-step check against float64; built from the shipped sources, the same step passes."""
+    from contextlib import nullcontext
+
+    from tests import mutants
     _hopper(cuda_backend)
     x, labels = lenet.images(2, 0)
     params = lenet.init_params(0)
     ref_loss, ref_params, _ = lenet.reference_step(params, x, labels, 0.05)
     errs = {}
     for planted in (False, True):
-        net = lenet.GpuLeNet(cuda_backend, params, x, labels, 0.05, "implicit", {defect: 1} if planted else None)
-        errs[planted] = lenet.first_step_error(net, net.callable(net.step_launches), params, ref_loss, ref_params)
+        with mutants.kernel_root(tmp_path, defect) if planted else nullcontext():
+            net = lenet.GpuLeNet(cuda_backend, params, x, labels, 0.05, "implicit", None)
+            errs[planted] = lenet.first_step_error(net, net.callable(net.step_launches), params, ref_loss,
+                                                   ref_params)
     assert errs[False] <= lenet.check_limit(params, x, labels, 0.05, ref_loss, ref_params) < errs[True], errs

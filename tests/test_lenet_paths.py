@@ -165,7 +165,7 @@ def test_the_implicit_gathers_on_the_cpu_match_float64(shape):
 @pytest.mark.parametrize("path", ["implicit", ALL_IMPLICIT[0]])
 def test_a_dropped_filter_tap_fails_the_lenet5_check_on_the_cpu_path(path, monkeypatch):
     """LeNet-5's one-step check (weight changes and loss against float64, lenet.step_limit) on the CPU path of the
-    implicit variant: passes as built, fails with the kernels' planted defect (-DMUTATE_DROP_TAP: the last
+    implicit variant: passes as built, fails with the kernels' planted defect (tests/mutants.py drop_tap: the last
     of each filter's taps never gathered) modelled; the GPU's own is tests/test_gpu_lenet.py."""
     monkeypatch.setitem(lenet.PATHS, *ALL_IMPLICIT)
     x, labels = lenet.images(1, 0)

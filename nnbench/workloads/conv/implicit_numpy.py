@@ -3,7 +3,7 @@ own index arithmetic (kernels_cu/conv/implicit_wgmma.cuh's PatchRows and load_fi
 10_implicit_wgmma_backward.cu's FilterGather), padded to whole BM x BN x BK tiles with zeros where the
 kernels' cp.async zero-fills, and multiplied k-block by k-block in float32. The CPU path of LeNet-5's
 implicit variant (`lenet.cpu_step`), so CI checks the gathers' arithmetic, and that the one-step check
-catches a dropped filter tap (`drop_tap`, as the kernels' -DMUTATE_DROP_TAP), without a GPU. Stride 1
+catches a dropped filter tap (`drop_tap`, as tests/mutants.py patches the kernels), without a GPU. Stride 1
 (LeNet-5's layers); NCHW float32.
 """
 
