@@ -221,8 +221,8 @@ def cpu_step(params, x: np.ndarray, labels: np.ndarray, rate: float, path: str =
              drop_tap: bool = False):
     """One SGD step in float32 on the CPU with each layer's convolutions computed as `path` computes them:
     the implicit layers by nnbench/workloads/conv/implicit_numpy.py (the kernels' gathers, tiles and zero-fill;
-    `drop_tap`: their last filter tap never gathered, as tests/mutants.py patches the kernels), the others by im2col and a
-    product. Returns (loss, updated params), for the same check as the GPU's step (`cpu_step_error`)."""
+    `drop_tap`: their last filter tap never gathered, as tests/mutants.py patches the kernels), the others by
+    im2col and a product. Returns (loss, updated params), for the same check as the GPU's step (`cpu_step_error`)."""
     from nnbench.workloads.conv import implicit_numpy as imp
     f32 = np.float32
     kinds = layer_paths(path)

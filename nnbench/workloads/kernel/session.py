@@ -184,7 +184,13 @@ def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
     try:
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
-            shape, _, dtype = np.lib.format._read_array_header(f, version, max_header_size=10000)
+            # numpy's public header readers (its private one is gone from numpy 2.4): formats 1.0 and 2.0, which
+            # np.save writes for every numeric array (3.0 is only for non-Latin-1 field names)
+            read = {(1, 0): np.lib.format.read_array_header_1_0,
+                    (2, 0): np.lib.format.read_array_header_2_0}.get(version)
+            if read is None:
+                raise ValueError(f"format {version[0]}.{version[1]}; allowed: 1.0 or 2.0, as np.save writes numbers")
+            shape, _, dtype = read(f, max_header_size=10000)
     except (OSError, ValueError, EOFError, SyntaxError, TypeError) as e:
         raise NnbenchError(f"not a readable .npy file ({' '.join(str(e).split())[:200]})") from None
     if dtype.hasobject or dtype.kind not in "biuf":
