@@ -138,3 +138,28 @@ def test_an_mpi_sweep_from_a_host_file(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     got = [r for r in csv.DictReader(out.open()) if r["status"] != "SKIP"]
     assert got and all(r["status"] in ("PASS", "REFERENCE") for r in got), got
+
+
+# -- sharded sweeps: the order of the shared queue, and the overhead per worker ------------------------
+def test_several_workers_take_the_largest_shapes_first():
+    from types import SimpleNamespace
+
+    from nnbench.sweeps.sweep import longest_first
+    from nnbench.sweeps.worker import Job
+    small, big, mid = (SimpleNamespace(flops=f) for f in (1e3, 1e9, 1e6))
+    jobs = [Job("case", small, "a"), Job("case", big, "b"), Job("case", mid, "c"), Job("case", big, "d")]
+    assert [j.case for j in longest_first(jobs)] == ["b", "d", "c", "a"]  # the plan's order within a shape
+
+
+def test_two_cpu_workers_report_their_own_overhead(tmp_path):
+    """--gpus 2 on the CPU backend: each worker's kernel time is set against the run's wall time, on its own:
+    the two add up to the sweep's kernel time, and neither overhead is negative."""
+    from nnbench.sweeps import sweep
+
+    from .test_sweep import cpu_spec
+    spec = cpu_spec(tmp_path, [(32, 32, 32), (96, 96, 96), (64, 64, 64), (48, 48, 48)], budget=0.02)
+    outcome = sweep.execute(spec, "cpu", tmp_path / "r.csv", gpus=[0, 1])
+    assert outcome.jobs == 4 and len(outcome.worker_gpu_s) == 2 and min(outcome.worker_gpu_s) > 0
+    assert sum(outcome.worker_gpu_s) == pytest.approx(outcome.gpu_s)
+    assert outcome.worker_overheads == [pytest.approx(1 - g / outcome.run_s) for g in outcome.worker_gpu_s]
+    assert all(0 <= o < 1 for o in outcome.worker_overheads)
