@@ -163,3 +163,25 @@ def test_two_cpu_workers_report_their_own_overhead(tmp_path):
     assert sum(outcome.worker_gpu_s) == pytest.approx(outcome.gpu_s)
     assert outcome.worker_overheads == [pytest.approx(1 - g / outcome.run_s) for g in outcome.worker_gpu_s]
     assert all(0 <= o < 1 for o in outcome.worker_overheads)
+
+
+@pytest.mark.gpu
+def test_a_gpu_scaling_run_splits_every_ranks_step(tmp_path):
+    """On 2 GPUs: 1 and 2 GPUs, weak and strong, beside PyTorch; every data-parallel row carries both ranks'
+    split, and the split adds up to the step."""
+    from nnbench.runtime import device_count
+    if device_count() < 2:
+        pytest.skip("needs 2 GPUs")
+    path = tmp_path / "scaling.csv"
+    res = CliRunner().invoke(cli, ["train", "--net", "8", "--batch", "1024", "--gpus", "1,2", "--strong", "-v",
+                                   "batched", "--epochs", "1", "--train-samples", "8192", "--no-letters",
+                                   "--compare", "torch", "--csv", str(path)])
+    assert res.exit_code == 0, res.output
+    rows = list(csv.DictReader(path.open()))
+    ours = [r for r in rows if r["version"] == "batched" and r["ranks"] == "2"]
+    assert len(ours) == 1 and ours[0]["weak_eff"] and ours[0]["strong_eff"]
+    two = ours[0]
+    assert len(two["rank_kernels_us"].split()) == 2 and two["exchange"] == "nccl"
+    split = float(two["kernels_us"]) + float(two["rest_us"]) + float(two["exposed_us"])
+    assert split == pytest.approx(float(two["us_per_step"]))
+    assert any(r["version"] == "torch-ddp" and r["weak_eff"] for r in rows)

@@ -54,9 +54,9 @@ def scaling_table(rows: list[dict], title: str) -> Table:
         t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
     for r in sorted(rows, key=lambda r: (int(_f(r.get("batch")) or 0) // ranks_of(r), ranks_of(r))):
         n, b = ranks_of(r), int(_f(r.get("batch")) or 0)
-        weak, strong = _f(r.get("weak_eff")), _f(r.get("strong_eff"))
+        weak, strong, iqr = _f(r.get("weak_eff")), _f(r.get("strong_eff")), _f(r.get("step_iqr_pct"))
         t.add_row(str(n), f"{b:,}", f"{b // n:,}", r.get("version") or r.get("variant"),
-                  _num(_f(r.get("us_per_step")), ",.1f"), _pct(None if _f(r.get("step_iqr_pct")) is None else _f(r.get("step_iqr_pct")) / 100),
+                  _num(_f(r.get("us_per_step")), ",.1f"), _pct(None if iqr is None else iqr / 100),
                   _num(_f(r.get("kernels_us")), ",.1f"), _num(_f(r.get("rest_us")), ",.1f"),
                   _num(_f(r.get("exposed_us")), ",.1f"), _num(_f(r.get("samples_per_s")), ",.0f"),
                   _pct(weak), _pct(strong), "—" if strong is None else f"{strong * n:.2f}×",
