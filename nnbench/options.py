@@ -82,6 +82,23 @@ class Name(click.ParamType):
         return text
 
 
+class Counts(click.ParamType):
+    """A count, or a comma-separated list of counts (`--gpus 1,2,4`), each >= 1: sorted, each once."""
+
+    name = "N[,N...]"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, tuple):
+            return value
+        try:
+            counts = tuple(sorted({int(x) for x in str(value).split(",")}))
+        except ValueError:
+            _refuse(param, value, "expected a count or comma-separated counts, e.g. 2 or 1,2,4", ctx)
+        if min(counts) < 1:
+            _refuse(param, value, "every count must be >= 1", ctx)
+        return counts
+
+
 def _refuse(param, value, why: str, ctx):
     """`--rate inf: not a finite number; ...`: the project's one-line form, option and value first."""
     opt = param.opts[0] if param is not None and param.opts else "value"

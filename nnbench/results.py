@@ -49,7 +49,8 @@ TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "
             "threads_per_launch", "busy_threads", "speedup_per_thread", "speedup_per_busy_core",
             "flops_per_iteration", "weights_rel_err", "weights_rtol", "us_per_step", "step_iqr_pct", "samples_per_s",
             "tflops",
-            "flops_per_step", "gemm_us", "other_us", "compute_us", "comm_us", "exposed_us",
+            "flops_per_step", "gemm_us", "other_us", "compute_us", "comm_us", "exposed_us", "kernels_us", "rest_us",
+            "rank_us_per_step", "rank_kernels_us", "rank_exposed_us", "rank_rest_us", "weak_eff", "strong_eff",
             "buckets", "roles_us", "cublas_gemm_us",
             "vs_cublas_gemms", "launches_per_step", "train_seconds", "epochs", "steps", "steps_per_epoch",
             "train_samples", "tiles"]

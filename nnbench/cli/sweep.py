@@ -279,6 +279,9 @@ def print_outcome(spec, outcome) -> None:
         over = f" summed over {outcome.workers} workers" if outcome.workers > 1 else ""
         line += (f" · kernel time {outcome.gpu_s:.1f} s{over} · overhead outside kernels "
                  f"{100 * outcome.overhead:.1f}% of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
+        if len(outcome.worker_overheads) > 1:
+            line += " · per worker, the run's wall time outside its kernels: " + ", ".join(
+                f"{100 * o:.1f}%" for o in outcome.worker_overheads)
     app.out.print(line)
     if spec.suite == "kernel" and outcome.backend == "cpu":
         app.out.print("CPU backend: no kernel ran; each problem's float64 reference was timed and verified against "

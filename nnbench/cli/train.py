@@ -46,9 +46,16 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="With --batch: epochs over the noisy training set (default 10).")
 @click.option("--train-samples", type=click.IntRange(min=1), default=None,
               help="With --batch: noisy training letters (default 65,536).")
-@click.option("--gpus", "--ranks", "ranks", type=click.IntRange(min=1), default=None,
+@click.option("--gpus", "--ranks", "ranks", type=options.Counts(), default=None,
               help="With --batch: data-parallel over N MPI ranks, one per GPU (on the CPU backend, N processes). "
-                   "nnbench starts mpirun itself, or runs as the ranks of an mpirun/srun it was started under.")
+                   "nnbench starts mpirun itself, or runs as the ranks of an mpirun/srun it was started under. "
+                   "A list (1,2,4) is a scaling run: each count its own set of ranks at --batch samples per rank "
+                   "(weak scaling against 1 rank, always run), one table and CSV for all.")
+@click.option("--strong", is_flag=True,
+              help="With --gpus N,M,...: also strong scaling, every count at the largest count's global batch.")
+@click.option("--global-batch", "global_batch", type=click.IntRange(min=1), default=None,
+              help="With --gpus N,M,...: strong scaling at this global batch (a multiple of every count; "
+                   "implies --strong).")
 @click.option("--allreduce", "allreduce", type=click.Choice(["nccl", "mpi"]), default=None,
               help="Gradient exchange with --gpus: nccl (device-side, the default) or mpi (the seed's: through "
                    "the host). The CPU backend always uses mpi.")
@@ -89,7 +96,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @nogpu.compile_only_options
 @backend_option
-def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, allreduce, bucket_mb, encoding, rate,
+def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, strong, global_batch, allreduce,
+          bucket_mb, encoding, rate,
           momentum,
           tolerance, max_iterations, seed, init_kind, init_scale, blocks, test_per_letter, compare, torch_iterations,
           csv_path, force, letters, compile_only, arch, backend) -> None:
@@ -105,6 +113,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
       nnbench train -v fused --compile-only    # registers, shared memory, spills; no GPU needed
       nnbench train --net 8 --batch 16384 --gpus 4 --allreduce nccl
       nnbench train --net 8 --batch 8192 --gpus 2 --bucket-mb 2 --compare torch   # beside PyTorch DDP
+      nnbench train --net 8 --batch 4096 --gpus 1,2,4 --strong --compare torch     # weak and strong scaling
     """
     from nnbench import nets as nets_mod
     from nnbench.workloads.train import batched as batched_mod
@@ -163,6 +172,14 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
         gpu = [v.name for v in pool if v.backend != "cpu"]
         nogpu.show_resources("train", mlp.plan([n for n in names if n in gpu] or gpu, "cuda", pool), arch, backend)
         return
+    counts, ranks = ranks, (ranks[0] if ranks and len(ranks) == 1 else None)
+    if counts is not None and len(counts) > 1:
+        _scaling(counts, batch, global_batch or (batch * max(counts) if strong else None), mini, train_samples,
+                 backend, csv_path, force)
+        return
+    for opt, given in (("--strong", strong), ("--global-batch", global_batch)):
+        if given:
+            raise NnbenchError(f"{opt}: applies to a scaling run, --gpus with a list of counts (e.g. --gpus 1,2,4)")
     world = _data_parallel(ranks, allreduce, mini, batch, backend, bucket_mb)
     be = open_device(backend, world.local_rank if world else None)
     cpu_cap = None
@@ -272,13 +289,55 @@ def _data_parallel(ranks: int | None, allreduce: str | None, mini: bool, batch: 
     if batch % ranks:
         raise NnbenchError(f"--batch {batch} does not split evenly over --gpus {ranks}: give a multiple of {ranks} "
                            "(uneven splits are refused, so every rank's step takes the same time)")
+    _refuse_missing_gpus(ranks, backend)
+    sys.exit(exchange.launch(ranks, app.ARGV))
+
+
+def _refuse_missing_gpus(ranks: int, backend: str) -> None:
     if backend != "cpu":
         from nnbench.runtime import device_count
         have = device_count()
         if have < ranks and backend == "cuda":
             raise NnbenchError(f"--gpus {ranks}: this machine has {have} GPU(s); give at most {have}, or "
                                "--backend cpu for CPU ranks")
-    sys.exit(exchange.launch(ranks, app.ARGV))
+
+
+def _scaling(counts: tuple[int, ...], batch: int, global_batch: int | None, mini: bool, train_samples: int | None,
+             backend: str, csv_path, force: bool) -> None:
+    """A scaling run (nnbench/cli/scaling.py): every count's run, then one table and one CSV of them all."""
+    from nnbench.cli import scaling as scaling_runs
+    from nnbench.report import scaling
+    from nnbench.runtime import exchange
+    label = ",".join(map(str, counts))
+    if not mini:
+        raise NnbenchError(f"--gpus {label}: data-parallel training runs mini-batches; give --batch B > 1")
+    if exchange.started_size() > 1:
+        raise NnbenchError(f"--gpus {label}: a scaling run starts each count's ranks itself; run it outside "
+                           "mpirun/srun, or give one count")
+    counts = tuple(sorted({1, *counts}))  # the one-rank reference is always measured in the same call
+    _refuse_missing_gpus(max(counts), backend)
+    runs = scaling_runs.plan(counts, batch, global_batch)
+    most = max(b for _, b in runs)
+    if train_samples < most:
+        raise NnbenchError(f"--train-samples {train_samples}: a scaling run's largest global batch is {most:,}; "
+                           f"give at least {most:,}")
+    sink = app.open_sink(csv_path, "train-scaling", backend, force)
+    try:
+        app.out.print(f"scaling run: ranks {', '.join(map(str, counts))} at {batch:,} samples per rank"
+                      + (f"; strong scaling at a global batch of {global_batch:,}" if global_batch else ""))
+        rows = scaling.add_efficiency(scaling_runs.run_counts(app.ARGV, runs, app.out.print))
+        for r in rows:
+            sink.append(r)
+    finally:
+        sink.close()
+    clock = rows[0].get("timing") if rows else None
+    app.out.print(scaling.scaling_table(rows, f"scaling · weak: T1(B/N) / TN(B) · strong: T1(B) / (N TN(B)) · "
+                                              f"B global batch, N ranks{' · ' + clock if clock else ''}"))
+    if getattr(sink, "path", None):
+        app.print_csv(sink.path)
+    if len(rows) == 0 or any(r.get("status") in results.FAILED for r in rows) or \
+            len({(r.get("ranks"), r.get("batch")) for r in rows}) < len(runs):
+        sys.exit(1)
 
 
 PLAIN_PROGRESS_S = 60.0  # without a terminal (a CI log, a file), a progress line this often per version

@@ -154,10 +154,10 @@ def train_table(records: list[dict], title: str) -> Table:
 def batch_table(records: list[dict], title: str) -> Table:
     t = Table(title=title, title_justify="left", header_style="bold", pad_edge=False)
     parallel = any((r.get("ranks") or 1) > 1 for r in records)
-    names = ["version", "µs/step", "±IQR", "samples/s", "TFLOP/s", "GEMM µs", "other µs", "×cuBLAS GEMMs",
+    names = ["version", "µs/step", "±IQR", "samples/s", "TFLOP/s", "GEMM µs", "other µs", "rest µs", "×cuBLAS GEMMs",
              "launches", "steps", "error", "train acc", "test acc", "check", ""]
     if parallel:  # the allreduce calls timed alone, and what of them the step does not hide (step - compute)
-        names[7:7] = ["allreduce µs", "exposed µs"]
+        names[8:8] = ["allreduce µs", "exposed µs"]
     for name in names:
         t.add_column(name, justify="left" if name in ("version", "") else "right", no_wrap=name == "version")
     for r in records:
@@ -165,7 +165,8 @@ def batch_table(records: list[dict], title: str) -> Table:
         t.add_row(r.get("variant") or r.get("version"), _num(r.get("us_per_step"), ",.1f"),
                   _num(r.get("step_iqr_pct"), ".1f") + "%",
                   _num(r.get("samples_per_s"), ",.0f"), _num(r.get("tflops"), ".2f"), _num(r.get("gemm_us"), ",.1f"),
-                  _num(r.get("other_us"), ",.1f"), *comm, _num(r.get("vs_cublas_gemms"), ".2f"),
+                  _num(r.get("other_us"), ",.1f"), _num(r.get("rest_us"), ",.1f"), *comm,
+                  _num(r.get("vs_cublas_gemms"), ".2f"),
                   _num(r.get("launches_per_step"), "d"), _num(r.get("steps"), ",d"), _num(r.get("final_error"), ".2e"),
                   _pct(r.get("train_accuracy"), ".0f"), _pct(r.get("test_accuracy"), ".1f"),
                   _num(r.get("weights_rel_err"), ".1e"), _status(r.get("status", "")))

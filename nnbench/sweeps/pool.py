@@ -36,6 +36,7 @@ class WorkerPool:
         self.on_restart = on_restart or (lambda pid: None)
         self.on_progress = on_progress
         self.restarts = 0
+        self.ran_on: dict[int, int] = {}  # id(job) -> the slot whose worker answered it (per-worker kernel time)
 
     def start(self) -> threading.Thread:
         """Start every slot's first worker at once, on a thread (while the parent compiles); join it
@@ -151,6 +152,7 @@ class WorkerPool:
                     rec = failure(e)
                 if queued is not None and queued[1] is not None and self.workers[i] is None:
                     queued = send(i, queued[0])  # it was in the pipe of the worker that is gone: not its fault
+                self.ran_on[id(job)] = i
                 done.put((job, rec))
                 inflight = queued
             done.put(None)

@@ -79,6 +79,7 @@ class Outcome:
     gpu_s: float = 0.0  # kernel time, summed over every worker
     workers: int = 1  # the workers that ran jobs side by side (--gpus N, MPI ranks)
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
+    worker_gpu_s: list[float] = field(default_factory=list)  # kernel time per worker slot (several workers)
     first_record_s: float | None = None  # from the run's start to its first record (the worker getting ready)
     # the first worker's start-up phases (nnbench/sweeps/worker.py), seconds after its spawn
     startup: dict | None = None
@@ -93,6 +94,14 @@ class Outcome:
         each had the whole run: their kernel time, summed, is set against the run times the workers
         (else four GPUs' kernel time over one wall clock came out as -201.7%)."""
         return 1.0 - self.gpu_s / (self.run_s * self.workers) if self.run_s > 0 and self.jobs else None
+
+    @property
+    def worker_overheads(self) -> list[float]:
+        """Per worker of several: the share of the run's wall time that worker spent outside its own kernels.
+        A worker runs one job at a time, so its kernel time fits in the wall time: never negative."""
+        if self.run_s <= 0 or not self.jobs:
+            return []
+        return [1.0 - g / self.run_s for g in self.worker_gpu_s]
 
     @property
     def overhead_total(self) -> float | None:
@@ -223,6 +232,13 @@ def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
                      if work.vendor_wanted(name, spec.cases)]
         jobs += [Job("case", problem, case) for case in spec.cases if work.applies(case, problem)]
     return jobs
+
+
+def longest_first(jobs: list[Job]) -> list[Job]:
+    """Jobs in the order several workers should take them from their shared queue: the largest shape (by
+    FLOPs, the expected case time) first, so that the run ends on short cases rather than one long one
+    with the other workers idle (longest processing time first); the plan's order within a shape."""
+    return sorted(jobs, key=lambda j: -(getattr(j.shape, "flops", 0) or 0))
 
 
 def link_shapes(jobs: list[Job]) -> None:
@@ -448,9 +464,10 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 # The vendor rows and the baseline go first; a case that finishes before its shape's
                 # have been written waits in memory for them (at most one case's length), so its row
                 # can carry % of the vendor and the speedup like any other.
-                firsts = [j for j in batch if id(j) not in skip and (j.kind == "vendor" or j.case == spec.baseline)]
+                firsts = longest_first([j for j in batch if id(j) not in skip
+                                        and (j.kind == "vendor" or j.case == spec.baseline)])
                 segments = [[j for j in batch if id(j) in skip],
-                            firsts + [j for j in batch if id(j) not in skip and j not in firsts]]
+                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts])]
             else:  # runs of jobs the worker takes back to back, cut at each SKIP row
                 firsts, segments, cur = [], [], []
                 for j in batch:
@@ -495,6 +512,10 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                                                       None if j.kind == "vendor" else j.case.variant, env))
             outcome.jobs += 1
             outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
+            slot = getattr(pool, "ran_on", {}).get(id(j))
+            if slot is not None:
+                outcome.worker_gpu_s += [0.0] * (slot + 1 - len(outcome.worker_gpu_s))
+                outcome.worker_gpu_s[slot] += (rec.get("gpu_ms") or 0.0) / 1e3
             outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
             yield j, record(rec)
 

@@ -587,6 +587,7 @@ class Outcome:
     weights: list | None = field(default=None, repr=False)  # the trained weights, float64
     comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs), its calls timed alone
     compute_us: float | None = None  # data-parallel: the same step without its allreduces, timed as the step
+    kernels_us: float | None = None  # the step's arithmetic alone: GPU launches timed alone; the CPU's host clock
     buckets: int | None = None  # data-parallel: allreduce calls per step
     error_curve: list[tuple[int, float]] = field(default_factory=list)
     stats: measure.Stats | None = None  # the steady-state step's samples (GPU versions)
@@ -630,19 +631,31 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
     else:
         ranges = {}
     started: list = []  # (request, the part it sums) of this step's buckets
+    # The step's split, host clock: `spent["math"]` the gradient and update arithmetic, `spent["mpi"]` the time
+    # this rank is inside an MPI call (starting a bucket, waiting for it, the one allreduce), `spent["copy"]`
+    # the copies into the flat buffer, taken out of the arithmetic's span because they happen inside it.
+    spent = dict(math=0.0, mpi=0.0, copy=0.0)
 
     def ready(l: int, g: np.ndarray) -> None:
+        t0 = time.perf_counter()
         flat[offsets[l]:offsets[l + 1]] = g.ravel()
+        t1 = time.perf_counter()
+        spent["copy"] += t1 - t0
         if l in ranges:
             first, count = ranges[l]
             part = flat[first:first + count]
             started.append((exchange.start(part), part))
+            spent["mpi"] += time.perf_counter() - t1
 
     def run_epoch():
         t0, total = time.perf_counter(), 0.0
         for j in range(steps):
             lo = j * batch + rank * sub
+            held = spent["copy"] + spent["mpi"]
+            a = time.perf_counter()
             grads, e = gradient_sums(params, x[lo:lo + sub], t[lo:lo + sub], ready if exchange is not None else None)
+            b = time.perf_counter()
+            spent["math"] += b - a - (spent["copy"] + spent["mpi"] - held)
             if exchange is not None:
                 if ranges:
                     for request, _ in started:
@@ -650,8 +663,11 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
                     started.clear()
                 else:
                     exchange.allreduce(flat)
+                spent["mpi"] += time.perf_counter() - b
                 grads = [flat[offsets[l]:offsets[l + 1]].reshape(g.shape) for l, g in enumerate(grads)]
+            a = time.perf_counter()
             apply_update(params, vel, grads, scale, mom)
+            spent["math"] += time.perf_counter() - a
             total += e
         if exchange is not None:
             total = exchange.w.sum(total)
@@ -659,6 +675,9 @@ def train_numpy(layers, init, train, test, batch: int, epochs: int, hyper: mlp.H
 
     _fixed_epochs(out, epochs, steps, batch, run_epoch, progress)
     out.seconds_per_step = out.train_seconds / out.steps
+    out.kernels_us = 1e6 * spent["math"] / out.steps
+    if exchange is not None:  # the step without its time inside MPI: what the GPU rows call compute_us
+        out.compute_us = out.seconds_per_step * 1e6 - 1e6 * spent["mpi"] / out.steps
     out.test_outputs = forward(params, test.x.astype(np.float32))[-1].astype(np.float64)
     out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
     out.train_accuracy = mlp.accuracy(forward(params, x)[-1], train.t)
@@ -890,7 +909,7 @@ class BatchRun:
             out = train_numpy(layers, init, train, test, batch, self.epochs, hyper, say, self.exch, self.rank,
                               self.ranks, self.cap)
             rec["status"] = "PASS"
-            return _record(rec, out, self.cublas_gemm_us), out
+            return per_rank(self.world, _record(rec, out, self.cublas_gemm_us)), out
         if be.device is not None and (why := v.arch_problem(be.device)):
             return dict(rec, status="SKIP", error=why), None
         comp = compile_version(be.arch, v) if compiled is None else compiled
@@ -920,7 +939,7 @@ class BatchRun:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}"), None
         if net.graph:
             rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
-        return _record(rec, out, self.cublas_gemm_us), out
+        return per_rank(self.world, _record(rec, out, self.cublas_gemm_us)), out
 
     def torch(self, mode: str) -> tuple[dict, Outcome | None]:
         """PyTorch's row: eager or graph on one GPU, or (`ddp`, data-parallel runs) DDP over the ranks;
@@ -993,7 +1012,23 @@ def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch:
     limit = rtol or check_tolerance(init, train, batch, hyper, steps, ref=ref)
     rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
                status="PASS" if out.weights_rel_err <= limit else "FAIL")
-    return _record(rec, out, cublas_gemm_us), out
+    return per_rank(world, _record(rec, out, cublas_gemm_us)), out
+
+
+PER_RANK = ("us_per_step", "kernels_us", "exposed_us", "rest_us")
+
+
+def per_rank(world, rec: dict) -> dict:
+    """Every rank's split of the step into rank 0's row (rank_us_per_step, rank_kernels_us, ...: one value a
+    rank, rank order, space-separated): rank 0 times only itself, and the slowest rank sets the step. A
+    collective: every rank calls it for the same rows in the same order."""
+    if world is None:
+        return rec
+    mine = [rec.get(k) for k in PER_RANK]
+    every = world.comm.allgather(mine)
+    for i, k in enumerate(PER_RANK):
+        rec[f"rank_{k}"] = " ".join("" if r[i] is None else f"{r[i]:.1f}" for r in every)
+    return rec
 
 
 def flat_size(layers: tuple[int, ...]) -> int:
@@ -1041,13 +1076,18 @@ def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
 def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
     s = out.seconds_per_step
     gemm = sum(us for role, us in out.role_us.items() if role in GEMM_ROLES) if out.role_us else None
-    other = sum(us for role, us in out.role_us.items() if role not in GEMM_ROLES) if out.role_us else None
+    # the allreduce is comm_us: counted in other_us it made a data-parallel step's "other" look 100+ µs slower
+    other = sum(us for role, us in out.role_us.items() if role not in (*GEMM_ROLES, "allreduce")) \
+        if out.role_us else None
+    kernels = out.kernels_us if out.kernels_us is not None else gemm + other if out.role_us else None
+    exposed = s * 1e6 - out.compute_us if out.compute_us is not None and s > 0 else None
     rec.update(
         steps=out.steps, epochs_run=out.epochs, final_error=out.final_error, us_per_step=s * 1e6,
         step_iqr_pct=out.step_iqr_pct, timing=out.timing, samples_per_s=rec["batch"] / s if s > 0 else None,
         tflops=rec["flops_per_step"] / s / 1e12 if s > 0 else None, train_seconds=out.train_seconds,
         gemm_us=gemm, other_us=other, comm_us=out.comm_us, compute_us=out.compute_us,
-        exposed_us=s * 1e6 - out.compute_us if out.compute_us is not None and s > 0 else None, buckets=out.buckets,
+        exposed_us=exposed, buckets=out.buckets, kernels_us=kernels,
+        rest_us=s * 1e6 - kernels - (exposed or 0.0) if kernels is not None and s > 0 else None,
         roles_us=" ".join(f"{k}={v:.1f}" for k, v in out.role_us.items()) or None,
         launches_per_step=out.launches_per_step or None,
         cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
