@@ -111,7 +111,20 @@ def timing_options(f):
     f = click.option("--budget", type=options.POSITIVE, default=0.5, show_default=True,
                      help="Time budget per case in seconds; sampling stops earlier once noise <= 1%.")(f)
     f = click.option("--cold", is_flag=True, help="Flush L2 before every sample (one launch per sample).")(f)
-    return keep_throttled_option(f)
+    return energy_option(keep_throttled_option(f))
+
+
+def energy_option(f):
+    return click.option("--energy", is_flag=True, expose_value=False,
+                        callback=lambda ctx, param, value: _set_energy(value),
+                        help="Measure each case's energy on NVML's energy counter: after its timed samples and a "
+                             "cool-down, the case runs again for a window of at least 1 s (adds 1.2-4.5 s a case; "
+                             "docs/ENERGY.md). Off, energy_j stays empty.")(f)
+
+
+def _set_energy(value) -> None:
+    from nnbench import measure
+    measure.ENERGY[0] = bool(value)
 
 
 KEEP_THROTTLED = [False]  # this invocation's --keep-throttled
