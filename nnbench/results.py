@@ -291,9 +291,9 @@ def case_key_of(row: dict) -> str:
 
 NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
            "setup_ms", "sm_clock_min_mhz", "mem_clock_mhz", "power_w", "energy_j", "energy_window_ms", "gflops_per_j",
-           "energy_window_j", "items_per_j", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
+           "items_per_j", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
            "occupancy", "rel_err", "rtol", "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs",
-           "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err"}
+           "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err", "energy_window_j"}
 
 
 def parse_samples(text) -> list[float] | None:
