@@ -66,13 +66,16 @@ def judge(e0_mj, e1_mj, window_s: float | None, launches: int | None) -> EnergyR
 
 
 def _step(counter, since, now, sleep) -> tuple[int | None, float]:
-    """The counter's next value after `since` and when it was seen, polled for up to STEP_WAIT_S."""
-    t_end = now() + STEP_WAIT_S
+    """The counter's next value after `since` and when it stepped (the middle of the last two reads), polled
+    for up to STEP_WAIT_S."""
+    t_prev = now()
+    t_end = t_prev + STEP_WAIT_S
     while True:
         e = counter()
         t = now()
         if e is None or e != since or t >= t_end:
-            return e, t
+            return e, (t_prev + t) / 2
+        t_prev = t
         sleep(0.002)
 
 
@@ -113,14 +116,18 @@ def window(counter, launch, synchronize, launch_s: float, now=time.perf_counter,
         synchronize()
         launches += chunk
     # Busy until the counter steps, so that the step that closes the window counts busy time only.
+    # The step is dated to the middle of the read that saw it and the one before, so the window's length is off
+    # by half a closing chunk at most (as are the launches counted).
     e_last = counter()
-    t_end = now() + STEP_WAIT_S
+    t_prev = now()
+    t_end = t_prev + STEP_WAIT_S
     while True:
         for _ in range(close):
             launch()
-        e1, t1 = counter(), now()  # read (3.6 ms on the H100) while the chunk runs, so the GPU stays busy
+        e1, t = counter(), now()  # read (3.6 ms on the H100) while the chunk runs, so the GPU stays busy
         synchronize()
         launches += close
-        if e1 is None or e1 != e_last or t1 >= t_end:
+        if e1 is None or e1 != e_last or t >= t_end:
             break
-    return judge(e0, e1, t1 - t0, launches)
+        t_prev = t
+    return judge(e0, e1, (t_prev + t) / 2 - t0, launches)
