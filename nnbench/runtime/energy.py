@@ -22,6 +22,9 @@ from dataclasses import dataclass
 MIN_WINDOW_S = 1.0  # ten of the counter's ~100 ms steps: the window's edges are one step at most off
 CHUNK_S = 0.1  # launches issued between two waits while the window fills (the queue stays short)
 CLOSE_CHUNK_S = 0.01  # launches between two counter reads while waiting for the closing step: <= 1% of the window
+# The window also holds MIN_LAUNCHES launches (so the launch cut at its closing step is <= 1% of them), as long as
+# that takes no more than MAX_WINDOW_S.
+MIN_LAUNCHES, MAX_WINDOW_S = 50, 10.0
 STEP_WAIT_S = 0.5  # at most this long for the counter to step at either edge (5 of its periods)
 # The cool-down before a window: the board's power, polled every COOL_POLL_S, must come back within COOL_MARGIN
 # (relative) + COOL_MARGIN_W of the lowest power seen in this process's cool-downs, for at least COOL_MIN_S and
@@ -100,7 +103,8 @@ _FLOOR: list = [None]
 
 def window(counter, launch, synchronize, launch_s: float, now=time.perf_counter, sleep=time.sleep,
            min_window_s: float = MIN_WINDOW_S) -> EnergyReading:
-    """Run `launch` (one launch of the case) until the window has lasted `min_window_s`, opening and closing
+    """Run `launch` (one launch of the case) until the window has lasted `min_window_s` (and held MIN_LAUNCHES
+    launches, up to MAX_WINDOW_S), opening and closing
     it on steps of the counter (`counter()`: mJ or None), and read the counter's joules over it. `launch_s`
     is one launch's time (the timed median), which sizes the chunks issued between two waits."""
     e = counter()
@@ -110,7 +114,7 @@ def window(counter, launch, synchronize, launch_s: float, now=time.perf_counter,
     close = max(1, math.ceil(CLOSE_CHUNK_S / max(launch_s, 1e-9)))
     e0, t0 = _step(counter, e, now, sleep)  # the GPU idles here: the window opens on the step
     launches = 0
-    while now() - t0 < min_window_s:
+    while now() - t0 < min_window_s or (launches < MIN_LAUNCHES and now() - t0 < MAX_WINDOW_S):
         for _ in range(chunk):
             launch()
         synchronize()
