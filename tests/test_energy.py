@@ -60,7 +60,7 @@ class Board:
 
 
 @pytest.mark.parametrize("t0", [0.0, 0.03, 0.06, 0.09])  # where in the counter's step the window is asked for
-@pytest.mark.parametrize("launch_s", [0.0003, 0.0137, 0.043])  # chunks that end off the steps
+@pytest.mark.parametrize("launch_s", [0.0003, 0.0071, 0.0137, 0.043])  # chunks that end off the steps
 def test_a_stepping_counter_gives_the_busy_power_and_joules_per_launch(t0, launch_s):
     clock = Clock(t0)
     board = Board(clock, launch_s=launch_s)
