@@ -43,7 +43,8 @@ RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "
 # How an autotuned row's tile was chosen (nnbench/runtime/autotune.py): "timed", "paired" or "cache", the
 # chosen candidate and its place among them; empty where the case ran its fixed tiles.
 TUNING = ["tuned"]
-VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
+# sanitizer: "sanitized: racecheck" where --sanitize ran the case clean, else the tool and its first report line
+VERIFICATION = ["rel_err", "rtol", "seed", "status", "error", "sanitizer"]
 # What only some workloads have (empty elsewhere).
 TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "init_scale", "rate", "momentum",
             "tolerance", "max_iterations", "iterations", "final_error", "us_per_iteration", "us_per_feedforward",

@@ -95,6 +95,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @json_option
 @keep_throttled_option
 @energy_option
+@app.sanitize_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @nogpu.compile_only_options
 @backend_option

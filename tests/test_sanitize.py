@@ -1,0 +1,129 @@
+"""--sanitize (nnbench/sanitize.py) with a stand-in compute-sanitizer on PATH: a hazard is FAIL with the first
+report line, a clean run keeps the case's verdict and says it was sanitized, a case's process that dies without a
+report is ERROR; without compute-sanitizer or without a GPU, one line and exit 2."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from nnbench import sanitize
+from nnbench.cli import cli
+
+RACE = """========= COMPUTE-SANITIZER
+========= Error: Race reported between Write access at 0x1f0 in sgemm_tiled(int, int, int, const float *)
+=========     and Read access at 0x2a0 in sgemm_tiled(int, int, int, const float *) [16 hazards]
+=========
+========= RACECHECK SUMMARY: 1 hazard displayed (1 error, 0 warnings)
+"""
+CLEAN = """========= COMPUTE-SANITIZER
+========= ERROR SUMMARY: 0 errors
+"""
+MEMCHECK = """========= COMPUTE-SANITIZER
+========= Invalid __global__ write of size 4 bytes
+=========     at sgemm_naive+0x2b0
+========= ERROR SUMMARY: 1 error
+"""
+
+
+def test_the_first_report_line_is_found_and_clean_logs_have_none():
+    assert sanitize.first_report(RACE) == ("Error: Race reported between Write access at 0x1f0 in "
+                                           "sgemm_tiled(int, int, int, const float *)")
+    assert sanitize.first_report(MEMCHECK) == "Invalid __global__ write of size 4 bytes"
+    assert sanitize.first_report(CLEAN) is None
+    assert sanitize.first_report("========= RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)") is None
+    assert sanitize.first_report("the application's own output\n") is None
+
+
+def fake_sanitizer(tmp_path, monkeypatch, log: str, rc: int, record: str | None):
+    """A compute-sanitizer that writes `log` to its --log-file, the case's record where the parent asks, keeps
+    its arguments for the test, and exits `rc`."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "compute-sanitizer"
+    script.write_text(f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+open({str(tmp_path / 'args')!r}, 'w').write('\\n'.join(args))
+open(args[args.index('--log-file') + 1], 'w').write({log!r})
+record = {record!r}
+if record is not None:
+    open(os.environ['{sanitize.RECORD_ENV}'], 'w').write(record)
+sys.exit({rc})
+""")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    return tmp_path / "args"
+
+
+BASE = {"suite": "gemm", "variant": "tiled", "shape": "257x257x257", "status": None}
+PASSED = '{"status": "PASS", "rel_err": 1e-7, "median_ms": 80.0, "gflops": 0.4}'
+
+
+def test_a_hazard_is_fail_with_its_first_report_line(tmp_path, monkeypatch):
+    args = fake_sanitizer(tmp_path, monkeypatch, RACE, sanitize.HAZARD_EXIT, PASSED)
+    rec = sanitize.run_case("racecheck", ["gemm", "--size", "257"], 3, BASE)
+    assert rec["status"] == "FAIL"
+    assert rec["error"] == ("racecheck: Error: Race reported between Write access at 0x1f0 in "
+                            "sgemm_tiled(int, int, int, const float *)")
+    assert rec["median_ms"] is None and rec["gflops"] is None  # a sanitized launch is no timing
+    said = args.read_text().splitlines()
+    assert said[:4] == ["--tool", "racecheck", "--error-exitcode", str(sanitize.HAZARD_EXIT)]
+    assert said[-6:] == ["nnbench", "gemm", "--size", "257", "--sanitize-child", "3"]
+
+
+def test_the_exit_code_alone_is_a_hazard(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, "", sanitize.HAZARD_EXIT, PASSED)
+    rec = sanitize.run_case("memcheck", ["gemm"], 0, BASE)
+    assert rec["status"] == "FAIL" and rec["error"].startswith("memcheck: exit 99")
+
+
+def test_a_clean_run_keeps_the_cases_verdict_and_says_it_was_sanitized(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    rec = sanitize.run_case("racecheck", ["gemm"], 0, BASE)
+    assert rec["status"] == "PASS" and rec["sanitizer"] == "sanitized: racecheck" and not rec.get("error")
+    assert rec["rel_err"] == 1e-7 and rec["median_ms"] is None
+    fake = tmp_path / "wrong"
+    fake.mkdir()
+    fake_sanitizer(fake, monkeypatch, CLEAN, 0, '{"status": "FAIL", "error": "error ratio 3e-2 > limit 2e-3"}')
+    rec = sanitize.run_case("racecheck", ["gemm"], 0, BASE)
+    assert rec["status"] == "FAIL" and rec["error"] == "error ratio 3e-2 > limit 2e-3"  # the answer was wrong
+
+
+def test_a_case_process_that_dies_without_a_report_is_an_error(tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 1, None)
+    rec = sanitize.run_case("initcheck", ["conv"], 0, BASE)
+    assert rec["status"] == "ERROR" and rec["error"].startswith("initcheck: the case's process ended with 1")
+
+
+def one_line(res) -> str:
+    lines = [line for line in res.output.splitlines() if line.strip()]
+    assert res.exit_code == 2, res.output
+    assert "Traceback" not in res.output
+    return lines[-1]
+
+
+@pytest.mark.parametrize("command", [["gemm", "--size", "257"], ["conv"], ["train", "--net", "1"]])
+def test_without_compute_sanitizer_one_line_exit_2(command, tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing there
+    monkeypatch.chdir(tmp_path)
+    line = one_line(CliRunner().invoke(cli, [*command, "--sanitize", "racecheck"]))
+    assert "compute-sanitizer is not on PATH" in line and line.startswith("nnbench: error:")
+
+
+@pytest.mark.parametrize("command", [["gemm", "--size", "257"], ["conv"], ["train", "--net", "1"]])
+def test_without_a_gpu_one_line_exit_2(command, tmp_path, monkeypatch):
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    monkeypatch.chdir(tmp_path)
+    line = one_line(CliRunner().invoke(cli, [*command, "--sanitize", "memcheck", "--backend", "cpu"]))
+    assert line.endswith("--sanitize: needs a GPU (this run is on the cpu backend)")
+    assert not list(tmp_path.glob("results/*"))  # refused before any result file
+
+
+def test_an_unknown_tool_is_one_line_naming_the_tools():
+    line = one_line(CliRunner().invoke(cli, ["gemm", "--sanitize", "leakcheck"]))
+    assert "--sanitize" in line and all(t in line for t in sanitize.TOOLS)
