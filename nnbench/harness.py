@@ -74,8 +74,11 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     its tiles per problem by timing them."""
     import numpy as np
     tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
-    if child is not None and settings is not None:  # (a trainer's session times with its own settings)
-        settings = sanitize.CHILD_SETTINGS
+    if child is not None:
+        from nnbench import measure
+        measure.ENERGY[0] = False  # no energy window under the sanitizer: the launches are there to be checked
+        if settings is not None:  # (a trainer's session times with its own settings)
+            settings = sanitize.CHILD_SETTINGS
     if tool is not None or child is not None:
         vendor = False  # the libraries' kernels are not ours to sanitize
         if not backend.runs_kernels:
