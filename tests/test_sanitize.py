@@ -127,3 +127,47 @@ def test_without_a_gpu_one_line_exit_2(command, tmp_path, monkeypatch):
 def test_an_unknown_tool_is_one_line_naming_the_tools():
     line = one_line(CliRunner().invoke(cli, ["gemm", "--sanitize", "leakcheck"]))
     assert "--sanitize" in line and all(t in line for t in sanitize.TOOLS)
+
+
+SWEEP = """name: tiny_sanitize
+suite: gemm
+variants:
+  naive: {}
+  tiled:
+    axes:
+      ts: [8, 16]
+shapes:
+  - [33, 17, 9]
+  - [64, 64, 64]
+"""
+
+
+def test_a_sanitized_sweep_runs_each_case_in_its_own_numbered_process(tmp_path, monkeypatch):
+    from nnbench.sweeps import config, sanitized
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(SWEEP)
+    specs = config.load_config(str(cfg))
+    args = fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    planned = sanitized.plan(specs, "cuda")
+    assert len(planned) == 6  # 3 cases x 2 shapes, no vendor row
+    seen = []
+    rows = []
+    for rec in sanitized.parent(specs, "synccheck", ["sweep", str(cfg)]):
+        rows.append(rec)
+        seen.append(args.read_text().splitlines()[-1])
+    assert seen == [str(k) for k in range(6)]  # --sanitize-child 0..5, in the plan's order
+    assert [(r["variant"], r["params"], r["shape"]) for r in rows] == \
+        [(j.case.variant.name, j.case.param_label, j.shape.label) for _, j in planned]
+    assert all(r["status"] == "PASS" and r["sanitizer"] == "sanitized: synccheck" for r in rows)
+
+
+def test_a_sanitized_sweep_without_a_gpu_or_the_sanitizer_is_one_line(tmp_path, monkeypatch):
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(SWEEP)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    assert "compute-sanitizer is not on PATH" in one_line(
+        CliRunner().invoke(cli, ["sweep", str(cfg), "--sanitize", "racecheck"]))
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    assert one_line(CliRunner().invoke(cli, ["sweep", str(cfg), "--sanitize", "racecheck", "--backend", "cpu"])) \
+        .endswith("--sanitize: needs a GPU (this run is on the cpu backend)")
