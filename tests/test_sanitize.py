@@ -171,3 +171,35 @@ def test_a_sanitized_sweep_without_a_gpu_or_the_sanitizer_is_one_line(tmp_path, 
     fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
     assert one_line(CliRunner().invoke(cli, ["sweep", str(cfg), "--sanitize", "racecheck", "--backend", "cpu"])) \
         .endswith("--sanitize: needs a GPU (this run is on the cpu backend)")
+
+
+class KernelRunningCpu:
+    """The CPU backend passing for one that runs kernels: the harness's sanitize paths refuse a CPU backend."""
+
+    def __new__(cls):
+        from nnbench.runtime.cpu import CpuBackend
+        return type("Be", (CpuBackend,), {"runs_kernels": True})()
+
+
+def test_the_harness_numbers_the_cases_alike_in_the_parent_and_the_child(tmp_path, monkeypatch):
+    from nnbench import harness, measure
+    from nnbench.workloads.gemm import session as gemm
+    shapes = [gemm.Shape(8, 8, 8), gemm.Shape(16, 16, 16), gemm.Shape(5, 3, 2)]
+    cases = gemm.plan([], {}, None, "cpu")
+    settings = measure.TimingSettings(budget_s=0.01)
+    args = fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    monkeypatch.setitem(sanitize.MODE, "tool", "memcheck")
+    monkeypatch.setitem(sanitize.MODE, "argv", ["gemm"])
+    seen = []
+    for rec in harness.run(gemm.WORKLOAD, KernelRunningCpu(), cases, shapes, settings, None, seed=1):
+        seen.append((rec["shape"], rec["status"], args.read_text().splitlines()[-1]))
+    assert seen == [("8×8×8", "PASS", "0"), ("16×16×16", "PASS", "1"), ("5×3×2", "PASS", "2")]
+    monkeypatch.setitem(sanitize.MODE, "tool", None)
+    monkeypatch.setitem(sanitize.MODE, "child", 1)
+    out = tmp_path / "child.json"
+    monkeypatch.setenv(sanitize.RECORD_ENV, str(out))
+    recs = list(harness.run(gemm.WORKLOAD, KernelRunningCpu(), cases, shapes, settings, None, seed=1))
+    # the K-th case alone: one sample and the audited last one
+    assert [(r["shape"], r["samples"]) for r in recs] == [("16×16×16", 2)]
+    import json
+    assert json.loads(out.read_text())["shape"] == "16×16×16"
