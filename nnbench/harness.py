@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from nnbench import sanitize
+from nnbench.errors import NnbenchError
 from nnbench.runtime import provenance
 from nnbench.workloads.base import Case, Workload
 
@@ -71,13 +73,29 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     workload's session (Workload.session); `tuner` (nnbench/runtime/autotune.py): the session picks
     its tiles per problem by timing them."""
     import numpy as np
+    tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
+    if child is not None:
+        from nnbench import measure
+        measure.ENERGY[0] = False  # no energy window under the sanitizer: the launches are there to be checked
+        if settings is not None:  # (a trainer's session times with its own settings)
+            settings = sanitize.CHILD_SETTINGS
+    if tool is not None or child is not None:
+        vendor = False  # the libraries' kernels are not ours to sanitize
+        if not backend.runs_kernels:
+            raise NnbenchError(f"--sanitize: needs a GPU (this run is on the {backend.name} backend)")
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
     session = workload.session(backend, settings, rtol, seed, env or {}, options)
     session.tuner = tuner
     compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
+    index = -1  # the runnable cases so far, counted alike in a sanitizing parent and its child
     for i, problem in enumerate(problems):
+        if child is not None:
+            runnable = sum(1 for c in cases if workload.applies(c, problem) and not workload.refusal(c, problem))
+            if not index < child <= index + runnable:
+                index += runnable
+                continue
         session.prepare(problem, problems[i + 1] if i + 1 < len(problems) else None)
         if vendor:
             for name in [n for n in workload.vendor_names(backend.name) if workload.vendor_wanted(n, cases)]:
@@ -95,7 +113,20 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                                             precision=case.variant.precision, status="SKIP", error=why),
                                        case.variant, env or {})
                 continue
+            index += 1
+            if tool is not None:
+                base = dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
+                            params=case.param_label, precision=case.variant.precision)
+                yield provenance.stamp(sanitize.run_case(tool, sanitize.MODE["argv"], index, base), case.variant,
+                                       env or {})
+                continue
+            if child is not None and index != child:
+                continue
             rec = provenance.stamp(session.run_case(case, problem, compiled.get(case)), case.variant, env or {})
+            if child is not None:
+                sanitize.write_child_record(rec)
+                yield rec
+                return
             yield from (comparisons.derive(provenance.stamp(r, case.variant, env or {}))
                         for r in session.breakdown(rec))
             if rec.get("fault"):

@@ -28,8 +28,12 @@ Timer (after nvbench's "cold"/"hot" measurements):
 - `power_w` is the GPU's power over the timed window: from the total-energy counter read before the
   first batch and after the last where the window lasts a second or more (host gaps between batches
   included), else the mean of the power read with each kept batch (nnbench/runtime/nvml.py says
-  why and how); `energy_j` is that power times the median time of one unit (launch, iteration,
-  step), and `energy_method` says which reading it came from;
+  why and how), and `energy_method` says which reading it came from;
+- energy is measured only where asked (`energy`, the command line's --energy): after the timed samples
+  and a bounded cool-down, the case runs again and again for a window of a second or more over which
+  NVML's energy counter is read (nnbench/runtime/energy.py, docs/ENERGY.md); `energy_j` is that window's
+  joules per launch, `power_w` its average watts, `energy_window_ms` its length. Elsewhere `energy_j` stays
+  empty and `energy_note` says why: no power reading is ever multiplied by a time;
 - every kept sample is returned (`samples_ms`, each the mean over its `reps` launches), so results
   files carry them and the gate can test them (nnbench/verdict.py);
 - each result names its timing method (TIMING): a row whose launches synchronize inside (the
@@ -99,6 +103,9 @@ TIMING = (HOT_BATCHED, HOT_SINGLE, HOST_ISSUED, COLD, HOST)
 # The command line's --keep-throttled, for every measure call of the process, also those whose settings a
 # suite fixes (the trainers' step timing).
 KEEP_THROTTLED = [False]
+# The command line's --energy: measured energy for every measure call whose settings leave `energy` unset.
+ENERGY = [False]
+ENERGY_OFF = "not measured: --energy is off"
 
 
 @dataclass(frozen=True)
@@ -117,6 +124,9 @@ class TimingSettings:
     # own garbage only and not for scanning the harness's heap: measured on the H100, the same eager
     # step took 2.9 ms in a fresh process and 3.1-5.1 ms inside nnbench's before this.
     host_issued: bool = False
+    # An energy window after the samples (module docstring): True, False, or None for the command line's --energy.
+    # Calls that make no row (autotuning, profiling, soak draws) say False.
+    energy: bool | None = None
 
 
 @dataclass
@@ -145,6 +155,8 @@ class Stats:
     energy_j: float | None = None  # per unit
     energy_window_ms: float | None = None
     energy_method: str | None = None  # "counter", "instant power" or "average power" (nnbench/runtime/nvml.py)
+    energy_window_j: float | None = None  # the energy window's joules (energy_j is per launch)
+    energy_note: str | None = None  # why energy_j is empty
     # The last timed batch (nnbench/audit.py): its check's failure text, and the device-wide wait after it
     last_failure: str | None = None
     last_batch_ms: float | None = None  # between its events
@@ -157,7 +169,8 @@ class Stats:
                     timing=self.timing, samples_ms=list(self.samples_ms), dropped=self.dropped,
                     sm_clock_min_mhz=self.sm_clock_min_mhz, mem_clock_mhz=self.mem_clock_mhz, throttle=self.throttle,
                     clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
-                    energy_window_ms=self.energy_window_ms, energy_method=self.energy_method)
+                    energy_window_ms=self.energy_window_ms, energy_method=self.energy_method,
+                    energy_window_j=self.energy_window_j, energy_note=self.energy_note)
 
     @property
     def iqr_pct(self) -> float:
@@ -304,7 +317,28 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
         stats.sm_clock_mhz = backend.sm_clock_mhz()
     else:
         _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
+    measure_energy(stats, backend, launch, tel, settings)
     return stats
+
+
+def measure_energy(stats: Stats, backend, launch, tel, settings: TimingSettings) -> None:
+    """The energy columns of `stats`: a cool-down, then a window of extra launches read on NVML's energy counter
+    (nnbench/runtime/energy.py), where energy is asked for; else energy_j stays empty and energy_note says why."""
+    from nnbench.runtime import energy
+    if not (ENERGY[0] if settings.energy is None else settings.energy):
+        stats.energy_note = ENERGY_OFF
+        return
+    if tel is None:
+        stats.energy_note = f"not measured: {energy.NO_COUNTER}"
+        return
+    energy.cool_down(tel.nvml.power_w)
+    got = energy.window(tel.nvml.energy_mj, launch, backend.synchronize, stats.median_ms * 1e-3)
+    if got.reason is not None:
+        stats.energy_note = f"not measured: {got.reason}"
+        return
+    stats.energy_j, stats.energy_window_j = got.per_launch_j, got.window_j
+    stats.power_w, stats.energy_method = got.watts, "counter"
+    stats.energy_window_ms = 1e3 * got.window_s
 
 
 def _last_batch(backend, launch, settings: TimingSettings, last, reps: int, batch: int):
@@ -365,7 +399,13 @@ class RunWatch:
 
     def stats(self, samples_ms: list[float], skip: int = 0, keep_throttled: bool = False) -> Stats:
         """The samples after the first `skip` (warm-up) runs, summarized with the NVML columns; the
-        probes match the samples one to one (a run without its probe keeps its sample, unjudged)."""
+        probes match the samples one to one (a run without its probe keeps its sample, unjudged). A trainer's
+        runs are not repeated in an energy window, so energy_j stays empty here and energy_note says so."""
+        stats = self._stats(samples_ms, skip, keep_throttled)
+        stats.energy_note = "not measured: a per-sample trainer's runs are not repeated" if ENERGY[0] else ENERGY_OFF
+        return stats
+
+    def _stats(self, samples_ms: list[float], skip: int, keep_throttled: bool) -> Stats:
         samples = list(samples_ms)[skip:]
         probes = self.probes[skip:skip + len(samples)] if self.tel is not None else []
         if self.tel is None or len(probes) != len(samples):
@@ -407,8 +447,6 @@ def _clocks(stats: Stats, tel, probes: list, kept: list) -> None:
         stats.power_w, stats.energy_method = tel.energy_j / tel.window_s, "counter"
     elif watts:
         stats.power_w, stats.energy_method = float(np.mean(watts)), tel.power_method
-    if stats.power_w is not None:
-        stats.energy_j = stats.power_w * stats.median_ms * 1e-3
 
 
 def queue_room(backend, launch) -> int:

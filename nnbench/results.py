@@ -32,16 +32,19 @@ IDENTITY = ["suite", "variant", "step", "params", "precision", "shape", "problem
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
                "converged", "cold", "timing", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
 # NVML over the timed window (nnbench/measure.py, nnbench/runtime/nvml.py); empty on the CPU backend.
-# energy_j is per unit (launch, iteration, step); dropped counts the samples left out as throttled.
+# energy_j is per unit (launch, iteration, step), measured on the energy counter over a window of energy_window_ms
+# (>= 1 s, energy_window_j in all; --energy, docs/ENERGY.md), else empty with energy_note saying why; dropped counts
+# the samples left out as throttled.
 TELEMETRY = ["dropped", "sm_clock_min_mhz", "mem_clock_mhz", "throttle", "clocks_locked", "power_w", "energy_j",
-             "energy_window_ms", "energy_method"]
+             "energy_window_ms", "energy_method", "energy_window_j", "energy_note"]
 DERIVED = ["flops", "bytes", "gflops", "gbs", "pct_peak", "vendor", "pct_vendor", "speedup", "speedup_over",
            "items_per_s", "gflops_per_j", "items_per_j"]
 RESOURCES = ["threads", "registers", "smem_bytes", "local_bytes", "occupancy", "occupancy_limiter"]
 # How an autotuned row's tile was chosen (nnbench/runtime/autotune.py): "timed", "paired" or "cache", the
 # chosen candidate and its place among them; empty where the case ran its fixed tiles.
 TUNING = ["tuned"]
-VERIFICATION = ["rel_err", "rtol", "seed", "status", "error"]
+# sanitizer: "sanitized: racecheck" where --sanitize ran the case clean, else the tool and its first report line
+VERIFICATION = ["rel_err", "rtol", "seed", "status", "error", "sanitizer"]
 # What only some workloads have (empty elsewhere).
 TRAINING = ["net", "layers", "encoding", "batch", "ranks", "exchange", "init", "init_scale", "rate", "momentum",
             "tolerance", "max_iterations", "iterations", "final_error", "us_per_iteration", "us_per_feedforward",
@@ -292,7 +295,7 @@ NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise"
            "setup_ms", "sm_clock_min_mhz", "mem_clock_mhz", "power_w", "energy_j", "energy_window_ms", "gflops_per_j",
            "items_per_j", "flops", "bytes", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup", "items_per_s",
            "occupancy", "rel_err", "rtol", "max_sm_clock_mhz", "fp32_peak_tflops", "dram_peak_gbs",
-           "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err"}
+           "us_per_iteration", "us_per_step", "samples_per_s", "weights_rel_err", "energy_window_j"}
 
 
 def parse_samples(text) -> list[float] | None:

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("nnbench.runtime", "nnbench.measure", "nnbench.audit"),
     ("nnbench.registry",),
     ("nnbench.workloads",),
-    ("nnbench.harness",),
+    ("nnbench.harness", "nnbench.sanitize"),
     ("nnbench.results", "nnbench.rawresults"),
     ("nnbench.sweeps", "nnbench.profiling", "nnbench.verdict", "nnbench.history", "nnbench.report"),
     ("nnbench", "nnbench.api", "nnbench.pytest_plugin", "nnbench.cli", "nnbench.__main__",  # nnbench: the facade

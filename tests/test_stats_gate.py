@@ -312,14 +312,14 @@ def test_throttled_batches_are_dropped_and_counted():
     assert s.sm_clock_mhz == 1980.0 and s.sm_clock_min_mhz == 1980.0 and s.mem_clock_mhz == 2619.0
     # a short window: the power is the kept batches' readings, not the energy counter's 100 ms steps
     assert s.energy_method == "instant power" and s.power_w == pytest.approx(300.0)
-    assert s.energy_j == pytest.approx(0.3)  # 300 W x 1 ms
+    assert s.energy_j is None and s.energy_note == measure.ENERGY_OFF  # never 300 W x 1 ms (docs/ENERGY.md)
 
 
 def test_long_windows_take_the_energy_counter():
     be = Backend([Probe(1980.0, 2619.0, 0, 300.0)] * 50, window_s=2.0)
     s = measure.measure(be, lambda: None, measure.TimingSettings(budget_s=2.0))
     assert be.tel.expected == 2.0 and s.energy_method == "counter"
-    assert s.power_w == pytest.approx(600.0) and s.energy_j == pytest.approx(0.6)
+    assert s.power_w == pytest.approx(600.0) and s.energy_j is None  # joules come from --energy's own window
 
 
 def test_keep_throttled_keeps_them():
@@ -363,7 +363,7 @@ def test_a_trainers_runs_carry_nvml_and_drop_throttled_runs():
     assert s.samples == 2 and s.dropped == 1 and s.median_ms == pytest.approx(2.1)
     assert s.throttle == "sw_thermal" and s.sm_clock_min_mhz == 1950.0 and s.mem_clock_mhz == 2619.0
     assert s.energy_method == "instant power" and s.power_w == pytest.approx(315.0)
-    assert s.energy_j == pytest.approx(315.0 * 2.1e-3)
+    assert s.energy_j is None and s.energy_note == measure.ENERGY_OFF  # never 315 W x 2.1 ms
     long = Backend([Probe(1980.0, 2619.0, 0, 300.0)] * 3, window_s=2.0)
     w = measure.RunWatch(long)
     for _ in range(3):

@@ -6,8 +6,10 @@ code 2; a failed verification or a kernel fault exits 1 after the results are wr
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
+import tempfile
 import threading
 
 import click
@@ -67,8 +69,9 @@ class NnbenchGroup(click.Group):
         kw["standalone_mode"] = False
         DEVICE[0] = 0
         JSON[0], KEEP_THROTTLED[0], BACKEND[0] = None, False, None
-        from nnbench import measure
-        measure.KEEP_THROTTLED[0] = False
+        from nnbench import measure, sanitize
+        measure.KEEP_THROTTLED[0] = measure.ENERGY[0] = False
+        sanitize.MODE.update(tool=None, argv=None, child=None)
         ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
@@ -111,7 +114,55 @@ def timing_options(f):
     f = click.option("--budget", type=options.POSITIVE, default=0.5, show_default=True,
                      help="Time budget per case in seconds; sampling stops earlier once noise <= 1%.")(f)
     f = click.option("--cold", is_flag=True, help="Flush L2 before every sample (one launch per sample).")(f)
-    return keep_throttled_option(f)
+    return energy_option(keep_throttled_option(f))
+
+
+def energy_option(f):
+    return click.option("--energy", is_flag=True, expose_value=False,
+                        callback=lambda ctx, param, value: _set_energy(value),
+                        help="Measure each case's energy on NVML's energy counter: after its timed samples and a "
+                             "cool-down, the case runs again for a window of at least 1 s (adds 1.2-4.5 s a case; "
+                             "docs/ENERGY.md). Off, energy_j stays empty.")(f)
+
+
+def _set_energy(value) -> None:
+    from nnbench import measure
+    measure.ENERGY[0] = bool(value)
+
+
+def sanitize_option(f):
+    """--sanitize TOOL: each case once under compute-sanitizer, in a process of its own (nnbench/sanitize.py);
+    --sanitize-child K (hidden): that process, running the K-th case."""
+    from nnbench import sanitize
+    f = click.option("--sanitize-child", type=click.IntRange(min=0), hidden=True, expose_value=False,
+                     callback=lambda ctx, param, value: sanitize.MODE.update(child=value))(f)
+    return click.option("--sanitize", type=click.Choice(sanitize.TOOLS), expose_value=False, callback=_sanitize,
+                        help="Run each case once under NVIDIA's compute-sanitizer with this tool, in a process of "
+                             "its own, untimed: a hazard is FAIL with the sanitizer's first report line. Needs a "
+                             "GPU and compute-sanitizer on PATH.")(f)
+
+
+def _sanitize(ctx, param, value) -> None:
+    from nnbench import sanitize
+    if value is None:
+        return
+    sanitize.executable()  # on PATH, or one line now
+    argv, skip = [], False
+    for arg in ARGV:  # the same command without --sanitize, for the child processes
+        if skip:
+            skip = False
+        elif arg == "--sanitize":
+            skip = True
+        elif not arg.startswith("--sanitize="):
+            argv.append(arg)
+    sanitize.MODE.update(tool=value, argv=argv)
+
+
+def refuse_unsanitizable(backend_name: str) -> None:
+    """--sanitize runs kernels under the sanitizer: on the CPU backend there are none (one line, exit 2)."""
+    from nnbench import sanitize
+    if (sanitize.MODE["tool"] or sanitize.MODE["child"] is not None) and backend_name != "cuda":
+        raise NnbenchError(f"--sanitize: needs a GPU (this run is on the {backend_name} backend)")
 
 
 KEEP_THROTTLED = [False]  # this invocation's --keep-throttled
@@ -159,7 +210,11 @@ def refuse_taken(path) -> None:
 
 def open_sink(csv_path, suite: str, gpu: str, force: bool = False):
     """The command's result sink: its CSV, and the --json file where one is named."""
-    from nnbench import results
+    from nnbench import results, sanitize
+    if sanitize.MODE["child"] is not None:  # a sanitized case's process: its record goes to its parent alone
+        aside = os.path.dirname(os.environ.get(sanitize.RECORD_ENV) or "") or None
+        return rawresults.open_sink(os.path.join(aside or tempfile.mkdtemp(prefix="nnbench-sanitize-"),
+                                                 f"{suite}.csv"), suite, gpu, results.FIELDS, True)
     return rawresults.open_sink(csv_path, suite, gpu, results.FIELDS, force, json_path=JSON[0])
 
 
@@ -249,6 +304,7 @@ def open_device(backend: str, device: int | None = None):
     from nnbench import backend_choice
     be, line = backend_choice.open_requested(request_of(backend), DEVICE[0] if device is None else device)
     _say_backend(line)
+    refuse_unsanitizable(be.name)
     return be
 
 
@@ -258,6 +314,7 @@ def worker_backend(backend: str) -> str:
     from nnbench import backend_choice
     name, line = backend_choice.resolve_without_context(request_of(backend))
     _say_backend(line)
+    refuse_unsanitizable(name)
     return name
 
 

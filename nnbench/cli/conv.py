@@ -40,6 +40,7 @@ from nnbench.workloads.base import Case
 @click.option("--tile", type=int, default=None, help="TILE of the direct, constant and tiled paths.")
 @click.option("--kb", type=int, default=None, help="KB (output maps per block) of the tiled path.")
 @timing_options
+@app.sanitize_option
 @click.option("--csv", "csv_path", type=click.Path(dir_okay=False),
               help="CSV path, a new file (default results/conv-<gpu>-<time>.csv).")
 @click.option("--no-cudnn", is_flag=True, help="Skip the cuDNN baseline.")

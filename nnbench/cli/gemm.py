@@ -36,6 +36,7 @@ from nnbench.workloads.gemm import session as gemm_suite
 @click.option("--size", "sizes", type=click.IntRange(min=1), multiple=True,
               help="Square size M=N=K (repeatable). Default 4096 on cuda, 1024 on cpu.")
 @timing_options
+@app.sanitize_option
 @click.option("--rtol", type=options.POSITIVE, default=None,
               help="Largest error ratio max |C-ref| / (|alpha||A||B| + |beta||C0|) that passes "
                    "(default: each row's limit from its precision and K, docs/VERIFICATION.md).")

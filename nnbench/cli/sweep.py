@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from nnbench import options, results
+from nnbench import options, results, sanitize
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
 from nnbench.errors import NnbenchError
@@ -127,6 +127,7 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
               help="On a resume, run again the cases whose last row is ERROR (a crash, a hang, a failed compile).")
 @app.json_option
 @app.keep_throttled_option
+@app.sanitize_option
 @click.option("--gpus", "gpus_opt", metavar="all|N",
               help="One worker per GPU of this host (the first N, or all), each pinned to its GPU, into one result "
                    "file; kernels compile once. With --backend cpu: N CPU workers.")
@@ -198,6 +199,9 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
             for outcome in run_sweep(specs, backend, None, True, jobs, load_only=True):
                 app.out.print(_compile_line(outcome.compile))
         return
+    if sanitize.MODE["tool"] or sanitize.MODE["child"] is not None:
+        _sanitized(specs, backend, out_path)
+        return
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
                          gpus=gpus, replay=replay_path, mpi=mpi)
     code = 1 if any(o.failed for o in outcomes) else 0
@@ -206,6 +210,29 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
     if code:
         sys.exit(code)
+
+
+def _sanitized(specs, backend: str, out_path) -> None:
+    """--sanitize: each case once under compute-sanitizer, into a file of its own (nnbench/sweeps/sanitized.py)."""
+    from nnbench.sweeps import sanitized
+    tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
+    if child is not None:
+        be = app.open_device(backend)
+        env = results.environment(be)
+        app.stream(app.open_sink(None, "sweep", env["gpu"]), sanitized.child(specs, child, be, env))
+        return
+    total = len(sanitized.plan(specs, "cuda"))
+    sink = app.open_sink(out_path, f"sanitize-{specs[0].name}", tool)
+    path = sink.path
+    rows = app.stream(sink, sanitized.parent(specs, tool, sanitize.MODE["argv"]), total)
+    for r in rows:
+        if r.get("status") in results.FAILED:
+            where = f"{r['variant']} {r.get('params') or ''} {r['shape']}"
+            app.out.print(f"[red]{r['status']}[/] {where}: {r.get('error')}")
+    app.out.print(f"{sum(r.get('status') == 'PASS' for r in rows)} of {len(rows)} cases clean under {tool}")
+    app.print_csv(path)
+    if any(r.get("status") in results.FAILED for r in rows):
+        sys.exit(1)
 
 
 def _runs(spec) -> dict[str, int]:

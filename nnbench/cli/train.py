@@ -12,7 +12,15 @@ from rich.console import Console
 
 from nnbench import harness, memory, options, results, workloads
 from nnbench.cli import app, nogpu
-from nnbench.cli.app import backend_option, device_line, force_option, json_option, keep_throttled_option, open_device
+from nnbench.cli.app import (
+    backend_option,
+    device_line,
+    energy_option,
+    force_option,
+    json_option,
+    keep_throttled_option,
+    open_device,
+)
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
 from nnbench.runtime.backend import HOST_CLOCK
@@ -93,6 +101,8 @@ def _layers_option(text: str) -> tuple[int, ...]:
 @force_option
 @json_option
 @keep_throttled_option
+@energy_option
+@app.sanitize_option
 @click.option("--letters/--no-letters", default=True, help="Print expected against received bits per letter.")
 @nogpu.compile_only_options
 @backend_option

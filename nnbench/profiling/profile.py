@@ -122,7 +122,7 @@ def main_kernel(v: Variant) -> str:
             "launches": "forward"}.get(v.runner, v.kernel)
 
 
-QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0)
+QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0, energy=False)
 
 
 def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, arch: str | None,

@@ -29,7 +29,7 @@ from pathlib import Path
 from nnbench import measure, paths, safeio
 from nnbench.errors import NnbenchError
 
-TUNE_SETTINGS = measure.TimingSettings(budget_s=0.05, min_samples=5, max_noise=0.02)
+TUNE_SETTINGS = measure.TimingSettings(budget_s=0.05, min_samples=5, max_noise=0.02, energy=False)
 TIE_FLOOR = 0.01  # medians closer than 1% are a tie whatever the noise estimate (5 samples estimate it loosely)
 PAIRS = 16  # alternating launches of the two tied candidates
 PAIRED_MARGIN = 0.005  # a paired median ratio within 0.5% of 1 is still a tie: the earlier candidate wins

@@ -15,7 +15,7 @@ from nnbench.workloads.base import Case
 
 WORKLOADS = ("gemm", "conv", "train")
 # Each sample is one launch after the warm-up: the soak checks verdicts, not times.
-ONCE = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0)
+ONCE = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
 
 
 def problems(workload: str) -> list:

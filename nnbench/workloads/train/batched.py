@@ -821,7 +821,7 @@ def open_net(backend, variant: Variant, compiled, layers, init, train, batch, hy
 
 
 GRAPHED = "whole step as one CUDA graph, one launch per step"  # the params of a graph version's row
-TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05)
+TUNE_TIMING = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=0.05, energy=False)
 
 
 def tune(backend, variant: Variant, compiled, layers, init, train, batch, hyper) -> dict[str, GemmKernel]:

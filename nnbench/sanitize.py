@@ -1,0 +1,116 @@
+"""`--sanitize memcheck|racecheck|synccheck|initcheck`: each case once under NVIDIA's compute-sanitizer.
+
+Design: the command's process plans its cases as always, and for each one starts itself again, as
+`compute-sanitizer --tool TOOL --error-exitcode 99 --log-file LOG python -m nnbench <the same arguments>
+--sanitize-child K`. The child runs only the K-th case (nnbench/harness.py counts them the same way in both), with
+one sample and no energy window, and writes its record to the file NNBENCH_SANITIZE_RECORD names. One process per
+case: a memcheck error can poison a CUDA context, and the sanitizer's report then belongs to that case alone.
+
+The parent's row (`verdict`): the sanitizer's first report line makes it FAIL with error "TOOL: <line>"; a
+clean run keeps the child's verdict (PASS, or the FAIL of a wrong answer) with `sanitizer` = "sanitized: TOOL".
+A sanitized row carries no timing: the instrumented launch is 10-100x slower than the kernel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from nnbench import measure, paths
+from nnbench.errors import NnbenchError
+
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+HAZARD_EXIT = 99  # --error-exitcode: the child found something
+RECORD_ENV = "NNBENCH_SANITIZE_RECORD"
+CHILD_TIMEOUT_S = 1800.0  # racecheck on a 4096^3 GEMM step runs for minutes
+# The child's timing: one sample, to run the case's launches under the sanitizer, not to time them; host-issued, so
+# that no batch of samples is queued (measure's warm-up, its estimate, one sample and the audited last one: 4 launches).
+CHILD_SETTINGS = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False,
+                                        host_issued=True)
+# The command line's --sanitize TOOL and its arguments, or the child's --sanitize-child K.
+MODE: dict = {"tool": None, "argv": None, "child": None}
+# The columns a sanitized row leaves empty: times and what follows from them.
+UNTIMED = ("samples", "reps", "noise", "converged", "timing", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup",
+           "power_w", "energy_j", "energy_window_j", "energy_method", "gflops_per_j", "items_per_s", "items_per_j",
+           "samples_per_s", "tflops", "sm_clock_mhz", "sm_clock_min_mhz", "mem_clock_mhz", "throttle")
+
+
+def executable() -> str:
+    """compute-sanitizer's path, or one line saying where it comes from."""
+    found = shutil.which("compute-sanitizer")
+    if not found:
+        raise NnbenchError("--sanitize: compute-sanitizer is not on PATH (it ships with the CUDA toolkit, in "
+                           "its bin/ folder; add that folder to PATH)")
+    return found
+
+
+def first_report(text: str) -> str | None:
+    """The sanitizer's first report line ("Invalid __global__ write of size 4 bytes", "Error: Race reported
+    between ..."), without its "=========" prefix; None for a clean log (its banner and 0-error summaries)."""
+    for line in text.splitlines():
+        if not line.startswith("========="):
+            continue
+        body = line.lstrip("=").strip()
+        if not body or body.startswith("COMPUTE-SANITIZER") or _clean_summary(body):
+            continue
+        return body
+    return None
+
+
+def _clean_summary(body: str) -> bool:
+    # "ERROR SUMMARY: 0 errors", "RACECHECK SUMMARY: 0 hazards displayed (0 errors, 0 warnings)"
+    head, _, rest = body.partition("SUMMARY:")
+    return bool(head) and rest.strip().startswith("0 ")
+
+
+def child_command(tool: str, argv: list[str], index: int, log: Path) -> list[str]:
+    return [executable(), "--tool", tool, "--error-exitcode", str(HAZARD_EXIT), "--log-file", str(log),
+            sys.executable, "-m", "nnbench", *argv, "--sanitize-child", str(index)]
+
+
+def run_case(tool: str, argv: list[str], index: int, base: dict) -> dict:
+    """The K-th case of the command `argv` under the sanitizer, as its row (`verdict`)."""
+    with tempfile.TemporaryDirectory(prefix="nnbench-sanitize-") as d:
+        log, out = Path(d) / "sanitizer.log", Path(d) / "record.json"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
+                                                                        os.environ.get("PYTHONPATH")])))
+        env[RECORD_ENV] = str(out)
+        try:
+            done = subprocess.run(child_command(tool, argv, index, log), capture_output=True, text=True, env=env,
+                                  stdin=subprocess.DEVNULL, timeout=CHILD_TIMEOUT_S)
+            rc, said = done.returncode, done.stdout + done.stderr
+        except subprocess.TimeoutExpired:
+            rc, said = None, f"no end after {CHILD_TIMEOUT_S:g} s"
+        # The report goes to the log; a sanitizer that cannot open it (or a stand-in) prints it instead.
+        report = first_report(log.read_text(errors="replace") if log.exists() else "") or first_report(said)
+        record = json.loads(out.read_text()) if out.exists() else None
+    return verdict(base, tool, rc, report, record, said)
+
+
+def verdict(base: dict, tool: str, rc: int | None, report: str | None, record: dict | None, said: str = "") -> dict:
+    rec = dict(base, **(record or {}))
+    for key in UNTIMED:
+        rec[key] = None
+    for key in [k for k in rec if k.endswith(("_ms", "_us"))]:
+        rec[key] = None
+    if report is not None or rc == HAZARD_EXIT:
+        rec.update(status="FAIL", error=f"{tool}: {report or f'exit {HAZARD_EXIT} without a report line'}",
+                   sanitizer=f"{tool}: {report}")
+    elif record is None or rc != 0:
+        last = (said.strip().splitlines() or ["no output"])[-1]
+        rec.update(status="ERROR", error=f"{tool}: the case's process ended with {rc}: {last}", sanitizer=None)
+    else:
+        rec["sanitizer"] = f"sanitized: {tool}"
+    return rec
+
+
+def write_child_record(rec: dict) -> None:
+    """The child's one record, for its parent (JSON: the record's values are numbers, text, None)."""
+    path = os.environ.get(RECORD_ENV)
+    if path:
+        Path(path).write_text(json.dumps(rec, default=str))
