@@ -151,8 +151,8 @@ class LineSink:
 
     _made = False  # this sink wrote the header: the file is this run's alone
 
-    def __init__(self, path: Path, mode: str) -> None:
-        self.path, self._fd = safeio.open_locked(Path(path), mode)
+    def __init__(self, path: Path, mode: str, flag: str | None = "--force") -> None:
+        self.path, self._fd = safeio.open_locked(Path(path), mode, flag)
         self.rows = 0  # written by this sink
         self._lead = ""  # what the first line must start with
         try:
