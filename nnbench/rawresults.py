@@ -260,7 +260,10 @@ def _load_csv(path: Path, notes) -> list[RawRecord]:
                     if notes is not None:
                         notes.append(f"{path}:{i}: a row without a valid status (cut short?) was set aside")
                     continue
-                fields = results.parse_row(row)
+                try:
+                    fields = results.parse_row(row)
+                except NnbenchError as e:
+                    raise NnbenchError(f"{path}:{i}: {e}") from None
                 ms = fields.pop("samples_ms", None)
                 rec = RawRecord(fields, line=i)
                 if ms:

@@ -304,8 +304,8 @@ def parse_samples(text) -> list[float] | None:
         return None
     try:
         return [float(x) for x in text.split()]
-    except ValueError:
-        return None
+    except ValueError:  # not "no samples": a damaged or hand-edited cell, which the gate must not read as absent
+        raise NnbenchError(f"samples_ms {text[:40]!r}: expected sample times in ms separated by spaces") from None
 
 
 def parse_row(row: dict) -> dict:

@@ -173,7 +173,10 @@ def _done_rows(path: Path):
             for row in reader:
                 # A row cut short by a kill has no valid status; its case simply runs again.
                 if row.get("status") in results.STATUSES:
-                    yield results.parse_row(row)
+                    try:
+                        yield results.parse_row(row)
+                    except NnbenchError as e:
+                        raise NnbenchError(f"{path}:{reader.line_num}: {e}") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise NnbenchError(f"{path}: not a result CSV ({e}); start anew with --fresh") from None
     except OSError as e:
