@@ -21,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nnbench import apiargs
 from nnbench.errors import NnbenchError
 
 ConfigLike = str | Path | dict
@@ -65,6 +66,7 @@ def load(config: ConfigLike) -> list:
     """A config file (any suite; a kernel config with `suite: kernel`), or a kernel declaration as a
     dict, as validated SweepSpecs (config.SweepSpec), one per part. Raises NnbenchError on bad input."""
     from nnbench.sweeps import config as cfg
+    apiargs.config("load", config)
     if isinstance(config, dict):
         return [_declared(config)]
     return cfg.load_config(Path(config))
@@ -94,6 +96,13 @@ def benchmark(config: ConfigLike | None = None, *, backend: str | None = None, d
 
     from nnbench import harness, results
     from nnbench.runtime import open_backend
+    if config is not None:
+        apiargs.config("benchmark", config)
+    variants, params = apiargs.names("benchmark", "variants", variants), apiargs.params("benchmark", params)
+    problems = apiargs.problems("benchmark", problems)
+    budget = apiargs.positive("benchmark", "budget", budget)
+    seed = apiargs.count("benchmark", "seed", seed, 0)
+    apiargs.device("benchmark", backend, device)
     if config is None:
         if not declaration:
             raise NnbenchError("benchmark(): give a config (a file or a dict) or the declaration as keywords")
@@ -150,6 +159,10 @@ def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0
     `backend` as in `benchmark` (None: $NNBENCH_BACKEND, else the user's config file, else auto)."""
     from nnbench.backend_choice import requested
     from nnbench.sweeps import sweep as sweep_mod
+    apiargs.config("run_sweep", config, specs=True)
+    jobs, gpus = apiargs.count("run_sweep", "jobs", jobs, 1), apiargs.gpus("run_sweep", gpus)
+    out = apiargs.path("run_sweep", "out", out, optional=True)
+    apiargs.device("run_sweep", backend, device)
     backend = requested(backend).name
     specs = config if isinstance(config, list) else load(config)
     name = f"{backend}:{device}" if device and backend != "cpu" else backend
@@ -175,9 +188,9 @@ def check(baseline: str | Path | list, current: str | Path, tolerance: float = 0
     samples where both files have them). `passed` is False on any SLOWER, FAILED, INVALID, MISSING
     (unless allow_missing) or UNSTABLE/AMBIGUOUS (unless allow_unstable)."""
     from nnbench import verdict
-    if not 0 <= tolerance < 10:
-        raise NnbenchError(f"check(): tolerance {tolerance}: a fraction, e.g. 0.05 for 5%")
-    base, cur = verdict.load_baseline(baseline), verdict.load(Path(current))
+    tolerance = apiargs.tolerance("check", tolerance)
+    baseline, current = apiargs.baseline("check", baseline), apiargs.path("check", "current", current)
+    base, cur = verdict.load_baseline(baseline), verdict.load(current)
     gb, gc = verdict.gpus(base), verdict.gpus(cur)
     if gb and gc and gb != gc and not any_gpu:
         raise NnbenchError(f"the baseline comes from {', '.join(sorted(gb))} and the current run from "

@@ -32,16 +32,21 @@ def host_available() -> int | None:
 
 def require(backend, host_bytes: float, device_bytes: float, what: str, smaller: str = "a smaller size") -> None:
     """Refuse `what` if its estimated host or device memory does not fit what is free now."""
-    on_host = host_bytes + (device_bytes if not backend.runs_kernels else 0)
-    have = host_available()
-    if have is not None and on_host > HEADROOM * have:
-        raise NnbenchError(f"{what} needs about {_gib(on_host)} of host memory and {_gib(have)} is available; "
-                           f"give {smaller}")
+    require_host(host_bytes + (device_bytes if not backend.runs_kernels else 0), what, smaller)
     if backend.runs_kernels:
         free = backend.free_memory()
         if free is not None and device_bytes > HEADROOM * free:
             raise NnbenchError(f"{what} needs about {_gib(device_bytes)} of GPU memory and {_gib(free)} is free; "
                                f"give {smaller}")
+
+
+def require_host(on_host: float, what: str, smaller: str = "a smaller size") -> None:
+    """Refuse `what` if its estimated host memory does not fit what is free now (a config is checked by this
+    when it is loaded, before its backend is known: every problem, not only the first to run)."""
+    have = host_available()
+    if have is not None and on_host > HEADROOM * have:
+        raise NnbenchError(f"{what} needs about {_gib(on_host)} of host memory and {_gib(have)} is available; "
+                           f"give {smaller}")
 
 
 def _gib(n: float) -> str:

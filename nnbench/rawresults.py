@@ -123,11 +123,11 @@ class JsonSink(results.LineSink):
     the guarantees, the same as the CSV's). Adding to an existing file (a resumed sweep) needs that
     file to be an nnbench results file of this schema version."""
 
-    def __init__(self, path, mode: str = safeio.NEW) -> None:
-        super().__init__(Path(path), mode)
+    def __init__(self, path, mode: str = safeio.NEW, flag: str | None = "--force") -> None:
+        super().__init__(Path(path), mode, flag)
 
     def header(self) -> str:
-        return json.dumps(header()) + "\n"
+        return header_line()
 
     def check_existing(self) -> None:
         with open(self.path, encoding="utf-8", errors="replace") as f:
@@ -135,7 +135,17 @@ class JsonSink(results.LineSink):
         check_header(self.path, first)
 
     def line(self, record: dict) -> str:
-        return json.dumps(to_json(record), allow_nan=False, separators=(",", ":")) + "\n"
+        return line(record)
+
+
+def header_line(kind: str = "results") -> str:
+    """A JSON results file's first line."""
+    return json.dumps(header(kind)) + "\n"
+
+
+def line(record: dict) -> str:
+    """One record as a line of a JSON results file."""
+    return json.dumps(to_json(record), allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def check_header(path, first_line: str, kind: str = "results") -> dict:
@@ -203,6 +213,13 @@ def _load_json(path: Path, notes) -> list[RawRecord]:
 
 def _record(path, line: int, obj: dict) -> RawRecord:
     samples = obj.pop("raw", None)
+    for k, v in obj.items():  # every field of a record is a number, text, a boolean or null (the schema)
+        if isinstance(v, list | dict):
+            raise NnbenchError(f"{path}:{line}: {k}: a JSON {'array' if isinstance(v, list) else 'object'} where "
+                               "the schema has a number, text, a boolean or null")
+    if obj.get("status") is not None and obj["status"] not in results.STATUSES:
+        raise NnbenchError(f"{path}:{line}: status {obj['status']!r}: expected one of "
+                           f"{', '.join(sorted(results.STATUSES))}")
     fields = {k: _number(k, v) for k, v in obj.items()}
     rec = RawRecord(fields, line=line)
     if samples is not None:
@@ -211,8 +228,17 @@ def _record(path, line: int, obj: dict) -> RawRecord:
             raise NnbenchError(f"{path}:{line}: raw.ms must be a list of numbers")
         rec.samples_ms = np.asarray(ms, dtype=np.float64)
         rec.reps, rec.unit = samples.get("reps"), samples.get("unit")
-        rec.batch, rec.dropped = samples.get("batch"), int(samples.get("dropped") or 0)
+        rec.batch, rec.dropped = samples.get("batch"), _count(path, line, "raw.dropped", samples.get("dropped"))
     return rec
+
+
+def _count(path, line: int, key: str, v) -> int:
+    """A count of samples (raw.dropped): a whole number >= 0 (null or absent: 0), else one line naming it."""
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v < 0 or v != int(v):
+        raise NnbenchError(f"{path}:{line}: {key} {v!r}: expected a whole number >= 0")
+    return int(v)
 
 
 def _number(key: str, v):
@@ -234,7 +260,10 @@ def _load_csv(path: Path, notes) -> list[RawRecord]:
                     if notes is not None:
                         notes.append(f"{path}:{i}: a row without a valid status (cut short?) was set aside")
                     continue
-                fields = results.parse_row(row)
+                try:
+                    fields = results.parse_row(row)
+                except NnbenchError as e:
+                    raise NnbenchError(f"{path}:{i}: {e}") from None
                 ms = fields.pop("samples_ms", None)
                 rec = RawRecord(fields, line=i)
                 if ms:

@@ -155,8 +155,8 @@ class LineSink:
 
     _made = False  # this sink wrote the header: the file is this run's alone
 
-    def __init__(self, path: Path, mode: str) -> None:
-        self.path, self._fd = safeio.open_locked(Path(path), mode)
+    def __init__(self, path: Path, mode: str, flag: str | None = "--force") -> None:
+        self.path, self._fd = safeio.open_locked(Path(path), mode, flag)
         self.rows = 0  # written by this sink
         self._lead = ""  # what the first line must start with
         try:
@@ -308,8 +308,8 @@ def parse_samples(text) -> list[float] | None:
         return None
     try:
         return [float(x) for x in text.split()]
-    except ValueError:
-        return None
+    except ValueError:  # not "no samples": a damaged or hand-edited cell, which the gate must not read as absent
+        raise NnbenchError(f"samples_ms {text[:40]!r}: expected sample times in ms separated by spaces") from None
 
 
 def parse_row(row: dict) -> dict:

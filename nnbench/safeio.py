@@ -31,12 +31,13 @@ def os_problem(path, e: OSError, doing: str = "cannot write") -> NnbenchError:
     return NnbenchError(f"{path}: {doing}: {e.strerror or e}")
 
 
-def open_locked(path: Path, mode: str = NEW, flag: str = "--force") -> tuple[Path, int]:
+def open_locked(path: Path, mode: str = NEW, flag: str | None = "--force") -> tuple[Path, int]:
     """Open `path` for writing under an exclusive advisory lock; return (path actually opened, fd).
 
     NEW: the file must not exist. UNIQUE: `path` or, if taken, `path-1`, `path-2`, ... (default
     names). APPEND: add to the end of an existing (or new) file. FORCE: replace an existing file,
-    truncated only once the lock is held."""
+    truncated only once the lock is held. `flag`: the option that replaces a taken file, None where the
+    command has none (the refusal then names only what it accepts)."""
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -59,8 +60,8 @@ def open_locked(path: Path, mode: str = NEW, flag: str = "--force") -> tuple[Pat
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
-        raise NnbenchError(f"{path}: the file exists and nnbench never overwrites a result file; name a new file, "
-                           f"or pass {flag} to replace it") from None
+        remedy = f"name a new file, or pass {flag} to replace it" if flag else "name a new file"
+        raise NnbenchError(f"{path}: the file exists and nnbench never overwrites a result file; {remedy}") from None
     except IsADirectoryError:
         raise NnbenchError(f"{path}: is a folder; name a file") from None
     except OSError as e:
@@ -132,8 +133,8 @@ def write_atomic(path, text: str) -> None:
         raise os_problem(path, e) from None
 
 
-def write_whole(path: Path, text: str, force: bool = False) -> Path:
-    """A report (HTML, a page anyone may open) written whole or not at all: into a temporary file in the
+def write_whole(path: Path, text: str | bytes, force: bool = False) -> Path:
+    """A report (HTML, a PNG, a JSON file of reported rows) written whole or not at all: into a temporary file in the
     same folder, flushed, then renamed onto `path`. A full disk or a kill leaves no cut-off page under
     the requested name, and without `force` an existing file is refused, never replaced."""
     path = Path(path)
@@ -142,8 +143,8 @@ def write_whole(path: Path, text: str, force: bool = False) -> Path:
     target, fd = open_locked(path, APPEND if force else NEW)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
+        with open(tmp, "wb") as f:
+            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)

@@ -19,7 +19,8 @@ PACKAGE = paths.ROOT / "nnbench"
 # the no-circle test keeps the order one way.
 LAYERS: list[tuple[str, ...]] = [
     ("nnbench.version", "nnbench.errors", "nnbench.paths", "nnbench.safeio", "nnbench.yamlnodes", "nnbench.expr",
-     "nnbench.glyphs", "nnbench.nets", "nnbench.memory", "nnbench.options", "nnbench.space", "nnbench.usercode"),
+     "nnbench.glyphs", "nnbench.nets", "nnbench.memory", "nnbench.options", "nnbench.space", "nnbench.usercode",
+     "nnbench.apiargs"),
     # measure times through a backend's events and the backends verify with its error norms: one layer
     # and audit holds the checks that measure's last batch and the sessions apply (nnbench/audit.py)
     ("nnbench.runtime", "nnbench.measure", "nnbench.audit"),

@@ -298,10 +298,20 @@ def _say_backend(line: str | None) -> None:
         err.print(f"[yellow]{escape(line)}[/]", soft_wrap=True)
 
 
+def _refuse_device_on_cpu(name: str) -> None:
+    """--device N (N > 0) with the CPU backend chosen: there is no GPU it could mean, and taking it quietly would
+    let a script believe it ran on GPU N."""
+    if name == "cpu" and DEVICE[0]:
+        raise NnbenchError(f"--device {DEVICE[0]}: the cpu backend runs on no GPU; leave --device out, or use "
+                           "--backend cuda")
+
+
 def open_device(backend: str, device: int | None = None):
     """The backend of `backend` (as the option resolved it), with its one line on stderr where it was
     not simply typed: auto's choice and reason, or the variable or file that set it."""
     from nnbench import backend_choice
+    if device is None:
+        _refuse_device_on_cpu(request_of(backend).name)
     be, line = backend_choice.open_requested(request_of(backend), DEVICE[0] if device is None else device)
     _say_backend(line)
     refuse_unsanitizable(be.name)
@@ -312,6 +322,7 @@ def worker_backend(backend: str) -> str:
     """cuda or cpu for a sweep's workers, with the same one line as open_device; this process never
     initialises CUDA (its workers own the GPUs)."""
     from nnbench import backend_choice
+    _refuse_device_on_cpu(request_of(backend).name)
     name, line = backend_choice.resolve_without_context(request_of(backend))
     _say_backend(line)
     refuse_unsanitizable(name)

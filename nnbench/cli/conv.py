@@ -81,6 +81,9 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     given = [x is not None for x in (n, c, h, w, k, r)]
     if any(given) and not all(given):
         raise NnbenchError("--n, --c, --h, --w, --k and --r go together: give all six, or use --set")
+    if not any(given) and (stride, pad) != (1, 0):  # a set's layers carry their own: silently ignored before
+        raise NnbenchError(f"--{'stride' if stride != 1 else 'pad'}: goes with a layer of --n, --c, --h, --w, --k "
+                           "and --r (a --set's layers carry their own)")
     shapes = []
     if all(given):
         shape = conv_problem.ConvShape(n, c, h, w, k, r, stride, pad)

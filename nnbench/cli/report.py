@@ -73,7 +73,7 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         plots.png_path(Path(out_path))  # a wrong --out is refused before any file is read
     if html_path and Path(html_path).suffix.lower() not in (".html", ".htm"):
         raise NnbenchError(f"--html {html_path}: name a .html file")
-    if app.JSON[0] is not None:
+    if app.JSON[0] is not None and not force:
         app.refuse_taken(app.JSON[0])
     frames = {p: results.read_csv(p) for p in csv_paths}
     for p in [p for p, f in frames.items() if f.empty]:
@@ -99,15 +99,15 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
     if html_path:
         _write_html(list(frames), df, Path(html_path), baseline, tolerance, ceilings, force)
     if app.JSON[0] is not None:
-        _write_json(list(frames), suite, variants, Path(app.JSON[0]))
+        _write_json(list(frames), suite, variants, Path(app.JSON[0]), force)
 
 
-def _write_json(sources, suite, variants, target: Path) -> None:
+def _write_json(sources, suite, variants, target: Path, force: bool = False) -> None:
     """The reported rows as a results file: each read again by the gate's reader (which keeps the raw
     samples), under the same --suite and --variant filters."""
     import pandas as pd
 
-    from nnbench import rawresults
+    from nnbench import rawresults, safeio
     from nnbench.report import plots
     recs = [r for p in sources for r in rawresults.load(p)]
     keep = plots.normalize(pd.DataFrame([r.fields for r in recs]))
@@ -115,13 +115,11 @@ def _write_json(sources, suite, variants, target: Path) -> None:
         keep = keep[keep["suite"] == suite]
     if variants:
         keep = keep[keep["variant"].isin(variants)]
-    sink = rawresults.JsonSink(target)
-    try:
-        for r in (recs[i] for i in keep.index):
-            samples = None if r.samples_ms is None else list(r.samples_ms)
-            sink.append({**rawresults.typed(r.fields), "samples_ms": samples})
-    finally:
-        sink.close()
+    lines = [rawresults.line({**rawresults.typed(r.fields),
+                              "samples_ms": None if r.samples_ms is None else list(r.samples_ms)})
+             for r in (recs[i] for i in keep.index)]
+    # whole or not at all (a full disk leaves no file cut short under the name asked for)
+    target = safeio.write_whole(target, rawresults.header_line() + "".join(lines), force)
     app.out.print(f"JSON of {len(keep)} rows: {escape(str(target))}")
 
 

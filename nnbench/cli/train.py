@@ -203,8 +203,11 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
                 hyper = replace(hyper, max_iterations=cpu_cap)
             else:
                 cpu_cap = None
-    memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0),
-                   f"{label} (layers {','.join(map(str, layers))})", "narrower layers or a smaller batch")
+    from nnbench import glyphs
+    memory.require(be, *mlp.footprint(layers, batch if mini else 1, train_samples if mini else 0,
+                                      len(glyphs.LETTERS) * test_per_letter),
+                   f"{label} (layers {','.join(map(str, layers))}, --test-per-letter {test_per_letter})",
+                   "narrower layers, a smaller batch or a smaller --test-per-letter")
     if world is not None:
         _rank_consoles(world.rank)
     defaulted = not names

@@ -233,7 +233,10 @@ def _first_line(e: Exception) -> str:
 def connect(target: str | Path | None = None, create: bool = True) -> Database:
     """Open (and, with `create`, make) the history database at `target`: a path or postgresql:// URL;
     None means `default_target()`. The schema is not touched here: `migrations.ready` does that."""
-    target = str(target) if target else default_target()
+    target = default_target() if target is None else str(target)
+    if not target.strip():  # an empty --db (an unset variable in a CI script) must not mean the default history
+        raise NnbenchError("--db '': name the history, a SQLite file or a postgresql:// URL (or leave --db out "
+                           "for $NNBENCH_HISTORY_DB, else results/history.sqlite)")
     if is_postgres(target):
         return PostgresDatabase(target)
     if "://" in target:

@@ -8,9 +8,11 @@ records, so recording the same file twice stores it once.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import json
 import math
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +27,7 @@ class Case:
 
     fields: dict
     samples_ms: list[float] | None = None
+    line: int = 0  # where the file holds it, for messages
 
     @property
     def key(self) -> str:
@@ -58,6 +61,7 @@ def read(path: str | Path) -> list[Run]:
     latest: dict[tuple[str, str, str], dict[str, Case]] = {}  # each run's cases by key: linear in the file's records
     for c in cases:
         f = c.fields
+        _check_stamp(path, c)
         sha, gpu = str(f.get("git_sha") or "unknown"), str(f.get("gpu") or "cpu")
         ident = (sha, gpu, str(f.get("sweep") or ""))
         run = runs.get(ident)
@@ -83,6 +87,25 @@ def energy(fields: dict) -> tuple[float | None, float | None]:
     return _number(fields.get("energy_j")), _number(fields.get("power_w"))
 
 
+# A commit as results carry it: git's short SHA (-dirty), NNBENCH_GIT_SHA's name for it, or "unknown".
+COMMIT = re.compile(r"[0-9A-Za-z][0-9A-Za-z._/+-]{0,63}")
+
+
+def _check_stamp(path, case: Case) -> None:
+    """What a run is stored under (its commit and time) is checked, not stored as given: a history would sort and
+    group by garbage, or hold a 5,000-character "commit" in every row."""
+    sha, stamp = case.fields.get("git_sha"), case.fields.get("timestamp")
+    if sha not in (None, "") and not (isinstance(sha, str) and COMMIT.fullmatch(sha)):
+        raise NnbenchError(f"{path}:{case.line}: git_sha {str(sha)[:40]!r}{'...' if len(str(sha)) > 40 else ''}: "
+                           "expected a commit (at most 64 letters, digits and . _ / + -)")
+    if stamp not in (None, ""):
+        try:
+            dt.datetime.fromisoformat(str(stamp))
+        except ValueError:
+            raise NnbenchError(f"{path}:{case.line}: timestamp {str(stamp)[:40]!r}: expected an ISO 8601 time "
+                               "(2026-01-31T12:00:00+00:00)") from None
+
+
 def _number(v) -> float | None:
     try:
         x = float(v)
@@ -96,5 +119,5 @@ def _cases(path: Path) -> list[Case]:
     rows without a valid status (cut short by a kill) are left out, as the gate leaves them out."""
     from nnbench import rawresults
     return [Case({k: v for k, v in r.fields.items() if k != "samples_ms"},
-                 None if r.samples_ms is None else [float(x) for x in r.samples_ms])
+                 None if r.samples_ms is None else [float(x) for x in r.samples_ms], r.line)
             for r in rawresults.load(path) if r.fields.get("status") in results.STATUSES]

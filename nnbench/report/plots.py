@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import io
 import math
-import os
 import re
 from pathlib import Path
 
@@ -135,13 +134,7 @@ def plot(df: pd.DataFrame, kind: str, out: Path, title: str = "", force: bool = 
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(KINDS)}")
     target = png_path(out)
     data = png_bytes(figure(df, kind, title, ceilings))
-    target, fd = safeio.open_locked(target, safeio.FORCE if force else safeio.NEW)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-    except OSError as e:
-        raise safeio.os_problem(target, e) from None
-    return target
+    return safeio.write_whole(target, data, force)
 
 
 def _plain(ax, axis: str = "both") -> None:

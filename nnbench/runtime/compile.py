@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from nnbench import paths
+from nnbench import paths, safeio
 from nnbench.errors import CompileError, NnbenchError
 
 BASE_FLAGS = ("-O3", "-std=c++17")
@@ -95,7 +95,7 @@ def _sources_closure(source: Path, includes: tuple[str, ...] = ()) -> list[Path]
         if f in seen:
             continue
         seen.append(f)
-        for inc in _INCLUDE.findall(f.read_text()):
+        for inc in _INCLUDE.findall(safeio.read_text(f, "CUDA source")):  # not UTF-8: one line, not a traceback
             for base in (f.parent, paths.KERNELS, *map(Path, includes)):
                 cand = (base / inc).resolve()
                 if cand.exists():

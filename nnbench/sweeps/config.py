@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from nnbench import measure, registry, workloads
+from nnbench import measure, memory, registry, workloads
 from nnbench.errors import NnbenchError
 from nnbench.sweeps import strategies
 from nnbench.workloads import WORKLOADS
@@ -179,6 +179,8 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
         for s in work.parse_problems(path, item):
             try:
                 work.validate(s)
+                if (need := work.footprint(s)) is not None:  # every shape, before a worker allocates any
+                    memory.require_host(need[0], f"shape {s.label}")
             except NnbenchError as e:
                 raise fail(path, item, f"shapes: {e}") from None
             shapes.append(s)

@@ -163,6 +163,16 @@ def open_result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -
     return results.CsvSink(path, fields=results.FIELDS, mode=mode), resume
 
 
+def _json_cases(path: Path, suite: str) -> set[str]:
+    """The cases of `suite` the --json file holds. A case is done only when every sink holds it: a row the CSV
+    took but the JSON file did not (a full disk between the two writes) runs again, so the JSON file is never
+    left short of a case the CSV has."""
+    from nnbench import rawresults
+    if not path.exists() or path.stat().st_size == 0:
+        return set()
+    return {r.key for r in rawresults.load(path) if r.fields.get("suite") == suite}
+
+
 def _done_rows(path: Path):
     try:
         with open(path, newline="", encoding="utf-8") as f:
@@ -172,7 +182,10 @@ def _done_rows(path: Path):
             for row in reader:
                 # A row cut short by a kill has no valid status; its case simply runs again.
                 if row.get("status") in results.STATUSES:
-                    yield results.parse_row(row)
+                    try:
+                        yield results.parse_row(row)
+                    except NnbenchError as e:
+                        raise NnbenchError(f"{path}:{reader.line_num}: {e}") from None
     except (UnicodeDecodeError, csv.Error) as e:
         raise NnbenchError(f"{path}: not a result CSV ({e}); start anew with --fresh") from None
     except OSError as e:
@@ -368,7 +381,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
         if sink is not None and json_out is not None:
             # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
             from nnbench.rawresults import JsonSink
-            sink = results.Sinks(sink, JsonSink(json_out, safeio.APPEND if resume else safeio.NEW))
+            sink = results.Sinks(sink, JsonSink(json_out, safeio.APPEND if resume else safeio.NEW, flag=None))
         outcome = Outcome(path, backend=env["backend"], replayed=replay)
         summary = outcome.summary = Summary([s.label for s in spec.shapes])
         work = spec.workload
@@ -388,6 +401,8 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 comparisons.remember(row)
                 summary.add(row)
         done = {k for k, st in last_status.items() if not (retry_errors and st == "ERROR")}
+        if resume and json_out is not None:
+            done &= _json_cases(Path(json_out), spec.suite)
         all_jobs = plan_jobs(spec, spec.vendor and env["backend"] == "cuda", env["backend"])
         # a case whose kernel, headers, flags, nnbench or driver changed since its row is not done (an unchanged
         # case's row is; the gate still compares the two rows, whose case is the same)

@@ -145,6 +145,11 @@ class Workload:
     def validate(self, problem) -> None:
         """Raise NnbenchError for a problem that can never run (index range, memory)."""
 
+    def footprint(self, problem) -> tuple[float, float] | None:
+        """(host bytes, device bytes) the problem needs at its peak, estimated before anything is made; None where
+        the workload does not say."""
+        return None
+
     def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
         """Whether vendor row `name` belongs to a run of these cases (all do, unless a workload says)."""
         return True

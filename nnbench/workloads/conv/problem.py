@@ -86,7 +86,11 @@ class ConvShape:
         if self.R > self.H + 2 * self.pad or self.R > self.W + 2 * self.pad:
             raise NnbenchError(f"--r {self.R}: the filter is larger than the {self.H}x{self.W} input with pad "
                                f"{self.pad}")
-        for what, n in (("X", self.N * self.C * self.H * self.W), ("Y", self.N * self.K * self.Ho * self.Wo)):
+        if self.stride > max(self.H, self.W) + 2 * self.pad:  # past it every stride gives the same one window,
+            raise NnbenchError(f"--stride {self.stride}: larger than the padded input; at most "  # and the kernels'
+                               f"{max(self.H, self.W) + 2 * self.pad} (H or W + 2 * pad)")  # int32 would overflow
+        for what, n in (("X", self.N * self.C * self.H * self.W), ("Y", self.N * self.K * self.Ho * self.Wo),
+                        ("the filters", self.K * self.C * self.R * self.R)):
             if n >= 2**31:
                 raise NnbenchError(f"{self.label}: {what} has {n:,} elements; the kernels index with 32-bit ints")
 

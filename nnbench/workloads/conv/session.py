@@ -455,6 +455,9 @@ class ConvWorkload(Workload):
         if isinstance(problem, ConvShape):
             problem.validate()
 
+    def footprint(self, problem) -> tuple[float, float] | None:
+        return problem.footprint() if isinstance(problem, ConvShape) else None
+
     def session(self, backend, settings, rtol, seed, env, options=None) -> ConvSession:
         return ConvSession(backend, settings, rtol, seed, env)
 

@@ -638,6 +638,9 @@ class GemmWorkload(Workload):
     def validate(self, problem: Shape) -> None:
         validate_shape(problem)
 
+    def footprint(self, problem: Shape) -> tuple[float, float]:
+        return footprint(problem)
+
     def session(self, backend, settings, rtol, seed, env, options=None) -> GemmSession:
         return GemmSession(backend, settings, rtol, seed, env)
 

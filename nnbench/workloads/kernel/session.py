@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nnbench import audit, expr, measure, paths, space, usercode
+from nnbench import audit, expr, measure, memory, paths, space, usercode
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
@@ -770,6 +770,10 @@ def _args(path: Path, node, here: Path, axis_names: list[str]) -> tuple[Arg, ...
             else:
                 init = ("normal", 0.0, 1.0)
             seed = integer(path, keys["seed"][1], f"{what}.seed", minimum=0) if "seed" in keys else 0
+            if "seed" in keys and init[0] not in ("normal", "uniform"):  # a seed nothing draws from: refused, not
+                raise fail(path, keys["seed"][0], f"{what}.seed: only a random init (normal, uniform) draws "  # ignored
+                                                  f"from a seed; this argument's init is "
+                                                  f"{'none (an output)' if written_only else init[0]}")
             for k in ("value",):
                 if k in keys:
                     raise fail(path, keys[k][0], f"{what}: `value` is for scalars; an array takes init")
@@ -920,6 +924,14 @@ def _check_signature(path: Path, node, what: str, kname: str, ptx_params: list[s
                                    f"{', '.join(sorted('.' + x for x in allowed))}")
 
 
+def footprint(p: KernelProblem) -> tuple[float, float]:
+    """(host bytes, device bytes) of one problem, estimated from its arrays' shapes before any is made. Host: each
+    array, its float64 copy for the reference and the reference's float64 result; device: each array and the fresh
+    copy a timed launch writes into."""
+    arrays = [(math.prod(p.shape_of(a)), np.dtype(a.dtype).itemsize) for a in p.spec.args if a.kind == "array"]
+    return float(sum(n * (size + 2 * 8) for n, size in arrays)), float(sum(2 * n * size for n, size in arrays))
+
+
 def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], variants) -> None:
     """Every expression evaluates for the problem, and every case's launch fits CUDA's limits."""
     env = p.as_dict()
@@ -939,6 +951,10 @@ def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], v
             if any(d < 1 for d in dims):
                 raise ConfigError(f"{a.where}: args.{a.name}.shape: {dims} at {problem_text(p)}; every size must "
                                   "be >= 1")
+    try:  # every problem, not only the first to run: a later N = 10^11 is refused here, not in an allocation
+        memory.require_host(footprint(p)[0], f"problems: {problem_text(p)}", "smaller problems")
+    except NnbenchError as e:
+        raise fail(path, top["problems"][1], str(e)) from None
     nodes = {v.name: body for v, body in variants}
     checked = set()
     for c in cases:

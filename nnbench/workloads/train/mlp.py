@@ -83,15 +83,20 @@ class Hyper:
             raise NnbenchError(f"--max-iterations {self.max_iterations}: must be >= 1")
 
 
-def footprint(layers: tuple[int, ...], batch: int = 1, samples: int = 0) -> tuple[float, float]:
+TEST_SAMPLE_OVERHEAD = 200  # bytes of Python objects per test glyph while glyphs.noisy builds the set
+
+
+def footprint(layers: tuple[int, ...], batch: int = 1, samples: int = 0, test: int = 0) -> tuple[float, float]:
     """(host bytes, device bytes) a training run needs, estimated before any weight exists. Host:
     the fp64 initial weights, fp64 reference copies with their velocities and gradients for the
     check, and the fp32 working set; device: weights, velocities and gradients in fp32. A batch adds
-    its activations and deltas per layer; a training set its inputs and targets."""
+    its activations and deltas per layer; a training set its inputs and targets; the `test` glyphs
+    (glyphs.noisy: 52 letters times --test-per-letter) theirs, built on the host one Python array each."""
     weights = sum((n_in + 1) * n_out for n_in, n_out in zip(layers, layers[1:]))
     acts = batch * sum(layers) * 4 * 3
     data = samples * (layers[0] + layers[-1]) * 4
-    return float(weights * (8 + 3 * 8 + 3 * 4) + acts + data), float(weights * 3 * 4 + acts + data)
+    tests = test * ((layers[0] + layers[-1]) * 8 + TEST_SAMPLE_OVERHEAD)
+    return float(weights * (8 + 3 * 8 + 3 * 4) + acts + data + tests), float(weights * 3 * 4 + acts + data)
 
 
 # -- the network, in float64 ----------------------------------------------------------------------
