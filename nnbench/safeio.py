@@ -108,29 +108,35 @@ def read_text(path, what: str = "file") -> str:
         raise os_problem(path, e, "cannot read") from None
 
 
+def _write_then_rename(tmp: Path, target: Path, data: bytes, leftovers: tuple[Path, ...] = ()) -> None:
+    """`data` into `tmp` beside `target`, forced to disk, then renamed onto it: a reader sees the old file or the
+    new one, never half of one. On an OS error `tmp` (and `leftovers`) go, and the error is one line."""
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError as e:
+        for leftover in (tmp, *leftovers):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
+        raise os_problem(target, e) from None
+
+
 def write_atomic(path, text: str) -> None:
-    """Replace `path` with `text` in one step: written beside it under a temporary name, forced to disk,
-    then renamed over it, so that a reader (another nnbench, a run killed halfway) sees the old file or
-    the new one, never half of one. An OS error is one line naming the path."""
+    """Replace `path` with `text` in one step (a cache another nnbench may be reading): no lock, no refusal."""
     import tempfile
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
     except OSError as e:
         raise os_problem(path, e) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise os_problem(path, e) from None
+    _write_then_rename(Path(tmp), path, text.encode("utf-8"))
 
 
 def write_whole(path: Path, text: str | bytes, force: bool = False) -> Path:
@@ -143,18 +149,8 @@ def write_whole(path: Path, text: str | bytes, force: bool = False) -> Path:
     target, fd = open_locked(path, APPEND if force else NEW)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
     try:
-        with open(tmp, "wb") as f:
-            f.write(text if isinstance(text, bytes) else text.encode("utf-8"))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, target)
-    except OSError as e:
-        for leftover in (tmp, target) if made else (tmp,):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
-        raise os_problem(target, e) from None
+        _write_then_rename(tmp, target, text if isinstance(text, bytes) else text.encode("utf-8"),
+                           (target,) if made else ())
     finally:
         os.close(fd)
     return target
