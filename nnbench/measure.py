@@ -324,7 +324,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
 def measure_energy(stats: Stats, backend, launch, tel, settings: TimingSettings) -> None:
     """The energy columns of `stats`: a cool-down, then a window of extra launches read on NVML's energy counter
     (nnbench/runtime/energy.py), where energy is asked for; else energy_j stays empty and energy_note says why."""
-    from nnbench.runtime import energy
+    import nnbench.runtime.energy as energy  # the module itself, not the package: runtime/__init__ opens backends
     if not (ENERGY[0] if settings.energy is None else settings.energy):
         stats.energy_note = ENERGY_OFF
         return
