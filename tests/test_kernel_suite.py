@@ -20,6 +20,7 @@ from nnbench import paths
 from nnbench.cli import app
 from nnbench.errors import NnbenchError
 from nnbench.sweeps import config
+from tests.standins import HostArrayGpu
 
 EXAMPLES = paths.ROOT / "examples"
 VECTOR_ADD = EXAMPLES / "vector_add" / "vector_add.yaml"
@@ -560,48 +561,17 @@ def test_the_readme_walkthrough_config_loads(tmp_path):
 
 
 # -- the session's GPU path on a stand-in device ------------------------------------------------------
-class _StandInGpu:
-    """The CUDA backend's seam with host arrays behind it, and a 'kernel' that does what vector_add.cu
-    does (or, planted, leaves the last element unwritten): the session's GPU logic (buffers, argument
-    packing, NaN poisoning, verification, reset) runs here as it will on the H100."""
-
-    name = "cuda"
-    runs_kernels = True
-    device = None
-    arch = "sm_90"
+class _StandInGpu(HostArrayGpu):
+    """The seam over host arrays (tests/standins.py) with a 'kernel' that does what vector_add.cu does (or,
+    planted, leaves the last element unwritten): the session's GPU logic (buffers, argument packing, NaN
+    poisoning, verification, reset) runs here as it will on the H100."""
 
     def __init__(self, skip_last: bool = False) -> None:
+        super().__init__()
         self.skip_last = skip_last
-        self.buffers: dict[int, object] = {}
         self.launches: list[tuple] = []
 
-    def upload(self, host):
-        import numpy as np
-        buf = np.array(host, copy=True)
-        self.buffers[id(buf)] = buf
-        return buf
-
-    def ptr(self, buf) -> int:
-        return id(buf)
-
-    def write(self, buf, host) -> None:
-        buf[...] = host
-
-    def copy(self, dst, src, nbytes: int) -> None:
-        dst[...] = src
-
-    def download(self, buf, like):
-        return buf.copy()
-
-    def load(self, compiled, name: str):
-        from types import SimpleNamespace
-        return SimpleNamespace(name=name, info=SimpleNamespace(registers=16, smem_bytes=0, local_bytes=0))
-
-    def occupancy(self, kernel, threads: int, smem: int):
-        from types import SimpleNamespace
-        return SimpleNamespace(occupancy=1.0, limiter="threads")
-
-    def bind(self, kernel, grid, block, args, signature=None, smem=0):
+    def bind(self, kernel, grid, block, args, signature=None, *, smem=0, stream=None):
         self.launches.append((kernel.name, grid, block, signature, len(args)))
         a, b, c = (self.buffers[p] for p in args[:3])
         n = int(args[3])
@@ -610,26 +580,6 @@ class _StandInGpu:
             end = n - 1 if self.skip_last else n
             c[:end] = a[:end] + b[:end]
         return launch
-
-    def timed(self, fn, reps: int) -> float:
-        for _ in range(reps):
-            fn()
-        return 0.01
-
-    def timed_samples(self, fn, reps: int, count: int) -> list[float]:
-        return [self.timed(fn, reps) for _ in range(count)]
-
-    def issued_by_host(self, launch) -> bool:
-        return False
-
-    def flush_l2(self) -> None:
-        pass
-
-    def sm_clock_mhz(self):
-        return None
-
-    def synchronize(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("skip_last, status", [(False, "PASS"), (True, "FAIL")], ids=["writes all", "planted"])
