@@ -50,7 +50,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -171,6 +171,15 @@ class Stats:
                     clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
                     energy_window_ms=self.energy_window_ms, energy_method=self.energy_method,
                     energy_window_j=self.energy_window_j, energy_note=self.energy_note)
+
+    def per(self, units: int) -> Stats:
+        """These statistics for one of `units` equal pieces of a launch (a per-sample trainer's block of
+        iterations timed as one sample): every time and the energy divided, the relative spread unchanged."""
+        k = 1.0 / units
+        return replace(self, median_ms=self.median_ms * k, iqr_ms=self.iqr_ms * k, q1_ms=self.q1_ms * k,
+                       q3_ms=self.q3_ms * k, min_ms=self.min_ms * k, mean_ms=self.mean_ms * k,
+                       samples_ms=[x * k for x in self.samples_ms],
+                       energy_j=None if self.energy_j is None else self.energy_j * k)
 
     @property
     def iqr_pct(self) -> float:

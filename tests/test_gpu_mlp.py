@@ -173,7 +173,7 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
         out = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data,
                               mlp.Hyper(tolerance=tol, max_iterations=30 * 52))
         errors = [e for _, e in out.error_curve]
-        assert out.converged and out.iterations == 52 * len(errors)
+        assert out.converged and out.steps == 52 * len(errors)
         assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])
 
 
