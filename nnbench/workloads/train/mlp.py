@@ -470,32 +470,13 @@ def time_block(backend, out: Outcome, block, iterations: int, last=None,
 
 
 def audited_block(net, init) -> audit.LastBatch | None:
-    """The last timed block of a per-sample net (GpuNet or FusedNet), one block from the poisoned state (the
-    weights are read as well as written, so only one block's result is known): its outputs and deltas poisoned
-    (net.poison) before it, and after it the weights must be finite and must have moved. A mid-training block
-    has no cheap float64 answer (Net 8's 1,040 fused iterations take seconds in NumPy); what a block that
-    skipped its work or part of it leaves is the poison, read into the weights, or the weights as they were.
-    The float64 check itself runs again on fresh buffers after timing (PerSampleRun.fresh_check)."""
+    """The last timed block of a per-sample net (GpuNet or FusedNet) audited (audit.trained): its outputs and
+    deltas poisoned (net.poison) before it, its weights finite and moved after it (Net 8's 1,040 fused
+    iterations take seconds in NumPy: no float64 answer for it). The float64 check runs again on fresh buffers
+    after timing (PerSampleRun.fresh_check)."""
     if not audit.enabled(audit.TIMED_OUTPUT):
         return None
-    before: dict[str, np.ndarray] = {}
-
-    def flat() -> np.ndarray:
-        return np.concatenate([W.ravel() for W in net.weights(init)])
-
-    def poison() -> None:
-        before["weights"] = flat()
-        net.poison()
-
-    def check() -> str | None:
-        after = flat()
-        if not np.all(np.isfinite(after)):
-            return ("the weights after the last timed block hold NaN or inf: an output or delta poisoned before it "
-                    "was read without being written")
-        if not audit.changed(before, {"weights": after}):
-            return "the weights did not move in the last timed block: its launches did not train"
-        return None
-    return audit.LastBatch(poison, check, single=True)
+    return audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison)
 
 
 def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset) -> None:
