@@ -53,7 +53,8 @@ def test_backward_paths_match_the_reference(cuda_backend, set_name):
 
 def test_every_path_passes_the_audits(cuda_backend):
     """Every forward and backward GPU path on an odd layer: the last timed batch poisoned and checked, the inputs
-    unchanged, a fresh (negated) problem at other addresses checked, zeros not passing: none fails (nnbench/audit.py)."""
+    unchanged, a fresh (negated) problem at other addresses checked, zeros not passing: none fails
+    (nnbench/audit.py)."""
     shape = ConvShape(2, 3, 13, 11, 5, 3, 1, 1)
     cases = [Case(v, tuple(p.items())) for v, p in conv.plan([], "cuda", {})] + \
         [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
