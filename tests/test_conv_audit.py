@@ -115,3 +115,41 @@ def test_zeros_pass_the_conditioned_check_only_at_the_largest_ratio():
     error = conv._conditioned(mag)
     assert audit.zeros_pass(ref, 0.5, error) and not audit.zeros_pass(ref, 0.49, error)
     assert not audit.zeros_pass(ref, 0.5)  # norm-wise: an all-zero output is 1 off
+
+
+def test_lenet_step_audits_name_a_fresh_model_that_fails_and_a_limit_that_unmoved_weights_pass():
+    from nnbench.workloads.conv import lenet
+    params = lenet.init_params(0)
+    moved = [(W + 0.01, b + 0.01) for W, b in params]
+    stats = measure.summarize([1.0, 1.0, 1.0])
+    found = dict(lenet.step_audits(stats, params, moved, 1e-3, lambda: 0.5))
+    assert "other addresses" in found[audit.FRESH_BUFFERS] and found[audit.ZERO_OUTPUT] is None
+    found = dict(lenet.step_audits(stats, params, moved, 1.0, lambda: 1e-4))
+    assert found[audit.FRESH_BUFFERS] is None
+    assert "never move" in found[audit.ZERO_OUTPUT]
+
+
+def test_a_trained_last_batch_fails_weights_that_stay_or_turn_nan():
+    """audit.trained, the last timed step of the trainers and LeNet-5: its intermediate output poisoned before it
+    (here `h`), the weights read after it must be finite and must have moved."""
+    w, h = np.ones(4), np.zeros(2)
+
+    def poison():
+        h[:] = np.nan
+
+    def step(writes_h: bool = True, moves: bool = True):
+        if writes_h:
+            h[:] = 0.5
+        if moves:
+            w[:] += h.sum()
+
+    def audited(**how) -> str | None:
+        w[:], h[:] = 1.0, 0.0
+        last = audit.trained(lambda: w.copy(), poison)
+        last.poison()
+        step(**how)
+        return last.check()
+    assert audit.trained(lambda: w.copy(), poison).single
+    assert audited() is None
+    assert "did not move" in audited(moves=False)
+    assert "NaN" in audited(writes_h=False)
