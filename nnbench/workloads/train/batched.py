@@ -221,6 +221,13 @@ class BatchedNet:
         a[:, n] = 1.0
         return a
 
+    def poison(self) -> None:
+        """The activations and deltas as a new net holds them (NaN where a step writes), so that a step that
+        leaves any of them unwritten puts NaN into the weights (audit.trained)."""
+        for l in range(1, self.L + 1):
+            self.be.write(self.H[l], self._activations(self.layers[l], self.cols, math.nan))
+            self.be.write(self.D[l], self._deltas(l))
+
     def _split_k(self, m: int, n: int, k: int, g: GemmKernel) -> tuple[int, int]:
         """Slices for the weight-gradient GEMM: as many tiles as the SMs' resident blocks hold in
         one wave, each slice at least 4 k-tiles long. Returns (slices, k per slice), k per slice a
@@ -685,7 +692,10 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper, ref: list[np.ndarray] 
     return mlp.weight_change_error(net.weights(init), ref, init)
 
 
-def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
+def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None, init=None) -> Outcome:
+    """Fixed epochs of training, the accuracies, then the steady-state step `measure`d (a fixed count where a
+    collective is in it); with `init` (the initial weights, for their shapes) the last timed step is audited
+    (audit.trained: activations and deltas poisoned before it, the weights finite and moved after it)."""
     steps = net.n // net.global_batch
     epoch = [net.step(j) for j in range(steps)]
     out = Outcome(name, launches_per_step=sum(la.role not in STREAM_ORDER for la in net.step_launches(0)))
@@ -703,8 +713,15 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
                                 for i in range(0, len(train), net.cols)])
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
-    out.timed_by(measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None
-                 else fixed_count(net.be, epoch[0]))
+    if net.exchange is None:
+        last = audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison) \
+            if init is not None and audit.enabled(audit.TIMED_OUTPUT) else None
+        stats = measure.measure(net.be, epoch[0], STEP_TIMING, last)
+        out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
+                         (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    else:
+        stats = fixed_count(net.be, epoch[0])
+    out.timed_by(stats)
     launches = net.step_launches(0)
     out.role_us = role_times(net.be, launches, exchange=net.exchange)
     out.comm_us = out.role_us.get("allreduce")
@@ -909,7 +926,7 @@ class BatchRun:
                    tiles="sgemm via cupy, TF32 off" if gemms is None else
                    " ".join(f"{role}={g.label}" for role, g in gemms.items()))
         try:
-            out = train_gpu(net, v.name, train, test, self.epochs, say)
+            out = train_gpu(net, v.name, train, test, self.epochs, say, init)
             if audit.enabled(audit.FRESH_BUFFERS):  # the check again on a net of its own, the timed one alive
                 again = check(open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp), init,
                               train, hyper, self.ref)
