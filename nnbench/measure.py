@@ -21,7 +21,7 @@ Timer (after nvbench's "cold"/"hot" measurements):
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
   samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
   UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
-  runs that a suite times itself (a trainer's epochs) get the same readings through RunWatch;
+  runs that a suite times itself (PyTorch's per-sample epochs) get the same readings through RunWatch;
 - host-issued samples (asked for, below, or fallen back to) stop only once they cover HOST_WINDOW_MS
   of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a
   short window reads one stretch of it (see HOST_WINDOW_MS);
@@ -50,7 +50,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -171,6 +171,15 @@ class Stats:
                     clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
                     energy_window_ms=self.energy_window_ms, energy_method=self.energy_method,
                     energy_window_j=self.energy_window_j, energy_note=self.energy_note)
+
+    def per(self, units: int) -> Stats:
+        """These statistics for one of `units` equal pieces of a launch (a per-sample trainer's block of
+        iterations timed as one sample): every time and the energy divided, the relative spread unchanged."""
+        k = 1.0 / units
+        return replace(self, median_ms=self.median_ms * k, iqr_ms=self.iqr_ms * k, q1_ms=self.q1_ms * k,
+                       q3_ms=self.q3_ms * k, min_ms=self.min_ms * k, mean_ms=self.mean_ms * k,
+                       samples_ms=[x * k for x in self.samples_ms],
+                       energy_j=None if self.energy_j is None else self.energy_j * k)
 
     @property
     def iqr_pct(self) -> float:
@@ -377,9 +386,9 @@ def _last_batch(backend, launch, settings: TimingSettings, last, reps: int, batc
 
 
 class RunWatch:
-    """NVML over timed runs that `measure` does not drive: a per-sample trainer's epochs or fused launches
-    and PyTorch's per-sample epochs, each a sample timed by events as the host issues it. Each run is
-    probed once while its launches execute (`during`, given to the run's `timed` before it waits); the
+    """NVML over timed runs that `measure` does not drive: PyTorch's per-sample epochs (nnbench's own per-sample
+    versions are `measure`d, nnbench/workloads/train/mlp.py), each a sample timed by events as the host issues
+    it. Each run is probed once while its launches execute (`during`, given to the run's `timed` before it waits); the
     energy counter is read over the whole window where it lasts ENERGY_COUNTER_S or more (a trainer's
     runs usually do), else the probes' power. `stats` applies measure's rules to the samples: a run
     probed throttled is dropped from the statistics (not from the training) and counted, unless
@@ -402,7 +411,7 @@ class RunWatch:
         probes match the samples one to one (a run without its probe keeps its sample, unjudged). A trainer's
         runs are not repeated in an energy window, so energy_j stays empty here and energy_note says so."""
         stats = self._stats(samples_ms, skip, keep_throttled)
-        stats.energy_note = "not measured: a per-sample trainer's runs are not repeated" if ENERGY[0] else ENERGY_OFF
+        stats.energy_note = "not measured: PyTorch's per-sample epochs are not repeated" if ENERGY[0] else ENERGY_OFF
         return stats
 
     def _stats(self, samples_ms: list[float], skip: int, keep_throttled: bool) -> Stats:

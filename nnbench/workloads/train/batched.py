@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
 
-from nnbench import glyphs, measure, registry
+from nnbench import audit, glyphs, measure, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import Net
 from nnbench.registry import Variant
@@ -48,6 +48,7 @@ from nnbench.workloads.train.model import (  # noqa: F401 - the mini-batch train
     reference_weights,
     step,
 )
+from nnbench.workloads.train.outcome import Outcome
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
@@ -219,6 +220,13 @@ class BatchedNet:
         a[:, :n] = fill
         a[:, n] = 1.0
         return a
+
+    def poison(self) -> None:
+        """The activations and deltas as a new net holds them (NaN where a step writes), so that a step that
+        leaves any of them unwritten puts NaN into the weights (audit.trained)."""
+        for l in range(1, self.L + 1):
+            self.be.write(self.H[l], self._activations(self.layers[l], self.cols, math.nan))
+            self.be.write(self.D[l], self._deltas(l))
 
     def _split_k(self, m: int, n: int, k: int, g: GemmKernel) -> tuple[int, int]:
         """Slices for the weight-gradient GEMM: as many tiles as the SMs' resident blocks hold in
@@ -569,31 +577,6 @@ class WgmmaNet(BatchedNet):
 
 
 # -- training -------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    version: str
-    steps: int = 0
-    epochs: int = 0
-    final_error: float = math.nan
-    seconds_per_step: float = math.nan  # median of steady-state samples
-    step_iqr_pct: float = math.nan
-    timing: str | None = None  # how the step was timed (measure.TIMING)
-    train_seconds: float = 0.0  # the whole fixed-epoch training, events (GPU) or host clock
-    role_us: dict = field(default_factory=dict)  # role -> microseconds per step (sum of launch medians)
-    test_accuracy: float = math.nan
-    train_accuracy: float = math.nan
-    launches_per_step: int = 0
-    test_outputs: np.ndarray | None = field(default=None, repr=False)
-    weights: list | None = field(default=None, repr=False)  # the trained weights, float64
-    comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs), its calls timed alone
-    compute_us: float | None = None  # data-parallel: the same step without its allreduces, timed as the step
-    kernels_us: float | None = None  # the step's arithmetic alone: GPU launches timed alone; the CPU's host clock
-    buckets: int | None = None  # data-parallel: allreduce calls per step
-    error_curve: list[tuple[int, float]] = field(default_factory=list)
-    stats: measure.Stats | None = None  # the steady-state step's samples (GPU versions)
-    samples_s: list[float] = field(default_factory=list)  # seconds per step of each epoch (host versions)
-
-
 def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, run_epoch, progress) -> None:
     """run_epoch() trains one epoch and returns (seconds, summed E over its samples)."""
     for e in range(epochs):
@@ -709,7 +692,10 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper, ref: list[np.ndarray] 
     return mlp.weight_change_error(net.weights(init), ref, init)
 
 
-def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
+def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None, init=None) -> Outcome:
+    """Fixed epochs of training, the accuracies, then the steady-state step `measure`d (a fixed count where a
+    collective is in it); with `init` (the initial weights, for their shapes) the last timed step is audited
+    (audit.trained: activations and deltas poisoned before it, the weights finite and moved after it)."""
     steps = net.n // net.global_batch
     epoch = [net.step(j) for j in range(steps)]
     out = Outcome(name, launches_per_step=sum(la.role not in STREAM_ORDER for la in net.step_launches(0)))
@@ -727,9 +713,15 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
                                 for i in range(0, len(train), net.cols)])
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
-    stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
-    out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
-                                                                       stats, stats.timing)
+    if net.exchange is None:
+        last = audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison) \
+            if init is not None and audit.enabled(audit.TIMED_OUTPUT) else None
+        stats = measure.measure(net.be, epoch[0], STEP_TIMING, last)
+        out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
+                         (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    else:
+        stats = fixed_count(net.be, epoch[0])
+    out.timed_by(stats)
     launches = net.step_launches(0)
     out.role_us = role_times(net.be, launches, exchange=net.exchange)
     out.comm_us = out.role_us.get("allreduce")
@@ -934,7 +926,13 @@ class BatchRun:
                    tiles="sgemm via cupy, TF32 off" if gemms is None else
                    " ".join(f"{role}={g.label}" for role, g in gemms.items()))
         try:
-            out = train_gpu(net, v.name, train, test, self.epochs, say)
+            out = train_gpu(net, v.name, train, test, self.epochs, say, init)
+            if audit.enabled(audit.FRESH_BUFFERS):  # the check again on a net of its own, the timed one alive
+                again = check(open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp), init,
+                              train, hyper, self.ref)
+                out.failures.append((audit.FRESH_BUFFERS, again > limit and (
+                    f"on buffers at other addresses the weight changes are wrong (error {again:.3g} > {limit:.3g}): "
+                    "the version depends on what it has seen")))
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}"), None
         if net.graph:
@@ -1062,14 +1060,12 @@ def time_torch_step(backend, launch, host_issued: bool) -> measure.Stats:
     return measure.measure(backend, launch, settings)
 
 
-def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
-    out = Outcome(t.version, steps=t.iterations, epochs=t.iterations // steps_per_epoch, final_error=t.final_error,
-                  seconds_per_step=t.seconds_per_iteration, test_accuracy=t.test_accuracy,
-                  train_accuracy=t.train_accuracy, test_outputs=t.test_outputs, error_curve=t.error_curve)
-    out.train_seconds = t.seconds_per_iteration * t.iterations
-    out.samples_s = list(t.samples_s)
-    if t.stats is not None:
-        out.stats, out.timing, out.step_iqr_pct = t.stats, t.stats.timing, t.stats.iqr_pct
+def _from_torch(out: Outcome, batch: int, steps_per_epoch: int) -> Outcome:
+    """A PyTorch row's Outcome (mlp.train_torch's) with the mini-batch rows' epoch count and training time."""
+    out.epochs = out.steps // steps_per_epoch
+    out.train_seconds = out.seconds_per_step * out.steps
+    if out.stats is not None:
+        out.timed_by(out.stats)
     return out
 
 

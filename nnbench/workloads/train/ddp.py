@@ -152,9 +152,7 @@ def train(world, layers, init, train_set, test, hyper, batch: int, epochs: int, 
         out.train_accuracy = mlp.accuracy(forward(X).cpu().numpy(), train_set.t)
     out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
-    stats = time_step(lambda: step(0))
-    out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
-                                                                       stats, stats.timing)
+    out.timed_by(time_step(lambda: step(0)))
 
     def local_step() -> None:
         with model.no_sync():  # DDP skips its allreduce: the step's compute alone

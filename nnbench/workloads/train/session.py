@@ -6,9 +6,11 @@ Problem axes: the net (Nets 1-8 of configs/nets.yaml, or a layer list), the batc
 and how long to train (iterations per sample, or epochs of a noisy training set per mini-batch).
 The registry's `runner` says which trainer runs a version. Every version is checked against the
 float64 reference (its weight changes after a few samples or steps, outputs poisoned first) before
-it trains; the record's median is per iteration (per sample) or per step (mini-batch), over the
-timed runs after the first (events around each epoch or fused launch; the mini-batch GPU versions'
-steady-state step through `measure`). PyTorch eager and CUDA-graph rows are the vendor rows.
+it trains; the record's median is per iteration (per sample) or per step (mini-batch), through `measure`
+on the GPU (per sample: a block of iterations timed as one sample, mlp.time_block; mini-batch: the steady-state
+step), the NumPy versions' epochs on the host clock. The defenses against a kernel that games the timer
+(nnbench/audit.py) that apply to training: the last timed block audited, the check again on fresh buffers, and
+no limit that weights which did not move would pass. PyTorch eager and CUDA-graph rows are the vendor rows.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from nnbench import glyphs, measure, nets
+from nnbench import audit, glyphs, measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import HOST
 from nnbench.workloads.base import Case, Session, Workload, problem_text
@@ -127,6 +130,18 @@ def received_bits(test_outputs, test_samples: int) -> str:
     per_letter = test_samples // len(glyphs.LETTERS)
     return " ".join("".join("1" if v >= 0.5 else "0" for v in test_outputs[i * per_letter])
                     for i in range(len(glyphs.LETTERS)))
+
+
+def unmoved_pass(trainer, limit: float | None) -> str | None:
+    """Why weights that never move would pass the check at `limit`, or None: the check's output is the weight
+    change, whose error is 1 for no change at all (measure.weight_change_error), so a limit of 1 or more
+    (a sweep's timing.rtol) cannot tell a version that trains from one that does nothing (audit.zeros_pass)."""
+    ref = getattr(trainer, "ref", None)
+    if limit is None or ref is None:
+        return None
+    change = np.concatenate([(r - w0).ravel() for r, w0 in zip(ref, trainer.init)])
+    return (f"weights that never move would pass this check (limit {limit:g}): give a limit below 1"
+            if audit.zeros_pass(change, limit) else None)
 
 
 @dataclass(frozen=True)
@@ -279,7 +294,10 @@ class TrainSession(Session):
         if self.rtol is not None and rec.get("rel_err") is not None and rec.get("status") in ("PASS", "FAIL"):
             rec["rtol"] = self.rtol  # a sweep's own timing.rtol replaces the derived limit
             rec["status"] = "PASS" if rec["rel_err"] <= self.rtol else "FAIL"
-        return rec
+        failures = list(out.failures) if out is not None else []
+        if rec.get("rel_err") is not None and audit.enabled(audit.ZERO_OUTPUT):
+            failures.append((audit.ZERO_OUTPUT, unmoved_pass(self.trainer, rec.get("rtol"))))
+        return audit.judge(rec, failures)
 
     def run_vendor(self, name: str, problem: TrainProblem) -> dict | None:
         """PyTorch's row `name`: torch-eager and torch-graph on one process, torch-ddp (PyTorch DDP
