@@ -6,12 +6,17 @@ What matters is that every rank issues the launch exactly as often as every othe
 launch's allreduce would wait forever for its partner), whatever each rank's noise or queue does."""
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from nnbench import measure
 from nnbench.errors import QueueFull
+
+from .conftest import mpirun_python, needs_mpi
+
+HERE = Path(__file__).parent
 
 
 class ThreadWorld:
@@ -146,3 +151,13 @@ def test_the_energy_window_is_never_run(host):
     s = measure.measure_collective(RankBackend(0, 0.0), lambda: None, measure.Solo(),
                                    dataclasses.replace(QUICK, host_issued=host, energy=True))
     assert s.energy_j is None and "collective" in s.energy_note
+
+
+@needs_mpi
+def test_real_mpi_ranks_call_the_collective_equally_often(tmp_path):
+    """Over real MPI: rank 0 would stop at 5 samples, rank 1 only at its budget; both take as many."""
+    res = mpirun_python(2, str(HERE / "mpi" / "collective_timing.py"), str(tmp_path / "out"))
+    assert res.returncode == 0, res.stderr[-2000:]
+    rows = [(tmp_path / f"out.{r}").read_text().split() for r in range(2)]
+    assert rows[0][:2] == rows[1][:2] and int(rows[0][1]) > 5, rows
+    assert rows[0][2] == measure.HOST
