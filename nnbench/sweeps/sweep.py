@@ -20,7 +20,6 @@ import csv
 import os
 import resource
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -254,6 +253,13 @@ def longest_first(jobs: list[Job]) -> list[Job]:
     return sorted(jobs, key=lambda j: -(getattr(j.shape, "flops", 0) or 0))
 
 
+def first_problem(spec: SweepSpec, workers: int, searching: bool):
+    """The problem every worker runs first, to build while it starts: the smallest in the plan's order (one
+    worker, or a search, which goes shape by shape from the smallest), else the largest (longest_first)."""
+    pick = min if workers == 1 or searching else max
+    return pick(spec.shapes, key=lambda s: s.flops)
+
+
 def link_shapes(jobs: list[Job]) -> None:
     """Tell each job which problem comes after its own, so the worker can prepare it early."""
     following = None
@@ -355,13 +361,21 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             return pinned(backend, gpus[slot])
         return backend
 
-    first = min(spec.shapes, key=lambda s: s.flops)
+    searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
+    lead = first_problem(spec, slots, searching)
+    prefetched: set[int] = set()
 
-    def make_worker(slot: int, prefetch=None) -> Worker:
+    def make_worker(slot: int) -> Worker:
+        """The slot's worker; its first one builds the problem it will run first while it starts (a
+        replacement's next job is anyone's)."""
+        prefetch = None if slot in prefetched else lead
+        prefetched.add(slot)
         return Worker(backend_of(slot), spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name},
                       first=prefetch, share=slots)
 
-    worker = make_worker(0, None if mpi else first)  # under MPI it only says what the device is
+    if mpi:
+        prefetched.add(0)  # under MPI this worker only says what the device is
+    worker = make_worker(0)
     emit("worker", pid=worker.pid, restart=False)
     sink = None
     pool = None
@@ -424,7 +438,6 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 skip[id(j)] = why[0]
             elif why := work.refusal(j.case, j.shape):
                 skip[id(j)] = why
-        searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
         compiled: dict = {}
 
         def compile_cases(batch: list[Job]) -> CompileStats:
@@ -452,13 +465,12 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
                            spec.watchdog_s, on_restart=restarted, on_lost=lambda job: emit("lost", job=job))
             slots = pool.size
-            starting = threading.Thread(target=lambda: None)
-            starting.start()
         elif not load_only:
             slots = max(1, min(slots, len(todo)))  # a worker per job at most: --gpus 24 for 4 cases starts 4
             pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
                               on_progress=lambda what: emit("phase", what=what))
-            starting = pool.start()  # the other GPUs' workers start while this process compiles
+            pool.start()  # the other GPUs' workers start while this process compiles; each slot then takes its
+            # first job once its own worker is ready (WorkerPool._worker)
         if not searching or load_only:
             outcome.compile = compile_cases(todo)
         emit("compiled", stats=outcome.compile)
@@ -468,7 +480,6 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
             outcome.compile.load_s = reply["load_s"]
             return outcome
-        starting.join()
         first_worker = worker
         worker = None  # the pool owns it now
 
