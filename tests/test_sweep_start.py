@@ -73,3 +73,16 @@ def _space_file(folder):
     path = folder / "paths.yaml"
     path.write_text(SPACE)
     return path
+
+
+def test_the_longest_expected_case_goes_first_on_the_roofline():
+    from types import SimpleNamespace
+
+    from nnbench.sweeps.worker import Job
+    compute = SimpleNamespace(flops=1e9, bytes=1e6)  # 20 us at 50 TFLOP/s
+    memory = SimpleNamespace(flops=1e8, bytes=1e9)  # 333 us at 3,000 GB/s
+    jobs = [Job("case", compute, "c"), Job("case", memory, "m")]
+    h100 = {"fp32_peak_tflops": 50.0, "dram_peak_gbs": 3000.0}
+    assert [j.case for j in sweep.longest_first(jobs, h100)] == ["m", "c"]
+    assert [j.case for j in sweep.longest_first(jobs)] == ["c", "m"]  # no peaks (the CPU backend): FLOPs
+    assert sweep.expected_s(memory, h100) == 1e9 / 3e12 and sweep.expected_s(compute, h100) == 1e9 / 5e13

@@ -246,16 +246,28 @@ def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
     return jobs
 
 
-def longest_first(jobs: list[Job]) -> list[Job]:
-    """Jobs in the order several workers should take them from their shared queue: the largest shape (by
-    FLOPs, the expected case time) first, so that the run ends on short cases rather than one long one
-    with the other workers idle (longest processing time first); the plan's order within a shape."""
-    return sorted(jobs, key=lambda j: -(getattr(j.shape, "flops", 0) or 0))
+def longest_first(jobs: list[Job], env: dict | None = None) -> list[Job]:
+    """Jobs in the order several workers should take them from their shared queue: the longest expected case
+    first, so that the run ends on short cases rather than one long one with the other workers idle (longest
+    processing time first); the plan's order within a shape. The expected time is the shape's roofline time on
+    the device (`env`'s FP32 and DRAM peaks: a memory-bound shape of few FLOPs can outlast a larger
+    compute-bound one), or its FLOPs where the peaks are unknown (the CPU backend)."""
+    return sorted(jobs, key=lambda j: -expected_s(j.shape, env))
+
+
+def expected_s(shape, env: dict | None = None) -> float:
+    """A shape's expected time per launch: max(FLOPs / FP32 peak, bytes / DRAM peak); its FLOPs without peaks."""
+    flops, moved = getattr(shape, "flops", 0) or 0, getattr(shape, "bytes", 0) or 0
+    tflops, gbs = (env or {}).get("fp32_peak_tflops"), (env or {}).get("dram_peak_gbs")
+    if not tflops or not gbs:
+        return float(flops)
+    return max(flops / (tflops * 1e12), moved / (gbs * 1e9))
 
 
 def first_problem(spec: SweepSpec, workers: int, searching: bool):
     """The problem every worker runs first, to build while it starts: the smallest in the plan's order (one
-    worker, or a search, which goes shape by shape from the smallest), else the largest (longest_first)."""
+    worker, or a search, which goes shape by shape from the smallest), else the largest by FLOPs: longest_first's
+    first where the device's peaks are unknown, as they are before the first worker says what the device is."""
     pick = min if workers == 1 or searching else max
     return pick(spec.shapes, key=lambda s: s.flops)
 
@@ -491,9 +503,9 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 # have been written waits in memory for them (at most one case's length), so its row
                 # can carry % of the vendor and the speedup like any other.
                 firsts = longest_first([j for j in batch if id(j) not in skip
-                                        and (j.kind == "vendor" or j.case == spec.baseline)])
+                                        and (j.kind == "vendor" or j.case == spec.baseline)], env)
                 segments = [[j for j in batch if id(j) in skip],
-                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts])]
+                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts], env)]
             else:  # runs of jobs the worker takes back to back, cut at each SKIP row
                 firsts, segments, cur = [], [], []
                 for j in batch:
