@@ -144,6 +144,7 @@ class Stats:
     sm_clock_mhz: float | None = None
     gpu_ms: float = 0.0  # every event-timed millisecond of the kernel, warm-up included
     timing: str | None = None  # one of TIMING
+    own_median_ms: float | None = None  # a data-parallel step's: this rank's median, where median_ms is the ranks' max
     samples_ms: list[float] = field(default_factory=list)  # every kept sample, ms per unit
     dropped: int = 0  # samples dropped as throttled
     # NVML over the timed window (None on the CPU backend or without NVML):
@@ -327,6 +328,84 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
     else:
         _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     measure_energy(stats, backend, launch, tel, settings)
+    return stats
+
+
+class Solo:
+    """The agreement of one process with itself (`measure_collective` outside MPI, tests)."""
+
+    def max(self, value: float) -> float:
+        return value
+
+    def min(self, value: float) -> float:
+        return value
+
+
+COLLECTIVE_WARMUP = 3  # launches before the estimate, the same count on every rank
+
+
+def measure_collective(backend, launch, agree, settings: TimingSettings = TimingSettings()) -> Stats:
+    """`measure` for a launch that holds a collective (a data-parallel step's allreduce), called by every
+    rank with `agree` (max and min of a number over the ranks, e.g. exchange.World). Every rank must
+    issue the launch equally often, or the last collective waits forever for a partner; so each choice
+    that `measure` makes alone is agreed here: a fixed warm-up, reps and batch size from the ranks'
+    max/min estimate, samples that end only once every rank's stop rule would end them, and a batch
+    whose blocking kernel timed out on any rank is void on all (no launch is probed alone, as `measure`
+    probes: it would wait for the others' matching call). The void batch's size is halved on every rank,
+    down to one launch a sample; should even that time out, every rank falls back to host-issued samples
+    and `timing` says so. Otherwise the samples are `measure`'s hot ones: queued behind the blocking
+    kernel, `reps` launches between each event pair, so neither host issue nor the gap between samples
+    is timed. The Stats are this rank's own; the caller takes the ranks' max as the step (the slowest
+    rank sets it). No NVML readings or energy window: an energy window's launch count is each rank's own."""
+    gpu_ms = sum(backend.timed(launch, 1) for _ in range(COLLECTIVE_WARMUP))
+    est = agree.max(backend.timed(launch, 1))
+    gpu_ms += est
+    host = settings.host_issued
+    reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+    reps, batch = fit_to_queue(backend, launch, reps)
+    reps, batch = int(agree.min(reps)), 1 if host else int(agree.min(batch))
+    kept: list[float] = []
+    covered = 0.0
+    t_end = time.perf_counter() + settings.budget_s
+    if host:
+        gc.collect()
+        gc.freeze()
+    try:
+        while True:
+            void = False
+            if host:
+                got = [backend.timed(launch, reps)]
+            else:
+                try:
+                    got = backend.timed_samples(launch, reps, batch, collective=True)
+                except QueueFull:
+                    got, void = [], True
+            if agree.max(float(void)):
+                if batch > 1:
+                    batch //= 2
+                elif reps > 1:
+                    reps //= 2
+                else:
+                    host = True
+                continue
+            kept += got
+            covered += reps * sum(got)
+            done = len(kept) >= settings.max_samples or (
+                len(kept) >= settings.min_samples and (not host or covered >= HOST_WINDOW_MS)
+                and (relative_noise(kept) <= settings.max_noise or time.perf_counter() >= t_end))
+            if agree.min(float(done)):
+                break
+    finally:
+        if host:
+            gc.unfreeze()
+    stats = summarize(kept)
+    stats.reps, stats.converged = reps, relative_noise(kept) <= settings.max_noise
+    stats.gpu_ms = gpu_ms + reps * float(np.sum(kept))
+    stats.timing = HOST if not backend.runs_kernels else HOST_ISSUED if host else timing_method(
+        backend, launch, False, batch)
+    stats.sm_clock_mhz = backend.sm_clock_mhz()
+    stats.energy_note = "not measured: a collective's launch count must match across ranks" \
+        if (ENERGY[0] if settings.energy is None else settings.energy) else ENERGY_OFF
     return stats
 
 

@@ -20,7 +20,6 @@ import csv
 import os
 import resource
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -247,11 +246,30 @@ def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
     return jobs
 
 
-def longest_first(jobs: list[Job]) -> list[Job]:
-    """Jobs in the order several workers should take them from their shared queue: the largest shape (by
-    FLOPs, the expected case time) first, so that the run ends on short cases rather than one long one
-    with the other workers idle (longest processing time first); the plan's order within a shape."""
-    return sorted(jobs, key=lambda j: -(getattr(j.shape, "flops", 0) or 0))
+def longest_first(jobs: list[Job], env: dict | None = None) -> list[Job]:
+    """Jobs in the order several workers should take them from their shared queue: the longest expected case
+    first, so that the run ends on short cases rather than one long one with the other workers idle (longest
+    processing time first); the plan's order within a shape. The expected time is the shape's roofline time on
+    the device (`env`'s FP32 and DRAM peaks: a memory-bound shape of few FLOPs can outlast a larger
+    compute-bound one), or its FLOPs where the peaks are unknown (the CPU backend)."""
+    return sorted(jobs, key=lambda j: -expected_s(j.shape, env))
+
+
+def expected_s(shape, env: dict | None = None) -> float:
+    """A shape's expected time per launch: max(FLOPs / FP32 peak, bytes / DRAM peak); its FLOPs without peaks."""
+    flops, moved = getattr(shape, "flops", 0) or 0, getattr(shape, "bytes", 0) or 0
+    tflops, gbs = (env or {}).get("fp32_peak_tflops"), (env or {}).get("dram_peak_gbs")
+    if not tflops or not gbs:
+        return float(flops)
+    return max(flops / (tflops * 1e12), moved / (gbs * 1e9))
+
+
+def first_problem(spec: SweepSpec, workers: int, searching: bool):
+    """The problem every worker runs first, to build while it starts: the smallest in the plan's order (one
+    worker, or a search, which goes shape by shape from the smallest), else the largest by FLOPs: longest_first's
+    first where the device's peaks are unknown, as they are before the first worker says what the device is."""
+    pick = min if workers == 1 or searching else max
+    return pick(spec.shapes, key=lambda s: s.flops)
 
 
 def link_shapes(jobs: list[Job]) -> None:
@@ -355,13 +373,21 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             return pinned(backend, gpus[slot])
         return backend
 
-    first = min(spec.shapes, key=lambda s: s.flops)
+    searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
+    lead = first_problem(spec, slots, searching)
+    prefetched: set[int] = set()
 
-    def make_worker(slot: int, prefetch=None) -> Worker:
+    def make_worker(slot: int) -> Worker:
+        """The slot's worker; its first one builds the problem it will run first while it starts (a
+        replacement's next job is anyone's)."""
+        prefetch = None if slot in prefetched else lead
+        prefetched.add(slot)
         return Worker(backend_of(slot), spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name},
                       first=prefetch, share=slots)
 
-    worker = make_worker(0, None if mpi else first)  # under MPI it only says what the device is
+    if mpi:
+        prefetched.add(0)  # under MPI this worker only says what the device is
+    worker = make_worker(0)
     emit("worker", pid=worker.pid, restart=False)
     sink = None
     pool = None
@@ -424,7 +450,6 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 skip[id(j)] = why[0]
             elif why := work.refusal(j.case, j.shape):
                 skip[id(j)] = why
-        searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
         compiled: dict = {}
 
         def compile_cases(batch: list[Job]) -> CompileStats:
@@ -452,13 +477,12 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
                            spec.watchdog_s, on_restart=restarted, on_lost=lambda job: emit("lost", job=job))
             slots = pool.size
-            starting = threading.Thread(target=lambda: None)
-            starting.start()
         elif not load_only:
             slots = max(1, min(slots, len(todo)))  # a worker per job at most: --gpus 24 for 4 cases starts 4
             pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
                               on_progress=lambda what: emit("phase", what=what))
-            starting = pool.start()  # the other GPUs' workers start while this process compiles
+            pool.start()  # the other GPUs' workers start while this process compiles; each slot then takes its
+            # first job once its own worker is ready (WorkerPool._worker)
         if not searching or load_only:
             outcome.compile = compile_cases(todo)
         emit("compiled", stats=outcome.compile)
@@ -468,7 +492,6 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
             reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
             outcome.compile.load_s = reply["load_s"]
             return outcome
-        starting.join()
         first_worker = worker
         worker = None  # the pool owns it now
 
@@ -480,9 +503,9 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
                 # have been written waits in memory for them (at most one case's length), so its row
                 # can carry % of the vendor and the speedup like any other.
                 firsts = longest_first([j for j in batch if id(j) not in skip
-                                        and (j.kind == "vendor" or j.case == spec.baseline)])
+                                        and (j.kind == "vendor" or j.case == spec.baseline)], env)
                 segments = [[j for j in batch if id(j) in skip],
-                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts])]
+                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts], env)]
             else:  # runs of jobs the worker takes back to back, cut at each SKIP row
                 firsts, segments, cur = [], [], []
                 for j in batch:

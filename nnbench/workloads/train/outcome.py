@@ -40,6 +40,7 @@ class Outcome:
     compute_us: float | None = None  # data-parallel: the same step without its allreduces, timed as the step
     kernels_us: float | None = None  # the step's arithmetic alone: GPU launches timed alone; the CPU's host clock
     buckets: int | None = None  # data-parallel: allreduce calls per step
+    own_step_us: float | None = None  # data-parallel: this rank's own median (seconds_per_step: the slowest rank's)
     error_curve: list[tuple[int, float]] = field(default_factory=list)
     stats: measure.Stats | None = None  # the timed samples (per step), with NVML's columns
     samples_s: list[float] = field(default_factory=list)  # seconds per step of each timed epoch (host clock rows)

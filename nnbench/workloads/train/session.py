@@ -152,7 +152,7 @@ class TrainOptions:
     torch_iterations: int | None = None  # per-sample PyTorch rows' iterations (None: the problem's)
     world: object | None = None  # the MPI world of a data-parallel run (runtime.exchange.world())
     exchange_kind: str = "nccl"  # the GPU versions' gradient exchange under `world`
-    bucket_mb: float | None = None  # allreduce buckets (None: exchange.DEFAULT_BUCKET_MB)
+    bucket_mb: float | None = None  # allreduce buckets (None: chosen from the allreduce curve; the CPU's: 2 MB)
     letters: bool = False  # each version's record carries `received` (received_bits), for the letters view
 
 def case_params(case: Case, how: str | None) -> str:
