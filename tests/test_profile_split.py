@@ -249,9 +249,13 @@ def standin_device(monkeypatch):
     from nnbench import results
     from nnbench.cli import profile as cmd
     device = SimpleNamespace(runs_kernels=True, name="cuda")
-    monkeypatch.setattr(cmd, "open_device", lambda backend: device)
+    asked: dict = {"opened": 0}
+
+    def open_device(backend):
+        asked["opened"] += 1
+        return device
+    monkeypatch.setattr(cmd, "open_device", open_device)
     monkeypatch.setattr(results, "environment", lambda be: {"backend": "cpu", "sms": 2})
-    asked: dict = {}
 
     def stand_in(be, suite, name, overrides, problem, arch, with_ncu, child, kernel=None, case=None, split=None):
         asked.update(suite=suite, name=name, split=split, problem=problem)
@@ -280,6 +284,12 @@ def test_a_split_whose_check_fails_exits_1_after_its_line(standin_device):
     res = CliRunner().invoke(cli, ["profile", "train", "-v", "fused", "--net", "8", "--split", "phases"])
     assert res.exit_code == 1, res.output
     assert "phases: not timed: the build they are timed on failed its float64 check" in res.output
+
+
+def test_a_split_the_case_has_not_is_refused_before_the_device_opens(standin_device):
+    res = CliRunner().invoke(cli, ["profile", "train", "-v", "kcm-mass", "--net", "8", "--split", "phases"])
+    assert res.exit_code == 2 and "kcm-mass keeps no phase clocks" in res.output, res.output
+    assert standin_device["opened"] == 0
 
 
 def test_no_split_asked_none_made(standin_device):
