@@ -275,6 +275,13 @@ def test_the_command_passes_the_split_and_prints_and_keeps_it(standin_device, tm
     assert "all phases" in res.output and "93.6%" in res.output
     line = json.loads(out.read_text().splitlines()[-1])  # after the header
     assert line["split"]["parts_s"] == pytest.approx(46.8e-6)
+    jsonschema = pytest.importorskip("jsonschema")
+    from nnbench import rawresults
+    jsonschema.validate(line, rawresults.schema())
+    failed = dict(line, split=dict(line["split"], status="FAIL", parts=[], whole_s=None, parts_s=None))
+    jsonschema.validate(failed, rawresults.schema())
+    with pytest.raises(jsonschema.ValidationError):  # a part without its share
+        jsonschema.validate(dict(line, split=dict(line["split"], parts=[{"part": "fwd 1"}])), rawresults.schema())
 
 
 def test_a_split_whose_check_fails_exits_1_after_its_line(standin_device):
