@@ -242,6 +242,52 @@ def test_stage_split_times_each_stage_and_the_step_after_the_check(monkeypatch):
     assert split.status == "FAIL" and split.rows == [] and split.whole_s is None
 
 
+def test_the_profiler_splits_on_the_cases_own_session_with_the_ceilings_measured_once(monkeypatch):
+    """profile() on a stand-in device: the split comes from the session that ran the case, after it, even where
+    the case failed its check; the ceilings are measured for a timed split only, and filled into it."""
+    from nnbench.profiling import ceilings
+    from nnbench.runtime.device import for_arch
+    from nnbench.workloads.train import session as train
+    made, measured = [], []
+
+    class StandInSession:
+        def __init__(self) -> None:
+            self.calls = []
+            made.append(self)
+
+        def warm_up(self) -> None:
+            pass
+
+        def prepare(self, problem) -> None:
+            self.calls.append("prepare")
+
+        def run_case(self, case, problem, comp) -> dict:
+            self.calls.append("case")
+            return {"status": "FAIL", "median_ms": 0.05}
+
+        def time_split(self, kind, case, problem):
+            self.calls.append(kind)
+            return split
+
+    rep = SimpleNamespace(registers=64, smem_bytes=0, spill_store_bytes=0, spill_load_bytes=0, stack_bytes=0)
+    monkeypatch.setattr(profiler, "compiled_for", lambda work, case, arch: SimpleNamespace(ptxas={"fused_train": rep}))
+    monkeypatch.setattr(profiler, "add_mix", lambda kernels, comp: None)
+    monkeypatch.setattr(workload("train"), "session", lambda *a, **k: StandInSession())
+    monkeypatch.setattr(ceilings, "measure_ceilings",
+                        lambda be: measured.append(be) or {"handoff_us": 0.25, "grid_barrier_us": 1.0, "other": 9.0})
+    device = SimpleNamespace(device=for_arch("sm_90"), arch="sm_90", runs_kernels=True, name="cuda")
+    problem = train.problem_for("8", max_iterations=1040, epochs=1, train_samples=20)
+    split = a_phase_split()
+    split.ceiling_values = {}
+    prof = profiler.profile(device, "train", "fused", {}, problem, None, split="phases")
+    assert [s.calls for s in made] == [["prepare", "case", "phases"]] and prof.split is split
+    assert split.ceiling_values == {"handoff_us": 0.25, "grid_barrier_us": 1.0} and len(measured) == 1
+    made.clear(), measured.clear()
+    split = base.TimeSplit("phases", "iteration", "", status="FAIL", ceilings=phases.CEILINGS)
+    prof = profiler.profile(device, "train", "fused", {}, problem, None, split="phases")
+    assert prof.split is split and split.ceiling_values == {} and measured == []
+
+
 # -- the command's plumbing, over a stand-in device and profiler ------------------------------------
 @pytest.fixture
 def standin_device(monkeypatch):

@@ -185,8 +185,9 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
         prof.split = session.time_split(split, case, problem)
     passed = prof.record.get("status") == "PASS" and prof.seconds
     from nnbench.profiling.ceilings import measure_ceilings
-    ceilings = measure_ceilings(backend) if passed or (prof.split and prof.split.ceilings) else {}
-    if prof.split is not None:
+    timed_split = prof.split is not None and prof.split.status == "PASS"
+    ceilings = measure_ceilings(backend) if passed or (timed_split and prof.split.ceilings) else {}
+    if timed_split:
         prof.split.ceiling_values = {k: ceilings[k] for k in prof.split.ceilings}
     if not passed:
         return prof
