@@ -76,3 +76,17 @@ def get(suite: str, name: str) -> Variant:
 
 def all_param_names(suite: str) -> list[Param]:
     return registry.param_union(suite_variants(suite))
+
+
+def every_param() -> list[Param]:
+    """One Param per distinct name across every listed workload's variants (the first declaration's help)."""
+    return registry.param_union(v for name in WORKLOADS for v in workload(name).variants())
+
+
+def every_split() -> dict[str, tuple[str, list[str]]]:
+    """The time splits the listed workloads offer (Workload.splits): kind -> (what it splits, the workloads)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name in WORKLOADS:
+        for kind, what in workload(name).splits.items():
+            out.setdefault(kind, (what, []))[1].append(name)
+    return out

@@ -279,6 +279,11 @@ class ConvSession(Session):
             return [rec]
         return [dict(r, vendor=r.get("vendor") or _torch_row(r["variant"])) for r in rows]
 
+    def time_split(self, kind: str, case: Case, problem: LeNetProblem):
+        from nnbench.workloads.conv import lenet, stages
+        self.prepare(problem)
+        return stages.stage_split(self.lenet, lenet.VARIANT_PATHS[case.variant.name])
+
     def helper(self, v: Variant):
         """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
         key = f"{v.suite}/{v.name}"
@@ -514,6 +519,8 @@ class ConvWorkload(Workload):
     vendor = "cudnn"
     baseline = "direct"
     vendor_rows = ("cudnn", "cudnn-tf32", "torch", *BACKWARD_VENDORS)
+    splits = {"stages": "a whole model's step, stage by stage (each layer's forward and backward, bias and ReLU, "
+                        "the pools, the loss, the update), each timed alone by measure"}
 
     def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
         """cuDNN's backward rows only where a backward path runs."""
@@ -528,6 +535,11 @@ class ConvWorkload(Workload):
 
     def refusal(self, case: Case, problem) -> str | None:
         return refusal(case.variant, case.param_dict, problem) if isinstance(problem, ConvShape) else None
+
+    def split_refusal(self, kind: str, case: Case, problem) -> str | None:
+        from nnbench.workloads.conv import stages
+        return stages.refusal(case.variant, isinstance(problem, LeNetProblem),
+                              [v.name for v in self.variants() if v.runner == "lenet"])
 
     def parse_problems(self, path: Path, node) -> list:
         """{set: resnet} (configs/conv.yaml), [N, C, H, W, K, R, stride, pad], or {model: lenet5, batch: B}."""

@@ -26,7 +26,7 @@ from nnbench import audit, glyphs, measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import HOST
 from nnbench.workloads.base import Case, Session, Workload, problem_text
-from nnbench.workloads.train import batched, mlp
+from nnbench.workloads.train import batched, mlp, phases
 from nnbench.workloads.train.variants import VARIANTS
 from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
 
@@ -172,12 +172,17 @@ class TrainWorkload(Workload):
     vendor = "torch-graph"
     baseline = "sequential"
     vendor_rows = ("torch-eager", "torch-graph", "torch-ddp")
+    splits = {"phases": "a persistent version's iteration, phase by phase: each phase's wait and work from the "
+                        "kernel's own clocks, beside the device's handoff and grid-barrier latencies"}
 
     def runs_on(self, v, backend: str) -> bool:
         return v.backend in (backend, "cpu")  # the NumPy trainers are the speedups' baseline beside the GPU's
 
     def applies(self, case: Case, problem: TrainProblem) -> bool:
         return (case.variant.runner in MINI_BATCH) == (problem.batch > 1)
+
+    def split_refusal(self, kind: str, case: Case, problem: TrainProblem) -> str | None:
+        return phases.refusal(case.variant, [v.name for v in self.variants() if v.runner == phases.RUNNER])
 
     def parse_problems(self, path: Path, node) -> list[TrainProblem]:
         """{nets: [1, 8], batch: 1|[256, 4096], iterations: N, epochs: E, train_samples: S, blocks: G}
@@ -298,6 +303,10 @@ class TrainSession(Session):
         if rec.get("rel_err") is not None and audit.enabled(audit.ZERO_OUTPUT):
             failures.append((audit.ZERO_OUTPUT, unmoved_pass(self.trainer, rec.get("rtol"))))
         return audit.judge(rec, failures)
+
+    def time_split(self, kind: str, case: Case, problem: TrainProblem):
+        self.prepare(problem)
+        return phases.phase_split(self.trainer, case.variant, case.param_dict)
 
     def run_vendor(self, name: str, problem: TrainProblem) -> dict | None:
         """PyTorch's row `name`: torch-eager and torch-graph on one process, torch-ddp (PyTorch DDP
