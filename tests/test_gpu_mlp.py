@@ -298,8 +298,8 @@ def test_data_parallel_gpus_match_one_gpu(tmp_path, exchange):
 def same_versions(rows1: list[dict], rows2: list[dict], versions: list[str]) -> None:
     """Both runs wrote one row per version asked for, in the same order: a zip over them then
     compares every version (a zip over two empty files compares nothing)."""
-    assert [r["version"] for r in rows1] == versions, rows1
-    assert [r["version"] for r in rows2] == versions, rows2
+    assert [r["variant"] for r in rows1] == versions, rows1
+    assert [r["variant"] for r in rows2] == versions, rows2
 
 
 

@@ -418,3 +418,32 @@ def test_the_phases_command_on_a_gpu(cuda_backend, tmp_path):
     assert "all phases" in res.output and "SM-to-SM handoff" in res.output
     line = json.loads(out.read_text().splitlines()[-1])  # after the header
     assert line["split"]["status"] == "PASS" and len(line["split"]["parts"]) == 26
+
+
+def test_a_passing_case_without_flop_or_byte_counts_has_no_roofline_point(monkeypatch):
+    """A whole model's step (LeNet-5) counts no FLOPs of its own: the profile has no point on the roofline, where
+    it raised ValueError after the step had passed (seen on an H200 with --split stages)."""
+    from nnbench.profiling import ceilings
+    from nnbench.runtime.device import for_arch
+    from nnbench.workloads.train import session as train
+
+    class StandInSession:
+        def warm_up(self) -> None:
+            pass
+
+        def prepare(self, problem) -> None:
+            pass
+
+        def run_case(self, case, problem, comp) -> dict:
+            return {"status": "PASS", "median_ms": 0.3, "flops": 0.0, "precision": "FP32 FFMA"}
+
+    rep = SimpleNamespace(registers=64, smem_bytes=0, spill_store_bytes=0, spill_load_bytes=0, stack_bytes=0)
+    monkeypatch.setattr(profiler, "compiled_for", lambda work, case, arch: SimpleNamespace(ptxas={"fused_train": rep}))
+    monkeypatch.setattr(profiler, "add_mix", lambda kernels, comp: None)
+    monkeypatch.setattr(workload("train"), "session", lambda *a, **k: StandInSession())
+    monkeypatch.setattr(ceilings, "measure_ceilings", lambda be: {"fma_tflops": 60.0, "copy_gbs": 3000.0})
+    problem = train.problem_for("8", max_iterations=1040, epochs=1, train_samples=20)
+    monkeypatch.setattr(type(problem), "flops", property(lambda self: 0.0), raising=False)
+    device = SimpleNamespace(device=for_arch("sm_90"), arch="sm_90", runs_kernels=True, name="cuda")
+    prof = profiler.profile(device, "train", "fused", {}, problem, None)
+    assert prof.record["status"] == "PASS" and prof.where is None

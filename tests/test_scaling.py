@@ -178,10 +178,10 @@ def test_a_gpu_scaling_run_splits_every_ranks_step(tmp_path):
                                    "--compare", "torch", "--csv", str(path)])
     assert res.exit_code == 0, res.output
     rows = list(csv.DictReader(path.open()))
-    ours = [r for r in rows if r["version"] == "batched" and r["ranks"] == "2"]
+    ours = [r for r in rows if r["variant"] == "batched" and r["ranks"] == "2"]
     assert len(ours) == 1 and ours[0]["weak_eff"] and ours[0]["strong_eff"]
     two = ours[0]
     assert len(two["rank_kernels_us"].split()) == 2 and two["exchange"] == "nccl"
     split = float(two["kernels_us"]) + float(two["rest_us"]) + float(two["exposed_us"])
     assert split == pytest.approx(float(two["us_per_step"]))
-    assert any(r["version"] == "torch-ddp" and r["weak_eff"] for r in rows)
+    assert any(r["variant"] == "torch-ddp" and r["weak_eff"] for r in rows)

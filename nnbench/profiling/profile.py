@@ -192,7 +192,8 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     if not passed:
         return prof
     prof.roof = roof_for(prof.record.get("precision") or v.precision, device, ceilings)
-    if prof.roof is not None:
+    # A whole model's step (LeNet-5) counts no FLOPs or bytes of its own: it has no point on the roofline.
+    if prof.roof is not None and prof.flops and prof.bytes:
         prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
         if kernel is None and suite == "gemm":  # step 9 may launch its transposed kernel for this shape
