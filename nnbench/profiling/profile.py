@@ -67,6 +67,11 @@ class Profile:
     ncu_csv: str | None = None  # ncu's raw output
 
 
+def _has_kernel(v: Variant) -> None:
+    if v.source is None:
+        raise NnbenchError(f"--variant {v.name}: runs on the host (NumPy); there is no kernel to profile")
+
+
 def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
     suite = ALIASES.get(suite, suite)
     if suite not in WORKLOADS:
@@ -75,8 +80,7 @@ def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Va
     if name not in known:
         raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {', '.join(known)}")
     v = known[name]
-    if v.source is None:
-        raise NnbenchError(f"--variant {name}: runs on the host (NumPy); there is no kernel to profile")
+    _has_kernel(v)
     unknown = [k for k in overrides if not v.param(k)]
     if unknown:
         raise NnbenchError(f"--{unknown[0].lower()} {overrides[unknown[0]]}: {name} does not take {unknown[0]}; "
@@ -134,6 +138,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     suite = ALIASES.get(suite, suite)
     work = workload(suite)
     v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
+    _has_kernel(v)  # a config's case too (a trainer's host version in configs/train_table.yaml)
     device = getattr(backend, "device", None)
     from nnbench.runtime.device import NO_GPU_ARCH
     arch = backend.arch if device is not None else (arch or NO_GPU_ARCH)
