@@ -504,6 +504,9 @@ class KernelWorkload(Workload):
     def runs_on(self, v: Variant, backend: str) -> bool:
         return backend in ("cuda", "cpu")  # the CPU path verifies the reference against itself
 
+    def footprint(self, problem: KernelProblem) -> tuple[float, float]:
+        return footprint(problem)
+
     def parse_problems(self, path: Path, node) -> list:
         raise fail(path, node, "shapes: a kernel config names its sizes under `problems:`")
 
