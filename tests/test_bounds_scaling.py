@@ -61,3 +61,21 @@ def test_recording_a_run_stores_its_cases_in_a_fixed_number_of_statements(tmp_pa
             statements[n] = len(seen)
             assert len(d.query("SELECT id FROM cases")) == n
     assert statements[400] == statements[50], statements
+
+
+def test_a_scalar_that_overflows_only_at_a_later_problem_is_refused_at_load(tmp_path):
+    """The checks run once per distinct value of the axes they read, and again at every problem: one that reads a
+    problem axis is never answered from an earlier problem."""
+    import pytest
+
+    from nnbench.errors import NnbenchError
+    from nnbench.workloads.kernel import session
+    cfg = _kernel_config(tmp_path, 1)
+    text = cfg.read_text()
+    for old, new in (("{name: n, scalar: int32, value: N}", "{name: n, scalar: int32, value: N * 3000}"),
+                     ("{N: [1000003, 16777216]}", "{N: [1000, 1000000]}")):
+        assert old in text
+        text = text.replace(old, new)
+    cfg.write_text(text)
+    with pytest.raises(NnbenchError, match=r"args\.n\.value: N \* 3000 is 3000000000 .*at N=1000000; a int32 holds"):
+        session.load(cfg)

@@ -5,7 +5,9 @@ every shipped config, every kernel config with a reference file beside it, and p
 
 The commands run in a child process with a profiler on every thread and an audit hook on `exec`, which record each
 code object that starts (module bodies included), before nnbench is imported; each code object's file must lie in
-nnbench's package, the Python installation or site-packages, never in a config's folder.
+nnbench's package, the Python installation or site-packages, never in a config's folder. Code compiled from text
+(`<string>`: the methods dataclasses generate) has no file to judge; a planted file run from its text would still
+leave its marker.
 """
 
 from __future__ import annotations
