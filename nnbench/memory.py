@@ -34,10 +34,22 @@ def require(backend, host_bytes: float, device_bytes: float, what: str, smaller:
     """Refuse `what` if its estimated host or device memory does not fit what is free now."""
     require_host(host_bytes + (device_bytes if not backend.runs_kernels else 0), what, smaller)
     if backend.runs_kernels:
-        free = backend.free_memory()
-        if free is not None and device_bytes > HEADROOM * free:
-            raise NnbenchError(f"{what} needs about {_gib(device_bytes)} of GPU memory and {_gib(free)} is free; "
-                               f"give {smaller}")
+        require_device(backend.free_memory(), device_bytes, what, smaller)
+
+
+def require_device(free: int | None, device_bytes: float, what: str, smaller: str = "a smaller size") -> None:
+    """Refuse `what` if its estimated device memory does not fit `free` (None: unknown, the buffers live in host
+    memory)."""
+    if free is not None and device_bytes > HEADROOM * free:
+        raise NnbenchError(f"{what} needs about {size_text(device_bytes)} of GPU memory and {size_text(free)} is free; "
+                           f"give {smaller}")
+
+
+def largest(work, problems) -> tuple[object, float, float] | None:
+    """(problem, host bytes, device bytes) of the problem that needs the most device memory (then host memory), or
+    None where the workload estimates none of them: what a sweep's plan checks before any case runs."""
+    sized = [(p, *need) for p in problems if (need := work.footprint(p)) is not None]
+    return max(sized, key=lambda t: (t[2], t[1])) if sized else None
 
 
 def require_host(on_host: float, what: str, smaller: str = "a smaller size") -> None:
@@ -51,3 +63,12 @@ def require_host(on_host: float, what: str, smaller: str = "a smaller size") -> 
 
 def _gib(n: float) -> str:
     return f"{n / 2**30:,.1f} GiB"
+
+
+def size_text(n: float) -> str:
+    """GiB (MiB below one) to read, bytes to compare."""
+    return f"{readable(n)} ({n:,.0f} bytes)"
+
+
+def readable(n: float) -> str:
+    return _gib(n) if n >= 2**30 else f"{n / 2**20:,.1f} MiB"

@@ -11,6 +11,7 @@ C (M x N), A(m, k) = A[m + k*M], as in cuBLAS and the seed lecture.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field, replace
 
 from nnbench import expr
@@ -28,6 +29,11 @@ class Param:
     @property
     def option(self) -> str:
         return "--" + self.name.lower().replace("_", "-")
+
+    @functools.cached_property
+    def allowed(self) -> frozenset[int]:
+        """`choices` as a set: a kernel config's axis may hold 10^3 values, looked up at each of 10^6 points."""
+        return frozenset(self.choices)
 
 
 @dataclass(frozen=True)
@@ -123,7 +129,7 @@ class Variant:
         """Why this parameter set is invalid for the variant (empty if it is valid)."""
         out = []
         for p in self.params:
-            if params.get(p.name) not in p.choices:
+            if params.get(p.name) not in p.allowed:
                 out.append(f"{p.option} {params.get(p.name)}: {self.name} allows {p.name} in "
                            f"{{{', '.join(map(str, p.choices))}}}")
         if out:

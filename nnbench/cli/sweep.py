@@ -188,6 +188,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
                       f"{spec.suite} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
         app.out.print(tables.plan_table(spec.counts, _runs(spec), "plan: the axes' product, less what restrictions and "
                                                                "the variants' rules exclude"))
+        if (line := _memory_line(spec)) is not None:
+            app.out.print(line)
     if dry_run:
         return
     if compile_only:
@@ -233,6 +235,18 @@ def _sanitized(specs, backend: str, out_path) -> None:
     app.print_csv(path)
     if any(r.get("status") in results.FAILED for r in rows):
         sys.exit(1)
+
+
+def _memory_line(spec) -> str | None:
+    """The plan's largest problem and its memory, which the sweep checks against the GPU's free memory when its
+    worker starts (host memory was checked when the config was read)."""
+    from nnbench import memory
+    need = memory.largest(spec.workload, spec.shapes)
+    if need is None:
+        return None
+    problem, host, device = need
+    return (f"memory: largest shape {problem.label}: about {memory.readable(device)} of GPU memory, "
+            f"{memory.readable(host)} of host memory (checked before any case runs)")
 
 
 def _runs(spec) -> dict[str, int]:

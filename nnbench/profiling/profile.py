@@ -68,6 +68,11 @@ class Profile:
     split: TimeSplit | None = None  # --split KIND: the case's unit part by part
 
 
+def _has_kernel(v: Variant) -> None:
+    if v.source is None:
+        raise NnbenchError(f"--variant {v.name}: runs on the host (NumPy); there is no kernel to profile")
+
+
 def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
     suite = ALIASES.get(suite, suite)
     if suite not in WORKLOADS:
@@ -76,8 +81,7 @@ def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Va
     if name not in known:
         raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {', '.join(known)}")
     v = known[name]
-    if v.source is None:
-        raise NnbenchError(f"--variant {name}: runs on the host (NumPy); there is no kernel to profile")
+    _has_kernel(v)
     unknown = [k for k in overrides if not v.param(k)]
     if unknown:
         raise NnbenchError(f"--{unknown[0].lower()} {overrides[unknown[0]]}: {name} does not take {unknown[0]}; "
@@ -157,6 +161,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     suite = ALIASES.get(suite, suite)
     work = workload(suite)
     v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
+    _has_kernel(v)  # a config's case too (a trainer's host version in configs/train_table.yaml)
     if split is not None:
         check_split(suite, split, name, overrides, problem, Case(v, tuple(params.items())), backend)
     device = getattr(backend, "device", None)

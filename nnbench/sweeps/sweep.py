@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nnbench import paths, results, safeio
+from nnbench import memory, paths, results, safeio
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
 from nnbench.runtime import provenance
@@ -128,6 +128,14 @@ def result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -> tup
         elif olds:
             return olds[-1], True
     return folder / results.default_path(spec.name, gpu).name, False
+
+
+def require_memory(spec: SweepSpec, free: int | None, gpu: str) -> None:
+    """Refuse the sweep, before any case runs or any file is made, where its largest problem's device memory
+    (the workload's estimate) does not fit what the worker's device has free (None: unknown, or host memory)."""
+    need = memory.largest(spec.workload, spec.shapes)
+    if need is not None:
+        memory.require_device(free, need[2], f"{spec.path}: shape {need[0].label} on {gpu}", "smaller shapes")
 
 
 def refuse_old_schema(out: Path) -> None:
@@ -394,6 +402,7 @@ def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fre
     try:
         info = worker.info
         env, device, arch = info["env"], info["device"], info["arch"]
+        require_memory(spec, info.get("free_memory"), env.get("gpu") or "the GPU")  # before anything is made
         on_gpu = env["backend"] == "cuda" and replay is None  # replay compiles nothing
         gpu_name = env["gpu"]
         if load_only:

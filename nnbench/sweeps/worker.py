@@ -100,7 +100,9 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     if backend is None:
         conn.send(("hello", {"env": env, "device": session.device, "arch": session.arch}))
     else:
-        conn.send(("hello", {"env": env, "device": backend.device, "arch": backend.arch}))
+        # the device's free memory before any buffer of this sweep: the plan's largest problem is checked against it
+        conn.send(("hello", {"env": env, "device": backend.device, "arch": backend.arch,
+                             "free_memory": backend.free_memory()}))
         session = session_for(suite, backend, settings, rtol, seed, env)
     # Start-up, all while the parent compiles: each phase's end, in seconds from the worker's first
     # line (after Python and nnbench are imported), told to the parent once the worker is ready.

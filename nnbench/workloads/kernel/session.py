@@ -32,6 +32,7 @@ import hashlib
 import itertools
 import json
 import math
+import operator
 import re
 import subprocess
 import tempfile
@@ -503,6 +504,9 @@ class KernelWorkload(Workload):
     def runs_on(self, v: Variant, backend: str) -> bool:
         return backend in ("cuda", "cpu")  # the CPU path verifies the reference against itself
 
+    def footprint(self, problem: KernelProblem) -> tuple[float, float]:
+        return footprint(problem)
+
     def parse_problems(self, path: Path, node) -> list:
         raise fail(path, node, "shapes: a kernel config names its sizes under `problems:`")
 
@@ -643,8 +647,9 @@ def load(path: Path, root=None):
     spec = KernelSpec(name, str(path), args, flops, nbytes, rtol, seed, reference, str(here), baseline,
                       ref_where or where(path, top["baseline"][1]), base_case, reference_file)
     problems = [KernelProblem(tuple(p.items()), spec) for p in problems_axes]
+    distinct = _distinct_cases(cases, args)
     for p in problems:
-        _check_problem(path, top, p, cases, variants)
+        _check_problem(path, top, p, distinct, {v.name: body for v, body in variants})
     _check_npy(args, problems)
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
     return Declaration(name, path, top, cases, problems, base_case, float(expr.evaluate(rtol, problems[0].as_dict())),
@@ -932,7 +937,7 @@ def footprint(p: KernelProblem) -> tuple[float, float]:
     return float(sum(n * (size + 2 * 8) for n, size in arrays)), float(sum(2 * n * size for n, size in arrays))
 
 
-def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], variants) -> None:
+def _check_problem(path: Path, top: dict, p: KernelProblem, distinct: list, nodes: dict) -> None:
     """Every expression evaluates for the problem, and every case's launch fits CUDA's limits."""
     env = p.as_dict()
     for key, text in (("flops", p.spec.flops), ("bytes", p.spec.bytes), ("rtol", p.spec.rtol)):
@@ -955,44 +960,96 @@ def _check_problem(path: Path, top: dict, p: KernelProblem, cases: list[Case], v
         memory.require_host(footprint(p)[0], f"problems: {problem_text(p)}", "smaller problems")
     except NnbenchError as e:
         raise fail(path, top["problems"][1], str(e)) from None
-    nodes = {v.name: body for v, body in variants}
-    checked = set()
-    for c in cases:
-        v, params = c.variant, c.param_dict
-        body = mapping(path, nodes[v.name], f"variants.{v.name}")
-        point = f"{c.param_label + ' ' if c.param_label else ''}at {problem_text(p)}"
-        for a in p.spec.args:
-            if a.kind == "scalar" and (a.name, c) not in checked:
-                checked.add((a.name, c))
-                try:
-                    value = expr.evaluate(a.value, dict(env, **params))
-                except NnbenchError as e:
-                    raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
-                lo, hi = _scalar_range(a.dtype)
-                if isinstance(value, tuple) or not lo <= value <= hi:
-                    raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value} {point}; a {a.dtype} "
-                                      f"holds {_number_text(lo)}..{_number_text(hi)}")
-        geo = {}
-        for key, text, limit in (("block", v.block, MAX_BLOCK), ("grid", v.grid, MAX_GRID)):
+    _check_cases(path, p, env, distinct, nodes)
+
+
+CASE_CHECKS = ("block", "grid", "threads", "shared")  # after each scalar argument, in this order
+
+
+def _distinct_cases(cases: list[Case], args: tuple[Arg, ...]) -> list[tuple[int, object, list[tuple[int, Case]]]]:
+    """(order, check, cases) for each variant and check (a scalar argument, then CASE_CHECKS): the cases that differ
+    in the axes the check reads, each the first of the cases (index, case) with its values. A check reads a few
+    axes only: a 10^6-point space whose grid reads one axis of 1,000 values has its grid checked 1,000 times per
+    problem, not 10^6 times (checking each case took minutes)."""
+    checks = [a for a in args if a.kind == "scalar"] + list(CASE_CHECKS)
+    groups: dict[tuple, list[tuple[int, Case]]] = {}  # by variant and the order of its axes' names
+    first_of = operator.itemgetter(0)
+    for i, c in enumerate(cases):
+        groups.setdefault((c.variant.name, tuple(map(first_of, c.params))), []).append((i, c))
+    out = []
+    for members in groups.values():
+        v = members[0][1].variant
+        texts = {"block": v.block, "threads": v.block, "grid": v.grid, "shared": v.dynamic_smem}
+        by_places: dict[tuple[int, ...], list[tuple[int, Case]]] = {}
+        for order, check in enumerate(checks):
+            read = expr.names(texts[check] if isinstance(check, str) else check.value)
+            # the places of the axes it reads in the cases' (name, value) pairs (every axis: a derived name reads any)
+            places = tuple(j for j, (name, _) in enumerate(members[0][1].params) if name in read or v.derived)
+            if places not in by_places:
+                project = operator.itemgetter(*places) if places else (lambda params: ())
+                seen: dict = {}
+                for i, c in members:
+                    seen.setdefault(project(c.params), (i, c))
+                by_places[places] = list(seen.values())
+            out.append((order, check, by_places[places]))
+    return out
+
+
+def _check_cases(path: Path, p: KernelProblem, env: dict, distinct: list, nodes: dict) -> None:
+    """Every check of _distinct_cases at problem `p`; the error is the first case's (in the cases' order) and,
+    within it, the first check's, as if each case were checked in turn."""
+    first: tuple[int, int, NnbenchError] | None = None
+    for order, check, members in distinct:
+        for i, c in members:
+            if first is not None and i > first[0]:
+                break
             try:
-                dims = v.launch_grid(params, env) if key == "grid" else v.launch_block(params)
-            except (NnbenchError, TypeError, ValueError) as e:
-                raise fail(path, body[key][1], f"variants.{v.name}.{key}: {e}") from None
-            bad = [i for i in range(3) if not 1 <= dims[i] <= limit[i]]
-            if bad:
-                raise fail(path, body[key][1], f"variants.{v.name}.{key}: {text} is {dims} {point}; CUDA allows "
-                                               f"1..{limit[bad[0]]:,} in {'xyz'[bad[0]]}; restrict the axes")
-            geo[key] = dims
-        threads = geo["block"][0] * geo["block"][1] * geo["block"][2]
-        if threads > MAX_THREADS:
+                _check_case(path, p, env, c, nodes[c.variant.name], check)
+            except NnbenchError as e:
+                if first is None or (i, order) < first[:2]:
+                    first = (i, order, e)
+                break
+    if first is not None:
+        raise first[2]
+
+
+def _check_case(path: Path, p: KernelProblem, env: dict, c: Case, node, check) -> None:
+    """One check of case `c` at problem `p`: a scalar argument (an Arg) fits its type, or one of CASE_CHECKS."""
+    v, params = c.variant, c.param_dict
+    point = f"{c.param_label + ' ' if c.param_label else ''}at {problem_text(p)}"
+    if not isinstance(check, str):
+        a = check
+        try:
+            value = expr.evaluate(a.value, dict(env, **params))
+        except NnbenchError as e:
+            raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
+        lo, hi = _scalar_range(a.dtype)
+        if isinstance(value, tuple) or not lo <= value <= hi:
+            raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value} {point}; a {a.dtype} "
+                              f"holds {_number_text(lo)}..{_number_text(hi)}")
+        return
+    body = mapping(path, node, f"variants.{v.name}")
+    if check in ("block", "grid", "threads"):
+        key, text, limit = ("grid", v.grid, MAX_GRID) if check == "grid" else ("block", v.block, MAX_BLOCK)
+        try:
+            dims = v.launch_grid(params, env) if key == "grid" else v.launch_block(params)
+        except (NnbenchError, TypeError, ValueError) as e:
+            raise fail(path, body[key][1], f"variants.{v.name}.{key}: {e}") from None
+        bad = [i for i in range(3) if not 1 <= dims[i] <= limit[i]]
+        if bad:
+            raise fail(path, body[key][1], f"variants.{v.name}.{key}: {text} is {dims} {point}; CUDA allows "
+                                           f"1..{limit[bad[0]]:,} in {'xyz'[bad[0]]}; restrict the axes")
+        threads = dims[0] * dims[1] * dims[2]
+        if check == "threads" and threads > MAX_THREADS:
             raise fail(path, body["block"][1], f"variants.{v.name}.block: {v.block} is {threads} threads {point}; "
                                                f"CUDA allows at most {MAX_THREADS} per block; restrict the axes")
-        try:
-            smem = v.dynamic_smem_bytes(params)
-        except NnbenchError as e:
-            raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {e}") from None
-        from nnbench.runtime.device import for_arch
-        most = max(for_arch(a).smem_per_block_optin for a in ("sm_80", "sm_90"))
-        if not 0 <= smem <= most:
-            raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {v.dynamic_smem} is {smem:,} bytes "
-                                                f"{point}; a block may have 0..{most:,} (H100)")
+        return
+    try:
+        smem = v.dynamic_smem_bytes(params)
+    except NnbenchError as e:
+        raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {e}") from None
+    from nnbench.runtime.device import for_arch
+    most = max(for_arch(a).smem_per_block_optin for a in ("sm_80", "sm_90"))
+    if not 0 <= smem <= most:
+        raise fail(path, body["shared"][1], f"variants.{v.name}.shared: {v.dynamic_smem} is {smem:,} bytes "
+                                            f"{point}; a block may have 0..{most:,} (H100)")

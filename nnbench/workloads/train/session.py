@@ -224,6 +224,12 @@ class TrainWorkload(Workload):
                 out.append(p)
         return out
 
+    def footprint(self, problem: TrainProblem) -> tuple[float, float]:
+        """As `nnbench train` estimates it: a mini-batch's activations and training set, the test glyphs."""
+        mini = problem.batch > 1
+        return mlp.footprint(problem.layers, problem.batch, problem.train_samples if mini else 0,
+                             len(glyphs.LETTERS) * problem.test_per_letter)
+
     def validate(self, problem: TrainProblem) -> None:
         if problem.layers[0] not in (60, 120):
             raise NnbenchError(f"{problem.label} takes {problem.layers[0]} inputs; the glyph encodings are 60 or 120")
