@@ -169,10 +169,11 @@ def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0
     outcomes = []
     for i, spec in enumerate(specs):
         later = i > 0 and not load_only
-        outcome = sweep_mod.execute(spec, name, outcomes[0].path if later else out, fresh and not later, jobs,
-                                    load_only=load_only, events=events(spec) if events else None, append=later,
-                                    retry_errors=retry_errors, json_out=Path(json) if json else None, gpus=gpus,
+        opts = sweep_mod.RunOptions(name, outcomes[0].path if later else out, fresh and not later, append=later,
+                                    retry_errors=retry_errors, json_out=Path(json) if json else None, jobs=jobs,
+                                    load_only=load_only, gpus=tuple(gpus or ()),
                                     replay=Path(replay) if replay else None, mpi=mpi)
+        outcome = sweep_mod.execute(spec, opts, events(spec) if events else None)
         outcomes.append(outcome)
         if finished:
             finished(spec, outcome)
