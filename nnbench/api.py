@@ -63,7 +63,7 @@ class CheckResult:
 
 
 def load(config: ConfigLike) -> list:
-    """A config file (any suite; a kernel config with `suite: kernel`), or a kernel declaration as a
+    """A config file (any workload; a kernel config with `workload: kernel`), or a kernel declaration as a
     dict, as validated SweepSpecs (config.SweepSpec), one per part. Raises NnbenchError on bad input."""
     from nnbench.sweeps import config as cfg
     apiargs.config("load", config)
@@ -210,8 +210,8 @@ def _label(case) -> str:
 
 def _problems(spec, problems: list[dict[str, int]]) -> list:
     from nnbench.workloads.kernel.session import KernelProblem
-    if spec.suite != "kernel":
-        raise NnbenchError("benchmark(problems=...): applies to kernel configs; other suites take their shapes "
+    if spec.workload_name != "kernel":
+        raise NnbenchError("benchmark(problems=...): applies to kernel configs; other workloads take their shapes "
                            "from the config")
     spec_k = spec.shapes[0].spec
     names = list(spec.shapes[0].as_dict())
@@ -230,7 +230,8 @@ def _declared(decl: dict) -> Any:
 
     from nnbench.workloads.kernel import session as kernel
     d = dict(decl)
-    d.setdefault("suite", "kernel")
+    if "suite" not in d:  # the key's old name, read as workload
+        d.setdefault("workload", "kernel")
     d.setdefault("name", "api")
     single = {k: d.pop(k) for k in ("kernel", "grid", "block", "shared", "axes", "restrict") if k in d}
     if "params" in d:  # keyword declarations: fixed parameter values are one-value axes

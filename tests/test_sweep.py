@@ -80,7 +80,7 @@ def test_shipped_sweeps_load_with_counts():
         assert c.product == c.restricted + c.invalid + c.cases
     assert spec.baseline.variant.name == "tiled" and spec.cases[0] == spec.baseline
     ci = config.load_config(paths.CONFIGS / "ci.yaml")
-    assert [part.suite for part in ci] == ["gemm", "train", "conv"]
+    assert [part.workload_name for part in ci] == ["gemm", "train", "conv"]
     assert {c.variant.name for c in ci[0].cases} >= {"naive", "double_buffered", "tf32x3"}
     assert {c.variant.name for c in ci[1].cases} == {"fused", "batched"}
     assert {c.variant.name for c in ci[2].cases} >= {"direct", "unroll", "unroll-backward"}
@@ -117,7 +117,7 @@ BASE = "suite: gemm\nshapes:\n  - [8, 8, 8]\n"
     (BASE + "variants: {naive: }\ntiming: {cold: maybe}\n", 5, ["timing.cold", "true or false"]),
     (BASE + "variants: {naive: }\ntiming: {budgett: 1}\n", 5, ["unknown key 'budgett'", "budget, cold"]),
     (BASE + "variants: {naive: }\nbaseline: fastest\n", 5, ["baseline", "'fastest' is not one of"]),
-    ("suite: cnn\nvariants: {}\nshapes: []\n", 1, ["suite", "not one of gemm, train, conv"]),
+    ("suite: cnn\nvariants: {}\nshapes: []\n", 1, ["workload", "not one of gemm, train, conv"]),
     ("suite: train\nvariants: {fused: }\nshapes:\n  - {nets: [9]}\n", 4, ["shapes.nets", "no net '9'"]),
     ("suite: conv\nvariants: {direct: }\nshapes:\n  - {model: alexnet}\n", 4, ["shapes.model", "lenet5"]),
     ("suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: huge}\n", 4, ["shapes.set", "square, skinny, odd, mlp"]),

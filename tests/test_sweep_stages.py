@@ -9,7 +9,7 @@ from nnbench.sweeps import config, sweep
 
 SPEC = """
 name: stages
-suite: gemm
+workload: gemm
 baseline: numpy
 shapes:
   - [5, 7, 3]
@@ -30,7 +30,7 @@ def spec(tmp_path):
 
 
 def row(workload, variant, status, median=None, params="", shape="5×7×3", provenance="p"):
-    return {"suite": workload, "variant": variant, "step": 0 if variant == "numpy" else 2, "params": params,
+    return {"workload": workload, "variant": variant, "step": 0 if variant == "numpy" else 2, "params": params,
             "shape": shape, "status": status, "median_ms": median, "cold": False, "provenance": provenance}
 
 
@@ -55,8 +55,23 @@ def test_read_done_keeps_its_workloads_last_rows_and_hands_them_on(tmp_path):
     numpy, tiled = (results.case_key_of(row("gemm", v, "", params=p)) for v, p in (("numpy", ""), ("tiled", "TS=8")))
     assert done.status == {numpy: "PASS", tiled: "ERROR"}  # the last row counts; conv's row is not this sweep's
     assert done.median_ms == {numpy: 2.0, tiled: None} and done.provenance == {numpy: "p", tiled: "p"}
-    assert done.keys == {numpy, tiled} and len(seen) == 3 and {r["suite"] for r in seen} == {"gemm"}
+    assert done.keys == {numpy, tiled} and len(seen) == 3 and {r["workload"] for r in seen} == {"gemm"}
     assert sweep.read_done(path, "gemm", True, None).keys == {numpy}  # --retry-errors runs the ERROR again
+
+
+def test_a_file_of_the_schema_before_the_workload_column_resumes(tmp_path):
+    """Its header says `suite` (and rows of old family names): read in today's names, so its cases are done."""
+    sink = results.CsvSink(tmp_path / "old.csv", fields=results.FIELDS_BEFORE_WORKLOAD)
+    old = {"suite" if k == "workload" else k: v for k, v in row("gemm", "numpy", "PASS", 2.0).items()}
+    sink.append(old)
+    sink.append(dict(old, suite="conv-backward", variant="unroll-backward"))
+    sink.close()
+    seen = []
+    done = sweep.read_done(sink.path, "gemm", False, None, seen.append)
+    assert done.keys == {results.case_key_of(row("gemm", "numpy", ""))}
+    assert [r["workload"] for r in seen] == ["gemm"] and "suite" not in seen[0]
+    assert sweep.read_done(sink.path, "conv", False, None).status == {
+        results.case_key_of(row("conv", "unroll-backward", "")): "PASS"}
 
 
 def test_a_case_the_json_file_lacks_is_not_done(tmp_path):

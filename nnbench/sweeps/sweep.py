@@ -142,7 +142,7 @@ def refuse_old_schema(out: Path) -> None:
 def results_dir(spec: SweepSpec) -> Path:
     """Where a sweep's files go by default: nnbench's results/ for its own workloads, ./results/ (the user's
     working directory) for a user's kernel config, whose results are the user's and not nnbench's checkout's."""
-    return Path.cwd() / "results" if spec.suite == "kernel" else paths.RESULTS
+    return Path.cwd() / "results" if spec.workload_name == "kernel" else paths.RESULTS
 
 
 def _schema(path: Path) -> list[str] | None:
@@ -163,27 +163,29 @@ def open_result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -
     return results.CsvSink(path, fields=results.FIELDS, mode=mode), resume
 
 
-def _json_cases(path: Path, suite: str) -> set[str]:
-    """The cases of `suite` the --json file holds. A case is done only when every sink holds it: a row the CSV
+def _json_cases(path: Path, workload: str) -> set[str]:
+    """The cases of `workload` the --json file holds. A case is done only when every sink holds it: a row the CSV
     took but the JSON file did not (a full disk between the two writes) runs again, so the JSON file is never
     left short of a case the CSV has."""
     from nnbench import rawresults
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    return {r.key for r in rawresults.load(path) if r.fields.get("suite") == suite}
+    return {r.key for r in rawresults.load(path) if r.fields.get("workload") == workload}
 
 
 def _done_rows(path: Path):
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            if reader.fieldnames != results.FIELDS:
+            # a file of the schema before the workload column's rename: its rows are read in today's names, and a
+            # row added goes into the same column, whose header says `suite`
+            if reader.fieldnames not in (results.FIELDS, results.FIELDS_BEFORE_WORKLOAD):
                 raise NnbenchError(f"{path}: written with another result schema; start anew with --fresh")
             for row in reader:
                 # A row cut short by a kill has no valid status; its case simply runs again.
                 if row.get("status") in results.STATUSES:
                     try:
-                        yield results.parse_row(row)
+                        yield results.upgrade_row(results.parse_row(row))
                     except NnbenchError as e:
                         raise NnbenchError(f"{path}:{reader.line_num}: {e}") from None
     except (UnicodeDecodeError, csv.Error) as e:
@@ -265,16 +267,16 @@ def link_shapes(jobs: list[Job]) -> None:
 
 def job_key(spec: SweepSpec, job: Job) -> str:
     if job.kind == "vendor":
-        return results.case_key(spec.suite, job.case, "", job.shape.label, spec.settings.cold)
-    return results.case_key(spec.suite, job.case.variant.name, job.case.param_label, job.shape.label,
+        return results.case_key(spec.workload_name, job.case, "", job.shape.label, spec.settings.cold)
+    return results.case_key(spec.workload_name, job.case.variant.name, job.case.param_label, job.shape.label,
                             spec.settings.cold)
 
 
 def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
     from nnbench.workloads.base import problem_text
-    rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, problem=problem_text(job.shape),
-               flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
-               seed=spec.seed, unit=spec.workload.unit)
+    rec = dict(env, workload=spec.workload_name, sweep=spec.name, shape=job.shape.label,
+               problem=problem_text(job.shape), flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol,
+               cold=spec.settings.cold, seed=spec.seed, unit=spec.workload.unit)
     if job.kind == "vendor":
         return provenance.stamp(dict(rec, variant=job.case, step="", params=""), None, env)
     v = job.case.variant
@@ -373,7 +375,7 @@ def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | N
         outcome = Outcome(path, backend=env["backend"], replayed=opts.replay)
         on_gpu = env["backend"] == "cuda" and opts.replay is None  # a replay compiles nothing
         run = SweepRun(spec, env, device, arch, on_gpu, opts.jobs, sink, outcome, emit)
-        done = read_done(path if resume else None, spec.suite, opts.retry_errors,
+        done = read_done(path if resume else None, spec.workload_name, opts.retry_errors,
                          opts.json_out if resume else None, run.remember)
         run.last_status = dict(done.status)
         all_jobs = plan_jobs(spec, spec.vendor and env["backend"] == "cuda", env["backend"])
@@ -430,7 +432,7 @@ def run_backend(spec: SweepSpec, opts: RunOptions) -> str:
     if opts.replay is None:
         return opts.backend
     from nnbench.sweeps import replay as replay_mod
-    replay_mod.check_space(spec, replay_mod.load(Path(opts.replay), spec.suite), Path(opts.replay))
+    replay_mod.check_space(spec, replay_mod.load(Path(opts.replay), spec.workload_name), Path(opts.replay))
     return replay_mod.backend_name(Path(opts.replay), opts.replay_sleep_ms, opts.replay_scale)
 
 
@@ -449,8 +451,8 @@ def worker_factory(spec: SweepSpec, backend: str, gpus: tuple[int, ...]) -> Call
 
     def make(slot: int, prefetch=None) -> Worker:
         name = pinned(backend, gpus[slot]) if gpus and not backend.startswith(("replay:", "cpu")) else backend
-        return Worker(name, spec.suite, spec.settings, spec.rtol, spec.seed, {"sweep": spec.name}, first=prefetch,
-                      share=share)
+        return Worker(name, spec.workload_name, spec.settings, spec.rtol, spec.seed, {"sweep": spec.name},
+                      first=prefetch, share=share)
     return make
 
 
@@ -481,16 +483,16 @@ class Done:
     keys: set[str] = field(default_factory=set)  # the cases that need not run again (provenance aside)
 
 
-def read_done(path: Path | None, suite: str, retry_errors: bool, json_out: Path | None,
+def read_done(path: Path | None, workload: str, retry_errors: bool, json_out: Path | None,
               seen: Callable[[dict], None] = lambda row: None) -> Done:
-    """The cases of `suite` in the file at `path` (None: a new file), each row also handed to `seen`. A case whose
+    """The cases of `workload` in the file at `path` (None: a new file), each row also handed to `seen`. A case whose
     last row is ERROR is not done with `retry_errors`; with `json_out`, a case is done only where that file
     holds it too."""
     done = Done()
     if path is None or not path.exists():
         return done
     for row in _done_rows(path):
-        if row.get("suite") != suite:
+        if row.get("workload") != workload:
             continue
         key = results.case_key_of(row)
         done.status[key] = row["status"]
@@ -499,7 +501,7 @@ def read_done(path: Path | None, suite: str, retry_errors: bool, json_out: Path 
         seen(row)
     done.keys = {k for k, st in done.status.items() if not (retry_errors and st == "ERROR")}
     if json_out is not None:
-        done.keys &= _json_cases(Path(json_out), suite)
+        done.keys &= _json_cases(Path(json_out), workload)
     return done
 
 
@@ -585,7 +587,7 @@ class SweepRun:
             self.emit("worker", pid=pid, restart=True)
         spec = self.spec
         if runner == "mpi":
-            self.pool = MpiPool((backend, spec.suite, spec.settings, spec.rtol, spec.seed,
+            self.pool = MpiPool((backend, spec.workload_name, spec.settings, spec.rtol, spec.seed,
                                  {"sweep": spec.name}), spec.watchdog_s, on_restart=restarted,
                                 on_lost=lambda job: self.emit("lost", job=job))
             self.slots = self.pool.size
