@@ -75,4 +75,6 @@ def get(workload: str, name: str) -> Variant:
 
 
 def all_param_names(workload: str) -> list[Param]:
-    return registry.param_union(variants_of(workload))
+    """The parameters of a workload's variants that run as cases, for the CLI's options: not the pooling kernels
+    (conv's kind `pool`), which LeNet-5 and the checks launch and no command or sweep names."""
+    return registry.param_union(v for v in variants_of(workload) if v.kind != "pool")
