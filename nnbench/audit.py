@@ -103,10 +103,37 @@ def hidden_work(settle_ms: float | None, batch_ms: float) -> str | None:
             "events): work ran outside the timed stream")
 
 
-def zeros_pass(ref: np.ndarray, limit: float) -> bool:
-    """Whether an all-zero output passes the norm-wise check (measure.rel_err) against `ref` at `limit`:
-    ||0 - ref|| / ||ref|| is 1 for a reference that is not all zero, and the absolute 0 for one that is."""
+def zeros_pass(ref: np.ndarray, limit: float, error: Callable[[np.ndarray, np.ndarray], float] | None = None) -> bool:
+    """Whether an all-zero output passes the check against `ref` at `limit`. The norm-wise check
+    (measure.rel_err): ||0 - ref|| / ||ref|| is 1 for a reference that is not all zero, and the absolute 0 for
+    one that is; `error(out, ref)`: the check's own measure instead (measure.conditioned_error with its
+    magnitudes, whose value for zeros, max |ref| / magnitude, cancellation can bring below 1)."""
+    if error is not None:
+        return error(np.zeros(np.shape(ref)), ref) <= limit
     return (1.0 if np.any(np.asarray(ref) != 0) else 0.0) <= limit
+
+
+def trained(read: Callable[[], np.ndarray], poison: Callable[[], None]) -> LastBatch:
+    """The last timed batch of a training step or block, whose weights are read as well as written (so one
+    launch from the poisoned state): its intermediate outputs poisoned before it (`poison`), and after it the
+    weights (`read()`, flat) must be finite and must have moved. A mid-training step has no cheap float64
+    answer; what a launch that skipped its work, or part of it, leaves is the poison, read into the weights, or
+    the weights as they were. The float64 check itself runs again on fresh buffers after timing."""
+    before: dict[str, np.ndarray] = {}
+
+    def poisoned() -> None:
+        before["weights"] = read()
+        poison()
+
+    def check() -> str | None:
+        after = read()
+        if not np.all(np.isfinite(after)):
+            return ("the weights after the last timed launch hold NaN or inf: an output poisoned before it was read "
+                    "without being written")
+        if not changed(before, {"weights": after}):
+            return "the weights did not move in the last timed launch: it did not train"
+        return None
+    return LastBatch(poisoned, check, single=True)
 
 
 def changed(before: dict[str, np.ndarray], after: dict[str, np.ndarray]) -> list[str]:

@@ -21,7 +21,7 @@ Timer (after nvbench's "cold"/"hot" measurements):
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
   samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
   UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
-  runs that a workload times itself (a trainer's epochs) get the same readings through RunWatch;
+  runs that a workload times itself (PyTorch's per-sample epochs) get the same readings through RunWatch;
 - host-issued samples (asked for, below, or fallen back to) stop only once they cover HOST_WINDOW_MS
   of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a
   short window reads one stretch of it (see HOST_WINDOW_MS);
@@ -50,7 +50,7 @@ from __future__ import annotations
 import gc
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -144,6 +144,7 @@ class Stats:
     sm_clock_mhz: float | None = None
     gpu_ms: float = 0.0  # every event-timed millisecond of the kernel, warm-up included
     timing: str | None = None  # one of TIMING
+    own_median_ms: float | None = None  # a data-parallel step's: this rank's median, where median_ms is the ranks' max
     samples_ms: list[float] = field(default_factory=list)  # every kept sample, ms per unit
     dropped: int = 0  # samples dropped as throttled
     # NVML over the timed window (None on the CPU backend or without NVML):
@@ -171,6 +172,15 @@ class Stats:
                     clocks_locked=self.clocks_locked, power_w=self.power_w, energy_j=self.energy_j,
                     energy_window_ms=self.energy_window_ms, energy_method=self.energy_method,
                     energy_window_j=self.energy_window_j, energy_note=self.energy_note)
+
+    def per(self, units: int) -> Stats:
+        """These statistics for one of `units` equal pieces of a launch (a per-sample trainer's block of
+        iterations timed as one sample): every time and the energy divided, the relative spread unchanged."""
+        k = 1.0 / units
+        return replace(self, median_ms=self.median_ms * k, iqr_ms=self.iqr_ms * k, q1_ms=self.q1_ms * k,
+                       q3_ms=self.q3_ms * k, min_ms=self.min_ms * k, mean_ms=self.mean_ms * k,
+                       samples_ms=[x * k for x in self.samples_ms],
+                       energy_j=None if self.energy_j is None else self.energy_j * k)
 
     @property
     def iqr_pct(self) -> float:
@@ -321,6 +331,84 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
     return stats
 
 
+class Solo:
+    """The agreement of one process with itself (`measure_collective` outside MPI, tests)."""
+
+    def max(self, value: float) -> float:
+        return value
+
+    def min(self, value: float) -> float:
+        return value
+
+
+COLLECTIVE_WARMUP = 3  # launches before the estimate, the same count on every rank
+
+
+def measure_collective(backend, launch, agree, settings: TimingSettings = TimingSettings()) -> Stats:
+    """`measure` for a launch that holds a collective (a data-parallel step's allreduce), called by every
+    rank with `agree` (max and min of a number over the ranks, e.g. exchange.World). Every rank must
+    issue the launch equally often, or the last collective waits forever for a partner; so each choice
+    that `measure` makes alone is agreed here: a fixed warm-up, reps and batch size from the ranks'
+    max/min estimate, samples that end only once every rank's stop rule would end them, and a batch
+    whose blocking kernel timed out on any rank is void on all (no launch is probed alone, as `measure`
+    probes: it would wait for the others' matching call). The void batch's size is halved on every rank,
+    down to one launch a sample; should even that time out, every rank falls back to host-issued samples
+    and `timing` says so. Otherwise the samples are `measure`'s hot ones: queued behind the blocking
+    kernel, `reps` launches between each event pair, so neither host issue nor the gap between samples
+    is timed. The Stats are this rank's own; the caller takes the ranks' max as the step (the slowest
+    rank sets it). No NVML readings or energy window: an energy window's launch count is each rank's own."""
+    gpu_ms = sum(backend.timed(launch, 1) for _ in range(COLLECTIVE_WARMUP))
+    est = agree.max(backend.timed(launch, 1))
+    gpu_ms += est
+    host = settings.host_issued
+    reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
+    reps, batch = fit_to_queue(backend, launch, reps)
+    reps, batch = int(agree.min(reps)), 1 if host else int(agree.min(batch))
+    kept: list[float] = []
+    covered = 0.0
+    t_end = time.perf_counter() + settings.budget_s
+    if host:
+        gc.collect()
+        gc.freeze()
+    try:
+        while True:
+            void = False
+            if host:
+                got = [backend.timed(launch, reps)]
+            else:
+                try:
+                    got = backend.timed_samples(launch, reps, batch, collective=True)
+                except QueueFull:
+                    got, void = [], True
+            if agree.max(float(void)):
+                if batch > 1:
+                    batch //= 2
+                elif reps > 1:
+                    reps //= 2
+                else:
+                    host = True
+                continue
+            kept += got
+            covered += reps * sum(got)
+            done = len(kept) >= settings.max_samples or (
+                len(kept) >= settings.min_samples and (not host or covered >= HOST_WINDOW_MS)
+                and (relative_noise(kept) <= settings.max_noise or time.perf_counter() >= t_end))
+            if agree.min(float(done)):
+                break
+    finally:
+        if host:
+            gc.unfreeze()
+    stats = summarize(kept)
+    stats.reps, stats.converged = reps, relative_noise(kept) <= settings.max_noise
+    stats.gpu_ms = gpu_ms + reps * float(np.sum(kept))
+    stats.timing = HOST if not backend.runs_kernels else HOST_ISSUED if host else timing_method(
+        backend, launch, False, batch)
+    stats.sm_clock_mhz = backend.sm_clock_mhz()
+    stats.energy_note = "not measured: a collective's launch count must match across ranks" \
+        if (ENERGY[0] if settings.energy is None else settings.energy) else ENERGY_OFF
+    return stats
+
+
 def measure_energy(stats: Stats, backend, launch, tel, settings: TimingSettings) -> None:
     """The energy columns of `stats`: a cool-down, then a window of extra launches read on NVML's energy counter
     (nnbench/runtime/energy.py), where energy is asked for; else energy_j stays empty and energy_note says why."""
@@ -377,9 +465,9 @@ def _last_batch(backend, launch, settings: TimingSettings, last, reps: int, batc
 
 
 class RunWatch:
-    """NVML over timed runs that `measure` does not drive: a per-sample trainer's epochs or fused launches
-    and PyTorch's per-sample epochs, each a sample timed by events as the host issues it. Each run is
-    probed once while its launches execute (`during`, given to the run's `timed` before it waits); the
+    """NVML over timed runs that `measure` does not drive: PyTorch's per-sample epochs (nnbench's own per-sample
+    versions are `measure`d, nnbench/workloads/train/mlp.py), each a sample timed by events as the host issues
+    it. Each run is probed once while its launches execute (`during`, given to the run's `timed` before it waits); the
     energy counter is read over the whole window where it lasts ENERGY_COUNTER_S or more (a trainer's
     runs usually do), else the probes' power. `stats` applies measure's rules to the samples: a run
     probed throttled is dropped from the statistics (not from the training) and counted, unless
@@ -402,7 +490,7 @@ class RunWatch:
         probes match the samples one to one (a run without its probe keeps its sample, unjudged). A trainer's
         runs are not repeated in an energy window, so energy_j stays empty here and energy_note says so."""
         stats = self._stats(samples_ms, skip, keep_throttled)
-        stats.energy_note = "not measured: a per-sample trainer's runs are not repeated" if ENERGY[0] else ENERGY_OFF
+        stats.energy_note = "not measured: PyTorch's per-sample epochs are not repeated" if ENERGY[0] else ENERGY_OFF
         return stats
 
     def _stats(self, samples_ms: list[float], skip: int, keep_throttled: bool) -> Stats:

@@ -25,6 +25,7 @@ ROOT = paths.ROOT
 # Examples that cannot run on a machine without a GPU in any form, or that name files a user makes first.
 CANNOT_RUN_HERE = {
     "--ncu": "Nsight Compute profiles a kernel on a GPU",
+    "--split": "a split times the case's parts on a GPU",
     "--gpus": "runs one worker or MPI rank per GPU",
     "--compare torch": "PyTorch's rows run on the GPU",
     "batched-cublas": "cuBLAS runs on the GPU",

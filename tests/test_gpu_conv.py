@@ -51,6 +51,20 @@ def test_backward_paths_match_the_reference(cuda_backend, set_name):
         assert r["status"] == "PASS", (r["variant"], r["shape"], r.get("rel_err"), r.get("error"))
 
 
+def test_every_path_passes_the_audits(cuda_backend):
+    """Every forward and backward GPU path on an odd layer: the last timed batch poisoned and checked, the inputs
+    unchanged, a fresh (negated) problem at other addresses checked, zeros not passing: none fails
+    (nnbench/audit.py)."""
+    shape = ConvShape(2, 3, 13, 11, 5, 3, 1, 1)
+    cases = [Case(v, tuple(p.items())) for v, p in conv.plan([], "cuda", {})] + \
+        [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",))]
+    recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, [shape], FAST, conv_problem.DEFAULT_RTOL, seed=0,
+                            vendor=False))
+    assert len(recs) == len(cases)
+    for r in recs:
+        assert r["status"] in ("PASS", "SKIP") and not (r["status"] == "PASS" and r.get("error")), r
+
+
 @pytest.mark.parametrize("mode", ["avg", "max"])
 @pytest.mark.parametrize("shape,S", [((2, 3, 28, 28), 2), ((1, 5, 13, 11), 3)])
 def test_pooling_backward(cuda_backend, mode, shape, S):

@@ -52,8 +52,8 @@ def test_devices_shows_power_and_clocks():
 
 def test_per_sample_trainers_record_nvml(tmp_path):
     """Every per-sample GPU row (a kernel-per-layer version, the persistent `fused` kernel and PyTorch's
-    eager and graph rows) carries the clocks, the throttle reasons and the energy over its timed runs
-    (measure.RunWatch), as rows timed by `measure` do; the NumPy row, on the host, carries none."""
+    eager and graph rows) carries the clocks, the throttle reasons and the energy over its timed runs (`measure`
+    for our versions, measure.RunWatch for PyTorch's epochs); the NumPy row, on the host, carries none."""
     out = tmp_path / "t.jsonl"
     res = CliRunner().invoke(cli, ["train", "--net", "1", "-v", "fused", "-v", "simple", "-v", "sequential",
                                    "--max-iterations", "3120", "--compare", "torch", "--torch-iterations", "520",

@@ -44,6 +44,23 @@ def test_versions_train_alike_and_report(cuda_backend):
         assert np.isfinite(r["test_accuracy"])
 
 
+@pytest.mark.parametrize("net", ["2", "8"])
+def test_per_sample_versions_are_timed_by_measure_and_pass_the_audits(cuda_backend, net):
+    """Every per-sample GPU version (fused included) through the session: its time per iteration `measure`d on
+    blocks of iterations (mlp.time_block), issued by the host, the last block audited and the check run again
+    on fresh buffers (nnbench/audit.py); the honest versions pass every defense."""
+    from nnbench import audit
+    layers = nets.get(net).layers
+    hyper = mlp.Hyper.from_settings(dict(nets.get(net).settings), max_iterations=104)
+    chosen = [(v, p) for v, p in mlp.plan([v.name for v in GPU_VERSIONS], "cuda")]
+    for r in mlp.run(cuda_backend, chosen, layers, hyper, test_per_letter=1):
+        out = r["_outcome"]
+        assert r["status"] == "PASS" and not [f for f in out.failures if f[1]], (r["version"], out.failures)
+        assert {d for d, _ in out.failures} >= {audit.TIMED_OUTPUT, audit.FRESH_BUFFERS, audit.HIDDEN_WORK}
+        assert out.stats.timing == measure.HOST_ISSUED and out.stats.samples >= mlp.BLOCK_TIMING.min_samples
+        assert r["us_per_iteration"] == pytest.approx(1e3 * out.stats.median_ms)
+
+
 def test_neuron_per_thread_versions_are_one_trajectory(cuda_backend):
     """simple, warped-good and warped-bad are one source (01_neuron_per_thread.cu) at 1, 32 and 50
     threads a block, and kcm adds a merged update that is also one thread's per neuron: a neuron's
@@ -173,7 +190,7 @@ def test_fused_stops_at_the_tolerance_like_the_host(cuda_backend, fused_compiled
         out = mlp.train_fused(cuda_backend, v, p, comp, layers, init, data, data,
                               mlp.Hyper(tolerance=tol, max_iterations=30 * 52))
         errors = [e for _, e in out.error_curve]
-        assert out.converged and out.iterations == 52 * len(errors)
+        assert out.converged and out.steps == 52 * len(errors)
         assert mlp.converged(errors[-1], tol) and not any(mlp.converged(e, tol) for e in errors[:-1])
 
 
@@ -229,6 +246,12 @@ def test_batched_versions_train_alike_and_report(cuda_backend):
         assert len(c) == 2 and c == pytest.approx(curves["batched-numpy"], rel=1e-3), name
     for r in recs:
         assert r["steps"] == 20 and r["us_per_step"] > 0 and r["samples_per_s"] > 0
+    from nnbench import audit
+    for r in recs:  # the GPU versions' last timed step audited and their check run again on fresh buffers
+        if not r["version"].startswith(("torch", "batched-numpy")):
+            failures = r["_outcome"].failures
+            assert {d for d, _ in failures} >= {audit.TIMED_OUTPUT, audit.FRESH_BUFFERS}, r["version"]
+            assert not [f for f in failures if f[1]], (r["version"], failures)
     gpu = {r["version"]: r for r in recs if r["version"] in ("batched", "batched-cublas")}
     for r in gpu.values():
         assert r["gemm_us"] > 0 and r["other_us"] > 0 and r["cublas_gemm_us"] > 0

@@ -538,3 +538,24 @@ def test_reading_a_run_is_linear_in_its_cases(tmp_path, monkeypatch):
         assert len(run.cases) == n
         per_case.append(calls["n"] / n)
     assert per_case[1] <= per_case[0] * 1.1 and per_case[1] < 5, per_case
+
+
+def test_an_open_that_sqlite_answers_busy_at_once_is_tried_again():
+    """SQLite answers busy without waiting where waiting could deadlock (a fresh file switched to WAL while another
+    process opens it); the open tries again until the busy timeout, and any other error passes through at once."""
+    import sqlite3
+    calls = []
+
+    def busy_twice():
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "open"
+
+    assert db.retry_while_busy(busy_twice) == "open" and len(calls) == 3
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        db.retry_while_busy(lambda: (_ for _ in ()).throw(sqlite3.OperationalError("database is locked")), 0.05)
+    other = []
+    with pytest.raises(sqlite3.DatabaseError, match="malformed"):
+        db.retry_while_busy(lambda: other.append(1) or (_ for _ in ()).throw(sqlite3.DatabaseError("malformed")))
+    assert other == [1]

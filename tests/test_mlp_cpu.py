@@ -112,9 +112,9 @@ def test_sequential_version_stops_at_tolerance_or_limit():
     init = mlp.init_params(layers, 0)
     d = glyphs.clean(60)
     out = mlp.train_sequential(layers, init, d, d, mlp.Hyper(max_iterations=130))
-    assert out.iterations == 130 and not out.converged and out.seconds_per_iteration > 0
+    assert out.steps == 130 and not out.converged and out.seconds_per_step > 0
     loose = mlp.train_sequential(layers, init, d, d, mlp.Hyper(tolerance=10.0, max_iterations=10_000))
-    assert loose.converged and loose.iterations == 52
+    assert loose.converged and loose.steps == 52
 
 
 def test_an_epoch_is_accounted_once_whoever_trains_it():
@@ -124,9 +124,9 @@ def test_an_epoch_is_accounted_once_whoever_trains_it():
     hyper = mlp.Hyper(tolerance=1e-5)
     out = mlp.Outcome("x")
     mlp.record_epoch(out, hyper, 52, 52, 2e-5)
-    assert (out.iterations, out.final_error, out.converged) == (52, 2e-5, False)
+    assert (out.steps, out.final_error, out.converged) == (52, 2e-5, False)
     mlp.record_epoch(out, hyper, 52, 10, 1e-9)  # cut short: not the net's error
-    assert (out.iterations, out.final_error, out.converged) == (62, 2e-5, False)
+    assert (out.steps, out.final_error, out.converged) == (62, 2e-5, False)
     mlp.record_epoch(out, hyper, 52, 52, float(np.float32(1e-5)))  # equal in float32
     assert out.converged and out.error_curve == [(52, 2e-5), (62, 1e-9), (114, float(np.float32(1e-5)))]
     first = mlp.Outcome("y")

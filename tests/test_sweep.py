@@ -84,7 +84,7 @@ def test_shipped_sweeps_load_with_counts():
     assert {c.variant.name for c in ci[0].cases} >= {"naive", "double_buffered", "tf32x3"}
     assert {c.variant.name for c in ci[1].cases} == {"fused", "batched"}
     assert {c.variant.name for c in ci[2].cases} >= {"direct", "unroll", "unroll-backward"}
-    for name in ("train_table", "batched", "conv_sweep"):
+    for name in ("train_table", "batched", "conv_sweep", "step4_space"):
         for part in config.load_config(paths.CONFIGS / f"{name}.yaml"):
             assert part.cases and part.shapes
 

@@ -277,7 +277,8 @@ struct GridBarrier {
     }
 };
 
-// Where an iteration's time goes, phase by phase (built with PHASE_TIMES, lab/scripts/fused_phases.py):
+// Where an iteration's time goes, phase by phase (built with PHASE_TIMES, read by
+// `nnbench profile train -v fused --split phases`, nnbench/workloads/train/phases.py):
 // thread 0 of block 0 adds the SM cycles from the start of each phase's wait until the data it
 // waits for are there (wait) and from then until the next phase's wait starts (work: its own
 // part of the critical path) to sums[2k] and sums[2k + 1], k the phase's number in the iteration.

@@ -29,7 +29,7 @@ def main() -> None:
     ap.add_argument("--cases", type=int, default=24)
     ap.add_argument("--out")
     args = ap.parse_args()
-    spec = config.load_sweep(Path("lab/configs/step4_space.yaml"))
+    spec = config.load_sweep(Path("configs/step4_space.yaml"))
     cases = spec.cases[:args.cases]
     shape = spec.shapes[0]
     backend = CudaBackend(0)

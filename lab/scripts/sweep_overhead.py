@@ -2,9 +2,9 @@
 213-case space at 4096^3, and `--gpus 1` within 2% of a plain sweep).
 
 Not the CLI because it runs the sweep several times and splits the time: each run is exactly
-`nnbench sweep lab/configs/step4_space.yaml --out FILE [--gpus 1]` (sweep.execute through nnbench.api).
+`nnbench sweep configs/step4_space.yaml --out FILE [--gpus 1]` (sweep.execute through nnbench.api).
 
-    python3 lab/scripts/sweep_overhead.py [--config lab/configs/step4_space.yaml] \
+    python3 lab/scripts/sweep_overhead.py [--config configs/step4_space.yaml] \
        --out-dir DIR [--pairs 3] [--lead plain]
         [--compile-first sm_90] [--max-seconds S]
 
@@ -78,7 +78,7 @@ def order(pairs: int, lead: str = "gpus1") -> list[tuple[str, str]]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="lab/configs/step4_space.yaml")
+    ap.add_argument("--config", default="configs/step4_space.yaml")
     ap.add_argument("--out-dir", required=True)
     ap.add_argument("--pairs", type=int, default=3, help="plain and --gpus 1 pairs after the cold run")
     ap.add_argument("--lead", choices=("gpus1", "plain"), default="gpus1",

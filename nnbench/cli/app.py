@@ -261,10 +261,23 @@ def param_options(*names: str):
     for name in names:
         for p in workloads.all_param_names(name):
             first.setdefault(p.name, p)
-    params = list(first.values())
+    return _param_deco(list(first.values()))
 
+
+def every_param_option(f):
+    """param_options for every parameter of every listed workload's variants (workloads.WORKLOADS), for a
+    command that takes any workload's variant: a new workload's parameters need no edit here."""
+    return _param_deco(workloads.every_param())(f)
+
+
+def _param_deco(params):
     def deco(f):
+        # the command's own options below this decorator; a parameter must not take one of their names
+        taken = {o for q in getattr(f, "__click_params__", ()) for o in q.opts}
         for p in reversed(params):
+            if p.option in taken:
+                raise ValueError(f"kernel parameter {p.name}: its option {p.option} is already {f.__name__}'s own "
+                                 "option; rename the parameter")
             f = click.option(p.option, p.name, type=int, default=None, help=f"{p.name}: {p.help}.")(f)
         return f
     return deco

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import click
 
-from nnbench import results
+from nnbench import results, workloads
 from nnbench.cli import app
-from nnbench.cli.app import backend_option, device_line, open_device, param_options
+from nnbench.cli.app import backend_option, device_line, every_param_option, open_device
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
 
@@ -21,7 +21,7 @@ from nnbench.report import tables
 @click.argument("suite", metavar="WORKLOAD")
 @click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
 # every workload's parameters; the profiled variant says which apply
-@param_options("gemm", "train", "conv")
+@every_param_option
 @click.option("--m", "m", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM rows of A and C.")
 @click.option("--n", "n", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM columns of B and C.")
 @click.option("--k", "k", type=click.IntRange(min=1), default=4096, show_default=True, help="GEMM inner size.")
@@ -37,6 +37,10 @@ from nnbench.report import tables
 @click.option("--problem", "problem_index", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --config: which of its problems, in the config's order.")
 @click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
+@click.option("--split", type=click.Choice(list(workloads.every_split())), default=None,
+              help="Also split the case's timed unit into its parts, on a GPU: "
+                   + "; ".join(f"{kind} ({', '.join(names)}): {what}"
+                               for kind, (what, names) in workloads.every_split().items()) + ".")
 @click.option("--ncu-csv", "ncu_csv", type=click.Path(dir_okay=False), default=None,
               help="With --ncu: also keep ncu's raw CSV in this file (a new file).")
 @click.option("--kernel", default=None, metavar="NAME",
@@ -46,8 +50,8 @@ from nnbench.report import tables
 @app.json_option
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
-def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, ncu_csv, kernel,
-            arch, launch_only, backend,
+def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, split,
+            ncu_csv, kernel, arch, launch_only, backend,
             **params) -> None:
     """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
     (GEMM, on a GPU) its achieved FLOP/s and bytes/s on the roofline; --ncu adds Nsight Compute.
@@ -59,8 +63,10 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
       nnbench profile train -v fused --net 8 --ncu
       nnbench profile train -v batched --net 8 --batch 4096
       nnbench profile train -v batched --net 8 --batch 4096 --backend cpu --arch sm_90
+      nnbench profile train -v fused --net 8 --split phases
       nnbench profile conv -v tiled --layer 32,64,56,56,64,3,1,1
       nnbench profile conv -v lenet5 --model lenet5
+      nnbench profile conv -v lenet5-implicit --model lenet5 --batch 256 --split stages
       nnbench profile kernel -v tiled --ts 16 --config examples/tiled_gemm/tiled_gemm.yaml --problem 1
     """
     from nnbench.profiling import profile as profiler
@@ -75,6 +81,8 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     else:
         profiler.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
         problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
+    if split is not None:  # a split the variant has not, before the GPU is opened
+        profiler.check_split(suite, split, variant, overrides, problem, case)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
     if ncu_csv is not None and not with_ncu:
@@ -87,8 +95,11 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         return
     if with_ncu and not be.runs_kernels:
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
+    if split is not None:
+        profiler.check_split(suite, split, variant, overrides, problem, case, be)
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
-    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case)
+    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case,
+                            split=split)
     env = results.environment(be)
     app.out.print(device_line(env))
     for t in tables.profile_tables(prof):
@@ -104,6 +115,8 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         app.out.print(f"JSON: {rawresults.write_document(app.JSON[0], 'profile', [profiler.as_json(prof, env)])}")
     if not be.runs_kernels:
         app.out.print("no GPU: resources and instruction mix only; achieved figures, the roofline and --ncu need one")
+    if prof.split is not None and prof.split.status != "PASS":
+        sys.exit(1)  # a failed verification: exit 1 after the results are written
 
 
 

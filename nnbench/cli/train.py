@@ -69,8 +69,10 @@ def _layers_option(text: str) -> tuple[int, ...]:
                    "the host). The CPU backend always uses mpi.")
 @click.option("--bucket-mb", "bucket_mb", type=options.Finite(0.0, 1e6), default=None,
               help="With --gpus: gradients allreduced in buckets of at most this many MB, each started on a side "
-                   "stream as soon as its layers' gradients exist, during the backward pass (default 2; 0: one "
-                   "allreduce after the backward pass). The CPU backend's ranks too; --allreduce mpi: always one.")
+                   "stream as soon as its layers' gradients exist, during the backward pass (0: one allreduce after "
+                   "the backward pass). Default: chosen per version from the allreduce time measured at a ladder of "
+                   "sizes (cached) and the backward pass's timeline; the CPU backend's ranks: 2. --allreduce mpi: "
+                   "always one.")
 @click.option("--encoding", type=int, help="Input encoding in bits: 60 (6x10) or 120 (10x12); must match the "
                                           "net's input width (default: that width).")
 @click.option("--rate", type=options.POSITIVE, default=None,

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -112,6 +113,25 @@ class Database:
         self.close()
 
 
+def is_busy(e: sqlite3.Error) -> bool:
+    return isinstance(e, sqlite3.OperationalError) and ("locked" in str(e) or "busy" in str(e))
+
+
+def retry_while_busy(step, timeout_s: float = BUSY_TIMEOUT_S):
+    """Run `step` again while SQLite answers busy, for at most `timeout_s`. SQLite returns busy at once, without
+    its busy handler, where waiting could deadlock: two processes opening a fresh file while one of them switches
+    it to WAL (1 of 150 three-process opens here). Each statement of `step` may be run again."""
+    deadline, pause = time.monotonic() + timeout_s, 0.005
+    while True:
+        try:
+            return step()
+        except sqlite3.Error as e:
+            if not is_busy(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)
+        pause = min(2 * pause, 0.25)
+
+
 class SqliteDatabase(Database):
     dialect = "sqlite"
     ID = "INTEGER PRIMARY KEY"
@@ -131,16 +151,19 @@ class SqliteDatabase(Database):
         with self.errors("cannot open"):
             # isolation_level=None: no implicit transactions; `transaction` says where each one starts and ends.
             self.conn = sqlite3.connect(path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            # A corrupt or foreign file fails here, on its first read, before anything is written to it.
-            tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            # Another application's database is refused before WAL mode (a change to the file) is switched on.
-            if tables and "schema_version" not in tables:
-                self.close()
-                raise foreign(self.where, tables)
-            self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
-            if self.conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-                self.conn.execute("PRAGMA journal_mode = WAL")
-            self.conn.execute("PRAGMA foreign_keys = ON")
+            retry_while_busy(self._open)
+
+    def _open(self) -> None:
+        # A corrupt or foreign file fails here, on its first read, before anything is written to it.
+        tables = {r[0] for r in self.conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        # Another application's database is refused before WAL mode (a change to the file) is switched on.
+        if tables and "schema_version" not in tables:
+            self.close()
+            raise foreign(self.where, tables)
+        self.conn.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_S * 1000}")
+        if self.conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            self.conn.execute("PRAGMA journal_mode = WAL")
+        self.conn.execute("PRAGMA foreign_keys = ON")
 
     def tables(self) -> set[str]:
         return {r[0] for r in self.query("SELECT name FROM sqlite_master WHERE type = 'table'")}

@@ -26,7 +26,7 @@ from nnbench.registry import Variant
 from nnbench.runtime.compile import CompileRequest, compile_cubin
 from nnbench.runtime.device import for_arch, occupancy
 from nnbench.workloads import WORKLOADS, workload
-from nnbench.workloads.base import Case
+from nnbench.workloads.base import Case, TimeSplit
 
 ALIASES = {"mlp": "train"}  # train's name before it was a workload
 
@@ -65,6 +65,7 @@ class Profile:
     ncu: dict | None = None
     ncu_ms: float | None = None
     ncu_csv: str | None = None  # ncu's raw output
+    split: TimeSplit | None = None  # --split KIND: the case's unit part by part
 
 
 def variant_params(work_name: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
@@ -86,6 +87,27 @@ def variant_params(work_name: str, name: str, overrides: dict[str, int]) -> tupl
     if problems:
         raise NnbenchError(problems[0])
     return v, params
+
+
+def check_split(work_name: str, kind: str, name: str, overrides: dict[str, int], problem, case: Case | None = None,
+                backend=None) -> None:
+    """Refuse a split (`--split KIND`) that the case's workload does not offer, or does not offer for this case
+    and problem (the workload's own line), or that has no GPU to run on; before anything runs."""
+    work_name = ALIASES.get(work_name, work_name)
+    work = workload(work_name)
+    if kind not in work.splits:
+        offers = [n for n in WORKLOADS if kind in workload(n).splits]
+        raise NnbenchError(f"--split {kind}: the {work_name} workload has no {kind}; "
+                           + (f"profile {' or '.join(offers)} for them" if offers else "no workload has them"))
+    if case is None:
+        v, params = variant_params(work_name, name, overrides)
+        case = Case(v, tuple(params.items()))
+    why = work.split_refusal(kind, case, problem)
+    if why:
+        raise NnbenchError(why)
+    if backend is not None and not backend.runs_kernels:
+        raise NnbenchError(f"--split {kind}: times kernels on a GPU; needs the cuda backend (this run is on the "
+                           f"{backend.name} backend)")
 
 
 def resources(v: Variant, params: dict, comp, device) -> list[KernelProfile]:
@@ -128,12 +150,15 @@ QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0, ener
 def profile(backend, work_name: str, name: str, overrides: dict[str, int], problem, arch: str | None,
             with_ncu: bool = False, child_argv: list[str] | None = None,
             settings: measure.TimingSettings = measure.TimingSettings(), kernel: str | None = None,
-            case: Case | None = None) -> Profile:
+            case: Case | None = None, split: str | None = None) -> Profile:
     """`case`: a case of a sweep config (`--config`), for a variant the registry does not hold (a user's
-    kernel) or a point of a config's axes; else the registry's variant `name` with `overrides`."""
+    kernel) or a point of a config's axes; else the registry's variant `name` with `overrides`. `split`:
+    one of the workload's splits (Workload.splits) to measure after the case, on a GPU."""
     work_name = ALIASES.get(work_name, work_name)
     work = workload(work_name)
     v, params = (case.variant, case.param_dict) if case is not None else variant_params(work_name, name, overrides)
+    if split is not None:
+        check_split(work_name, split, name, overrides, problem, Case(v, tuple(params.items())), backend)
     device = getattr(backend, "device", None)
     from nnbench.runtime.device import NO_GPU_ARCH
     arch = backend.arch if device is not None else (arch or NO_GPU_ARCH)
@@ -152,13 +177,21 @@ def profile(backend, work_name: str, name: str, overrides: dict[str, int], probl
     problems = v.device_problems(params, device)
     if problems:
         raise NnbenchError(f"{v.name}: {problems[0]}")
-    prof.record = run_case(backend, work, case, problem, comp, settings)
+    session = _session(backend, work, problem, settings)
+    prof.record = session.run_case(case, problem, comp)
     prof.flops, prof.bytes = prof.record.get("flops") or problem.flops, problem.bytes
     prof.seconds = (prof.record.get("median_ms") or 0.0) * 1e-3
-    if prof.record.get("status") != "PASS" or not prof.seconds:
-        return prof
+    if split is not None:  # its own check and timing, whether or not the case passed
+        prof.split = session.time_split(split, case, problem)
+    passed = prof.record.get("status") == "PASS" and prof.seconds
     from nnbench.profiling.ceilings import measure_ceilings
-    prof.roof = roof_for(prof.record.get("precision") or v.precision, device, measure_ceilings(backend))
+    timed_split = prof.split is not None and prof.split.status == "PASS"
+    ceilings = measure_ceilings(backend) if passed or (timed_split and prof.split.ceilings) else {}
+    if timed_split:
+        prof.split.ceiling_values = {k: ceilings[k] for k in prof.split.ceilings}
+    if not passed:
+        return prof
+    prof.roof = roof_for(prof.record.get("precision") or v.precision, device, ceilings)
     if prof.roof is not None:
         prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
@@ -198,12 +231,16 @@ def from_config(path, name: str, overrides: dict[str, int], problem_index: int):
                        f"its variants: {', '.join(names)}")
 
 
-def run_case(backend, work, case: Case, problem, comp, settings) -> dict:
-    """The case through its workload's own session: verified first, then timed."""
+def _session(backend, work, problem, settings):
     session = work.session(backend, settings, work.default_rtol, 0, {})
     session.warm_up()
     session.prepare(problem)
-    return session.run_case(case, problem, comp)
+    return session
+
+
+def run_case(backend, work, case: Case, problem, comp, settings) -> dict:
+    """The case through its workload's own session: verified first, then timed."""
+    return _session(backend, work, problem, settings).run_case(case, problem, comp)
 
 
 def _kernel_path(v: Variant):
@@ -275,6 +312,16 @@ def as_json(prof: Profile, environment: dict) -> dict:
             "seconds": prof.seconds, "fidelity_pct": fidelity_pct(prof),
             "roof": None if prof.roof is None else {**asdict(prof.roof), "ridge": prof.roof.ridge},
             "position": None if prof.where is None else asdict(prof.where),
-            "ncu": prof.ncu, "ncu_ms": prof.ncu_ms,
+            "ncu": prof.ncu, "ncu_ms": prof.ncu_ms, "split": None if prof.split is None else split_json(prof.split),
             "record": None if prof.record is None else rawresults.to_json(_with_environment(prof, environment)),
             "environment": environment}
+
+
+def split_json(split: TimeSplit) -> dict:
+    """A split (--split KIND) in its profile's JSON line: the parts' times in seconds, each with its share
+    of the whole unit; the ceilings under their own names (their unit in the name)."""
+    return {"kind": split.kind, "unit": split.unit, "how": split.how, "status": split.status,
+            "rel_err": split.rel_err, "rtol": split.rtol, "whole_s": split.whole_s,
+            "parts_s": split.parts_s if split.rows else None,
+            "parts": [dict(r, share=split.share(r)) for r in split.rows],
+            "ceilings": dict(split.ceiling_values), "notes": list(split.notes)}

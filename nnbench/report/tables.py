@@ -241,6 +241,44 @@ def profile_tables(prof) -> list:
             t.add_row("nnbench median vs ncu duration",
                       f"{r['median_ms']:.4f} ms vs {prof.ncu_ms:.4f} ms ({fid:+.1f}%)")
         out.append(t)
+    if prof.split is not None:
+        out += split_tables(prof.split)
+    return out
+
+
+SPLIT_SCALE = {"us": 1e6, "ms": 1e3}
+CEILING_LABELS = {"handoff_us": "SM-to-SM handoff (one way)", "grid_barrier_us": "grid barrier (one block per SM)"}
+
+
+def split_tables(split) -> list:
+    """`nnbench profile --split KIND` (nnbench.workloads.base.TimeSplit): one row per part with its times
+    and share of the whole unit, a row of their sum, the whole, and the ceilings and the check beneath."""
+    unit, scale = split.display, SPLIT_SCALE[split.display]
+    check = (f"float64 check: rel_err {_num(split.rel_err, '.1e')} against {_num(split.rtol, '.1e')} ")
+    if split.status != "PASS":
+        return [Text(f"{split.kind}: not timed: the build they are timed on failed its {check}",
+                     style=STATUS_STYLE["FAIL"])]
+    t = Table(title=f"{split.kind} · per {split.unit} · {split.how}", title_justify="left", header_style="bold",
+              pad_edge=False)
+    t.add_column(split.kind.removesuffix("s"), justify="left")
+    for name in split.counts:
+        t.add_column(name, justify="right")
+    for name in split.timed:
+        t.add_column(f"{name} {unit}", justify="right")
+    t.add_column(f"share of the {split.unit}", justify="right")
+    fmt = ".3f" if unit == "us" else ".4f"
+    for r in split.rows:
+        t.add_row(r["part"], *[str(r[c]) for c in split.counts], *[_num(r[c] * scale, fmt) for c in split.timed],
+                  _num(split.share(r) and 100 * split.share(r), ".1f") + "%")
+    sums = [sum(r[c] for r in split.rows) for c in split.timed]
+    t.add_row(f"all {split.kind}", *[""] * len(split.counts), *[_num(x * scale, fmt) for x in sums],
+              _num(split.whole_s and 100 * split.parts_s / split.whole_s, ".1f") + "%", style="bold")
+    out: list = [t, Text(f"the {split.unit} timed whole: {_num(split.whole_s and split.whole_s * scale, fmt)} {unit}")]
+    if split.ceiling_values:
+        out.append(Text("ceilings (measured now): " + ", ".join(
+            f"{CEILING_LABELS.get(k, k)} {v:.3f} {'us' if k.endswith('_us') else ''}".rstrip()
+            for k, v in split.ceiling_values.items())))
+    out.append(Text("; ".join([*split.notes, check + "PASS"])))
     return out
 
 

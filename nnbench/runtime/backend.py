@@ -155,8 +155,11 @@ class Backend(ABC):
         while they run."""
 
     @abstractmethod
-    def timed_samples(self, fn: Callable[[], None], reps: int, count: int, during=None) -> list[float]:
-        """`count` samples of `reps` calls each, in milliseconds per call."""
+    def timed_samples(self, fn: Callable[[], None], reps: int, count: int, during=None,
+                      collective: bool = False) -> list[float]:
+        """`count` samples of `reps` calls each, in milliseconds per call. `collective`: `fn` holds a
+        collective that other ranks must match call for call, so a backend that would time it alone to
+        learn why a batch went wrong must not: it raises QueueFull instead (measure.measure_collective)."""
 
     def issued_by_host(self, fn) -> bool:
         """Whether `fn`'s samples fell back to being issued by the host one by one (a launch that synchronizes

@@ -57,7 +57,7 @@ class CpuBackend(Backend):
             fn()
         return (time.perf_counter() - t0) * 1e3 / reps
 
-    def timed_samples(self, fn, reps: int, count: int, during=None) -> list[float]:
+    def timed_samples(self, fn, reps: int, count: int, during=None, collective: bool = False) -> list[float]:
         return [self.timed(fn, reps) for _ in range(count)]
 
     def flush_l2(self) -> None:

@@ -352,7 +352,7 @@ class CudaBackend(Backend):
             raise KernelFault(str(e)) from None
         return start.time_till(end) / reps
 
-    def timed_samples(self, fn, reps: int, count: int, during=None) -> list[float]:
+    def timed_samples(self, fn, reps: int, count: int, during=None, collective: bool = False) -> list[float]:
         """`count` samples of `reps` launches each, all queued behind the blocking kernel
         (kernels_cu/common/blocking.cu) and then released: the GPU runs the samples back to back,
         each between its own pair of events, so neither host launch latency nor the host's work
@@ -364,7 +364,10 @@ class CudaBackend(Backend):
         that filled the driver's queue (about 1,000 entries, and `fn` may queue several kernels and
         memsets: the unroll convolutions' 0.5 ms samples did, lab/journal/measurement.md). Then the
         host waited inside a launch until the timeout let the stream go, so the batch is void: the
-        room for `fn` is halved (queue_room) and QueueFull raised, for the caller to fit its batch."""
+        room for `fn` is halved (queue_room) and QueueFull raised, for the caller to fit its batch.
+        A `collective` launch is never queued alone to tell the two apart (its lone collective would wait
+        for the other ranks' matching call, forever): its void batch raises QueueFull at once, and the
+        ranks agree what next (measure.measure_collective)."""
         room = self.queue_room(fn)
         if count * (reps + 2) > room:
             raise ValueError(f"at most {room} queued launches per batch, got {count} x {reps}")
@@ -372,6 +375,8 @@ class CudaBackend(Backend):
             return self._host_issued(fn, reps, count, during)
         events = [(drv.Event(), drv.Event()) for _ in range(count)]
         if not self._released(fn, events, reps, during):
+            if collective:
+                raise QueueFull(f"{count} x {reps} launches of a collective: the blocking kernel timed out")
             if count * reps > 1 and self._released(fn, [(drv.Event(), drv.Event())], 1, None):
                 self._room[id(fn)] = (fn, max(3, count * (reps + 2) // 2))
                 raise QueueFull(f"{count} x {reps} launches filled the queue; room now {self.queue_room(fn)}")

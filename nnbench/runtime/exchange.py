@@ -45,6 +45,13 @@ class World:
     def sum(self, value: float) -> float:
         return float(self.comm.allreduce(value))
 
+    def max(self, value: float) -> float:
+        """The ranks' largest `value` (measure.measure_collective's agreement)."""
+        return float(max(self.comm.allgather(value)))
+
+    def min(self, value: float) -> float:
+        return float(min(self.comm.allgather(value)))
+
     def barrier(self) -> None:
         self.comm.Barrier()
 

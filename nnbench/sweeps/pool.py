@@ -4,8 +4,9 @@ One worker: each next job is sent before the parent writes the last record (the 
 waiting in its pipe), so appending, fsync'ing and drawing the progress bar never leave the GPU idle.
 Several workers: one thread per worker takes jobs from a shared queue; every worker is pinned to its
 own GPU (`cuda:N`: its context lives on that device only) and loads the kernels the parent compiled
-once into the host's cache. Records come back to the caller's thread in the order they finish,
-so one writer appends them all to one result file.
+once into the host's cache. The workers are started once, all at once (`start`), and each slot takes
+its first job as soon as its own worker is ready, not once every worker is. Records come back to the
+caller's thread in the order they finish, so one writer appends them all to one result file.
 
 A worker that dies or goes silent past the watchdog is killed; its job comes back as an ERROR
 record, and a fresh worker takes the next job (the same for every slot).
@@ -37,18 +38,21 @@ class WorkerPool:
         self.on_progress = on_progress
         self.restarts = 0
         self.ran_on: dict[int, int] = {}  # id(job) -> the slot whose worker answered it (per-worker kernel time)
+        self.starting: dict[int, threading.Thread] = {}  # slot -> the thread starting its first worker
 
     def start(self) -> threading.Thread:
-        """Start every slot's first worker at once, on a thread (while the parent compiles); join it
-        before the first job. A worker that cannot start is left for its slot's first job to retry."""
+        """Start every slot's first worker at once, each on a thread (while the parent compiles); `run`
+        waits, slot by slot, for the slot's own worker. The thread returned joins them all (for a caller
+        that needs every worker). A worker that cannot start is left for its slot's first job to retry."""
         def go(slot: int) -> None:
             try:
                 self._worker(slot)
             except Exception:  # noqa: BLE001 - reported when the slot's job tries again
                 pass
 
-        threads = [threading.Thread(target=go, args=(i,), daemon=True) for i in range(self.size)
-                   if self.workers[i] is None]
+        self.starting = {i: threading.Thread(target=go, args=(i,), daemon=True) for i in range(self.size)
+                         if self.workers[i] is None}
+        threads = list(self.starting.values())
         for t in threads:
             t.start()
         joiner = threading.Thread(target=lambda: [t.join() for t in threads], daemon=True)
@@ -56,6 +60,9 @@ class WorkerPool:
         return joiner
 
     def _worker(self, slot: int) -> Worker:
+        starting = self.starting.get(slot)
+        if starting is not None and starting is not threading.current_thread():
+            starting.join()  # the slot's first worker is on its way: not a second one beside it
         w = self.workers[slot]
         if w is None:
             w = self.workers[slot] = self.make(slot)

@@ -20,7 +20,6 @@ import csv
 import os
 import resource
 import sys
-import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -249,11 +248,30 @@ def plan_jobs(spec: SweepSpec, with_vendor: bool, backend: str) -> list[Job]:
     return jobs
 
 
-def longest_first(jobs: list[Job]) -> list[Job]:
-    """Jobs in the order several workers should take them from their shared queue: the largest shape (by
-    FLOPs, the expected case time) first, so that the run ends on short cases rather than one long one
-    with the other workers idle (longest processing time first); the plan's order within a shape."""
-    return sorted(jobs, key=lambda j: -(getattr(j.shape, "flops", 0) or 0))
+def longest_first(jobs: list[Job], env: dict | None = None) -> list[Job]:
+    """Jobs in the order several workers should take them from their shared queue: the longest expected case
+    first, so that the run ends on short cases rather than one long one with the other workers idle (longest
+    processing time first); the plan's order within a shape. The expected time is the shape's roofline time on
+    the device (`env`'s FP32 and DRAM peaks: a memory-bound shape of few FLOPs can outlast a larger
+    compute-bound one), or its FLOPs where the peaks are unknown (the CPU backend)."""
+    return sorted(jobs, key=lambda j: -expected_s(j.shape, env))
+
+
+def expected_s(shape, env: dict | None = None) -> float:
+    """A shape's expected time per launch: max(FLOPs / FP32 peak, bytes / DRAM peak); its FLOPs without peaks."""
+    flops, moved = getattr(shape, "flops", 0) or 0, getattr(shape, "bytes", 0) or 0
+    tflops, gbs = (env or {}).get("fp32_peak_tflops"), (env or {}).get("dram_peak_gbs")
+    if not tflops or not gbs:
+        return float(flops)
+    return max(flops / (tflops * 1e12), moved / (gbs * 1e9))
+
+
+def first_problem(spec: SweepSpec, workers: int, searching: bool):
+    """The problem every worker runs first, to build while it starts: the smallest in the plan's order (one
+    worker, or a search, which goes shape by shape from the smallest), else the largest by FLOPs: longest_first's
+    first where the device's peaks are unknown, as they are before the first worker says what the device is."""
+    pick = min if workers == 1 or searching else max
+    return pick(spec.shapes, key=lambda s: s.flops)
 
 
 def link_shapes(jobs: list[Job]) -> None:
@@ -364,8 +382,11 @@ def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | N
     t_start = time.perf_counter()
     backend = run_backend(spec, opts)
     runner = choose_runner(opts)
-    make_worker = worker_factory(spec, backend, opts.gpus)
-    worker = make_worker(0, None if opts.mpi else min(spec.shapes, key=lambda s: s.flops))
+    searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
+    # under MPI the first worker only says what the device is: it builds no problem
+    lead = None if opts.mpi else first_problem(spec, len(opts.gpus) or 1, searching)
+    make_worker = worker_factory(spec, backend, opts.gpus, lead)
+    worker = make_worker(0)
     emit("worker", pid=worker.pid, restart=False)
     run = None
     try:
@@ -382,7 +403,6 @@ def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | N
         todo, stale = pending(spec, all_jobs, done, env)
         outcome.resumed, outcome.stale = len(all_jobs) - len(todo), len(stale)
         run.skip = refusals(spec, all_jobs, env["backend"], device)
-        searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
         if opts.load_only:
             return load_kernels(run, worker, todo)
         if runner == "mpi":
@@ -390,12 +410,11 @@ def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | N
             first_worker, worker = None, None
         else:
             first_worker = worker
-        starting = run.start_pool(runner, backend, make_worker, first_worker, len(todo), len(opts.gpus) or 1)
+        run.start_pool(runner, backend, make_worker, first_worker, len(todo), len(opts.gpus) or 1)
         worker = None  # the pool owns it now
         if not searching:
             outcome.compile = run.compile(todo)
         emit("compiled", stats=outcome.compile)
-        starting.join()
         run_started = time.time()
         try:
             if searching:
@@ -444,13 +463,17 @@ def choose_runner(opts: RunOptions) -> str:
     return "mpi" if opts.mpi else "pool"
 
 
-def worker_factory(spec: SweepSpec, backend: str, gpus: tuple[int, ...]) -> Callable[..., Worker]:
-    """make(slot, prefetch=None): the worker for one slot, pinned to its GPU of `gpus` (a replay or the CPU has
-    none to pin)."""
+def worker_factory(spec: SweepSpec, backend: str, gpus: tuple[int, ...], lead=None) -> Callable[[int], Worker]:
+    """make(slot): the worker for one slot, pinned to its GPU of `gpus` (a replay or the CPU has none to pin). A
+    slot's first worker builds `lead`, the problem it will run first, while it starts (a replacement's next job
+    is anyone's)."""
     share = len(gpus) or 1
+    prefetched: set[int] = set()
 
-    def make(slot: int, prefetch=None) -> Worker:
+    def make(slot: int) -> Worker:
         name = pinned(backend, gpus[slot]) if gpus and not backend.startswith(("replay:", "cpu")) else backend
+        prefetch = None if slot in prefetched else lead
+        prefetched.add(slot)
         return Worker(name, spec.workload_name, spec.settings, spec.rtol, spec.seed, {"sweep": spec.name},
                       first=prefetch, share=share)
     return make
@@ -580,9 +603,9 @@ class SweepRun:
         self.comparisons.remember(row)
         self.summary.add(row)
 
-    def start_pool(self, runner: str, backend: str, make_worker, first: Worker | None, todo: int,
-                   slots: int) -> threading.Thread:
-        """Start the runner's workers (the other GPUs' start while this process compiles); the thread to join."""
+    def start_pool(self, runner: str, backend: str, make_worker, first: Worker | None, todo: int, slots: int) -> None:
+        """Start the runner's workers: the other GPUs' start while this process compiles, and each slot takes its
+        first job once its own worker is ready (WorkerPool._worker)."""
         def restarted(pid: int) -> None:
             self.emit("worker", pid=pid, restart=True)
         spec = self.spec
@@ -591,13 +614,11 @@ class SweepRun:
                                  {"sweep": spec.name}), spec.watchdog_s, on_restart=restarted,
                                 on_lost=lambda job: self.emit("lost", job=job))
             self.slots = self.pool.size
-            starting = threading.Thread(target=lambda: None)
-            starting.start()
-            return starting
+            return
         self.slots = max(1, min(slots, todo))  # a worker per job at most: --gpus 24 for 4 cases starts 4
         self.pool = WorkerPool(make_worker, self.slots, spec.watchdog_s, first=first, on_restart=restarted,
                                on_progress=lambda what: self.emit("phase", what=what))
-        return self.pool.start()
+        self.pool.start()
 
     def compile(self, batch: list[Job]) -> CompileStats:
         """Compile the batch's kernels in parallel; refuse (SKIP) what needs more registers than the device has."""
@@ -641,9 +662,10 @@ class SweepRun:
         skip = self.skip
         if self.slots > 1:
             firsts = longest_first([j for j in batch if id(j) not in skip
-                                    and (j.kind == "vendor" or j.case == self.spec.baseline)])
+                                    and (j.kind == "vendor" or j.case == self.spec.baseline)], self.env)
             return firsts, [[j for j in batch if id(j) in skip],
-                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts])]
+                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts],
+                                                   self.env)]
         segments, cur = [], []
         for j in batch:
             if id(j) in skip:

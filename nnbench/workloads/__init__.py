@@ -75,6 +75,18 @@ def get(workload: str, name: str) -> Variant:
 
 
 def all_param_names(workload: str) -> list[Param]:
-    """The parameters of a workload's variants that run as cases, for the CLI's options: not the pooling kernels
-    (conv's kind `pool`), which LeNet-5 and the checks launch and no command or sweep names."""
-    return registry.param_union(v for v in variants_of(workload) if v.kind != "pool")
+    return registry.param_union(variants_of(workload))
+
+
+def every_param() -> list[Param]:
+    """One Param per distinct name across every listed workload's variants (the first declaration's help)."""
+    return registry.param_union(v for name in WORKLOADS for v in workload(name).variants())
+
+
+def every_split() -> dict[str, tuple[str, list[str]]]:
+    """The time splits the listed workloads offer (Workload.splits): kind -> (what it splits, the workloads)."""
+    out: dict[str, tuple[str, list[str]]] = {}
+    for name in WORKLOADS:
+        for kind, what in workload(name).splits.items():
+            out.setdefault(kind, (what, []))[1].append(name)
+    return out

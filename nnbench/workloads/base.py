@@ -19,7 +19,7 @@ docs/ARCHITECTURE.md says which files a new one touches.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -75,6 +75,41 @@ def problem_text(p: Problem) -> str:
     return " ".join(f"{k}={v}" for k, v in p.as_dict().items())
 
 
+@dataclass
+class TimeSplit:
+    """Where one timed unit of a case (an iteration, a step) goes, part by part: what `nnbench profile --split KIND`
+    shows (KIND one of the workload's `splits`). Times are in seconds; `timed` names the row fields that are
+    times of the part and are summed for its share of `whole_s`, the unit timed whole; `counts` names integer
+    fields shown beside them. `ceilings`: the measured device ceilings (nnbench.profiling.ceilings' keys) that
+    bound the parts, which the profiler measures and fills into `ceiling_values`. `status` is the float64
+    check of what was timed: a split of a build that fails it has no rows."""
+
+    kind: str
+    unit: str  # what whole_s times: "iteration", "step"
+    how: str  # how the parts and the whole were timed, in words
+    whole_s: float | None = None
+    timed: tuple[str, ...] = ()
+    counts: tuple[str, ...] = ()
+    rows: list[dict] = field(default_factory=list)  # each: "part", then `counts` and `timed` fields
+    display: str = "us"  # the table's time unit: "us" or "ms"
+    rel_err: float | None = None
+    rtol: float | None = None
+    status: str = "PASS"
+    ceilings: tuple[str, ...] = ()
+    ceiling_values: dict[str, float] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def part_s(self, row: dict) -> float:
+        return sum(row[c] for c in self.timed)
+
+    @property
+    def parts_s(self) -> float:
+        return sum(self.part_s(r) for r in self.rows)
+
+    def share(self, row: dict) -> float | None:
+        return self.part_s(row) / self.whole_s if self.whole_s else None
+
+
 class Session:
     """A backend's workspace for one workload's cases; a sweep worker keeps one per process.
 
@@ -110,6 +145,11 @@ class Session:
         host-issued and graph steps). A sweep keeps the record alone."""
         return [rec]
 
+    def time_split(self, kind: str, case: Case, problem) -> TimeSplit:
+        """The case's unit split into its parts (`Workload.splits`), on a GPU, after the case's own check;
+        called only where `Workload.split_refusal` has none."""
+        raise NotImplementedError
+
 
 class Workload:
     """A workload's declaration. Subclasses set the class attributes and implement the methods."""
@@ -121,6 +161,8 @@ class Workload:
     vendor: str | None = None  # the vendor row that `pct_vendor` compares with
     baseline: str | None = None  # the variant that `speedup` is over, at its defaults, when a run names none
     vendor_rows: tuple[str, ...] = ()  # every vendor row it can add, in order
+    # The time splits `nnbench profile --split KIND` shows for its cases (Session.time_split): KIND -> what it splits
+    splits: dict[str, str] = {}
 
     def variants(self, backend: str | None = None) -> list[Variant]:
         return registry.of_workload(self.table, self.name, backend)
@@ -135,6 +177,11 @@ class Workload:
 
     def refusal(self, case: Case, problem) -> str | None:
         """Why this case cannot run on this problem (a SKIP row), before anything is compiled."""
+        return None
+
+    def split_refusal(self, kind: str, case: Case, problem) -> str | None:
+        """Why the case on this problem has no split `kind` of `splits` (one line naming the option and what
+        it needs), before anything runs; None where it has one."""
         return None
 
     def parse_problems(self, path: Path, node) -> list:

@@ -3,6 +3,8 @@ forward and backward launches, and how a layer is split across the SMs."""
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 
 from nnbench import registry
@@ -33,6 +35,17 @@ class Layer:
     def error(self) -> float:
         """Y's conditioned error (nnbench/workloads/conv/bounds.py)."""
         return self.be.conditioned_error(self.Y, self.REF, self.MAG, self.count)
+
+    def negated(self) -> Layer:
+        """This layer's problem with X negated, in buffers of its own (allocated while these are alive, so at
+        other addresses): the fresh buffers of nnbench/audit.py. A convolution is linear in X and negation is
+        exact, so its reference is exactly -ref and its magnitudes are these: no second float64 reference."""
+        other = copy.copy(self)
+        other.x, other.ref = -self.x, -self.ref
+        if self.be.runs_kernels:
+            other.X, other.Wt = self.be.upload(other.x), self.be.upload(self.wt)
+            other.Y, other.REF = self.be.upload(np.zeros(self.ref.shape, np.float32)), self.be.upload(other.ref)
+        return other
 
 
 def direct_launch(backend, v: Variant, params: dict, comp, layer: Layer):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from nnbench import glyphs, measure, registry
+from nnbench import audit, glyphs, measure, registry
 from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA, TF32X3
@@ -402,15 +402,49 @@ def stage_times(net: GpuLeNet, settings) -> list[tuple[str, float, int]]:
 
 
 def first_step_error(net: GpuLeNet, step, params, ref_loss: float, ref_params) -> float:
-    """One training step (`step`: the net's launches, or their graph) from the initial weights, logits
-    poisoned first: the larger of its weight changes' error against float64 (measure.weight_change_error
-    over weights and biases) and its loss's relative error."""
+    """One training step (`step`: the net's launches, or their graph; None: its launches) from the initial
+    weights, logits poisoned first: the larger of its weight changes' error against float64
+    (measure.weight_change_error over weights and biases) and its loss's relative error."""
     be = net.be
+    step = net.callable(net.step_launches) if step is None else step
     be.fill_nan(net.logits, net.batch * CLASSES)
     be.write(net.loss, np.zeros(1, np.float32))
     step()
     loss = float(be.download(net.loss, np.zeros(1, np.float32))[0])
     return cpu_step_error(params, loss, net.params(), ref_loss, ref_params)
+
+
+def audited_step(net: GpuLeNet) -> audit.LastBatch | None:
+    """The last timed step (audit.trained): every conv's activated output poisoned before it, the weights finite
+    and moved after it (a mid-training step has no float64 answer at hand; the first step's check runs again on
+    a fresh model after timing, step_audits)."""
+    if not audit.enabled(audit.TIMED_OUTPUT):
+        return None
+
+    def poison() -> None:
+        for z, lay in zip(net.Z, LAYERS):
+            s = lay.shape(net.batch)
+            net.be.fill_nan(z, s.N * s.K * s.Ho * s.Wo)
+    return audit.trained(lambda: np.concatenate([a.ravel() for W, b in net.params() for a in (W, b)]), poison)
+
+
+def step_audits(stats, params, ref_params, limit: float, fresh) -> list[tuple[str, str | None]]:
+    """The defenses of nnbench/audit.py over a timed step: the last step's audit and the device's wait after it
+    (from `stats`), the check again on a fresh model (`fresh()`: its error; at other addresses, the timed one
+    alive), and no limit that weights which never move would pass (their error is 1)."""
+    out = [(audit.TIMED_OUTPUT, stats.last_failure),
+           (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    if audit.enabled(audit.FRESH_BUFFERS):
+        err = fresh()
+        out.append((audit.FRESH_BUFFERS, None if err <= limit else (
+            f"on a fresh model (other addresses) the first step is wrong (error {err:.3g} > {limit:.3g}): the path "
+            "depends on what it has seen")))
+    if audit.enabled(audit.ZERO_OUTPUT):
+        change = np.concatenate([(r - p).ravel() for (rw, rb), (pw, pb) in zip(ref_params, params)
+                                 for r, p in ((rw, pw), (rb, pb))])
+        out.append((audit.ZERO_OUTPUT, f"weights that never move would pass this check (limit {limit:g}): give a "
+                    "limit below 1" if audit.zeros_pass(change, limit) else None))
+    return out
 
 
 # -- PyTorch --------------------------------------------------------------------------------------
@@ -546,13 +580,17 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
     net = GpuLeNet(backend, params, x, labels, rate, path)
     err = first_step_error(net, net.callable(net.step_launches), params, ref_loss, ref_params)
     fwd = measure.measure(backend, net.callable(net.forward_launches), settings)
-    step = measure.measure(backend, net.callable(net.step_launches), settings)
+    step = measure.measure(backend, net.callable(net.step_launches), settings, audited_step(net))
+    failures = step_audits(step, params, ref_params, limit,
+                           lambda: first_step_error(GpuLeNet(backend, params, x, labels, rate, path),
+                                                    None, params, ref_loss, ref_params))
     issued_ms = host_issued_ms(backend, net.callable(net.step_launches))
     status = "PASS" if err <= limit else "FAIL"
-    rec = dict(base, variant=row_name(path, "step"), step=4 if path == "unroll" else 9,
-               params=f"{net.description}, SGD rate {rate}", precision=TF32X3,
-               median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err, rtol=limit,
-               status=status, timing=step.timing, launches_per_step=len(net.step_launches))
+    rec = audit.judge(dict(base, variant=row_name(path, "step"), step=4 if path == "unroll" else 9,
+                           params=f"{net.description}, SGD rate {rate}", precision=TF32X3,
+                           median_ms=step.median_ms, iqr_ms=step.iqr_ms, samples=step.samples, rel_err=err,
+                           rtol=limit, status=status, timing=step.timing, launches_per_step=len(net.step_launches)),
+                      failures)
     if net.notes:
         rec["tiles"] = "; ".join(net.notes)
     yield dict(rec, variant=row_name(path, "forward"), params=net.description, median_ms=fwd.median_ms,

@@ -10,12 +10,13 @@ length (nnbench/workloads/conv/bounds.py, docs/VERIFICATION.md). Knows nothing a
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from nnbench import measure, paths, registry
+from nnbench import audit, measure, paths, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.registry import Variant
 from nnbench.runtime.autotune import label as case_label
@@ -78,16 +79,73 @@ def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict
                 bytes=shape.bytes, rtol=rtol, seed=seed)
 
 
-def _timed(backend, rec: dict, layer: Layer, launch, settings, rtol) -> dict:
-    backend.fill_nan(layer.Y, layer.count)
+def _timed(backend, rec: dict, layer: Layer, launch, settings, rtol, build=None) -> dict:
+    """A forward path verified (Y poisoned), then timed, then audited (_audits); `build(layer)` makes the same
+    launch on another layer's buffers, for the fresh-buffers check (Layer.negated)."""
+    poison = (lambda: backend.fill_nan(layer.Y, layer.count))
+    poison()
     backend.timed(launch, 1)
     err = layer.error()
-    stats = measure.measure(backend, launch, settings)
+    stats = measure.measure(backend, launch, settings, _last_batch(poison, lambda: (layer.error(), rtol), "Y"))
+
+    def fresh() -> str | None:
+        other = layer.negated()
+        return _fresh_failure(backend, build(other), lambda: backend.fill_nan(other.Y, other.count),
+                              lambda: (other.error(), rtol), "Y")
+    failures = _audits(backend, stats, {"X": (layer.x, layer.X), "filters": (layer.wt, layer.Wt)},
+                       ["Y"] if audit.zeros_pass(layer.ref, rtol, _conditioned(layer.mag)) else [],
+                       fresh if build else None)
     t = stats.median_ms * 1e-3
     s = layer.shape
     rec.update(stats.as_record(), gflops=s.flops / t / 1e9, gbs=s.bytes / t / 1e9, rel_err=err,
                status="PASS" if err <= rtol else "FAIL")
-    return rec
+    return audit.judge(rec, failures)
+
+
+# -- the defenses against a kernel that games the timer (nnbench/audit.py) ------------------------------------
+def _last_batch(poison, check, what: str) -> audit.LastBatch | None:
+    """The outputs poisoned before the last timed batch and checked after it (`check()` gives (error, limit)):
+    a path's outputs are written only, so every launch of the batch leaves the same answer."""
+    if not audit.enabled(audit.TIMED_OUTPUT):
+        return None
+
+    def checked() -> str | None:
+        err, limit = check()
+        return None if err <= limit else (f"{what} after the last timed batch is wrong (error {err:.3g} > "
+                                          f"{limit:.3g}) where the check launch's was right")
+    return audit.LastBatch(poison, checked)
+
+
+def _conditioned(magnitude: np.ndarray):
+    """The check's measure for audit.zeros_pass: the conditioned error against these magnitudes."""
+    return lambda out, ref: measure.conditioned_error(out, ref, magnitude)
+
+
+def _fresh_failure(backend, launch, poison, check, what: str) -> str | None:
+    """One launch on fresh buffers (other values, other addresses), its outputs poisoned first, checked."""
+    poison()
+    backend.timed(launch, 1)
+    err, limit = check()
+    return None if err <= limit else (f"on fresh buffers (other values, other addresses) {what} is wrong (error "
+                                      f"{err:.3g} > {limit:.3g}): the path depends on what it has seen")
+
+
+def _audits(backend, stats, inputs: dict, blind: list[str], fresh) -> list[tuple[str, str | None]]:
+    """The checks after timing, each (defense, why it failed or None): the last batch's and the device's wait
+    after it (from `stats`), the inputs ({name: (host copy, buffer)}) unchanged, no output an all-zero one would
+    pass (`blind`), and `fresh()` (None: no fresh-buffers check)."""
+    out = [(audit.TIMED_OUTPUT, stats.last_failure),
+           (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    if audit.enabled(audit.INPUTS_UNCHANGED):
+        edited = audit.changed({k: h for k, (h, _) in inputs.items()},
+                               {k: backend.download(b, h) for k, (h, b) in inputs.items()})
+        out.append((audit.INPUTS_UNCHANGED, edited and f"the path changed {' and '.join(edited)} while it was timed"))
+    if audit.enabled(audit.ZERO_OUTPUT):
+        out.append((audit.ZERO_OUTPUT, blind and f"an all-zero {' and '.join(blind)} would pass this check (the "
+                    "limit is at least the largest |reference| over its magnitudes): give a smaller --rtol"))
+    if audit.enabled(audit.FRESH_BUFFERS) and fresh is not None:
+        out.append((audit.FRESH_BUFFERS, fresh()))
+    return out
 
 
 def _numpy(rec: dict, layer: Layer, rtol: float, settings=None, drop_tap: bool = False) -> dict:
@@ -222,6 +280,11 @@ class ConvSession(Session):
             return [rec]
         return [dict(r, vendor=r.get("vendor") or _torch_row(r["variant"])) for r in rows]
 
+    def time_split(self, kind: str, case: Case, problem: LeNetProblem):
+        from nnbench.workloads.conv import lenet, stages
+        self.prepare(problem)
+        return stages.stage_split(self.lenet, lenet.VARIANT_PATHS[case.variant.name])
+
     def helper(self, v: Variant):
         """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
         key = f"{v.workload}/{v.name}"
@@ -300,27 +363,30 @@ class ConvSession(Session):
             return _numpy(rec, layer, rec["rtol"], self.settings)
         try:
             if v.runner == "implicit":
-                def make(p, comp, split):
-                    return implicit_forward(self.backend, v, p, comp, problem, layer.X, layer.Wt, layer.Y,
+                def make(p, comp, split, lay=layer):
+                    return implicit_forward(self.backend, v, p, comp, problem, lay.X, lay.Wt, lay.Y,
                                             slices=split.get("SPLIT"))
-                launch, path = self._tuned(rec, v, params, compiled, problem, make, forward_candidates)
+                launch, path, build = self._tuned(rec, v, params, compiled, problem, make, forward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
-            elif v.runner == "unroll":
-                launch = unroll_launch(self.backend, compiled, self.helper(registry.TF32X3_GEMM), layer)
             else:
-                launch = direct_launch(self.backend, v, params, compiled, layer)
-            return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"])
+                def build(lay: Layer):
+                    if v.runner == "unroll":
+                        return unroll_launch(self.backend, compiled, self.helper(registry.TF32X3_GEMM), lay)
+                    return direct_launch(self.backend, v, params, compiled, lay)
+                launch = build(layer)
+            return _timed(self.backend, rec, layer, launch, self.settings, rec["rtol"], build)
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
 
     def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: ConvShape, make, candidates):
-        """(launch, path) of an implicit-GEMM path: its case's tile, or, under the autotuner
+        """(launch, path, build) of an implicit-GEMM path: its case's tile, or, under the autotuner
         (nnbench/runtime/autotune.py), the candidate it chose for this layer, whose parameters then
         replace the case's in the record's `params` and whose choice goes to `tuned`. `make(params,
-        module, splits)` builds a launch; the candidates' keys that are not parameters are its splits."""
+        module, splits, *buffers)` builds a launch; the candidates' keys that are not parameters are its splits.
+        `build(*buffers)` makes the same launch on other buffers (the fresh-buffers check)."""
         tuner = self.tuner
         if tuner is None or not tuner.takes(v):
-            return make(params, compiled, {})
+            return (*make(params, compiled, {}), lambda *bufs: make(params, compiled, {}, *bufs)[0])
         device = self.backend.device
 
         def split(c: dict) -> tuple[dict, dict]:
@@ -339,7 +405,8 @@ class ConvSession(Session):
                               shape.label, candidates(v, params, shape, device.sm_count), build)
         p, splits = split(choice.params)
         rec.update(params=f"{case_label(p)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
-        return make(p, module(p), splits)
+        chosen = module(p)
+        return (*make(p, chosen, splits), lambda *bufs: make(p, chosen, splits, *bufs)[0])
 
     def _gradients(self) -> dict:
         """This layer's dY, the float64 dX and dW for it, and the output buffers, made on first use."""
@@ -352,16 +419,32 @@ class ConvSession(Session):
             dx_mag, dw_mag = bounds.backward_magnitudes(layer.x, layer.wt, dy, shape.stride, shape.pad)
             self.grads = dict(dY=be.upload(dy), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
                               dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(dx_ref),
-                              DW=be.upload(dw_ref), MDX=be.upload(dx_mag), MDW=be.upload(dw_mag))
+                              DW=be.upload(dw_ref), MDX=be.upload(dx_mag), MDW=be.upload(dw_mag),
+                              host=dict(dy=dy, dx=dx_ref, dw=dw_ref, mdx=dx_mag, mdw=dw_mag))
         return self.grads
 
-    def _grad_check(self, precision: str | None) -> tuple[float, float]:
+    def _negated_gradients(self) -> tuple[Layer, dict]:
+        """The backward problem with dY negated, X and the filters as they are, all in buffers of their own (at
+        other addresses): dX and dW are linear in dY and negation is exact, so their references are exactly -DX
+        and -DW and the magnitudes are the same (the fresh buffers of nnbench/audit.py)."""
+        be, host, layer = self.backend, self.grads["host"], copy.copy(self.layer)
+        layer.X, layer.Wt = be.upload(layer.x), be.upload(layer.wt)
+        bufs = dict(self.grads, dY=be.upload(-host["dy"]), dX=be.upload(np.zeros(layer.x.shape, np.float32)),
+                    dW=be.upload(np.zeros(layer.wt.shape, np.float32)), DX=be.upload(-host["dx"]),
+                    DW=be.upload(-host["dw"]))
+        return layer, bufs
+
+    def _grad_check(self, precision: str | None, bufs: dict | None = None) -> tuple[float, float]:
         """(error, limit) of dX or dW, whichever is nearer its limit: each gradient's conditioned error against the
         limit of its own reduction length (K*R*S for dX, N*P*Q for dW), or the run's rtol where one is set."""
-        be, bufs, layer = self.backend, self.grads, self.layer
-        lim_dx, lim_dw = bounds.backward_limits(precision, layer.shape) if self.rtol is None else (self.rtol,) * 2
+        be, layer = self.backend, self.layer
+        bufs = self.grads if bufs is None else bufs
+        lim_dx, lim_dw = self._grad_limits(precision)
         return bounds.worst([(be.conditioned_error(bufs["dX"], bufs["DX"], bufs["MDX"], layer.x.size), lim_dx),
                              (be.conditioned_error(bufs["dW"], bufs["DW"], bufs["MDW"], layer.wt.size), lim_dw)])
+
+    def _grad_limits(self, precision: str | None) -> tuple[float, float]:
+        return bounds.backward_limits(precision, self.layer.shape) if self.rtol is None else (self.rtol,) * 2
 
     def _cudnn_backward(self, name: str, problem: ConvShape) -> dict:
         """cuDNN's data and filter gradients (one autograd call), verified against float64 as our
@@ -390,25 +473,43 @@ class ConvSession(Session):
         rec["vendor"] = "cudnn-backward"
         try:
             if v.runner == "implicit":
-                def make(p, module, split):
-                    return implicit_backward(be, v, p, module, shape, layer.X, layer.Wt, bufs["dY"], bufs["dX"],
-                                             bufs["dW"], filter_split=split.get("FILTER_SPLIT"),
+                def make(p, module, split, lay=layer, b=bufs):
+                    return implicit_backward(be, v, p, module, shape, lay.X, lay.Wt, b["dY"], b["dX"],
+                                             b["dW"], filter_split=split.get("FILTER_SPLIT"),
                                              data_split=split.get("DATA_SPLIT"))
-                launch, path = self._tuned(rec, v, params, comp, shape, make, backward_candidates)
+                launch, path, build = self._tuned(rec, v, params, comp, shape, make, backward_candidates)
                 rec["params"] = f"{rec['params']} · {path}"
-            elif v.runner == "unroll":
-                unroll = self.helper(registry.find(VARIANTS, "conv", "unroll"))
-                launch = unroll_backward_launch(be, v, params, comp, unroll, layer, bufs)
             else:
-                launch = direct_backward_launch(be, params, comp, layer, bufs)
-            be.fill_nan(bufs["dX"], layer.x.size)
-            be.fill_nan(bufs["dW"], layer.wt.size)
+                def build(lay: Layer, b: dict):
+                    if v.runner == "unroll":
+                        unroll = self.helper(registry.find(VARIANTS, "conv", "unroll"))
+                        return unroll_backward_launch(be, v, params, comp, unroll, lay, b)
+                    return direct_backward_launch(be, params, comp, lay, b)
+                launch = build(layer, bufs)
+
+            def poison(b: dict = bufs) -> None:
+                be.fill_nan(b["dX"], layer.x.size)
+                be.fill_nan(b["dW"], layer.wt.size)
+            poison()
             be.timed(launch, 1)
             err, limit = self._grad_check(v.precision)
-            stats = measure.measure(be, launch, self.settings)
+            stats = measure.measure(be, launch, self.settings,
+                                    _last_batch(poison, lambda: self._grad_check(v.precision), "dX or dW"))
+
+            def fresh() -> str | None:
+                other, b = self._negated_gradients()
+                return _fresh_failure(be, build(other, b), lambda: poison(b), lambda: self._grad_check(v.precision, b),
+                                      "dX or dW")
+            host, (lim_dx, lim_dw) = bufs["host"], self._grad_limits(v.precision)
+            blind = [name for name, ref, mag, lim in (("dX", host["dx"], host["mdx"], lim_dx),
+                                                      ("dW", host["dw"], host["mdw"], lim_dw))
+                     if audit.zeros_pass(ref, lim, _conditioned(mag))]
+            failures = _audits(be, stats, {"X": (layer.x, layer.X), "filters": (layer.wt, layer.Wt),
+                                           "dY": (host["dy"], bufs["dY"])}, blind, fresh)
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
-        return dict(rec, **stats.as_record(), rel_err=err, rtol=limit, status="PASS" if err <= limit else "FAIL")
+        return audit.judge(dict(rec, **stats.as_record(), rel_err=err, rtol=limit,
+                                status="PASS" if err <= limit else "FAIL"), failures)
 
 
 class ConvWorkload(Workload):
@@ -418,6 +519,8 @@ class ConvWorkload(Workload):
     vendor = "cudnn"
     baseline = "direct"
     vendor_rows = ("cudnn", "cudnn-tf32", "torch", *BACKWARD_VENDORS)
+    splits = {"stages": "a whole model's step, stage by stage (each layer's forward and backward, bias and ReLU, "
+                        "the pools, the loss, the update), each timed alone by measure"}
 
     def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
         """cuDNN's backward rows only where a backward path runs."""
@@ -431,6 +534,11 @@ class ConvWorkload(Workload):
 
     def refusal(self, case: Case, problem) -> str | None:
         return refusal(case.variant, case.param_dict, problem) if isinstance(problem, ConvShape) else None
+
+    def split_refusal(self, kind: str, case: Case, problem) -> str | None:
+        from nnbench.workloads.conv import stages
+        return stages.refusal(case.variant, isinstance(problem, LeNetProblem),
+                              [v.name for v in self.variants() if v.runner == "lenet"])
 
     def parse_problems(self, path: Path, node) -> list:
         """{set: resnet} (configs/conv.yaml), [N, C, H, W, K, R, stride, pad], or {model: lenet5, batch: B}."""

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from functools import partial
 
 import numpy as np
 
-from nnbench import glyphs, measure, registry
+from nnbench import audit, glyphs, measure, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.nets import Net
 from nnbench.registry import Variant
@@ -48,6 +48,7 @@ from nnbench.workloads.train.model import (  # noqa: F401 - the mini-batch train
     reference_weights,
     step,
 )
+from nnbench.workloads.train.outcome import Outcome
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE = 1.0  # on the batch's mean error; configs/nets.yaml's batch_rate overrides it per net
@@ -219,6 +220,13 @@ class BatchedNet:
         a[:, :n] = fill
         a[:, n] = 1.0
         return a
+
+    def poison(self) -> None:
+        """The activations and deltas as a new net holds them (NaN where a step writes), so that a step that
+        leaves any of them unwritten puts NaN into the weights (audit.trained)."""
+        for l in range(1, self.L + 1):
+            self.be.write(self.H[l], self._activations(self.layers[l], self.cols, math.nan))
+            self.be.write(self.D[l], self._deltas(l))
 
     def _split_k(self, m: int, n: int, k: int, g: GemmKernel) -> tuple[int, int]:
         """Slices for the weight-gradient GEMM: as many tiles as the SMs' resident blocks hold in
@@ -569,31 +577,6 @@ class WgmmaNet(BatchedNet):
 
 
 # -- training -------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    version: str
-    steps: int = 0
-    epochs: int = 0
-    final_error: float = math.nan
-    seconds_per_step: float = math.nan  # median of steady-state samples
-    step_iqr_pct: float = math.nan
-    timing: str | None = None  # how the step was timed (measure.TIMING)
-    train_seconds: float = 0.0  # the whole fixed-epoch training, events (GPU) or host clock
-    role_us: dict = field(default_factory=dict)  # role -> microseconds per step (sum of launch medians)
-    test_accuracy: float = math.nan
-    train_accuracy: float = math.nan
-    launches_per_step: int = 0
-    test_outputs: np.ndarray | None = field(default=None, repr=False)
-    weights: list | None = field(default=None, repr=False)  # the trained weights, float64
-    comm_us: float | None = None  # the gradient allreduce per step (data-parallel runs), its calls timed alone
-    compute_us: float | None = None  # data-parallel: the same step without its allreduces, timed as the step
-    kernels_us: float | None = None  # the step's arithmetic alone: GPU launches timed alone; the CPU's host clock
-    buckets: int | None = None  # data-parallel: allreduce calls per step
-    error_curve: list[tuple[int, float]] = field(default_factory=list)
-    stats: measure.Stats | None = None  # the steady-state step's samples (GPU versions)
-    samples_s: list[float] = field(default_factory=list)  # seconds per step of each epoch (host versions)
-
-
 def _fixed_epochs(out: Outcome, epochs: int, steps_per_epoch: int, batch: int, run_epoch, progress) -> None:
     """run_epoch() trains one epoch and returns (seconds, summed E over its samples)."""
     for e in range(epochs):
@@ -709,7 +692,10 @@ def check(net: BatchedNet, init, train, hyper: mlp.Hyper, ref: list[np.ndarray] 
     return mlp.weight_change_error(net.weights(init), ref, init)
 
 
-def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None) -> Outcome:
+def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=None, init=None) -> Outcome:
+    """Fixed epochs of training, the accuracies, then the steady-state step `measure`d (a fixed count where a
+    collective is in it); with `init` (the initial weights, for their shapes) the last timed step is audited
+    (audit.trained: activations and deltas poisoned before it, the weights finite and moved after it)."""
     steps = net.n // net.global_batch
     epoch = [net.step(j) for j in range(steps)]
     out = Outcome(name, launches_per_step=sum(la.role not in STREAM_ORDER for la in net.step_launches(0)))
@@ -727,24 +713,77 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
                                 for i in range(0, len(train), net.cols)])
     out.train_accuracy = mlp.accuracy(train_out, train.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
-    stats = measure.measure(net.be, epoch[0], STEP_TIMING) if net.exchange is None else fixed_count(net.be, epoch[0])
-    out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
-                                                                       stats, stats.timing)
+    world = net.exchange.w if net.exchange is not None else None
+    if world is None:
+        last = audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison) \
+            if init is not None and audit.enabled(audit.TIMED_OUTPUT) else None
+        stats = measure.measure(net.be, epoch[0], STEP_TIMING, last)
+        out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
+                         (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    else:
+        stats = step_time(net.be, world, epoch[0], STEP_TIMING)
+    out.timed_by(stats)
     launches = net.step_launches(0)
     out.role_us = role_times(net.be, launches, exchange=net.exchange)
     out.comm_us = out.role_us.get("allreduce")
-    if net.exchange is not None:  # the split: exposed communication = the step - the step without its allreduces
-        out.compute_us = 1e3 * fixed_count(net.be, net.callable([la for la in launches if la.role != "allreduce"]),
-                                           ).median_ms
+    if world is not None:  # the split: exposed communication = the step - the step without its allreduces
+        out.own_step_us = 1e3 * stats.own_median_ms
+        local = net.callable([la for la in launches if la.role != "allreduce"])
+        out.compute_us = 1e3 * measure.measure_collective(net.be, local, world, STEP_TIMING).median_ms
         out.buckets = sum(la.role == "allreduce" for la in launches)
     return out
+
+
+def backward_timeline(net: BatchedNet, settings: measure.TimingSettings = LAUNCH_TIMING):
+    """The backward pass of `net` (data-parallel, one allreduce) as nnbench/runtime/buckets.py models it:
+    each launch timed alone, laid end to end on the default stream from the output deltas on; a layer's
+    gradient is ready once its weight-gradient launch ends; its split-K sum and update are its side work
+    (they move to the side stream with its bucket); an update launch for several layers (batched-wgmma's
+    one) is shared among them by size."""
+    from nnbench.runtime.buckets import Backward
+    launches = net.step_launches(0)
+    net.callable(launches)()  # every activation and delta written once before timing
+    L = net.L
+    ready, side = [0.0] * L, [0.0] * L
+    clock, started, layer, updates = 0.0, False, L, []
+    for la in launches:
+        started = started or la.role == "output-delta"
+        if not started or la.role in STREAM_ORDER or la.role == "allreduce":
+            continue
+        us = 1e3 * measure.measure(net.be, la.run, settings).median_ms
+        if la.role == "update":  # after the allreduce, in backward order
+            updates.append(us)
+        elif la.role == "gradient-sum":
+            side[layer] += us
+        else:
+            clock += us
+            if la.role == "weight-gradient":
+                layer -= 1
+                ready[layer] = clock
+    sizes = [int(net.flat_off[l + 1] - net.flat_off[l]) for l in range(L)]
+    for l in range(L):
+        side[l] += updates[L - 1 - l] if len(updates) == L else sum(updates) * sizes[l] / sum(sizes)
+    return Backward(sizes, ready, side, ready[0])
+
+
+def step_time(backend, world, fn, settings: measure.TimingSettings) -> measure.Stats:
+    """The steady-state step: `measure`d on one GPU; on each rank of a data-parallel run
+    `measure_collective` (the same hot samples, every choice agreed across the ranks, whose collectives
+    must match call for call), and then the slowest rank's median is the step (`median_ms`; this rank's
+    own stays in `own_median_ms`)."""
+    if world is None:
+        return measure.measure(backend, fn, settings)
+    stats = measure.measure_collective(backend, fn, world, settings)
+    stats.own_median_ms = stats.median_ms
+    stats.median_ms = world.max(stats.median_ms)
+    return stats
 
 
 def role_times(backend, launches: list[StepLaunch], settings: measure.TimingSettings = LAUNCH_TIMING,
                exchange=None) -> dict[str, float]:
     """Microseconds per step by role: each launch timed alone (median), summed per role. The
-    allreduce is a collective: every rank must call it equally often, so it gets a fixed count
-    of samples rather than the adaptive timer's. A launch on the exchange's side stream is timed
+    allreduce is a collective: every rank must call it equally often, so it is timed by
+    measure_collective, whose choices the ranks agree on. A launch on the exchange's side stream is timed
     between a handoff to the side stream and a join back, so that the default stream's events
     enclose it."""
     out: dict[str, float] = {}
@@ -755,22 +794,10 @@ def role_times(backend, launches: list[StepLaunch], settings: measure.TimingSett
         if la.side:
             handoff, join = exchange.handoff(), exchange.join()
             run = (lambda h=handoff, f=la.run, j=join: (h(), f(), j()))
-        stats = fixed_count(backend, run) if la.role == "allreduce" else measure.measure(backend, run, settings)
+        stats = measure.measure_collective(backend, run, exchange.w, settings) if la.role == "allreduce" else \
+            measure.measure(backend, run, settings)
         out[la.role] = out.get(la.role, 0.0) + 1e3 * stats.median_ms
     return out
-
-
-FIXED_SAMPLES, FIXED_WARMUP = 20, 3
-
-
-def fixed_count(backend, fn) -> measure.Stats:
-    """Median of FIXED_SAMPLES event-timed calls after FIXED_WARMUP: the same count on every rank,
-    so that calls containing a collective stay matched across ranks."""
-    for _ in range(FIXED_WARMUP):
-        backend.timed(fn, 1)
-    stats = measure.summarize([backend.timed(fn, 1) for _ in range(FIXED_SAMPLES)])
-    stats.timing = measure.HOST_ISSUED
-    return stats
 
 
 # -- versions, tiles and tuning -------------------------------------------------------------------
@@ -854,8 +881,8 @@ class BatchRun:
     batch; the GPU versions exchange gradients through `exchange_kind`, the CPU one through MPI, in
     buckets of `bucket_mb` (0: one allreduce after the backward pass; the GPU's mpi exchange always
     one); PyTorch is then one row of PyTorch DDP (NCCL) over the same ranks (`torch("ddp")`).
-    Timing: a GPU version's step is `measure`d in steady state (a fixed count of event-timed steps
-    where a collective is in it); the host version's is its epochs' host clock."""
+    Timing: a GPU version's step is `measure`d in steady state (`measure_collective` where a collective
+    is in it, the slowest rank's median the step: step_time); the host version's is its epochs' host clock."""
 
     def __init__(self, backend, layers: tuple[int, ...], hyper: mlp.Hyper, batch: int, epochs: int = DEFAULT_EPOCHS,
                  train_samples: int = DEFAULT_TRAIN_SAMPLES, test_per_letter: int = 10, flips: int = 2,
@@ -884,9 +911,13 @@ class BatchRun:
         self.cublas_gemm_us = _cublas_gemms(backend, layers, self.init, self.train, self.sub, hyper) \
             if backend.has_vendor_libs else None
         from nnbench.runtime import exchange
+        # no --bucket-mb: each GPU version's buckets come from the measured allreduce curve (choose_buckets)
+        self.auto_buckets = bucket_mb is None and world is not None and backend.runs_kernels and \
+            exchange_kind == "nccl"
         self.bucket_mb = exchange.DEFAULT_BUCKET_MB if bucket_mb is None else bucket_mb
         self.cap = exchange.bucket_floats(self.bucket_mb)
         self.exch = None
+        self.curve = None  # the allreduce curve, once measured (or read from the cache)
         if world is not None:
             self.exch = exchange.CpuExchange(world) if not backend.runs_kernels else exchange.gpu_exchange(
                 exchange_kind, world, backend, flat_size(layers))
@@ -919,6 +950,9 @@ class BatchRun:
         try:
             gemms = None if "cublas" in v.tags else tune(be, v, comp, layers, init, train, self.sub, hyper)
             dp = dict(exchange=self.exch, rank=self.rank, ranks=self.ranks, bucket_cap=self.cap)
+            if self.auto_buckets and "graph" not in v.tags:
+                choice = self.choose_buckets(v, comp, gemms)
+                dp["bucket_cap"], rec["params"] = choice.cap, choice.label()
             net = open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp)
             self.ref = self.ref if self.ref is not None else reference_weights(init, train, batch, hyper, CHECK_STEPS)
             err = check(net, init, train, hyper, self.ref)
@@ -934,12 +968,31 @@ class BatchRun:
                    tiles="sgemm via cupy, TF32 off" if gemms is None else
                    " ".join(f"{role}={g.label}" for role, g in gemms.items()))
         try:
-            out = train_gpu(net, v.name, train, test, self.epochs, say)
+            out = train_gpu(net, v.name, train, test, self.epochs, say, init)
+            if audit.enabled(audit.FRESH_BUFFERS):  # the check again on a net of its own, the timed one alive
+                again = check(open_net(be, v, comp, layers, init, train, batch, hyper, len(test), gemms, **dp), init,
+                              train, hyper, self.ref)
+                out.failures.append((audit.FRESH_BUFFERS, again > limit and (
+                    f"on buffers at other addresses the weight changes are wrong (error {again:.3g} > {limit:.3g}): "
+                    "the version depends on what it has seen")))
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}"), None
         if net.graph:
             rec["tiles"] += f" · a graph of {net.step(0).nodes} kernels per step"
         return per_rank(self.world, _record(rec, out, self.cublas_gemm_us)), out
+
+    def choose_buckets(self, v: Variant, comp, gemms):
+        """The bucket plan for version v from the allreduce curve and v's own backward pass (nnbench/runtime/
+        buckets.py); rank 0's choice for every rank, whose plans must match bucket for bucket. PyTorch DDP's
+        row then gets the same cap."""
+        from nnbench.runtime import buckets
+        if self.curve is None:
+            self.curve = buckets.allreduce_curve(self.be, self.world, self.exch, flat_size(self.layers))
+        net = open_net(self.be, v, comp, self.layers, self.init, self.train, self.batch, self.hyper, gemms=gemms,
+                       exchange=self.exch, rank=self.rank, ranks=self.ranks, bucket_cap=0)
+        choice = self.world.comm.bcast(buckets.choose(backward_timeline(net), self.curve), root=0)
+        self.bucket_mb = choice.mb
+        return choice
 
     def torch(self, mode: str) -> tuple[dict, Outcome | None]:
         """PyTorch's row: eager or graph on one GPU, or (`ddp`, data-parallel runs) DDP over the ranks;
@@ -1008,7 +1061,8 @@ def _ddp_row(backend, world, rec: dict, layers, init, train, test, hyper, batch:
         ref = reference_weights(init, train, batch, hyper, steps)
     say = (lambda it, err: progress("torch-ddp", it, err)) if progress else None
     out = ddp.train(world, layers, init, train, test, hyper, batch, epochs, (steps, ref),
-                    partial(fixed_count, backend), bucket_mb, Outcome("torch-ddp"), _fixed_epochs, say)
+                    partial(step_time, backend, world, settings=EAGER_TIMING), bucket_mb, Outcome("torch-ddp"),
+                    _fixed_epochs, say)
     limit = rtol or check_tolerance(init, train, batch, hyper, steps, ref=ref)
     rec.update(weights_rel_err=out.weights_rel_err, weights_rtol=limit,
                status="PASS" if out.weights_rel_err <= limit else "FAIL")
@@ -1024,7 +1078,7 @@ def per_rank(world, rec: dict) -> dict:
     collective: every rank calls it for the same rows in the same order."""
     if world is None:
         return rec
-    mine = [rec.get(k) for k in PER_RANK]
+    mine = [rec.pop("_own_us_per_step", rec.get(k)) if k == "us_per_step" else rec.get(k) for k in PER_RANK]
     every = world.comm.allgather(mine)
     for i, k in enumerate(PER_RANK):
         rec[f"rank_{k}"] = " ".join("" if r[i] is None else f"{r[i]:.1f}" for r in every)
@@ -1052,24 +1106,22 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
 
 
 EAGER_SAMPLE_MS = 10.0  # an eager sample spans several steps back to back, as a training loop runs them
+EAGER_TIMING = replace(STEP_TIMING, host_issued=True, min_sample_ms=EAGER_SAMPLE_MS)
 
 
 def time_torch_step(backend, launch, host_issued: bool) -> measure.Stats:
     """A PyTorch row's steady-state step, timed as ours are (STEP_TIMING). Eager is issued by the host,
     several steps a sample, so that the host's issue of one step overlaps the GPU's tail of the last
     as in a training loop (one step a sample would time each step's tail: latency, not throughput)."""
-    settings = replace(STEP_TIMING, host_issued=True, min_sample_ms=EAGER_SAMPLE_MS) if host_issued else STEP_TIMING
-    return measure.measure(backend, launch, settings)
+    return measure.measure(backend, launch, EAGER_TIMING if host_issued else STEP_TIMING)
 
 
-def _from_torch(t: mlp.Outcome, batch: int, steps_per_epoch: int) -> Outcome:
-    out = Outcome(t.version, steps=t.iterations, epochs=t.iterations // steps_per_epoch, final_error=t.final_error,
-                  seconds_per_step=t.seconds_per_iteration, test_accuracy=t.test_accuracy,
-                  train_accuracy=t.train_accuracy, test_outputs=t.test_outputs, error_curve=t.error_curve)
-    out.train_seconds = t.seconds_per_iteration * t.iterations
-    out.samples_s = list(t.samples_s)
-    if t.stats is not None:
-        out.stats, out.timing, out.step_iqr_pct = t.stats, t.stats.timing, t.stats.iqr_pct
+def _from_torch(out: Outcome, batch: int, steps_per_epoch: int) -> Outcome:
+    """A PyTorch row's Outcome (mlp.train_torch's) with the mini-batch rows' epoch count and training time."""
+    out.epochs = out.steps // steps_per_epoch
+    out.train_seconds = out.seconds_per_step * out.steps
+    if out.stats is not None:
+        out.timed_by(out.stats)
     return out
 
 
@@ -1092,4 +1144,6 @@ def _record(rec: dict, out: Outcome, cublas_gemm_us: float | None) -> dict:
         launches_per_step=out.launches_per_step or None,
         cublas_gemm_us=cublas_gemm_us, vs_cublas_gemms=s * 1e6 / cublas_gemm_us if cublas_gemm_us else None,
         train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy)
+    if out.own_step_us is not None:  # per_rank's, not a column
+        rec["_own_us_per_step"] = out.own_step_us
     return rec

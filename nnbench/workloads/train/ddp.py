@@ -6,8 +6,8 @@ mlp.torch_program): each rank trains its slice of every global batch on the slic
 averages the gradients over the ranks (NCCL, in buckets of `bucket_mb`, allreduced while the
 backward pass runs), which makes the step the global batch's mean; SGD(momentum) then follows
 batched.step exactly. fp32, TF32 off. Checked after `steps` steps against the float64 reference of
-the global batch, as ours are, and timed by the caller's timer (the fixed count that our
-data-parallel rows get: every rank must call the collectives equally often).
+the global batch, as ours are, and timed by the caller's timer (measure_collective, host-issued as
+PyTorch eager is on one GPU: every rank must call the collectives equally often).
 
 Knows nothing about click or rich.
 """
@@ -153,8 +153,8 @@ def train(world, layers, init, train_set, test, hyper, batch: int, epochs: int, 
     out.test_accuracy = mlp.accuracy(out.test_outputs, test.t)
     # Steady state, after the accuracy is taken (these steps go on training on batch 0).
     stats = time_step(lambda: step(0))
-    out.seconds_per_step, out.step_iqr_pct, out.stats, out.timing = (stats.median_ms * 1e-3, stats.iqr_pct,
-                                                                       stats, stats.timing)
+    out.timed_by(stats)
+    out.own_step_us = 1e3 * stats.own_median_ms if stats.own_median_ms is not None else None
 
     def local_step() -> None:
         with model.no_sync():  # DDP skips its allreduce: the step's compute alone

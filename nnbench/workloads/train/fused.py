@@ -208,17 +208,28 @@ class FusedNet:
         """Milliseconds (CUDA events), iterations run, and each epoch's summed error; `during()` (an NVML
         probe) runs while the kernel does."""
         be = self.be
-        g = self.blocks
-        be.write(self.d_bar, np.zeros(g + 2, np.uint32))
         be.write(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+        ms = be.timed(lambda: self._start(iterations, mode, tolerance), 1, during)
+        done = self.check_status()
+        self.tag0 += done + 1
+        self.columns_swapped = self.prev_w and mode == 0 and done % 2 == 1
+        return ms, done, be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+
+    def _start(self, iterations: int, mode: int, tolerance: float) -> None:
+        """Queue one launch (its barrier flags reset first), reading nothing back."""
+        be, g = self.be, self.blocks
+        be.write(self.d_bar, np.zeros(g + 2, np.uint32))
         p = be.ptr(self.d_bar)
         args = (self.d_widths, np.int32(len(self.layers)), self.d_x, self.d_t, np.int32(self.n),
                 np.int32(iterations), np.int32(mode), self.d_w, self.d_v, self.d_out, self.d_acc, self.d_err,
                 np.float32(tolerance), self.d_pred, np.intp(p), np.intp(p + 4 * g), np.intp(p + 4 * g + 4), self.rate,
                 self.momentum, np.int64(BARRIER_TIMEOUT_NS), np.uint32(self.tag0), self.d_phase)
-        ms = be.timed(be.bind(self.kernel, (self.blocks, 1, 1), (self.threads, 1, 1), args, SIGNATURE, smem=self.dyn),
-                      1, during)
-        state = be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
+        be.launch(self.kernel, (g, 1, 1), (self.threads, 1, 1), args, SIGNATURE, smem=self.dyn)
+
+    def check_status(self) -> int:
+        """The iterations the last launch ran, or KernelFault where its blocks failed to meet."""
+        g = self.blocks
+        state = self.be.download(self.d_bar, np.zeros(g + 2, np.uint32))[g:]
         if state[0] == 2:
             raise KernelFault("fused: a block read a value tagged with a later iteration than it awaited (a bug in "
                                "the kernel's exchange); the results of this launch are void")
@@ -226,9 +237,17 @@ class FusedNet:
             raise KernelFault(f"fused: a block waited more than {BARRIER_TIMEOUT_NS / 1e9:g} s for the others: the "
                                f"{self.blocks} blocks were not all resident (another process on this GPU?), or a "
                                f"value was never written")
-        self.tag0 += int(state[1]) + 1
-        self.columns_swapped = self.prev_w and mode == 0 and int(state[1]) % 2 == 1
-        return ms, int(state[1]), be.download(self.d_err, np.zeros(EPOCHS_PER_LAUNCH + 1, np.float32))
+        return int(state[1])
+
+    def block(self, iterations: int):
+        """A training launch of `iterations` samples that never stops early, as a no-argument callable for
+        `measure` (mlp.time_block): the tags advance as _launch's do, nothing is read back between launches
+        (check_status reads the last one's)."""
+        def run() -> None:
+            self._start(iterations, 0, -1.0)
+            self.tag0 += iterations + 1
+            self.columns_swapped = self.prev_w and iterations % 2 == 1
+        return run
 
     def train(self, iterations: int, tolerance: float, during=None) -> tuple[float, list[float]]:
         """Train up to `iterations` samples (at most EPOCHS_PER_LAUNCH epochs) from sample 0, stopping

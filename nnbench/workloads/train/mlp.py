@@ -20,11 +20,11 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from nnbench import glyphs, measure, registry
+from nnbench import audit, glyphs, measure, registry
 from nnbench.errors import KernelFault, NnbenchError
 from nnbench.measure import weight_change_error  # noqa: F401 - the trainers' check, here since training has it
 from nnbench.nets import INITS
@@ -33,6 +33,7 @@ from nnbench.runtime.compile import compile_sources
 from nnbench.runtime.device import FFMA
 from nnbench.workloads.train import model
 from nnbench.workloads.train.model import deltas, sigmoid  # noqa: F401 - per-sample code calls them by these names
+from nnbench.workloads.train.outcome import Outcome
 from nnbench.workloads.train.variants import VARIANTS
 
 DEFAULT_RATE, DEFAULT_MOMENTUM, DEFAULT_TOLERANCE = 0.3, 0.8, 1e-5
@@ -305,6 +306,11 @@ class GpuNet:
         all_ = self.be.download(self.d_out, np.zeros(sum(self.layers[1:]), np.float32))
         return all_[self.out_off[L - 1]:].astype(np.float64)
 
+    def poison(self) -> None:
+        """NaN in every output and delta, so a neuron that a kernel never writes poisons the weights."""
+        for buf in (self.d_out, self.d_delta):
+            self.be.fill_nan(buf, sum(self.layers[1:]))
+
     def epoch_error_reset(self) -> None:
         self.be.write(self.d_err, np.zeros(1, np.float32))
 
@@ -321,31 +327,6 @@ def compile_versions(arch: str, chosen: list[tuple[Variant, dict]]) -> dict[str,
 
 
 # -- training -------------------------------------------------------------------------------------
-@dataclass
-class Outcome:
-    version: str
-    iterations: int = 0
-    converged: bool = False
-    final_error: float = math.nan
-    seconds_per_iteration: float = math.nan  # device time (events) or host time (sequential)
-    seconds_per_feedforward: float = math.nan
-    launches_per_iteration: int = 0
-    threads_per_iteration: int = 0
-    busy_threads_mean: float = 0.0
-    blocks: int | None = None  # the fused version's grid
-    test_accuracy: float = math.nan
-    train_accuracy: float = math.nan
-    test_outputs: np.ndarray | None = field(default=None, repr=False)
-    error_curve: list[tuple[int, float]] = field(default_factory=list)
-    # Seconds per iteration of each timed run (an epoch, or a fused launch of up to 20 epochs), in
-    # order: the samples whose median and spread the record reports (the first is the warm-up).
-    samples_s: list[float] = field(default_factory=list)
-    weights_rel_err: float | None = None  # a PyTorch row's check (train_torch's `check`)
-    # measure.Stats of a steady-state step (train_torch's `time_step`), or of the timed runs after the first,
-    # with NVML's clocks, throttle reasons and energy over them (measure.RunWatch)
-    stats: object | None = None
-
-
 def watched_stats(watch: measure.RunWatch, samples_s: list[float]) -> measure.Stats:
     """The timed runs' statistics with NVML's columns, the first run (the warm-up) left out where others
     exist, as train.unify does without a watch; host-issued, as every per-sample run is."""
@@ -360,8 +341,8 @@ def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run
     returns (seconds, mean error of each epoch run); it may stop early at a converged epoch, which
     the check below then finds too. Returns the seconds."""
     seconds = 0.0
-    while out.iterations < hyper.max_iterations and not out.converged:
-        n = min(size * epochs_per_run, hyper.max_iterations - out.iterations)
+    while out.steps < hyper.max_iterations and not out.converged:
+        n = min(size * epochs_per_run, hyper.max_iterations - out.steps)
         spent, errors = run(n)
         seconds += spent
         out.samples_s.append(spent / n)
@@ -370,17 +351,17 @@ def _epochs(out: Outcome, hyper: Hyper, size: int, run, progress, epochs_per_run
             if out.converged:
                 break
         if progress:
-            progress(out.iterations, out.final_error)
+            progress(out.steps, out.final_error)
     return seconds
 
 
 def record_epoch(out: Outcome, hyper: Hyper, size: int, done: int, err: float) -> None:
     """An epoch's account: `done` samples of a `size`-sample epoch, with mean error `err`. A last
     epoch cut short at the iteration limit is not the net's error, nor can it converge."""
-    out.iterations += done
+    out.steps += done
     if done == size or math.isnan(out.final_error):
         out.final_error = err
-    out.error_curve.append((out.iterations, err))
+    out.error_curve.append((out.steps, err))
     out.converged = done == size and converged(err, hyper.tolerance)
 
 
@@ -404,37 +385,39 @@ def train_sequential(layers, init, train, test, hyper: Hyper, progress=None) -> 
         return time.perf_counter() - t0, [total / n]
 
     busy = _epochs(out, hyper, len(x), run_epoch, progress)
-    out.seconds_per_iteration = busy / out.iterations
+    out.seconds_per_step = busy / out.steps
     t0 = time.perf_counter()
     outs = np.stack([forward(params, xi)[-1] for xi in test.x.astype(np.float32)])
     out.seconds_per_feedforward = (time.perf_counter() - t0) / len(test)
     out.test_outputs = outs.astype(np.float64)
     out.test_accuracy = accuracy(outs, test.t)
     out.train_accuracy = accuracy(np.stack([forward(params, xi)[-1] for xi in x]), train.t)
-    out.launches_per_iteration, out.threads_per_iteration, out.busy_threads_mean = 0, 1, 1.0
+    out.launches_per_step, out.threads_per_step, out.busy_threads_mean = 0, 1, 1.0
     return out
 
 
 def train_gpu(backend, variant: Variant, params: dict[str, int], compiled, layers, init, train, test,
-              hyper: Hyper, progress=None) -> Outcome:
+              hyper: Hyper, progress=None, fresh=None) -> Outcome:
+    """A launch-per-layer version: trained epoch by epoch to the tolerance, scored, then timed (time_block) on
+    one epoch of its launches; `fresh()` (the fresh-buffers check) runs while this net is still alive."""
     net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
     epoch = [net.callable(net.step_launches(s)) for s in range(len(train))]
     sample_launches = net.step_launches(0)
-    out = Outcome(variant.name, launches_per_iteration=len(sample_launches))
-    out.threads_per_iteration = sum(la.grid * la.block for la in sample_launches)
+    out = Outcome(variant.name, launches_per_step=len(sample_launches))
+    out.threads_per_step = sum(la.grid * la.block for la in sample_launches)
     out.busy_threads_mean = float(np.mean([la.useful_threads for la in sample_launches]))
-
-    watch = measure.RunWatch(backend)
 
     def run_epoch(n: int) -> tuple[float, list[float]]:
         net.epoch_error_reset()
-        ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1, watch.during)
+        ms = backend.timed(lambda: [epoch[s]() for s in range(n)], 1)
         return ms * 1e-3, [net.epoch_error() / n]
 
-    seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
-    out.seconds_per_iteration = seconds / out.iterations
-    out.stats = watched_stats(watch, out.samples_s)
-    score(out, net.feedforward, train, test)
+    out.train_seconds = _epochs(out, hyper, len(epoch), run_epoch, progress)
+    score(out, net.feedforward, train, test)  # (which leaves the training set on the device, at a new address)
+    block = net.callable([la for s in range(len(train)) for la in net.step_launches(s)])
+    time_block(backend, out, block, len(train), audited_block(net, init))
+    if fresh is not None:
+        out.failures.append((audit.FRESH_BUFFERS, fresh()))
     return out
 
 
@@ -446,22 +429,54 @@ def fused_net(backend, variant: Variant, params: dict, compiled, layers, init, t
 
 
 def train_fused(backend, variant: Variant, params: dict, compiled, layers, init, train, test, hyper: Hyper,
-                progress=None, blocks: int | None = None) -> Outcome:
-    """`fused`: launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent kernel, each timed
-    with CUDA events (so the load and store of the weights at each launch's ends are included)."""
+                progress=None, blocks: int | None = None, fresh=None) -> Outcome:
+    """`fused`: trained to the tolerance in launches of up to fused.EPOCHS_PER_LAUNCH epochs of the persistent
+    kernel, scored, then timed (time_block) on launches of fused.EPOCHS_PER_LAUNCH whole epochs, as training
+    runs them (so the load and store of the weights at each launch's ends are included)."""
     from nnbench.workloads.train import fused
     net = fused_net(backend, variant, params, compiled, layers, init, train, hyper, blocks)
-    out = Outcome(variant.name, launches_per_iteration=1)
-    out.threads_per_iteration = net.blocks * net.threads
+    out = Outcome(variant.name, launches_per_step=1)
+    out.threads_per_step = net.blocks * net.threads
     out.busy_threads_mean = float(net.blocks * net.threads)
     out.blocks = net.blocks
-    watch = measure.RunWatch(backend)
-    seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance, watch.during), progress,
-                      fused.EPOCHS_PER_LAUNCH)
-    out.seconds_per_iteration = seconds / out.iterations
-    out.stats = watched_stats(watch, out.samples_s)
+    out.train_seconds = _epochs(out, hyper, len(train), lambda n: net.train(n, hyper.tolerance), progress,
+                                fused.EPOCHS_PER_LAUNCH)
     score(out, net.feedforward, train, test)
+    iterations = fused.EPOCHS_PER_LAUNCH * len(train)
+    time_block(backend, out, net.block(iterations), iterations, audited_block(net, init))
+    net.check_status()  # the last timed launch's barriers
+    if fresh is not None:
+        out.failures.append((audit.FRESH_BUFFERS, fresh()))
     return out
+
+
+# A per-sample GPU version's time per iteration is `measure`d on a block of iterations timed as one sample: an
+# epoch of the version's launches (L small launches a sample), or one fused launch of EPOCHS_PER_LAUNCH epochs,
+# each sample issued by the host as it goes, as training issues them, so that the launch gaps of a training run
+# stay in the figure (a sample queued behind measure's blocking kernel would hide them, as it hides an eager
+# PyTorch step's). The median, the spread and the samples are then per iteration (Stats.per). The blocks go on
+# training the scored net (after its accuracy is taken) from where it stopped.
+BLOCK_TIMING = measure.TimingSettings(budget_s=0.3, min_samples=10, max_noise=0.01, host_issued=True)
+
+
+def time_block(backend, out: Outcome, block, iterations: int, last=None,
+               settings: measure.TimingSettings = BLOCK_TIMING) -> None:
+    """`block` (a no-argument callable that runs `iterations` iterations) timed by `measure`, the last timed
+    block audited (`last`, audited_block); `out` gets the statistics per iteration and the audit's findings."""
+    stats = measure.measure(backend, block, settings, last)
+    out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
+                     (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    out.timed_by(stats.per(iterations))
+
+
+def audited_block(net, init) -> audit.LastBatch | None:
+    """The last timed block of a per-sample net (GpuNet or FusedNet) audited (audit.trained): its outputs and
+    deltas poisoned (net.poison) before it, its weights finite and moved after it (Net 8's 1,040 fused
+    iterations take seconds in NumPy: no float64 answer for it). The float64 check runs again on fresh buffers
+    after timing (PerSampleRun.fresh_check)."""
+    if not audit.enabled(audit.TIMED_OUTPUT):
+        return None
+    return audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison)
 
 
 def score(out: Outcome, feedforward, train: glyphs.Dataset, test: glyphs.Dataset) -> None:
@@ -567,11 +582,11 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
             during()
         end.synchronize()
         out.samples_s.append(start.elapsed_time(end) * 1e-3 / steps_per_epoch)
-        out.iterations += steps_per_epoch
+        out.steps += steps_per_epoch
         out.final_error = float(errors) / steps_per_epoch
-        out.error_curve.append((out.iterations, out.final_error))
+        out.error_curve.append((out.steps, out.final_error))
     if time_step is None:
-        out.seconds_per_iteration = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
+        out.seconds_per_step = float(np.median(out.samples_s[1:]))  # the first epoch is the warm-up
         if watch is not None:
             out.stats = watched_stats(watch, out.samples_s)
     else:  # steady state, after the epochs (these steps go on training on batch 0)
@@ -583,7 +598,7 @@ def train_torch(layers, init, train, test, hyper: Hyper, iterations: int, graph:
             launch = one.replay
         torch.cuda.synchronize()
         out.stats = time_step(launch, not graph)
-        out.seconds_per_iteration = out.stats.median_ms * 1e-3
+        out.seconds_per_step = out.stats.median_ms * 1e-3
     with torch.no_grad():
         Xt = torch.tensor(test.x, dtype=torch.float32, device=dev)
         start.record()
@@ -659,8 +674,7 @@ def check_version(backend, variant: Variant, params: dict, compiled, layers, ini
         net.train(CHECK_ITERATIONS, -1.0)
     else:
         net = GpuNet(backend, variant, params, layers, init, train, hyper, compiled)
-        for buf in (net.d_out, net.d_delta):
-            backend.fill_nan(buf, sum(layers[1:]))
+        net.poison()
         for s in range(CHECK_ITERATIONS):
             net.callable(net.step_launches(s % len(train)))()
     backend.synchronize()
@@ -753,12 +767,10 @@ class PerSampleRun:
     `version` and `torch` each train one row and return (record, Outcome); nnbench/workloads/train/session.py
     runs one per case, `run` all of a command's versions.
 
-    Timing (kept as it was measured, docs/RESULTS.md): a version's time per iteration is the median over
-    its timed runs of the training itself (events around each epoch, or each fused launch of up to
-    fused.EPOCHS_PER_LAUNCH epochs, as the host issues them; the sequential version's host clock), not a
-    `measure`d steady-state step: per-sample training is L small launches per sample and the figure is
-    what a whole training run costs per sample, launch gaps included, which a steady-state repeat of
-    one sample's launches would not time."""
+    Timing: a GPU version's time per iteration is `measure`d (time_block) on a block of training as the training
+    runs it, an epoch of its launches or a fused launch of fused.EPOCHS_PER_LAUNCH epochs, issued by the host as
+    it goes, so that the figure is what training costs per sample, launch gaps included (which a queued repeat
+    of one sample's launches would not time); the sequential version's is its epochs' host clock."""
 
     def __init__(self, backend, layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10, flips: int = 2,
                  torch_iterations: int = 2000, baseline_iterations: int = 104, env: dict | None = None,
@@ -795,7 +807,7 @@ class PerSampleRun:
         of baseline_iterations (the speedups need it)."""
         if self.seq_s is None:
             quick = replace(self.hyper, max_iterations=self.baseline_iterations)
-            self.seq_s = train_sequential(self.layers, self.init, self.train, self.test, quick).seconds_per_iteration
+            self.seq_s = train_sequential(self.layers, self.init, self.train, self.test, quick).seconds_per_step
         return self.seq_s
 
     def _say(self, name: str):
@@ -810,7 +822,7 @@ class PerSampleRun:
         say = self._say(v.name)
         if v.backend == "cpu":
             out = train_sequential(layers, init, train, test, hyper, say)
-            self.seq_s = out.seconds_per_iteration
+            self.seq_s = out.seconds_per_step
             rec["status"] = "PASS"
             return train_record(rec, out, self.seq_s, self.peak, self.lanes), out
         comp = compile_versions(self.be.arch, [(v, p)])[v.name] if compiled is None else compiled
@@ -819,16 +831,25 @@ class PerSampleRun:
         try:
             err = check_version(self.be, v, p, comp, layers, init, train, hyper, self.blocks, self.ref)
             rec.update(weights_rel_err=err, weights_rtol=self.rtol, status="PASS" if err <= self.rtol else "FAIL")
+            fresh = (lambda: self.fresh_check(v, p, comp)) if audit.enabled(audit.FRESH_BUFFERS) else None
             if "fused" in v.tags:
-                out = train_fused(self.be, v, p, comp, layers, init, train, test, hyper, say, self.blocks)
+                out = train_fused(self.be, v, p, comp, layers, init, train, test, hyper, say, self.blocks, fresh)
                 rec["params"] += f" blocks={out.blocks}"
             else:
-                out = train_gpu(self.be, v, p, comp, layers, init, train, test, hyper, say)
+                out = train_gpu(self.be, v, p, comp, layers, init, train, test, hyper, say, fresh)
         except NnbenchError as e:  # fused refuses a grid it cannot make co-resident
             return dict(rec, status="SKIP", error=str(e)), None
         except KernelFault as e:  # the rows already made stand
             return dict(rec, status="ERROR", error=str(e)), None
         return train_record(rec, out, self.sequential_seconds(), self.peak, self.lanes), out
+
+    def fresh_check(self, v: Variant, p: dict, compiled) -> str | None:
+        """The float64 check again, after timing, on a net of its own (allocated while the timed one is alive, so
+        at other addresses): a version that keys its work on buffers it has seen fails here (nnbench/audit.py)."""
+        err = check_version(self.be, v, p, compiled, self.layers, self.init, self.train, self.hyper, self.blocks,
+                            self.ref)
+        return None if err <= self.rtol else (f"on buffers at other addresses the weight changes are wrong (error "
+                                              f"{err:.3g} > {self.rtol:.3g}): the version depends on what it has seen")
 
     def torch(self, mode: str) -> tuple[dict, Outcome | None]:
         """PyTorch's row in `mode` (eager or graph), checked like ours (CHECK_ITERATIONS, the same limit)."""
@@ -889,15 +910,15 @@ def base_record(layers: tuple[int, ...], hyper: Hyper, test: glyphs.Dataset) -> 
 
 def train_record(rec: dict, out: Outcome, seq_s: float | None, peak: float | None, lanes: int | None) -> dict:
     """A version's row: base_record's fields in rec, with the outcome's counts, times and rates."""
-    speedup = seq_s / out.seconds_per_iteration if seq_s and out.seconds_per_iteration > 0 else None
-    threads_per_launch = out.threads_per_iteration / out.launches_per_iteration if out.launches_per_iteration else None
-    busy = min(out.busy_threads_mean, lanes) if lanes and out.launches_per_iteration else None
-    gflops = rec["flops_per_iteration"] / out.seconds_per_iteration / 1e9 if out.seconds_per_iteration > 0 else None
+    speedup = seq_s / out.seconds_per_step if seq_s and out.seconds_per_step > 0 else None
+    threads_per_launch = out.threads_per_step / out.launches_per_step if out.launches_per_step else None
+    busy = min(out.busy_threads_mean, lanes) if lanes and out.launches_per_step else None
+    gflops = rec["flops_per_iteration"] / out.seconds_per_step / 1e9 if out.seconds_per_step > 0 else None
     rec.update(
-        iterations=out.iterations, converged=out.converged, final_error=out.final_error,
-        us_per_iteration=out.seconds_per_iteration * 1e6, us_per_feedforward=out.seconds_per_feedforward * 1e6,
+        iterations=out.steps, converged=out.converged, final_error=out.final_error,
+        us_per_iteration=out.seconds_per_step * 1e6, us_per_feedforward=out.seconds_per_feedforward * 1e6,
         speedup_vs_sequential=speedup, train_accuracy=out.train_accuracy, test_accuracy=out.test_accuracy,
-        launches_per_iteration=out.launches_per_iteration or None, threads_per_launch=threads_per_launch,
+        launches_per_iteration=out.launches_per_step or None, threads_per_launch=threads_per_launch,
         busy_threads=busy, speedup_per_thread=speedup / threads_per_launch if speedup and threads_per_launch else None,
         speedup_per_busy_core=speedup / busy if speedup and busy else None, gflops=gflops,
         pct_peak=100 * gflops * 1e9 / peak if gflops and peak else None)

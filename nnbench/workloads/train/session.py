@@ -6,9 +6,11 @@ Problem axes: the net (Nets 1-8 of configs/nets.yaml, or a layer list), the batc
 and how long to train (iterations per sample, or epochs of a noisy training set per mini-batch).
 The registry's `runner` says which trainer runs a version. Every version is checked against the
 float64 reference (its weight changes after a few samples or steps, outputs poisoned first) before
-it trains; the record's median is per iteration (per sample) or per step (mini-batch), over the
-timed runs after the first (events around each epoch or fused launch; the mini-batch GPU versions'
-steady-state step through `measure`). PyTorch eager and CUDA-graph rows are the vendor rows.
+it trains; the record's median is per iteration (per sample) or per step (mini-batch), through `measure`
+on the GPU (per sample: a block of iterations timed as one sample, mlp.time_block; mini-batch: the steady-state
+step), the NumPy versions' epochs on the host clock. The defenses against a kernel that games the timer
+(nnbench/audit.py) that apply to training: the last timed block audited, the check again on fresh buffers, and
+no limit that weights which did not move would pass. PyTorch eager and CUDA-graph rows are the vendor rows.
 """
 
 from __future__ import annotations
@@ -17,13 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import yaml
 
-from nnbench import glyphs, measure, nets
+from nnbench import audit, glyphs, measure, nets
 from nnbench.errors import NnbenchError
 from nnbench.runtime.device import HOST
 from nnbench.workloads.base import Case, Session, Workload, problem_text
-from nnbench.workloads.train import batched, mlp
+from nnbench.workloads.train import batched, mlp, phases
 from nnbench.workloads.train.variants import VARIANTS
 from nnbench.yamlnodes import fail, integer, mapping, scalar, sequence
 
@@ -129,6 +132,18 @@ def received_bits(test_outputs, test_samples: int) -> str:
                     for i in range(len(glyphs.LETTERS)))
 
 
+def unmoved_pass(trainer, limit: float | None) -> str | None:
+    """Why weights that never move would pass the check at `limit`, or None: the check's output is the weight
+    change, whose error is 1 for no change at all (measure.weight_change_error), so a limit of 1 or more
+    (a sweep's timing.rtol) cannot tell a version that trains from one that does nothing (audit.zeros_pass)."""
+    ref = getattr(trainer, "ref", None)
+    if limit is None or ref is None:
+        return None
+    change = np.concatenate([(r - w0).ravel() for r, w0 in zip(ref, trainer.init)])
+    return (f"weights that never move would pass this check (limit {limit:g}): give a limit below 1"
+            if audit.zeros_pass(change, limit) else None)
+
+
 @dataclass(frozen=True)
 class TrainOptions:
     """How a command runs its training, beyond the problem: what a sweep leaves at the defaults."""
@@ -137,7 +152,7 @@ class TrainOptions:
     torch_iterations: int | None = None  # per-sample PyTorch rows' iterations (None: the problem's)
     world: object | None = None  # the MPI world of a data-parallel run (runtime.exchange.world())
     exchange_kind: str = "nccl"  # the GPU versions' gradient exchange under `world`
-    bucket_mb: float | None = None  # allreduce buckets (None: exchange.DEFAULT_BUCKET_MB)
+    bucket_mb: float | None = None  # allreduce buckets (None: chosen from the allreduce curve; the CPU's: 2 MB)
     letters: bool = False  # each version's record carries `received` (received_bits), for the letters view
 
 def case_params(case: Case, how: str | None) -> str:
@@ -156,12 +171,17 @@ class TrainWorkload(Workload):
     vendor = "torch-graph"
     baseline = "sequential"
     vendor_rows = ("torch-eager", "torch-graph", "torch-ddp")
+    splits = {"phases": "a persistent version's iteration, phase by phase: each phase's wait and work from the "
+                        "kernel's own clocks, beside the device's handoff and grid-barrier latencies"}
 
     def runs_on(self, v, backend: str) -> bool:
         return v.backend in (backend, "cpu")  # the NumPy trainers are the speedups' baseline beside the GPU's
 
     def applies(self, case: Case, problem: TrainProblem) -> bool:
         return (case.variant.runner in MINI_BATCH) == (problem.batch > 1)
+
+    def split_refusal(self, kind: str, case: Case, problem: TrainProblem) -> str | None:
+        return phases.refusal(case.variant, [v.name for v in self.variants() if v.runner == phases.RUNNER])
 
     def parse_problems(self, path: Path, node) -> list[TrainProblem]:
         """{nets: [1, 8], batch: 1|[256, 4096], iterations: N, epochs: E, train_samples: S, blocks: G}
@@ -278,7 +298,14 @@ class TrainSession(Session):
         if self.rtol is not None and rec.get("rel_err") is not None and rec.get("status") in ("PASS", "FAIL"):
             rec["rtol"] = self.rtol  # a sweep's own timing.rtol replaces the derived limit
             rec["status"] = "PASS" if rec["rel_err"] <= self.rtol else "FAIL"
-        return rec
+        failures = list(out.failures) if out is not None else []
+        if rec.get("rel_err") is not None and audit.enabled(audit.ZERO_OUTPUT):
+            failures.append((audit.ZERO_OUTPUT, unmoved_pass(self.trainer, rec.get("rtol"))))
+        return audit.judge(rec, failures)
+
+    def time_split(self, kind: str, case: Case, problem: TrainProblem):
+        self.prepare(problem)
+        return phases.phase_split(self.trainer, case.variant, case.param_dict)
 
     def run_vendor(self, name: str, problem: TrainProblem) -> dict | None:
         """PyTorch's row `name`: torch-eager and torch-graph on one process, torch-ddp (PyTorch DDP
