@@ -11,7 +11,7 @@ __all__ = ["benchmark", "run_sweep", "check", "load", "NnbenchError", "__version
 
 
 def __getattr__(name: str):
-    # Imported on first use: `nnbench --help` and the worker should not pay for pandas and the suites.
+    # Imported on first use: `nnbench --help` and the worker should not pay for pandas and the workloads.
     if name in ("benchmark", "run_sweep", "check", "load"):
         from nnbench import api
         return getattr(api, name)

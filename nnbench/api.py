@@ -63,7 +63,7 @@ class CheckResult:
 
 
 def load(config: ConfigLike) -> list:
-    """A config file (any suite; a kernel config with `suite: kernel`), or a kernel declaration as a
+    """A config file (any workload; a kernel config with `workload: kernel`), or a kernel declaration as a
     dict, as validated SweepSpecs (config.SweepSpec), one per part. Raises NnbenchError on bad input."""
     from nnbench.sweeps import config as cfg
     apiargs.config("load", config)
@@ -169,10 +169,11 @@ def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0
     outcomes = []
     for i, spec in enumerate(specs):
         later = i > 0 and not load_only
-        outcome = sweep_mod.execute(spec, name, outcomes[0].path if later else out, fresh and not later, jobs,
-                                    load_only=load_only, events=events(spec) if events else None, append=later,
-                                    retry_errors=retry_errors, json_out=Path(json) if json else None, gpus=gpus,
+        opts = sweep_mod.RunOptions(name, outcomes[0].path if later else out, fresh and not later, append=later,
+                                    retry_errors=retry_errors, json_out=Path(json) if json else None, jobs=jobs,
+                                    load_only=load_only, gpus=tuple(gpus or ()),
                                     replay=Path(replay) if replay else None, mpi=mpi)
+        outcome = sweep_mod.execute(spec, opts, events(spec) if events else None)
         outcomes.append(outcome)
         if finished:
             finished(spec, outcome)
@@ -209,8 +210,8 @@ def _label(case) -> str:
 
 def _problems(spec, problems: list[dict[str, int]]) -> list:
     from nnbench.workloads.kernel.session import KernelProblem
-    if spec.suite != "kernel":
-        raise NnbenchError("benchmark(problems=...): applies to kernel configs; other suites take their shapes "
+    if spec.workload_name != "kernel":
+        raise NnbenchError("benchmark(problems=...): applies to kernel configs; other workloads take their shapes "
                            "from the config")
     spec_k = spec.shapes[0].spec
     names = list(spec.shapes[0].as_dict())
@@ -229,7 +230,8 @@ def _declared(decl: dict) -> Any:
 
     from nnbench.workloads.kernel import session as kernel
     d = dict(decl)
-    d.setdefault("suite", "kernel")
+    if "suite" not in d:  # the key's old name, read as workload
+        d.setdefault("workload", "kernel")
     d.setdefault("name", "api")
     single = {k: d.pop(k) for k in ("kernel", "grid", "block", "shared", "axes", "restrict") if k in d}
     if "params" in d:  # keyword declarations: fixed parameter values are one-value axes

@@ -1,4 +1,4 @@
-"""The timer and the verifier that every suite uses; no suite writes its own timing loop.
+"""The timer and the verifier that every workload uses; no workload writes its own timing loop.
 
 Timer (after nvbench's "cold"/"hot" measurements):
 - a warm-up launch first, so module load and first-touch costs stay out of the numbers;
@@ -21,7 +21,7 @@ Timer (after nvbench's "cold"/"hot" measurements):
   `dropped`; `keep_throttled` keeps it. Should every batch be throttled (a GPU capped for good), the
   samples are kept and `throttle` says why, rather than reporting nothing (the gate then calls the case
   UNSTABLE: nnbench/verdict.py). Host-issued samples are probed once per BATCH samples, like a batch;
-  runs that a suite times itself (PyTorch's per-sample epochs) get the same readings through RunWatch;
+  runs that a workload times itself (PyTorch's per-sample epochs) get the same readings through RunWatch;
 - host-issued samples (asked for, below, or fallen back to) stop only once they cover HOST_WINDOW_MS
   of the host's time, whatever the budget: the host's speed wanders over tenths of a second, so a
   short window reads one stretch of it (see HOST_WINDOW_MS);
@@ -101,7 +101,7 @@ TIMING = (HOT_BATCHED, HOT_SINGLE, HOST_ISSUED, COLD, HOST)
 
 
 # The command line's --keep-throttled, for every measure call of the process, also those whose settings a
-# suite fixes (the trainers' step timing).
+# workload fixes (the trainers' step timing).
 KEEP_THROTTLED = [False]
 # The command line's --energy: measured energy for every measure call whose settings leave `energy` unset.
 ENERGY = [False]

@@ -1,7 +1,7 @@
 """Memory estimated before it is allocated: a problem that cannot fit is refused with one line and
 exit 2, instead of running for a minute and dying in an allocation traceback (or swapping the host).
 
-Each suite says what one problem needs (`footprint`: host bytes, device bytes); this module knows
+Each workload says what one problem needs (`footprint`: host bytes, device bytes); this module knows
 how much there is: MemAvailable for the host, the driver's free memory for the device. On the CPU
 backend the "device" buffers are host arrays, so both figures count against host memory.
 """

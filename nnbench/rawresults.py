@@ -1,7 +1,7 @@
 """Results with their raw samples: the `--json FILE` format, its writer and a reader for it and for CSV.
 
 The file is JSON Lines (docs/JSON.md; the JSON Schema is nnbench/schema/results.schema.json):
-- line 1, the header: {"format": "nnbench-results", "schema_version": 1, "nnbench_version": ..., "created": ...};
+- line 1, the header: {"format": "nnbench-results", "schema_version": 2, "nnbench_version": ..., "created": ...};
 - then one record per line, written the moment its case finishes (a kill loses nothing measured,
   and a sweep resumes into the same file): every column of the CSV schema (results.FIELDS, with
   the device, the environment and the commit on every record) as typed JSON values, plus
@@ -30,7 +30,7 @@ from nnbench.errors import NnbenchError
 from nnbench.version import __version__
 
 FORMAT = "nnbench-results"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: a record's `workload` was `suite` in 1 (read as today's: results.upgrade_row)
 SCHEMA_PATH = Path(__file__).parent / "schema" / "results.schema.json"
 
 
@@ -132,7 +132,11 @@ class JsonSink(results.LineSink):
     def check_existing(self) -> None:
         with open(self.path, encoding="utf-8", errors="replace") as f:
             first = f.readline()
-        check_header(self.path, first)
+        if check_header(self.path, first)["schema_version"] < SCHEMA_VERSION:
+            # its records would say `suite` and the added ones `workload`: one file, two schemas
+            raise NnbenchError(f"{self.path}: written by an older nnbench (schema_version "
+                               f"{json.loads(first)['schema_version']}); it loads, but records are added only to a "
+                               f"file of schema_version {SCHEMA_VERSION}: name a new --json file")
 
     def line(self, record: dict) -> str:
         return line(record)
@@ -220,7 +224,7 @@ def _record(path, line: int, obj: dict) -> RawRecord:
     if obj.get("status") is not None and obj["status"] not in results.STATUSES:
         raise NnbenchError(f"{path}:{line}: status {obj['status']!r}: expected one of "
                            f"{', '.join(sorted(results.STATUSES))}")
-    fields = {k: _number(k, v) for k, v in obj.items()}
+    fields = results.upgrade_row({k: _number(k, v) for k, v in obj.items()})
     rec = RawRecord(fields, line=line)
     if samples is not None:
         ms = samples.get("ms") if isinstance(samples, dict) else None
@@ -253,15 +257,15 @@ def _load_csv(path: Path, notes) -> list[RawRecord]:
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            if not reader.fieldnames or "suite" not in reader.fieldnames:
-                raise NnbenchError(f"{path}: not an nnbench result CSV (no header with a suite column)")
+            if not reader.fieldnames or not {"workload", *results.OLD_COLUMNS} & set(reader.fieldnames):
+                raise NnbenchError(f"{path}: not an nnbench result CSV (no header with a workload column)")
             for i, row in enumerate(reader, start=2):
                 if row.get("status") not in results.STATUSES:
                     if notes is not None:
                         notes.append(f"{path}:{i}: a row without a valid status (cut short?) was set aside")
                     continue
                 try:
-                    fields = results.parse_row(row)
+                    fields = results.upgrade_row(results.parse_row(row))
                 except NnbenchError as e:
                     raise NnbenchError(f"{path}:{i}: {e}") from None
                 ms = fields.pop("samples_ms", None)
@@ -311,13 +315,13 @@ def schema() -> dict:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))
 
 
-def open_sink(csv_path, suite: str, gpu: str, fields: list[str], force: bool = False, json_path=None):
+def open_sink(csv_path, name: str, gpu: str, fields: list[str], force: bool = False, json_path=None):
     """The sink of a command's `--csv` option: a new file (or, with --force, a replaced one), or a
     new default name under results/ when the option is not given; with `json_path` (`--json`), the
     same records with their raw samples also go to that JSON Lines file (nnbench/rawresults.py)."""
     mode = safeio.FORCE if force else safeio.NEW
     sink = results.CsvSink(csv_path, mode=mode, fields=fields) if csv_path else \
-        results.CsvSink(results.default_path(suite, gpu), mode=safeio.UNIQUE, fields=fields)
+        results.CsvSink(results.default_path(name, gpu), mode=safeio.UNIQUE, fields=fields)
     if json_path is None:
         return sink
     try:

@@ -46,7 +46,7 @@ class Rule:
 class TensorMap:
     """A bulk-tensor-copy map the host encodes for one operand (nnbench/runtime/tensormap.py): the box
     one copy moves (innermost first, expressions over the params) and its swizzle in bytes. The
-    suite knows the operand's sizes and leading dimension; where the map is not allowed (a leading
+    workload knows the operand's sizes and leading dimension; where the map is not allowed (a leading
     dimension breaking the 16-byte stride rule) the kernel takes its fallback path for that operand."""
 
     operand: str
@@ -56,8 +56,8 @@ class TensorMap:
 
 @dataclass(frozen=True)
 class Variant:
-    suite: str
-    name: str
+    workload: str  # the package under nnbench/workloads/ that runs it, the record's `workload`
+    name: str  # unique within its workload
     step: int
     summary: str
     source: str | None  # under kernels_cu/; None for CPU-only variants
@@ -72,11 +72,11 @@ class Variant:
     tags: tuple[str, ...] = field(default=())
     # Parameter sets the runtime chooses among by timing them on the real shapes (batched: per GEMM).
     candidates: tuple[tuple[tuple[str, int], ...], ...] = ()
-    # Which of its suite's host runners executes it (the suite dispatches on this, never on the name):
-    # gemm: kernel | numpy; mlp: sequential | launches | fused | batched-numpy | batched | batched-cublas |
+    # Which of its workload's host runners executes it (the workload dispatches on this, never on the name):
+    # gemm: kernel | numpy; train: sequential | launches | fused | batched-numpy | batched | batched-cublas |
     # batched-wgmma;
-    # conv: direct | constant | unroll | implicit | numpy | lenet; conv-backward: unroll | direct | implicit;
-    # pool: pool.
+    # conv: direct | constant | unroll | implicit | numpy | lenet (forward, model), unroll | direct | implicit
+    # (backward), pool (pool).
     runner: str = "kernel"
     # The arithmetic (runtime.device.PRECISIONS): which ceiling its %peak is taken against, and the
     # label its rows carry.
@@ -88,6 +88,10 @@ class Variant:
     # gemm: the kernel splits K over gridDim.z where the tiles alone leave SMs idle (its file says how the
     # slices of a tile share C, in one launch)
     split_k: bool = False
+    # The finer split within a workload, where it has one: conv's forward | backward | pool | model, train's
+    # per-sample | mini-batch; "" for gemm and a user's kernel. It selects (the conv command's --backward, the
+    # sweepable variants), it is never part of a record or a case key: a variant's name is unique in its workload.
+    kind: str = ""
 
     def target(self, device_arch: str) -> str:
         """The architecture to build for on a device of `device_arch`."""
@@ -257,7 +261,7 @@ WGMMA_TILES = dict(
             param("BN", 128, (64, 128), "block tile columns: the wgmma's n"),
             param("BK", 32, (32,), "k-slice per stage: one 128-byte swizzle row of TF32"),
             param("STAGES", 4, (2, 3, 4, 5, 6), "depth of the shared-memory ring the producer fills"),
-            param("ADAPT", 1, (0, 1), "1: the host picks BN and split-K per shape (suites/gemm.py, step9_tile), and "
+            param("ADAPT", 1, (0, 1), "1: the host picks BN and split-K per shape (workloads/gemm.py, step9_tile), and "
                "for GEMM step 9 the transposed kernel where M <= 128 and N >= 2048 (wide_plan); 0: BN as given "
                "everywhere, the main kernel always")),
     derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"),
@@ -285,16 +289,19 @@ WGMMA_GEMM_TILES = dict(
 )
 
 
-def of_suite(variants, suite: str, backend: str | None = None) -> list[Variant]:
-    return [v for v in variants if v.suite == suite and (backend is None or v.backend == backend)]
+def of_workload(variants, workload: str, backend: str | None = None, kinds: tuple[str, ...] | None = None
+                ) -> list[Variant]:
+    """The variants of one workload, on one backend, of some kinds (None: any of each)."""
+    return [v for v in variants if v.workload == workload and (backend is None or v.backend == backend)
+            and (kinds is None or v.kind in kinds)]
 
 
-def find(variants, suite: str, name: str) -> Variant:
+def find(variants, workload: str, name: str) -> Variant:
     for v in variants:
-        if v.suite == suite and v.name == name:
+        if v.workload == workload and v.name == name:
             return v
-    names = ", ".join(v.name for v in variants if v.suite == suite)
-    raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {names}")
+    names = ", ".join(v.name for v in variants if v.workload == workload)
+    raise NnbenchError(f"--variant {name}: unknown {workload} variant; choose from {names}")
 
 
 def param_union(variants) -> list[Param]:

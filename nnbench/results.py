@@ -24,11 +24,12 @@ from nnbench.errors import NnbenchError
 from nnbench.version import __version__
 from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT  # noqa: F401 (statuses live here)
 
-# One schema for every workload: any row of any suite can be read, compared and plotted alone.
+# One schema for every workload: any row of any workload can be read, compared and plotted alone. `workload` is
+# the package that ran it (gemm, train, conv, kernel: nnbench/workloads/).
 # `shape` is the problem's label, `problem` its axes as "KEY=VALUE ..." text (M=.. N=.. K=.. for a
 # GEMM; N C H W K R stride pad for a convolution; net, layers and batch for training), `unit` what
 # one timed sample is (launch, iteration, step), and median_ms is per that unit.
-IDENTITY = ["suite", "variant", "step", "params", "precision", "shape", "problem", "unit", "sweep"]
+IDENTITY = ["workload", "variant", "step", "params", "precision", "shape", "problem", "unit", "sweep"]
 MEASUREMENT = ["median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "samples", "reps", "noise",
                "converged", "cold", "timing", "sm_clock_mhz", "gpu_ms", "wall_ms", "setup_ms"]
 # NVML over the timed window (nnbench/measure.py, nnbench/runtime/nvml.py); empty on the CPU backend.
@@ -72,7 +73,14 @@ RAW = ["samples_ms"]
 csv.field_size_limit(2**31 - 1)
 FIELDS = (IDENTITY + MEASUREMENT + TELEMETRY + DERIVED + RESOURCES + TUNING + VERIFICATION + TRAINING + CONVOLUTION
           + ENVIRONMENT + RAW)
-FIELDS_BEFORE_PROVENANCE = [f for f in FIELDS if f not in PROVENANCE]  # files written before: they load, and rerun
+
+# What older files call by another name, read as today's (`upgrade_row`, `upgrade_frame`): the column `suite` is
+# `workload`, and the registry's family names that rows once carried are the workload they belong to. A file of
+# either age loads, resumes and compares; a file is only ever written with today's names.
+OLD_COLUMNS = {"suite": "workload"}
+OLD_WORKLOADS = {"mlp": "train", "mlp-batched": "train", "conv-backward": "conv", "pool": "conv", "conv-model": "conv"}
+FIELDS_BEFORE_WORKLOAD = [{v: k for k, v in OLD_COLUMNS.items()}.get(f, f) for f in FIELDS]
+FIELDS_BEFORE_PROVENANCE = [f for f in FIELDS_BEFORE_WORKLOAD if f not in PROVENANCE]  # they load, and rerun
 
 # status values: PASS (verified, timed), FAIL (wrong answer, also on the last timed batch, fresh buffers, or
 # inputs the kernel edited; timed anyway), SUSPECT (right answer, but a timing beyond the device's roofline
@@ -119,11 +127,11 @@ def slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "-", text).strip("-").lower() or "device"
 
 
-def default_path(suite: str, gpu: str) -> Path:
-    """results/<suite>-<gpu>-<timestamp>.csv: a name, not a reservation. A sink opened in UNIQUE
-    mode takes it, or the next free `-N` after it, atomically (two runs in the same second)."""
+def default_path(name: str, gpu: str) -> Path:
+    """results/<name>-<gpu>-<timestamp>.csv (a command's or a sweep's name): a name, not a reservation. A sink
+    opened in UNIQUE mode takes it, or the next free `-N` after it, atomically (two runs in the same second)."""
     stamp = dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return paths.RESULTS / f"{suite}-{slug(gpu)}-{stamp}.csv"
+    return paths.RESULTS / f"{name}-{slug(gpu)}-{stamp}.csv"
 
 
 
@@ -260,15 +268,15 @@ class NullSink:
         pass
 
 
-def case_key(suite: str, variant: str, params: str, shape: str, cold) -> str:
-    """What makes two rows the same case, for resuming a sweep and for regression verdicts: the variant, its
-    parameters (`case_params`, never the display text around them) and the problem."""
+def case_key(workload: str, variant: str, params: str, shape: str, cold) -> str:
+    """What makes two rows the same case, for resuming a sweep and for regression verdicts: the workload, the
+    variant, its parameters (`case_params`, never the display text around them) and the problem."""
     mode = "cold" if str(cold).lower() in ("true", "1") else "hot"
-    return f"{suite}|{variant}|{case_params(suite, variant, params)}|{shape}|{mode}"
+    return f"{workload}|{variant}|{case_params(workload, variant, params)}|{shape}|{mode}"
 
 
 @lru_cache(maxsize=4096)
-def case_params(suite: str, variant: str, params: str) -> str:
+def case_params(workload: str, variant: str, params: str) -> str:
     """The parameters of a `params` cell as identity: its NAME=VALUE tokens, sorted, without a parameter that
     the registry's row for the variant sets to its default. The cell is also display text: what the host
     did follows " · " (step 9's "· TMA, split-K 2"), and a parameter added to a variant later is absent from
@@ -278,7 +286,8 @@ def case_params(suite: str, variant: str, params: str) -> str:
     tokens = text.split()
     if not tokens or not all(re.fullmatch(r"\w+=-?\w+", t) for t in tokens):
         return text
-    defaults = next((v.defaults() for v in workloads.all_variants() if v.suite == suite and v.name == variant), {})
+    defaults = next((v.defaults() for v in workloads.all_variants() if v.workload == workload and v.name == variant),
+                    {})
     pairs = (t.split("=", 1) for t in tokens)
     return " ".join(sorted(f"{k}={v}" for k, v in pairs if str(defaults.get(k)) != v))
 
@@ -288,7 +297,24 @@ def case_key_of(row: dict) -> str:
     # called it and how; the case is the same either way.
     vendor = str(row.get("step") if row.get("step") is not None else "") in ("", "nan")
     params = "" if vendor else (row.get("params") or "")
-    return case_key(row.get("suite") or "", row.get("variant") or "", params, row.get("shape") or "", row.get("cold"))
+    return case_key(row.get("workload") or "", row.get("variant") or "", params, row.get("shape") or "",
+                    row.get("cold"))
+
+
+def upgrade_row(row: dict) -> dict:
+    """A row or record as read from a file of any age, in today's names (OLD_COLUMNS, OLD_WORKLOADS)."""
+    out = {OLD_COLUMNS.get(k, k): v for k, v in row.items() if k not in OLD_COLUMNS or OLD_COLUMNS[k] not in row}
+    if out.get("workload") in OLD_WORKLOADS:
+        out["workload"] = OLD_WORKLOADS[out["workload"]]
+    return out
+
+
+def upgrade_frame(df):
+    """A DataFrame read from a result file of any age, in today's names (see upgrade_row)."""
+    df = df.rename(columns={k: v for k, v in OLD_COLUMNS.items() if k in df.columns and v not in df.columns})
+    if "workload" in df.columns:
+        df["workload"] = df["workload"].replace(OLD_WORKLOADS)
+    return df
 
 
 NUMERIC = {"median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms", "noise", "sm_clock_mhz", "gpu_ms", "wall_ms",
@@ -347,7 +373,8 @@ def _csv_value(v):
 
 
 def read_csv(path, **options):
-    """A result CSV as a DataFrame; every way it can be unreadable is one NnbenchError naming it."""
+    """A result CSV as a DataFrame, in today's column names (upgrade_frame); every way it can be unreadable is one
+    NnbenchError naming it."""
     import pandas as pd
 
     from nnbench import safeio
@@ -355,7 +382,7 @@ def read_csv(path, **options):
     try:
         # pandas 3 reads every column into a block of its own; copy() joins them, or the first column a
         # caller adds (report's _file) meets a 125-block frame and pandas warns that it is fragmented
-        return pd.read_csv(path, encoding="utf-8", **options).copy()
+        return upgrade_frame(pd.read_csv(path, encoding="utf-8", **options).copy())
     except FileNotFoundError:
         raise NnbenchError(f"{path}: no such file") from None
     except IsADirectoryError:

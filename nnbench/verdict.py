@@ -1,6 +1,6 @@
 """Regression verdicts: a current result file against a baseline, case by case, on raw samples.
 
-A case is the same case on both sides when suite, variant, params, shape and hot/cold agree
+A case is the same case on both sides when workload, variant, params, shape and hot/cold agree
 (`results.case_key_of`). Where a file holds a case twice (a resumed sweep, a retried ERROR), the
 last row counts, and the file's `notes` say how many cases had more than one row. Either side may
 be a result CSV or a `--json` results file (nnbench/rawresults.py).
@@ -69,7 +69,7 @@ from nnbench.runtime.nvml import THROTTLE_NAMES
 VERDICTS = ("SLOWER", "UNSTABLE", "AMBIGUOUS", "FAILED", "INVALID", "MISSING", "NEW", "SKIPPED", "FASTER", "SAME")
 GATING = {"SLOWER", "FAILED", "INVALID", "MISSING", "UNSTABLE", "AMBIGUOUS"}
 UNSURE = {"UNSTABLE", "AMBIGUOUS"}
-NEEDED = ["suite", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", "status"]
+NEEDED = ["workload", "variant", "params", "shape", "cold", "median_ms", "iqr_ms", "status"]
 MIN_SAMPLES = 5  # per side; with fewer, not even complete separation is evidence (4 vs 4: p >= 0.014)
 ALPHA = 0.001  # the rank test's level: with ~60 cases a run, about one case in 17 runs would pass it by chance
 CI_LEVEL = 0.99  # of each median's distribution-free confidence interval
@@ -195,7 +195,7 @@ class Verdict:
     cur_ms: float | None = None
     noise_ms: float | None = None
     why: str = ""
-    suite: str = ""
+    workload: str = ""
     method: str = ""  # "rank": compare_samples on raw samples; "iqr": the older rule, a side had none
     p_value: float | None = None
     base_n: int | None = None
@@ -231,7 +231,7 @@ def load(path: Path) -> pd.DataFrame:
         df = df[valid]
     if "step" not in df.columns:
         df["step"] = ""
-    ident = ["suite", "variant", "step", "params", "shape", "cold"]
+    ident = ["workload", "variant", "step", "params", "shape", "cold"]
     df[ident] = df[ident].fillna("").astype(str)
     df["step"] = [s[:-2] if s.endswith(".0") else s for s in df["step"]]  # pandas reads 3 as 3.0
     df["key"] = [results.case_key_of(dict(zip(ident, row))) for row in df[ident].itertuples(index=False)]
@@ -348,7 +348,7 @@ def compare(base: pd.DataFrame, cur: pd.DataFrame, tolerance: float, alpha: floa
         b = base.loc[key] if key in base.index else None
         c = cur.loc[key] if key in cur.index else None
         ref = c if c is not None else b
-        v = Verdict(str(ref["variant"]), str(ref["params"]), str(ref["shape"]), "", suite=str(ref["suite"]))
+        v = Verdict(str(ref["variant"]), str(ref["params"]), str(ref["shape"]), "", workload=str(ref["workload"]))
         out.append(v)
         b_bad = _bad_stats(b, "the baseline's") if b is not None and b["status"] in results.TIMED else None
         c_bad = _bad_stats(c, "the current") if c is not None and c["status"] in results.TIMED else None
@@ -402,13 +402,13 @@ def gated(verdicts: list[Verdict], allow_missing: bool = False, allow_unstable: 
 
 
 def geomean_change(verdicts: list[Verdict]) -> dict[str, tuple[float, int]]:
-    """Per suite: the geometric mean of current / baseline medians over the cases measured on both
+    """Per workload: the geometric mean of current / baseline medians over the cases measured on both
     sides, as a relative change (+0.02 is 2% slower), and how many cases it covers."""
     logs: dict[str, list[float]] = {}
     for v in verdicts:
         if v.base_ms and v.cur_ms and v.base_ms > 0 and v.cur_ms > 0:
-            logs.setdefault(v.suite, []).append(math.log(v.cur_ms / v.base_ms))
-    return {suite: (math.exp(sum(x) / len(x)) - 1, len(x)) for suite, x in logs.items()}
+            logs.setdefault(v.workload, []).append(math.log(v.cur_ms / v.base_ms))
+    return {workload: (math.exp(sum(x) / len(x)) - 1, len(x)) for workload, x in logs.items()}
 
 
 def test_label(v: Verdict) -> str:

@@ -66,6 +66,23 @@ def mapping(path: Path, node: yaml.Node, what: str, allowed: list[str] | None = 
     return out
 
 
+# A config key's older name, read as today's (`renamed`): `suite:` named the workload before the word was one.
+OLD_KEYS = {"suite": "workload"}
+
+
+def renamed(path: Path, node: yaml.Node, what: str, old: dict[str, str] = OLD_KEYS) -> yaml.Node:
+    """`node` with each older key name given today's, in place, so a config written before a rename loads as one
+    written after; both names given is one line naming the key."""
+    if isinstance(node, yaml.MappingNode):
+        keys = {k.value for k, _ in node.value}
+        for k, _ in node.value:
+            if k.value in old:
+                if old[k.value] in keys:
+                    raise fail(path, k, f"{what}: {k.value} is the old name of {old[k.value]}; give one of them")
+                k.value = old[k.value]
+    return node
+
+
 def sequence(path: Path, node: yaml.Node, what: str) -> list[yaml.Node]:
     if not isinstance(node, yaml.SequenceNode):
         raise fail(path, node, f"{what}: expected a list")

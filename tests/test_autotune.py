@@ -203,7 +203,7 @@ def test_conv_candidates_lead_with_the_fixed_rule_and_keep_slices_long_enough():
     assert all(k_blocks // c["SPLIT"] >= conv_launch.TUNE_MIN_K_BLOCKS for c in cands if c["SPLIT"] > 1)
     small = ConvShape(1, 4, 8, 8, 8, 3, 1, 1)  # 36 taps: one k-block, never split
     assert {c["SPLIT"] for c in conv_launch.forward_candidates(v, p, small, 132)} == {1}
-    back = registry.find(CONV_VARIANTS, "conv-backward", "implicit-wgmma-backward")
+    back = registry.find(CONV_VARIANTS, "conv", "implicit-wgmma-backward")
     bc = conv_launch.backward_candidates(back, back.defaults(), ConvShape(32, 64, 56, 56, 128, 3, 2, 1), 132)
     assert {c["DATA_SPLIT"] for c in bc} == {1}  # a strided layer's phases fill gridDim.z
 

@@ -106,9 +106,9 @@ LEAVES = st.one_of(st.none(), st.booleans(), st.integers(min_value=-2**70, max_v
 VALUES = st.recursive(LEAVES, lambda inner: st.one_of(st.lists(inner, max_size=3),
                                                       st.dictionaries(st.text(max_size=6), inner, max_size=3)),
                       max_leaves=8)
-BASE = {"name": "prop", "suite": "gemm", "shapes": [[9, 8, 7]], "timing": {"budget": 0.01},
+BASE = {"name": "prop", "workload": "gemm", "shapes": [[9, 8, 7]], "timing": {"budget": 0.01},
         "variants": {"coarsened": {"axes": {"ts": [16, 32], "wpt": [1, 2]}, "restrict": ["ts % wpt == 0"]}}}
-SPOTS = [("name",), ("suite",), ("shapes",), ("timing",), ("timing", "budget"), ("timing", "rtol"), ("seed",),
+SPOTS = [("name",), ("workload",), ("shapes",), ("timing",), ("timing", "budget"), ("timing", "rtol"), ("seed",),
          ("variants",), ("variants", "coarsened"), ("variants", "coarsened", "axes"),
          ("variants", "coarsened", "axes", "ts"), ("variants", "coarsened", "restrict"), ("baseline",), ("cublas",),
          ("bogus",)]

@@ -209,7 +209,8 @@ def test_sweep_device_on_cpu_creates_nothing(tmp_path):
 
 
 def test_report_errors_come_without_a_warning(good, tmp_path):
-    one_line_error(invoke("report", good[0], "--suite", "nosuch", "--html", tmp_path / "r.html"), "--suite nosuch")
+    one_line_error(invoke("report", good[0], "--workload", "nosuch", "--html", tmp_path / "r.html"),
+                   "--workload nosuch")
     one_line_error(invoke("report", good[0], "--variant", "nosuch", "--json", tmp_path / "r.jsonl"), "--variant")
 
 

@@ -166,7 +166,7 @@ def test_train_sequential_on_the_cpu(tmp_path):
     assert "sequential: 52 of 104 it, error " in res.output
     rows = list(csv.DictReader(path.open()))
     assert list(rows[0].keys()) == results.FIELDS
-    assert rows[0]["variant"] == "sequential" and rows[0]["suite"] == "train"
+    assert rows[0]["variant"] == "sequential" and rows[0]["workload"] == "train"
     assert rows[0]["iterations"] == "104" and rows[0]["test_samples"] == "104"
 
 

@@ -39,11 +39,12 @@ def test_every_shipped_kernel_compiles(arch, cache):
     reqs.append(cc.CompileRequest.make(paths.KERNELS / "conv/08_lenet.cu", {}, arch))  # LeNet-5's elementwise work
     reqs += [cc.CompileRequest.make(paths.ROOT / "tests/kernels/planted.cu", {"MODE": m}, arch) for m in (1, 2)]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target(arch))
-             for v in workloads.suite_variants("mlp", "cuda") if v.params for params in _param_sets(v, every_choice)]
+             for v in workloads.variants_of("train", "cuda") if v.params for params in _param_sets(v, every_choice)]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, {}, arch)
-             for suite in ("mlp", "conv") for v in workloads.suite_variants(suite, "cuda") if not v.params]
+             for v in workloads.variants_of("train", "cuda") + workloads.variants_of("conv", "cuda", ("forward",))
+             if not v.params]
     reqs += [cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target(arch))
-             for suite in ("conv", "conv-backward", "pool") for v in workloads.suite_variants(suite, "cuda") if v.params
+             for v in workloads.variants_of("conv", "cuda", ("forward", "backward", "pool")) if v.params
              for params in _param_sets(v, every_choice)]
     out = cc.compile_many(reqs, cache=cache, return_errors=True)
     errors = [str(o) for o in out if isinstance(o, CompileError)]
@@ -59,7 +60,7 @@ def test_every_shipped_kernel_compiles(arch, cache):
 
 def test_every_variant_default_is_shipped():
     shipped = {(c.variant.name, c.params) for c in CFG.cases}
-    for v in workloads.suite_variants("gemm", "cuda"):
+    for v in workloads.variants_of("gemm", "cuda"):
         assert (v.name, tuple(v.defaults().items())) in shipped, f"{v.name} defaults are not in configs/gemm.yaml"
 
 

@@ -68,7 +68,7 @@ def backward_row(monkeypatch, cheat: Cheat, rtol=None, off=()):
                                  lambda: conv_backward_reference(layer.X, layer.Wt, bufs["dY"], SHAPE.stride,
                                                                  SHAPE.pad))
     monkeypatch.setattr(conv, "direct_backward_launch", launch)
-    return row(monkeypatch, registry.find(VARIANTS, "conv-backward", "direct-backward"), rtol, off)
+    return row(monkeypatch, registry.find(VARIANTS, "conv", "direct-backward"), rtol, off)
 
 
 def row(monkeypatch, v, rtol, off) -> dict:

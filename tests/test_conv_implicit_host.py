@@ -14,7 +14,7 @@ from nnbench.workloads.conv import session as conv
 ConvShape = conv_problem.ConvShape
 
 FORWARD = workloads.get("conv", "implicit-wgmma")
-BACKWARD = workloads.get("conv-backward", "implicit-wgmma-backward")
+BACKWARD = workloads.get("conv", "implicit-wgmma-backward")
 
 
 def _device(cc):

@@ -41,7 +41,7 @@ FIRST = {v.source: v for v in reversed(VARIANTS)}
 
 
 @pytest.mark.skipif(CPP is None, reason="no host C++ preprocessor (g++) on PATH")
-@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: f"{v.suite}/{v.name}")
+@pytest.mark.parametrize("v", VARIANTS, ids=lambda v: f"{v.workload}/{v.name}")
 def test_kernel_defaults_equal_the_registry(v):
     if FIRST[v.source] is not v:
         pytest.skip(f"{v.source} serves several variants; its defaults are {FIRST[v.source].name}'s")

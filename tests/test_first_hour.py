@@ -196,7 +196,7 @@ def test_a_result_file_without_rows_is_removed(tmp_path):
     sink.close()
     assert not (tmp_path / "a.csv").exists()
     sink = results.CsvSink(tmp_path / "b.csv")
-    sink.append({"suite": "gemm", "status": "PASS"})
+    sink.append({"workload": "gemm", "status": "PASS"})
     sink.close()
     assert len((tmp_path / "b.csv").read_text().splitlines()) == 2
     sink = results.CsvSink(tmp_path / "b.csv", mode=safeio.APPEND)  # a resume that adds nothing keeps the file

@@ -52,7 +52,7 @@ def test_run_yields_schema_records():
 
 
 def test_every_registered_variant_is_consistent():
-    for v in workloads.suite_variants("gemm"):
+    for v in workloads.variants_of("gemm"):
         p = v.defaults()
         assert not v.problems(p), (v.name, v.problems(p))
         if v.source:

@@ -40,8 +40,8 @@ def two_runs(workload, backend, cases, problems, rtol, path):
 
 def test_conv_layers_are_tuned_then_taken_from_the_cache(cuda_backend, tmp_path):
     layers = conv_problem.load_sets()["resnet"][:2]
-    cases = [Case.defaults(v) for v in workloads.suite_variants("conv") if v.name == "implicit-wgmma"]
-    cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward") if v.runner == "implicit"]
+    cases = [Case.defaults(v) for v in workloads.variants_of("conv") if v.name == "implicit-wgmma"]
+    cases += [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",)) if v.runner == "implicit"]
     (first, timed), (second, untimed) = two_runs(conv.WORKLOAD, cuda_backend, cases, layers, conv_problem.DEFAULT_RTOL,
                                                  tmp_path / "autotune.json")
     assert timed > 0 and untimed == 0

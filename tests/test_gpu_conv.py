@@ -43,7 +43,7 @@ def test_pooling(cuda_backend, mode, shape, S):
 def test_backward_paths_match_the_reference(cuda_backend, set_name):
     """dX and dW of both backward paths against float64 (both poisoned first)."""
     shapes = conv_problem.load_sets()[set_name][:2]
-    cases = [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
+    cases = [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",))]
     recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, shapes, FAST, conv_problem.DEFAULT_RTOL, seed=0,
                             vendor=False))
     assert len(recs) == len(cases) * len(shapes)
@@ -57,7 +57,7 @@ def test_every_path_passes_the_audits(cuda_backend):
     (nnbench/audit.py)."""
     shape = ConvShape(2, 3, 13, 11, 5, 3, 1, 1)
     cases = [Case(v, tuple(p.items())) for v, p in conv.plan([], "cuda", {})] + \
-        [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
+        [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",))]
     recs = list(harness.run(conv.WORKLOAD, cuda_backend, cases, [shape], FAST, conv_problem.DEFAULT_RTOL, seed=0,
                             vendor=False))
     assert len(recs) == len(cases)
@@ -125,7 +125,7 @@ def test_a_kernel_that_skips_an_output_channel_fails_verification(cuda_backend, 
     assert bad["status"] == "FAIL" and bad["rel_err"] > limit
 
 
-IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv-backward", "implicit-wgmma-backward")]
+IMPLICIT = [("conv", "implicit-wgmma"), ("conv", "implicit-wgmma-tf32"), ("conv", "implicit-wgmma-backward")]
 ODD_LAYERS = [ConvShape(1, 1, 5, 5, 1, 1), ConvShape(5, 7, 17, 19, 130, 3, 3, 1),
               ConvShape(2, 64, 15, 15, 64, 3, 1, 1), ConvShape(3, 4, 9, 10, 66, 2, 2, 0),
               ConvShape(1, 130, 7, 7, 3, 3, 1, 2), ConvShape(2, 3, 12, 12, 5, 3, 2, 1),
@@ -158,13 +158,13 @@ def test_implicit_gemm_paths_on_odd_layers(cuda_backend, suite, name):
 
 @pytest.mark.parametrize("suite,name,defect,shape", [
     ("conv", "implicit-wgmma", "drop_tap", ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
-    ("conv-backward", "implicit-wgmma-backward", "drop_tap", ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
+    ("conv", "implicit-wgmma-backward", "drop_tap", ConvShape(3, 5, 13, 11, 7, 3, 1, 1)),
     # the data gradient in 2 slices of K (conv_data_slices), the last one never added
-    ("conv-backward", "implicit-wgmma-backward", "drop_slice", ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
+    ("conv", "implicit-wgmma-backward", "drop_slice", ConvShape(1, 20, 11, 13, 128, 3, 1, 1)),
     # the forward's K in 2 slices as cluster pairs (conv_forward_pair), rank 1's share never added
     ("conv", "implicit-wgmma", "pair_drop", ConvShape(1, 130, 7, 7, 3, 3, 1, 2)),
     # the data gradient's filters by tensor map from their transposed copy (K*R*R a multiple of 4, stride 1)
-    ("conv-backward", "implicit-wgmma-backward", "transpose", ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
+    ("conv", "implicit-wgmma-backward", "transpose", ConvShape(2, 6, 13, 11, 8, 3, 1, 1))])
 def test_an_implicit_path_with_a_planted_defect_fails_verification(cuda_backend, suite, name, defect, shape,
                                                                   tmp_path):
     """Patched with a test-only defect (tests/mutants.py; drop_tap: the last filter tap is gathered as zero;

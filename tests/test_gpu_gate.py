@@ -36,7 +36,7 @@ def test_gate_catches_planted_slowdowns_in_train_and_conv(cuda_backend, tmp_path
     assert res.exit_code == 0, res.output
     with open(base) as f:
         rows = list(csv.DictReader(f))
-    assert {(r["suite"], r["variant"], r["status"]) for r in rows} == {("train", "fused", "PASS"),
+    assert {(r["workload"], r["variant"], r["status"]) for r in rows} == {("train", "fused", "PASS"),
                                                                       ("conv", "direct", "PASS")}
     same = runner.invoke(cli, ["check", "--run", str(cfg), "--baseline", str(base), "--out", str(tmp_path / "a.csv")])
     assert same.exit_code == 0, same.output

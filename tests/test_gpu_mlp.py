@@ -308,7 +308,7 @@ def test_a_graph_missing_one_launch_fails_the_check(cuda_backend, batched_compil
     """The graph versions are checked through their graphs: each step's graph holds every launch of
     the step (as many kernels as launches), and a graph captured without the step's last launch (the
     update) fails the check against float64 while the whole one passes."""
-    v = workloads.get("mlp", name)
+    v = workloads.get("train", name)
     if v.arch_problem(cuda_backend.device):
         pytest.skip(v.arch_problem(cuda_backend.device))
     layers = nets.get("1").layers

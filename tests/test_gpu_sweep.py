@@ -47,7 +47,7 @@ def test_small_sweep_end_to_end(tmp_path):
     cfg.write_text(SMALL)
     spec = config.load_sweep(cfg)
     out = tmp_path / "r.csv"
-    outcome = sweep.execute(spec, "cuda", out)
+    outcome = sweep.execute(spec, sweep.RunOptions("cuda", out))
     got = rows(out)
     # per shape: cuBLAS FP32 and TF32, naive, tiled x3 (TS 8, 16, 32), coarsened x3 (WPT 2, 4, 8)
     assert len(got) == 2 * (2 + 1 + 3 + 3)
@@ -76,7 +76,7 @@ def test_planted_fault_and_hang_are_recorded_and_survived(tmp_path):
              Case(planted, (("MODE", 2),)), Case(tiled, (("TS", 8),))]
     spec = replace(spec, cases=cases, shapes=[gemm.Shape(64, 64, 64)], vendor=False, watchdog_s=10.0)
     out = tmp_path / "r.csv"
-    outcome = sweep.execute(spec, "cuda", out)
+    outcome = sweep.execute(spec, sweep.RunOptions("cuda", out))
     got = {(r["variant"], r["params"]): r for r in rows(out)}
     assert len(got) == 5
     fault = got["planted", "MODE=1"]

@@ -463,7 +463,7 @@ def test_ctrl_c_in_training_keeps_a_row_for_the_version_in_progress(tmp_path):
     assert rc == 130 and "Traceback" not in err, err
     got = rows(out)
     assert len(got) == 1 and got[0]["status"] == "ERROR" and "interrupted (Ctrl-C) after" in got[0]["error"]
-    assert int(got[0]["iterations"]) > 0 and got[0]["variant"] == "sequential" and got[0]["suite"] == "train"
+    assert int(got[0]["iterations"]) > 0 and got[0]["variant"] == "sequential" and got[0]["workload"] == "train"
 
 
 # -- the pieces ------------------------------------------------------------------------------------------

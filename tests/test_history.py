@@ -389,7 +389,7 @@ def test_check_against_history_baseline_pools_samples():
     import pandas as pd
     runs = synthetic.history(6, {}, samples=30, cases={"tiled": 0.25})
     pts = pd.DataFrame([{"gpu": r.gpu, "key": r.cases[0].key, "commit": r.commit_sha, "at": r.run_time,
-                         "suite": "gemm", "variant": "tiled", "params": "TS=32", "shape": "s",
+                         "workload": "gemm", "variant": "tiled", "params": "TS=32", "shape": "s",
                          "median_ms": r.cases[0].fields["median_ms"], "iqr_ms": 0.001, "runs": 1,
                          "run_medians": [r.cases[0].fields["median_ms"]],
                          "samples": __import__("numpy").asarray(r.cases[0].samples_ms)} for r in runs])

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from nnbench import results
 from nnbench.cli import cli
 
 SOURCE = Path("docs/data/figures/ci_again.csv")
@@ -28,14 +29,14 @@ COLUMNS = ["variant", "params", "shape", "error", "timestamp", "gpu", "git_sha",
 
 
 def hostile_csv(tmp_path: Path, name: str = "evil<img src=x onerror=window.__pwned=7>.csv") -> Path:
-    """The H100 gate run with the gemm rows' suite and every text column carrying every payload."""
+    """The H100 gate run with the gemm rows' workload and every text column carrying every payload."""
     pd = pytest.importorskip("pandas")
-    df = pd.read_csv(SOURCE)
-    df.loc[df["suite"] == "gemm", "suite"] = "gemm" + EVIL
+    df = results.upgrade_frame(pd.read_csv(SOURCE))  # a file of either age, in today's column names
+    df.loc[df["workload"] == "gemm", "workload"] = "gemm" + EVIL
     for c in COLUMNS:
         if c in df:
             df[c] = df[c].astype(str) + EVIL
-    df.loc[df["suite"] == "conv", "status"] += EVIL  # the others keep theirs, so their figures are drawn
+    df.loc[df["workload"] == "conv", "status"] += EVIL  # the others keep theirs, so their figures are drawn
     out = tmp_path / name
     df.to_csv(out, index=False)
     return out

@@ -64,7 +64,7 @@ def test_the_page_is_self_contained(tmp_path):
     text = _report(tmp_path, str(CURRENT), "--baseline", str(BASELINE)).read_text()
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text)  # nothing fetched from elsewhere
     for needle in ("NVIDIA H100 80GB HBM3", "Gate verdicts", "the gate <b>passes</b>", "DataTable(",
-                   f"nnbench report {CURRENT} --suite gemm --plot roofline --out "
+                   f"nnbench report {CURRENT} --workload gemm --plot roofline --out "
                    "gemm-roofline.png",
                    'id="fig-gemm-roofline"', 'id="fig-conv-conv"', 'id="fig-train-train"',
                    'id="rows-gemm"', 'id="rows-train"', 'id="rows-conv"'):

@@ -36,12 +36,12 @@ def valid(path, kind: str) -> list[dict]:
     return objs[1:]
 
 
-def result_csv(path, variants=("a", "b"), suite="gemm"):
+def result_csv(path, variants=("a", "b"), workload="gemm"):
     rng = np.random.default_rng(3)
     sink = results.CsvSink(path)
     for v in variants:
         ms = list(1.0 + 0.01 * rng.random(12))
-        sink.append(dict(suite=suite, variant=v, params="", shape="33×17×9", cold=False, status="PASS", gpu="cpu",
+        sink.append(dict(workload=workload, variant=v, params="", shape="33×17×9", cold=False, status="PASS", gpu="cpu",
                          backend="cpu", git_sha="abc", timestamp="2026-11-24T00:00:00+00:00", rtol=5e-5, rel_err=1e-7,
                          unit="launch", **measure.summarize(ms).as_record()))
     sink.close()
@@ -143,9 +143,10 @@ def test_check_json_keeps_the_format_json_document(tmp_path):
 # -- report ---------------------------------------------------------------------------------------
 def test_report_json_keeps_the_selected_rows_typed_with_their_samples(tmp_path):
     a = result_csv(tmp_path / "a.csv", ("x", "y"))
-    c = result_csv(tmp_path / "c.csv", ("z",), suite="conv")
+    c = result_csv(tmp_path / "c.csv", ("z",), workload="conv")
     out = tmp_path / "r.jsonl"
-    res = CliRunner().invoke(cli, ["report", str(a), str(c), "--suite", "gemm", "--variant", "y", "--json", str(out)])
+    res = CliRunner().invoke(cli, ["report", str(a), str(c), "--workload", "gemm", "--variant", "y", "--json",
+                                   str(out)])
     assert res.exit_code == 0, res.output
     (rec,) = valid(out, "results")
     assert rec["variant"] == "y" and isinstance(rec["samples"], int) and rec["cold"] is False
@@ -189,7 +190,7 @@ def test_a_file_of_another_kind_is_refused_by_the_gate(tmp_path):
 def test_results_files_from_before_kinds_still_read(tmp_path):
     old = tmp_path / "old.jsonl"
     sink = rawresults.JsonSink(old)
-    sink.append(dict(suite="gemm", variant="a", shape="1", status="PASS", samples_ms=[1.0, 1.1]))
+    sink.append(dict(workload="gemm", variant="a", shape="1", status="PASS", samples_ms=[1.0, 1.1]))
     sink.close()
     head, *rest = old.read_text().splitlines()
     old.write_text("\n".join([json.dumps({k: v for k, v in json.loads(head).items() if k != "kind"}), *rest]) + "\n")
@@ -210,7 +211,7 @@ def test_a_gpu_profile_line_validates_with_its_timed_record():
     """The GPU fields of a profile (timed record, roofline, ncu) without a GPU: a Profile as the H100 fills it."""
     from nnbench.profiling.profile import KernelProfile, Profile, as_json
     from nnbench.profiling.roofline import Roof, position
-    v = next(x for x in workloads.suite_variants("gemm") if x.name == "tiled")
+    v = next(x for x in workloads.variants_of("gemm") if x.name == "tiled")
     roof = Roof(51.2e12, 3.0e12)
     ms = [0.061, 0.060, 0.062]
     rec = dict(variant="tiled", params="TS=32", shape="4096×4096×4096", status="PASS", unit="launch",
@@ -224,7 +225,7 @@ def test_a_gpu_profile_line_validates_with_its_timed_record():
     line = json.loads(json.dumps(rawresults._jsonable(as_json(prof, env))))
     jsonschema.validate(line, rawresults.schema())
     timed = line["record"]
-    assert timed["raw"]["ms"] == ms and timed["suite"] == "gemm" and timed["gpu"] == env["gpu"]
+    assert timed["raw"]["ms"] == ms and timed["workload"] == "gemm" and timed["gpu"] == env["gpu"]
     assert line["position"]["bound"] == "compute" and line["roof"]["ridge"] == roof.ridge
     assert line["kernels"][0]["loop"] == [672, 2240] and line["ncu"] == {"sm__throughput": 71.2}
 

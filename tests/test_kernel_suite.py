@@ -46,7 +46,7 @@ def one_line_error(res, *needles: str) -> str:
 # -- the examples ---------------------------------------------------------------------------------
 def test_examples_load_into_cases_and_problems():
     va = config.load_config(VECTOR_ADD)[0]
-    assert va.suite == "kernel" and len(va.cases) == 14  # 5 x 3 less BLOCK * ITEMS > 2048
+    assert va.workload_name == "kernel" and len(va.cases) == 14  # 5 x 3 less BLOCK * ITEMS > 2048
     assert [p.as_dict() for p in va.shapes] == [{"N": 1000003}, {"N": 16777216}]
     assert va.shapes[0].flops == 1000003 and va.shapes[0].bytes == 12 * 1000003
     gemm = config.load_config(TILED_GEMM)[0]
@@ -334,7 +334,7 @@ def test_a_reference_named_by_path(tmp_path):
 
 
 @pytest.mark.parametrize("old, new, needle", [
-    ("rtol: 1e-7", "rtol: 1e-7\ncolour: red", "k.yaml:19: top level: unknown key 'colour'; allowed: name, suite"),
+    ("rtol: 1e-7", "rtol: 1e-7\ncolour: red", "k.yaml:19: top level: unknown key 'colour'; allowed: name, workload"),
     ("array: float32, shape: [N], init: normal", "array: float33, shape: [N], init: normal",
      "k.yaml:5: args.a.array: 'float33' is not one of float16, float32"),
     ("init: uniform", "init: gaussian", "k.yaml:6: args.b.init: 'gaussian' is not one of normal, uniform, zeros"),

@@ -295,7 +295,7 @@ def test_batched_numpy_learns_net_1():
 
 
 def test_a_parameter_set_is_parsed_over_the_defaults_and_checked():
-    kcm = workloads.get("mlp", "kcm")
+    kcm = workloads.get("train", "kcm")
     assert kcm.parse_params("") == {"THREADS": 32}
     assert kcm.parse_params("THREADS=1") == {"THREADS": 1}
     for bad, says in (("THREADS=7", "allows THREADS in {1, 32, 64, 128, 256}"), ("WPT=2", "NAME one of THREADS"),

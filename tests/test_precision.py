@@ -42,7 +42,7 @@ def test_every_variant_states_its_precision():
             assert v.precision == FFMA, v.name
     assert workloads.get("gemm", "tf32x3").precision == TF32X3
     assert workloads.get("conv", "unroll").precision == TF32X3
-    assert workloads.get("mlp", "batched").precision == TF32X3
+    assert workloads.get("train", "batched").precision == TF32X3
     assert "precision" in results.FIELDS and "tf32_peak_tflops" in results.FIELDS
 
 

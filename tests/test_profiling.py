@@ -100,7 +100,7 @@ def test_profile_without_a_gpu_reports_resources(tmp_path):
     assert "registers" in res.output and "occupancy" in res.output and "no GPU" in res.output
     for args, needle in ((["gemm", "-v", "naive", "--ts", "32"], "naive does not take TS"),
                          (["gemm", "-v", "numpy"], "runs on the host"),
-                         (["cnn", "-v", "x"], "choose a suite from gemm, train, conv"),
+                         (["cnn", "-v", "x"], "choose a workload from gemm, train, conv"),
                          (["conv", "-v", "x"], "unknown conv variant"),
                          (["conv", "-v", "tiled", "--layer", "1,2,x"], "--layer 1,2,x"),
                          (["gemm", "-v", "tiled", "--arch", "hopper", "--backend", "cpu"], "--arch hopper"),
@@ -174,7 +174,7 @@ def test_no_empty_chart(tmp_path):
     for csv_name, kind, needle in (("ladder_odd.csv", "train", "no verified training row"),
                                    ("train_table_h100.csv", "conv", "no verified convolution row"),
                                    ("ladder_4096.csv", "heatmap", "no variant sweeps two parameters"),
-                                   ("ci_again.csv", "speedup", "several suites (conv, gemm, train)")):
+                                   ("ci_again.csv", "speedup", "several workloads (conv, gemm, train)")):
         out = tmp_path / f"{kind}.png"
         res = CliRunner().invoke(cli, ["report", str(FIGURES / csv_name), "--plot", kind, "--out", str(out)])
         assert res.exit_code == 2 and needle in res.output and len(res.output.strip().splitlines()) == 1, res.output
@@ -235,7 +235,7 @@ def test_profile_a_users_kernel_from_its_config():
     for args, needle in ((["kernel", "-v", "tiled"], "give --config"),
                          (["kernel", "-v", "tiled", "--ts", "64", "--config", cfg], "no case of it"),
                          (["kernel", "-v", "tiled", "--config", cfg, "--problem", "9"], "--problem 9"),
-                         (["gemm", "-v", "tiled", "--config", cfg], "runs suite kernel")):
+                         (["gemm", "-v", "tiled", "--config", cfg], "runs workload kernel")):
         r = CliRunner().invoke(cli, ["profile", *args, "--backend", "cpu"])
         assert r.exit_code == 2 and needle in r.output, (args, r.output)
 

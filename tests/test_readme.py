@@ -18,7 +18,7 @@ def ladder_rows(text: str) -> set[tuple[int, str]]:
 def ladder_mismatch(text: str) -> str | None:
     """What the README's ladder table and the registry disagree on, or None."""
     rows = ladder_rows(text)
-    want = {(v.step, Path(v.source).name) for v in workloads.suite_variants("gemm") if v.source}
+    want = {(v.step, Path(v.source).name) for v in workloads.variants_of("gemm") if v.source}
     if rows == want:
         return None
     return f"README has {sorted(rows - want)} that the registry lacks; lacks {sorted(want - rows)}"

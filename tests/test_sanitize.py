@@ -60,7 +60,7 @@ sys.exit({rc})
     return tmp_path / "args"
 
 
-BASE = {"suite": "gemm", "variant": "tiled", "shape": "257x257x257", "status": None}
+BASE = {"workload": "gemm", "variant": "tiled", "shape": "257x257x257", "status": None}
 PASSED = '{"status": "PASS", "rel_err": 1e-7, "median_ms": 80.0, "gflops": 0.4}'
 
 

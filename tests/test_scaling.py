@@ -158,7 +158,7 @@ def test_two_cpu_workers_report_their_own_overhead(tmp_path):
 
     from .test_sweep import cpu_spec
     spec = cpu_spec(tmp_path, [(32, 32, 32), (96, 96, 96), (64, 64, 64), (48, 48, 48)], budget=0.02)
-    outcome = sweep.execute(spec, "cpu", tmp_path / "r.csv", gpus=[0, 1])
+    outcome = sweep.execute(spec, sweep.RunOptions("cpu", tmp_path / "r.csv", gpus=(0, 1)))
     assert outcome.jobs == 4 and len(outcome.worker_gpu_s) == 2 and min(outcome.worker_gpu_s) > 0
     assert sum(outcome.worker_gpu_s) == pytest.approx(outcome.gpu_s)
     assert outcome.worker_overheads == [pytest.approx(1 - g / outcome.run_s) for g in outcome.worker_gpu_s]

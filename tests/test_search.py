@@ -47,11 +47,11 @@ def test_a_config_the_file_does_not_hold_is_refused(tmp_path, spec):
     other = tmp_path / "other.yaml"
     other.write_text(text)
     with pytest.raises(NnbenchError, match="cases of .* are not in the file, e.g. .* at 1024×1024×1024"):
-        sweep.execute(config.load_sweep(other), out=tmp_path / "r.csv", replay=H100)
+        sweep.execute(config.load_sweep(other), sweep.RunOptions(out=tmp_path / "r.csv", replay=H100))
 
 
 def test_brute_force_replay_returns_every_row_as_measured(tmp_path, spec, truth):
-    outcome = sweep.execute(spec, out=tmp_path / "r.csv", replay=H100)
+    outcome = sweep.execute(spec, sweep.RunOptions(out=tmp_path / "r.csv", replay=H100))
     got = rows(tmp_path / "r.csv")
     assert len(got) == 482 and outcome.jobs == 438 and outcome.skipped == 44
     for r in got:
@@ -65,7 +65,7 @@ def test_brute_force_replay_returns_every_row_as_measured(tmp_path, spec, truth)
 @pytest.mark.parametrize("name", ["random", "tpe", "tpe_halving"])
 def test_a_strategy_evaluates_its_budget_once_each(tmp_path, spec, truth, name):
     run = replace(spec, strategy=name, budget=strategies.Budget(cases=12), vendor=False)
-    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100)
+    outcome = sweep.execute(run, sweep.RunOptions(out=tmp_path / "r.csv", replay=H100))
     got = [r for r in rows(tmp_path / "r.csv") if r["status"] != "SKIP"]
     assert [f["evaluated"] for f in outcome.searches] == [12, 12]
     assert len(got) == 24 and len({results.case_key_of(r) for r in got}) == 24
@@ -81,10 +81,11 @@ def test_a_resumed_random_search_continues_its_sequence(tmp_path, spec):
     """Stop after 7 cases a shape, resume with a budget of 15: the same 15 cases as one run of 15."""
     out, whole = tmp_path / "r.csv", tmp_path / "whole.csv"
     run = replace(spec, strategy="random", vendor=False)
-    sweep.execute(replace(run, budget=strategies.Budget(cases=7)), out=out, replay=H100)
-    again = sweep.execute(replace(run, budget=strategies.Budget(cases=15)), out=out, replay=H100)
+    sweep.execute(replace(run, budget=strategies.Budget(cases=7)), sweep.RunOptions(out=out, replay=H100))
+    again = sweep.execute(replace(run, budget=strategies.Budget(cases=15)),
+                          sweep.RunOptions(out=out, replay=H100))
     assert [f["resumed"] for f in again.searches] == [7, 7]
-    sweep.execute(replace(run, budget=strategies.Budget(cases=15)), out=whole, replay=H100)
+    sweep.execute(replace(run, budget=strategies.Budget(cases=15)), sweep.RunOptions(out=whole, replay=H100))
     assert sorted(results.case_key_of(r) for r in rows(out)) == sorted(results.case_key_of(r) for r in rows(whole))
 
 
@@ -92,8 +93,9 @@ def test_a_resumed_random_search_continues_its_sequence(tmp_path, spec):
 def test_a_resumed_tpe_search_counts_what_is_done(tmp_path, spec, name):
     out = tmp_path / "r.csv"
     run = replace(spec, strategy=name, vendor=False)
-    sweep.execute(replace(run, budget=strategies.Budget(cases=6)), out=out, replay=H100)
-    again = sweep.execute(replace(run, budget=strategies.Budget(cases=14)), out=out, replay=H100)
+    sweep.execute(replace(run, budget=strategies.Budget(cases=6)), sweep.RunOptions(out=out, replay=H100))
+    again = sweep.execute(replace(run, budget=strategies.Budget(cases=14)),
+                          sweep.RunOptions(out=out, replay=H100))
     assert [f["evaluated"] for f in again.searches] == [14, 14] and again.jobs == 16
     keys = [results.case_key_of(r) for r in rows(out) if r["status"] != "SKIP"]
     assert len(keys) == 28 and len(set(keys)) == 28
@@ -171,7 +173,8 @@ def test_several_workers_write_each_case_once(tmp_path, spec):
     its recorded time (the baseline, tiled TS=32, is the slowest: other cases finish before it);
     every case still carries % of cuBLAS and its speedup."""
     run = replace(spec, strategy="random", budget=strategies.Budget(cases=30))
-    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, gpus=[0, 1, 2], replay_scale=20.0)
+    outcome = sweep.execute(run, sweep.RunOptions(out=tmp_path / "r.csv", replay=H100, gpus=(0, 1, 2),
+                                                  replay_scale=20.0))
     got = [r for r in rows(tmp_path / "r.csv") if r["status"] != "SKIP"]
     assert len(got) == 62 and len({results.case_key_of(r) for r in got}) == 62
     assert all(r["pct_vendor"] and r["speedup"] for r in got if r["variant"] != "cublas")
@@ -261,6 +264,6 @@ def test_a_seconds_budget_stops_the_search(tmp_path, spec):
     loaded machine the rounds' own overhead counts against the budget too)."""
     run = replace(spec, strategy="tpe", budget=strategies.Budget(seconds=0.3), vendor=False,
                   shapes=spec.shapes[:1])
-    outcome = sweep.execute(run, out=tmp_path / "r.csv", replay=H100, replay_sleep_ms=50)
+    outcome = sweep.execute(run, sweep.RunOptions(out=tmp_path / "r.csv", replay=H100, replay_sleep_ms=50))
     n = outcome.searches[0]["evaluated"]
     assert 4 <= n <= 13, n

@@ -97,9 +97,9 @@ def test_faster_is_symmetric():
 
 
 # -- check on files with raw samples ---------------------------------------------------------------
-def rec(variant, samples, status="PASS", shape="64×64×64", suite="gemm", **kw):
+def rec(variant, samples, status="PASS", shape="64×64×64", workload="gemm", **kw):
     st = measure.summarize(samples) if samples else None
-    r = dict(suite=suite, variant=variant, params="", shape=shape, cold=False, status=status, gpu="GPU-A",
+    r = dict(workload=workload, variant=variant, params="", shape=shape, cold=False, status=status, gpu="GPU-A",
              backend="cuda", git_sha="abc", timestamp="2026-11-24T00:00:00+00:00", rtol=5e-5, rel_err=1e-7,
              unit="launch", **(st.as_record() if st else {}))
     r.update(kw)
@@ -128,9 +128,9 @@ def files(tmp_path):
     wide = rng.permutation(1.0 + 0.3 * np.linspace(-1, 1, 31))  # median 1.0, spread ±30%
     base = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.0, 0.005, 30))),
             rec("shaky", list(noisy(rng, 1.0, 0.005, 30))),
-            rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+            rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), workload="conv")]
     cur = [rec("steady", list(noisy(rng, 1.0, 0.005, 30))), rec("slowed", list(noisy(rng, 2.4, 0.005, 30))),
-           rec("shaky", list(wide)), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), suite="conv")]
+           rec("shaky", list(wide)), rec("conv1", list(noisy(rng, 3.0, 0.005, 30)), workload="conv")]
     return write_csv(tmp_path / "b.csv", base), write_json(tmp_path / "c.jsonl", cur)
 
 
@@ -432,8 +432,8 @@ def several_runs(tmp_path, rng, runs=10):
     for i in range(runs):
         tiny = 0.016 * (1 + 0.03 * rng.standard_normal())
         steady = 3.45 * (1 + 0.002 * rng.standard_normal())
-        write_csv(folder / f"run-{i:02d}.csv", [rec("tiny", list(noisy(rng, tiny, 0.003, 200)), suite="conv"),
-                                                 rec("steady", list(noisy(rng, steady, 0.003, 60)), suite="conv")])
+        write_csv(folder / f"run-{i:02d}.csv", [rec("tiny", list(noisy(rng, tiny, 0.003, 200)), workload="conv"),
+                                                 rec("steady", list(noisy(rng, steady, 0.003, 60)), workload="conv")])
     return folder
 
 
@@ -448,8 +448,8 @@ def test_a_baseline_of_several_runs_gives_each_case_its_own_tolerance(tmp_path):
     assert len(verdict.samples_of(tiny)) == 2000  # every run's samples pooled
     lowest = min(runs, key=lambda p: float(verdict.load(p).iloc[0]["median_ms"]))
     cur = write_csv(tmp_path / "cur.csv", [  # tiny 7% above the runs' middle, steady 3% above
-        rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), suite="conv"),
-        rec("steady", list(noisy(rng, 3.45 * 1.03, 0.003, 60)), suite="conv")])
+        rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), workload="conv"),
+        rec("steady", list(noisy(rng, 3.45 * 1.03, 0.003, 60)), workload="conv")])
     # against one run, the tiny case's move between processes is a "regression"; against the ten, it is inside
     # 5x its spread, while steady's 3% (over the 2% floor, above 5 x 0.2%) is caught
     one = {v.variant: v.verdict for v in api_check([lowest], cur, 0.05).verdicts}
@@ -458,8 +458,9 @@ def test_a_baseline_of_several_runs_gives_each_case_its_own_tolerance(tmp_path):
     assert found == {"tiny": "SAME", "steady": "SLOWER"}
     res = CliRunner().invoke(cli, ["check", str(folder), str(cur)])  # the default tolerance follows the baseline
     assert res.exit_code == 1 and "raised per case" in res.output and "pools 10 runs" in res.output, res.output
-    unchanged = write_csv(tmp_path / "same.csv", [rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), suite="conv"),
-                                                  rec("steady", list(noisy(rng, 3.45, 0.003, 60)), suite="conv")])
+    unchanged = write_csv(tmp_path / "same.csv",
+                          [rec("tiny", list(noisy(rng, 0.016 * 1.07, 0.003, 200)), workload="conv"),
+                           rec("steady", list(noisy(rng, 3.45, 0.003, 60)), workload="conv")])
     res = CliRunner().invoke(cli, ["check", *map(str, runs), str(unchanged)])  # the runs named one by one
     assert res.exit_code == 0 and "regression gate: passed" in res.output, res.output
 
@@ -495,8 +496,8 @@ def test_a_baseline_run_throttled_throughout_is_left_out_of_the_pool_not_passed_
 def test_a_baseline_of_runs_from_two_gpus_or_an_empty_folder_is_refused_in_one_line(tmp_path):
     rng = np.random.default_rng(3)
     folder = several_runs(tmp_path, rng, runs=3)
-    write_csv(folder / "other.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), suite="conv", gpu="GPU-B")])
-    cur = write_csv(tmp_path / "cur.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), suite="conv")])
+    write_csv(folder / "other.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), workload="conv", gpu="GPU-B")])
+    cur = write_csv(tmp_path / "cur.csv", [rec("tiny", list(noisy(rng, 0.016, 0.003, 50)), workload="conv")])
     empty = tmp_path / "empty"
     empty.mkdir()
     for base, needle in ((folder, "several GPUs"), (empty, "no result files"), (tmp_path / "nope", "no such file")):

@@ -80,7 +80,7 @@ def test_shipped_sweeps_load_with_counts():
         assert c.product == c.restricted + c.invalid + c.cases
     assert spec.baseline.variant.name == "tiled" and spec.cases[0] == spec.baseline
     ci = config.load_config(paths.CONFIGS / "ci.yaml")
-    assert [part.suite for part in ci] == ["gemm", "train", "conv"]
+    assert [part.workload_name for part in ci] == ["gemm", "train", "conv"]
     assert {c.variant.name for c in ci[0].cases} >= {"naive", "double_buffered", "tf32x3"}
     assert {c.variant.name for c in ci[1].cases} == {"fused", "batched"}
     assert {c.variant.name for c in ci[2].cases} >= {"direct", "unroll", "unroll-backward"}
@@ -117,7 +117,7 @@ BASE = "suite: gemm\nshapes:\n  - [8, 8, 8]\n"
     (BASE + "variants: {naive: }\ntiming: {cold: maybe}\n", 5, ["timing.cold", "true or false"]),
     (BASE + "variants: {naive: }\ntiming: {budgett: 1}\n", 5, ["unknown key 'budgett'", "budget, cold"]),
     (BASE + "variants: {naive: }\nbaseline: fastest\n", 5, ["baseline", "'fastest' is not one of"]),
-    ("suite: cnn\nvariants: {}\nshapes: []\n", 1, ["suite", "not one of gemm, train, conv"]),
+    ("suite: cnn\nvariants: {}\nshapes: []\n", 1, ["workload", "not one of gemm, train, conv"]),
     ("suite: train\nvariants: {fused: }\nshapes:\n  - {nets: [9]}\n", 4, ["shapes.nets", "no net '9'"]),
     ("suite: conv\nvariants: {direct: }\nshapes:\n  - {model: alexnet}\n", 4, ["shapes.model", "lenet5"]),
     ("suite: gemm\nvariants: {naive: }\nshapes:\n  - {set: huge}\n", 4, ["shapes.set", "square, skinny, odd, mlp"]),
@@ -165,7 +165,7 @@ def rows(path):
 def test_cpu_sweep_writes_every_case_and_resumes(tmp_path):
     spec = cpu_spec(tmp_path, [(5, 7, 3), (33, 17, 9)])
     out = tmp_path / "r.csv"
-    first = sweep.execute(spec, "cpu", out)
+    first = sweep.execute(spec, sweep.RunOptions("cpu", out))
     got = rows(out)
     # per shape: numpy (the baseline) runs; tiled is a CUDA kernel, so both TS values are SKIP rows
     assert [r["status"] for r in got] == ["PASS", "SKIP", "SKIP"] * 2
@@ -174,15 +174,15 @@ def test_cpu_sweep_writes_every_case_and_resumes(tmp_path):
     assert all(r["sweep"] == "cpu_test" and r["speedup"] == "1.0" for r in got if r["status"] == "PASS")
     assert "cuda backend" in got[1]["error"]
 
-    again = sweep.execute(spec, "cpu", out)
+    again = sweep.execute(spec, sweep.RunOptions("cpu", out))
     assert again.jobs == 0 and again.resumed == 6 and len(rows(out)) == 6
     assert [r["shape"] for r in again.summary.rows() if r.get("best")] == ["5×7×3", "33×17×9"]
 
 
 def test_new_points_in_the_config_run_on_resume(tmp_path):
     out = tmp_path / "r.csv"
-    sweep.execute(cpu_spec(tmp_path, [(5, 7, 3)]), "cpu", out)
-    grown = sweep.execute(cpu_spec(tmp_path, [(5, 7, 3), (9, 9, 9)]), "cpu", out)
+    sweep.execute(cpu_spec(tmp_path, [(5, 7, 3)]), sweep.RunOptions("cpu", out))
+    grown = sweep.execute(cpu_spec(tmp_path, [(5, 7, 3), (9, 9, 9)]), sweep.RunOptions("cpu", out))
     assert grown.resumed == 3 and grown.jobs == 1
     assert len(rows(out)) == 6
 
@@ -190,9 +190,9 @@ def test_new_points_in_the_config_run_on_resume(tmp_path):
 def test_fresh_never_overwrites(tmp_path):
     spec = cpu_spec(tmp_path, [(5, 7, 3)])
     out = tmp_path / "r.csv"
-    sweep.execute(spec, "cpu", out)
+    sweep.execute(spec, sweep.RunOptions("cpu", out))
     with pytest.raises(NnbenchError, match="--fresh would overwrite"):
-        sweep.execute(spec, "cpu", out, fresh=True)
+        sweep.execute(spec, sweep.RunOptions("cpu", out, fresh=True))
 
 
 def test_a_killed_worker_is_recorded_and_replaced(tmp_path):
@@ -210,7 +210,7 @@ def test_a_killed_worker_is_recorded_and_replaced(tmp_path):
                 and len(rows(out)) >= 3:  # smallest shape first: the 300^3 case is the 4th
             os.kill(pids[0], signal.SIGKILL)
 
-    outcome = sweep.execute(spec, "cpu", out, events=events)
+    outcome = sweep.execute(spec, sweep.RunOptions("cpu", out), events)
     got = rows(out)
     assert len(got) == 9 and len({results.case_key_of(r) for r in got}) == 9
     errors = [r for r in got if r["status"] == "ERROR"]
@@ -254,7 +254,7 @@ def test_memory_stays_flat_over_a_long_sweep(tmp_path):
     def peak(n_shapes):
         spec = cpu_spec(tmp_path, [(2 + i % 7, 3, 2 + i // 7) for i in range(n_shapes)])
         tracemalloc.start()
-        sweep.execute(spec, "cpu", tmp_path / f"m{n_shapes}.csv")
+        sweep.execute(spec, sweep.RunOptions("cpu", tmp_path / f"m{n_shapes}.csv"))
         _, top = tracemalloc.get_traced_memory()
         tracemalloc.stop()
         return top
@@ -309,7 +309,7 @@ def test_a_killed_worker_among_several_is_replaced(tmp_path):
 
     t = threading.Thread(target=killer, daemon=True)
     t.start()
-    outcome = sweep.execute(spec, "cpu", out, gpus=[0, 1])
+    outcome = sweep.execute(spec, sweep.RunOptions("cpu", out, gpus=(0, 1)))
     t.join()
     got = rows(out)
     assert killed and len(got) == 24 and len({results.case_key_of(r) for r in got}) == 24
@@ -329,7 +329,7 @@ def test_cpu_workers_are_bounded_by_the_jobs(tmp_path, monkeypatch):
         return real(make, size, *a, **kw)
     monkeypatch.setattr(sweep, "WorkerPool", recording)
     spec = cpu_spec(tmp_path, [(5, 7, 3)])
-    sweep.execute(spec, "cpu", tmp_path / "r.csv", gpus=list(range(8)))
+    sweep.execute(spec, sweep.RunOptions("cpu", tmp_path / "r.csv", gpus=tuple(range(8))))
     assert sizes == [3] and len(rows(tmp_path / "r.csv")) == 3
 
 

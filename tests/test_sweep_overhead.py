@@ -88,7 +88,8 @@ def _started(monkeypatch, tmp_path, backend, gpus, name) -> list:
     _RecordingWorker.log = []
     cfg = tmp_path / "paths.yaml"
     cfg.write_text(SPACE)
-    sweep.execute(config.load_sweep(cfg), backend, tmp_path / f"{name}.csv", gpus=gpus)
+    sweep.execute(config.load_sweep(cfg), sweep.RunOptions(backend, tmp_path / f"{name}.csv",
+                                                           gpus=tuple(gpus or ())))
     return _RecordingWorker.log
 
 

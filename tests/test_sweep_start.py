@@ -64,7 +64,7 @@ def test_the_first_problem_every_worker_builds(tmp_path):
 def test_every_worker_of_a_sharded_sweep_builds_its_first_problem_while_it_starts(monkeypatch, tmp_path):
     monkeypatch.setattr(sweep, "Worker", _RecordingWorker)
     _RecordingWorker.log = []
-    sweep.execute(config.load_sweep(_space_file(tmp_path)), "cpu", tmp_path / "r.csv", gpus=[0, 1])
+    sweep.execute(config.load_sweep(_space_file(tmp_path)), sweep.RunOptions("cpu", tmp_path / "r.csv", gpus=(0, 1)))
     starts = [e for e in _RecordingWorker.log if e[0] == "start"]
     assert len(starts) == 2 and [e[7] for e in starts] == ["33×17×9", "33×17×9"]
 

@@ -78,7 +78,7 @@ class ToySession(Session):
         self.backend, self.settings, self.rtol, self.seed, self.env = backend, settings, rtol, seed, env
 
     def base_record(self, p):
-        return dict(suite="toy", shape=p.label, problem=problem_text(p), flops=p.flops, bytes=p.bytes,
+        return dict(workload="toy", shape=p.label, problem=problem_text(p), flops=p.flops, bytes=p.bytes,
                     rtol=self.rtol, seed=self.seed, unit="launch", **self.env)
 
     def prepare(self, p, following=None):
@@ -99,7 +99,7 @@ class ToySession(Session):
 
 
 class ToyWorkload(Workload):
-    name = registry_suite = "toy"
+    name = "toy"
     table = VARIANTS
     default_rtol = 1e-6
     baseline = "numpy"
@@ -162,7 +162,7 @@ def test_a_toy_workload_in_four_places_sweeps_checks_profiles_and_reports(toy):
     run("sweep", "toy.yaml", "--backend", "cpu", "--out", "r2.csv")
     rows = pd.read_csv("r1.csv")
     ran = rows[rows["status"] == "PASS"]
-    assert set(ran["suite"]) == {"toy"} and set(ran["variant"]) == {"numpy"} and len(ran) == 2  # two shapes
+    assert set(ran["workload"]) == {"toy"} and set(ran["variant"]) == {"numpy"} and len(ran) == 2  # two shapes
     assert set(rows.loc[rows["variant"] == "scale", "status"]) == {"SKIP"}  # a GPU variant on the CPU backend
     out = run("check", "r1.csv", "r2.csv", "--tolerance", "100%", "--allow-unstable")
     assert "toy" in out

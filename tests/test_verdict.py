@@ -11,7 +11,7 @@ from nnbench.cli import cli
 
 
 def row(variant, median, iqr=0.0, status="PASS", params="", shape="64×64×64", gpu="GPU-A", **kw):
-    r = dict(suite="gemm", variant=variant, params=params, shape=shape, cold=False, median_ms=median, iqr_ms=iqr,
+    r = dict(workload="gemm", variant=variant, params=params, shape=shape, cold=False, median_ms=median, iqr_ms=iqr,
              status=status, gpu=gpu, rtol=5e-5, rel_err=1e-7)
     r.update(kw)
     return r
@@ -158,7 +158,7 @@ def test_a_verdict_on_too_few_samples_for_the_interval_says_its_coverage():
 def test_the_references_time_is_compared_with_the_references_only(tmp_path):
     """A row the reference made (no kernel ran: status REFERENCE) is never a kernel's baseline or current time:
     against a kernel row of the same case it is INVALID; against the reference's own row it is compared."""
-    ref = dict(suite="kernel", step="")
+    ref = dict(workload="kernel", step="")
     base = [row("k", 1.0, 0.01, **ref), row("reference", 2.0, 0.01, status="REFERENCE", **ref)]
     cur = [row("k", 0.2, 0.01, status="REFERENCE", **ref), row("reference", 2.0, 0.01, status="REFERENCE", **ref)]
     v = verdicts(tmp_path, base, cur)

@@ -42,7 +42,7 @@ def summary(results: list[tuple[str, api.CheckResult]]) -> dict:
             counts[v.verdict] += 1
             if v.verdict != "SAME":
                 ch = f"{100 * v.change:+.2f}%" if v.change is not None else ""
-                lines.append(f"{name}: {v.suite} {v.variant} {v.shape} {v.verdict} {ch} {v.why}")
+                lines.append(f"{name}: {v.workload} {v.variant} {v.shape} {v.verdict} {ch} {v.why}")
     return {"checks": len(results), "verdicts": dict(counts), "failed_gates": sum(not r.passed for _, r in results),
             "not_same": lines}
 

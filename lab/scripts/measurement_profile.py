@@ -51,16 +51,16 @@ def main() -> None:
                 last = now
             prof.disable()
             wall = time.perf_counter() - t0
-            report[f"{spec.suite} round {r}"] = {"wall_s": wall, "kernel_s": sum(x["kernel_s"] for x in rows),
+            report[f"{spec.workload_name} round {r}"] = {"wall_s": wall, "kernel_s": sum(x["kernel_s"] for x in rows),
                                                  "records": rows}
-            print(f"{spec.suite} round {r}: {wall:.2f} s, kernel {report[f'{spec.suite} round {r}']['kernel_s']:.2f} s",
+            print(f"{spec.workload_name} round {r}: {wall:.2f} s, kernel {report[f'{spec.workload_name} round {r}']['kernel_s']:.2f} s",
                   flush=True)
             if r == rounds - 1:
                 text = io.StringIO()
                 st = pstats.Stats(prof, stream=text)
                 st.sort_stats("cumulative").print_stats(45)
                 st.sort_stats("tottime").print_stats(30)
-                (out / f"profile_{spec.suite}.txt").write_text(text.getvalue())
+                (out / f"profile_{spec.workload_name}.txt").write_text(text.getvalue())
     (out / "profile.json").write_text(json.dumps(report, indent=1))
 
 

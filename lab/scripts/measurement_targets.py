@@ -69,7 +69,7 @@ def save() -> None:
 BE = CudaBackend(0)
 ENV = results.environment(BE)
 SUMMARY["env"] = ENV
-CI = {spec.suite: spec for spec in config.load_config(HERE / "configs" / "ci.yaml")}
+CI = {spec.workload_name: spec for spec in config.load_config(HERE / "configs" / "ci.yaml")}
 
 
 SESSIONS: dict = {}  # (suite, shape label) -> its session, prepared once: inputs and reference made once
@@ -82,7 +82,7 @@ def run_part(spec, shape_labels, variants=None, vendor=True, tag="", sink=None, 
     sessions kept from run to run, so the float64 references are computed once per process."""
     work = spec.workload
     cases = [c for c in spec.cases if variants is None or c.variant.name in variants]
-    key = (spec.suite, plant, tuple(c.variant.name for c in cases))  # compiled for these cases only
+    key = (spec.workload_name, plant, tuple(c.variant.name for c in cases))  # compiled for these cases only
     if key not in COMPILED:
         if plant:
             os.environ["NNBENCH_PLANT"] = f"PLANT_SLOWDOWN={plant}"
@@ -93,7 +93,7 @@ def run_part(spec, shape_labels, variants=None, vendor=True, tag="", sink=None, 
     compiled = COMPILED[key]
     out = []
     for shape in [s for s in spec.shapes if s.label in shape_labels]:
-        key = (spec.suite, shape.label)
+        key = (spec.workload_name, shape.label)
         if key not in SESSIONS:
             session = work.session(BE, spec.settings, spec.rtol, spec.seed, dict(ENV))
             session.warm_up()

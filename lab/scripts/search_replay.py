@@ -47,7 +47,7 @@ def main() -> None:
 
     spec = config.load_sweep(Path(args.config))
     spec = replace(spec, cases=[c for c in spec.cases if c.variant.name not in args.without])
-    rows = replay.load(Path(args.replay), spec.suite)
+    rows = replay.load(Path(args.replay), spec.workload_name)
     replay.check_space(spec, rows, Path(args.replay))
     best, timed = {}, {}
     for s in spec.shapes:
@@ -64,7 +64,8 @@ def main() -> None:
         t0 = time.perf_counter()
         for seed in range(args.seeds):
             run_spec = replace(spec, strategy=name, budget=strategies.Budget(cases=cases), seed=seed, vendor=False)
-            outcome = sweep.execute(run_spec, out=folder / f"{name}-{seed}.csv", replay=Path(args.replay))
+            outcome = sweep.execute(run_spec, sweep.RunOptions(out=folder / f"{name}-{seed}.csv",
+                                                               replay=Path(args.replay)))
             for found in outcome.searches:
                 excess = found["best_ms"] / best[found["shape"]] - 1
                 runs.append(dict(strategy=name, seed=seed, shape=found["shape"], evaluated=found["evaluated"],

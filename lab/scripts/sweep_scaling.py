@@ -30,8 +30,8 @@ from nnbench import config, results, strategies, sweep  # noqa: E402
 
 def run(spec, replay: Path, workers: int, sleep_ms: float, folder: Path) -> dict:
     out = folder / f"w{workers}.csv"
-    o = sweep.execute(spec, "cpu", out, replay=replay, replay_sleep_ms=sleep_ms,
-                      gpus=list(range(workers)) if workers > 1 else None)
+    o = sweep.execute(spec, sweep.RunOptions("cpu", out, replay=replay, replay_sleep_ms=sleep_ms,
+                                             gpus=tuple(range(workers)) if workers > 1 else ()))
     return {"workers": workers, "cases": o.jobs, "skipped": o.skipped, "run_s": o.run_s, "wall_s": o.wall_s}
 
 

@@ -1,4 +1,4 @@
-"""The command line: one thin module per command. Each parses options, asks the suites (through the
+"""The command line: one thin module per command. Each parses options, asks the workloads (through the
 harness) for records, and renders them; none imports CUDA. `app` holds the group and what every
 command shares."""
 

@@ -208,14 +208,14 @@ def refuse_taken(path) -> None:
                            "file")
 
 
-def open_sink(csv_path, suite: str, gpu: str, force: bool = False):
+def open_sink(csv_path, name: str, gpu: str, force: bool = False):
     """The command's result sink: its CSV, and the --json file where one is named."""
     from nnbench import results, sanitize
     if sanitize.MODE["child"] is not None:  # a sanitized case's process: its record goes to its parent alone
         aside = os.path.dirname(os.environ.get(sanitize.RECORD_ENV) or "") or None
         return rawresults.open_sink(os.path.join(aside or tempfile.mkdtemp(prefix="nnbench-sanitize-"),
-                                                 f"{suite}.csv"), suite, gpu, results.FIELDS, True)
-    return rawresults.open_sink(csv_path, suite, gpu, results.FIELDS, force, json_path=JSON[0])
+                                                 f"{name}.csv"), name, gpu, results.FIELDS, True)
+    return rawresults.open_sink(csv_path, name, gpu, results.FIELDS, force, json_path=JSON[0])
 
 
 def force_option(f):
@@ -254,12 +254,12 @@ def backend_option(f):
 
 
 
-def param_options(*suites: str):
+def param_options(*names: str):
     """One --name option per kernel parameter in the registry (TS -> --ts, WPT -> --wpt, ...), for
-    every parameter name of the given suites (the first declaration's help)."""
+    every parameter name of the given workloads (the first declaration's help)."""
     first: dict[str, object] = {}
-    for suite in suites:
-        for p in workloads.all_param_names(suite):
+    for name in names:
+        for p in workloads.all_param_names(name):
             first.setdefault(p.name, p)
     return _param_deco(list(first.values()))
 

@@ -185,8 +185,8 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
     counts = gatereport.summary_counts(verdicts)
     app.out.print(tables.verdict_table(verdicts, title, show_same=show_all))
     app.out.print(" · ".join(f"{n} {name}" for name, n in counts.items()) or "no cases")
-    for suite, (g, n) in sorted(verdict.geomean_change(verdicts).items()):
-        app.out.print(f"{suite}: geometric-mean change {100 * g:+.2f}% over {n} cases")
+    for workload, (g, n) in sorted(verdict.geomean_change(verdicts).items()):
+        app.out.print(f"{workload}: geometric-mean change {100 * g:+.2f}% over {n} cases")
     if not result.passed:
         why = ("SLOWER, FAILED, INVALID" + ("" if allow_missing else ", MISSING")
                + ("" if allow_unstable else ", UNSTABLE or AMBIGUOUS"))

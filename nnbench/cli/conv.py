@@ -26,7 +26,7 @@ from nnbench.workloads.base import Case
 @app.cli.command()
 @click.option("--path", "-p", "paths_", multiple=True, metavar="NAME",
               help="Forward path (repeatable; default: all for the backend). Choices: "
-                   + ", ".join(v.name for v in workloads.suite_variants("conv")) + ".")
+                   + ", ".join(v.name for v in workloads.variants_of("conv", kinds=("forward",))) + ".")
 @click.option("--set", "sets", multiple=True, metavar="NAME", help="A named layer set of configs/conv.yaml "
               "(lenet5, resnet, odd; repeatable).")
 @click.option("--n", "n", type=int, help="Images.")
@@ -95,20 +95,20 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
             raise NnbenchError(f"--set {name}: unknown; choose from {', '.join(known)} (configs/conv.yaml)")
         shapes += known[name]
     overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
-    backward_paths = [(v, v.defaults()) for v in workloads.suite_variants("conv-backward")] if backward else []
+    backward_paths = [(v, v.defaults()) for v in workloads.variants_of("conv", kinds=("backward",))] if backward else []
     if backend == "cuda" or compile_only:
         chosen = conv_suite.plan(list(paths_), "cuda", overrides)
         if compile_only:
             nogpu.show_resources("conv", chosen + backward_paths, arch, backend)
             return
-    on_host = {v.name for v in workloads.suite_variants("conv", "cpu")}
+    on_host = {v.name for v in workloads.variants_of("conv", "cpu", ("forward",))}
     gpu_named = [name for name in paths_ if name not in on_host]
     if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
         conv_suite.plan(gpu_named, "cuda", overrides)
     be = open_device(backend)
     if not be.runs_kernels:
-        paths_, overrides, line = nogpu.cpu_subset(workloads.suite_variants("conv"), list(paths_), overrides, "conv",
-                                                   "-p", ("--backward",) if backward else ())
+        paths_, overrides, line = nogpu.cpu_subset(workloads.variants_of("conv", kinds=("forward",)), list(paths_),
+                                                   overrides, "conv", "-p", ("--backward",) if backward else ())
         nogpu.say(line)
         backward = False
     chosen = conv_suite.plan(list(paths_), be.name, overrides)
@@ -122,7 +122,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     settings = app.settings(budget, cold)
     cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
-        cases += [Case.defaults(v) for v in workloads.suite_variants("conv-backward")]
+        cases += [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",))]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
                                                              conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn,
                                                              tuner=app.tuner(be, no_autotune, overrides)))
@@ -158,7 +158,7 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     sink = app.open_sink(csv_path, "conv", env["gpu"], force)
     path = sink.path
     by_path = {p: name for name, p in lenet.VARIANT_PATHS.items()}
-    cases = [Case.defaults(workloads.get("conv-model", by_path[p]))
+    cases = [Case.defaults(workloads.get("conv", by_path[p]))
              for p in dict.fromkeys(paths_ or lenet.DEFAULT_PATHS)]
     records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, [conv_suite.LeNetProblem(batch)],
                                            app.settings(budget, cold), conv_problem.DEFAULT_RTOL, seed, env,

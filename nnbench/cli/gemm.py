@@ -28,7 +28,7 @@ from nnbench.workloads.gemm import session as gemm_suite
 @app.cli.command()
 @click.option("--variant", "-v", "variants", multiple=True, metavar="NAME",
               help="Ladder step to run (repeatable; default: all steps for the backend). "
-                   f"Choices: {', '.join(v.name for v in workloads.suite_variants('gemm'))}.")
+                   f"Choices: {', '.join(v.name for v in workloads.variants_of('gemm'))}.")
 @param_options("gemm")
 @click.option("--m", "m", type=click.IntRange(min=1), help="Rows of A and C.")
 @click.option("--n", "n", type=click.IntRange(min=1), help="Columns of B and C.")
@@ -77,7 +77,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
         if compile_only:
             nogpu.show_resources("gemm", [(c.variant, c.param_dict) for c in cases], arch, backend)
             return
-    on_host = {v.name for v in workloads.suite_variants("gemm", "cpu")}
+    on_host = {v.name for v in workloads.variants_of("gemm", "cpu")}
     gpu_named = [name for name in variants if name not in on_host]
     if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
         gemm_suite.plan(gpu_named, overrides, None, "cuda")
@@ -86,7 +86,7 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
         gemm_suite.validate_shape(s)
     be = open_device(backend)
     if not be.runs_kernels:
-        variants, overrides, line = nogpu.cpu_subset(workloads.suite_variants("gemm"), list(variants), overrides,
+        variants, overrides, line = nogpu.cpu_subset(workloads.variants_of("gemm"), list(variants), overrides,
                                                      "gemm", "-v")
         nogpu.say(line)
     cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)

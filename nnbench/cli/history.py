@@ -95,8 +95,8 @@ def record(files, target) -> None:
 @history.command("show")
 @db_option
 @click.option("--case", "cases", multiple=True, metavar="PATTERN",
-              help="Only cases whose key (suite|variant|params|shape|hot) contains this, or matches it with * and ?. "
-                   "Repeatable.")
+              help="Only cases whose key (workload|variant|params|shape|hot) contains this, or matches it with * "
+                   "and ?. Repeatable.")
 @click.option("--gpu", default=None, help="Only this GPU's runs (by name, as in the records).")
 @click.option("--png", "png_dir", type=click.Path(file_okay=False), default=None,
               help="Folder for one PNG per case (default results/history/; replaced on every call).")
@@ -163,7 +163,8 @@ def _trend_json(tr, where: str, max_pvalue: float, min_change: float) -> dict:
     stable = float(_median(tr.stable["median_ms"]))
     v = tr.values
     return dict(
-        kind="trend", case=tr.key, gpu=tr.gpu, suite=tr.suite, variant=tr.variant, params=tr.params, shape=tr.shape,
+        kind="trend", case=tr.key, gpu=tr.gpu, workload=tr.workload, variant=tr.variant, params=tr.params,
+        shape=tr.shape,
         database=where, detection={"max_pvalue": max_pvalue, "min_change": min_change},
         series=[{"commit": c, "at": a, "median_ms": float(m), "runs": int(r)}
                 for c, a, m, r in zip(tr.commits, at, v, pts["runs"])],

@@ -58,8 +58,8 @@ def check_arch(arch: str | None, compile_only: bool = True) -> None:
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
 
 
-def show_resources(suite: str, chosen: list[tuple], arch: str | None, backend: str) -> None:
-    """Compile each (variant, params) of `suite` for `arch` (else this GPU's, else sm_90) and print one
+def show_resources(workload_name: str, chosen: list[tuple], arch: str | None, backend: str) -> None:
+    """Compile each (variant, params) of `workload_name` for `arch` (else this GPU's, else sm_90) and print one
     table of ptxas's resources and the occupancy they allow: `profile`'s first section, for many cases."""
     from nnbench.cli import app
     from nnbench.profiling.profile import compiled_for, resources
@@ -80,9 +80,9 @@ def show_resources(suite: str, chosen: list[tuple], arch: str | None, backend: s
     if not gpu:
         app.out.print("compile: nothing to compile (the chosen variants run on the host)")
         return
-    work = workload(suite)
+    work = workload(workload_name)
     limits = device or for_arch(arch)
-    t = Table(title=f"{suite} · resources on {limits.name} ({arch}) · ptxas", title_justify="left",
+    t = Table(title=f"{workload_name} · resources on {limits.name} ({arch}) · ptxas", title_justify="left",
               header_style="bold", pad_edge=False)
     for name in ("variant", "params", "kernel", "threads", "registers", "static smem", "spill bytes", "blocks/SM",
                  "occupancy", "limited by"):

@@ -18,7 +18,7 @@ from nnbench.report import tables
 
 # -- profile --------------------------------------------------------------------------------------
 @app.cli.command()
-@click.argument("suite", metavar="SUITE")
+@click.argument("suite", metavar="WORKLOAD")
 @click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
 # every workload's parameters; the profiled variant says which apply
 @every_param_option
@@ -33,7 +33,7 @@ from nnbench.report import tables
 @click.option("--model", type=click.Choice(["lenet5"]), default=None, help="Conv: a whole model's step instead.")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False), default=None,
               help="A sweep config to take the variant (and, with the parameter options, the case) and the problem "
-                   "from: any suite's, and the only way for a user's kernel (suite kernel).")
+                   "from: any workload's, and the only way for a user's kernel (workload kernel).")
 @click.option("--problem", "problem_index", type=click.IntRange(min=0), default=0, show_default=True,
               help="With --config: which of its problems, in the config's order.")
 @click.option("--ncu", "with_ncu", is_flag=True, help="Also run Nsight Compute on one launch of the kernel.")
@@ -75,7 +75,7 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     if config_path is not None:
         found, case, problem = profiler.from_config(config_path, variant, overrides, problem_index)
         if profiler.ALIASES.get(suite, suite) != found:
-            raise NnbenchError(f"profile {suite}: {config_path} runs suite {found}; give `profile {found}`")
+            raise NnbenchError(f"profile {suite}: {config_path} runs workload {found}; give `profile {found}`")
     elif profiler.ALIASES.get(suite, suite) == "kernel":
         raise NnbenchError("profile kernel: a user's kernel is profiled from its config: give --config FILE.yaml")
     else:

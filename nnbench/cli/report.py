@@ -42,12 +42,14 @@ class Ceilings(click.ParamType):
               help="The gate's tolerance (default as `nnbench check`: 5% against one run, 2% against several).")
 @click.option("--ceilings", type=Ceilings(), default=None,
               help="Measured ceilings for the roofline, TFLOP/s,GB/s (from `nnbench devices --measure`).")
-@click.option("--suite", default=None, help="Only the rows of this suite (gemm, train, conv, ...).")
+@click.option("--workload", default=None, help="Only the rows of this workload (gemm, train, conv, kernel, ...).")
+@click.option("--suite", "old_workload", default=None, hidden=True)  # --workload's old name, still read
 @click.option("--variant", "-v", "variants", multiple=True, help="Only these variants (repeatable).")
 @click.option("--title", default="", help="Title over the plot.")
 @app.json_option
 @click.option("--force", is_flag=True, help="Let --out, --html or --json replace an existing file (never the default).")
-def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, suite, variants, title, force) -> None:
+def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, workload, old_workload, variants, title,
+           force) -> None:
     """Plot result CSVs as PNG, or put them all in one HTML page; --json keeps the rows it reports as
     one JSON results file (with their raw samples).
 
@@ -56,11 +58,14 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
       nnbench report docs/data/figures/ladder_*.csv --plot roofline --out roofline.png
       nnbench report docs/data/figures/train_table_h100.csv --plot train --out train.png
       nnbench report results/ci.csv --baseline results/baselines/h100.csv --html report.html
-      nnbench report results/a.csv results/b.csv --suite gemm --json gemm.jsonl
+      nnbench report results/a.csv results/b.csv --workload gemm --json gemm.jsonl
     """
     import pandas as pd
 
     from nnbench.report import plots
+    if workload is not None and old_workload is not None:
+        raise NnbenchError("--suite is the old name of --workload: give one of them")
+    workload = workload if workload is not None else old_workload
     if (kind is None) != (out_path is None):
         raise NnbenchError("--plot and --out go together: --plot KIND --out FILE.png")
     if kind is None and html_path is None and app.JSON[0] is None:
@@ -83,11 +88,11 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
                       soft_wrap=True)
         del frames[p]
     df = pd.concat([f.assign(_file=p) for p, f in frames.items()], ignore_index=True)
-    if suite is not None:
-        present = sorted(set(plots.normalize(df)["suite"]))
-        df = df[plots.normalize(df)["suite"] == suite]
+    if workload is not None:
+        present = sorted(set(plots.normalize(df)["workload"]))
+        df = df[plots.normalize(df)["workload"] == workload]
         if df.empty:
-            raise NnbenchError(f"--suite {suite}: no rows of it; the files hold {', '.join(present)}")
+            raise NnbenchError(f"--workload {workload}: no rows of it; the files hold {', '.join(present)}")
     if variants:
         present = sorted(set(plots.normalize(df)["variant"].astype(str)))
         df = df[plots.normalize(df)["variant"].isin(variants)]
@@ -99,20 +104,20 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
     if html_path:
         _write_html(list(frames), df, Path(html_path), baseline, tolerance, ceilings, force)
     if app.JSON[0] is not None:
-        _write_json(list(frames), suite, variants, Path(app.JSON[0]), force)
+        _write_json(list(frames), workload, variants, Path(app.JSON[0]), force)
 
 
-def _write_json(sources, suite, variants, target: Path, force: bool = False) -> None:
+def _write_json(sources, workload, variants, target: Path, force: bool = False) -> None:
     """The reported rows as a results file: each read again by the gate's reader (which keeps the raw
-    samples), under the same --suite and --variant filters."""
+    samples), under the same --workload and --variant filters."""
     import pandas as pd
 
     from nnbench import rawresults, safeio
     from nnbench.report import plots
     recs = [r for p in sources for r in rawresults.load(p)]
     keep = plots.normalize(pd.DataFrame([r.fields for r in recs]))
-    if suite is not None:
-        keep = keep[keep["suite"] == suite]
+    if workload is not None:
+        keep = keep[keep["workload"] == workload]
     if variants:
         keep = keep[keep["variant"].isin(variants)]
     lines = [rawresults.line({**rawresults.typed(r.fields),

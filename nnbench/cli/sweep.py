@@ -93,7 +93,7 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
 
     def events(spec):
         if len(specs) > 1:
-            app.out.print(f"part {spec.part} of {len(specs)}: suite {spec.suite}, {len(spec.shapes)} shapes")
+            app.out.print(f"part {spec.part} of {len(specs)}: workload {spec.workload_name}, {len(spec.shapes)} shapes")
         views.append(_SweepView())
         return views[-1]
 
@@ -184,8 +184,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     gpus = _gpus(gpus_opt, backend) if gpus_opt and not (dry_run or compile_only) else None
     for spec in specs:
         n_shapes = len(spec.shapes)
-        app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · suite "
-                      f"{spec.suite} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
+        app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · workload "
+                      f"{spec.workload_name} · {n_shapes} shapes · baseline {_case_label(spec.baseline)}")
         app.out.print(tables.plan_table(spec.counts, _runs(spec), "plan: the axes' product, less what restrictions and "
                                                                "the variants' rules exclude"))
         if (line := _memory_line(spec)) is not None:
@@ -324,7 +324,7 @@ def print_outcome(spec, outcome) -> None:
             line += " · per worker, the run's wall time outside its kernels: " + ", ".join(
                 f"{100 * o:.1f}%" for o in outcome.worker_overheads)
     app.out.print(line)
-    if spec.suite == "kernel" and outcome.backend == "cpu":
+    if spec.workload_name == "kernel" and outcome.backend == "cpu":
         app.out.print("CPU backend: no kernel ran; each problem's float64 reference was timed and verified against "
                       "itself (its output dtype's rounding), which checks the config, not the kernel")
     app.print_csv(outcome.path)

@@ -45,7 +45,7 @@ def _layers_option(text: str) -> tuple[int, ...]:
               help="Version to train (repeatable, or `all`). Default: the fastest GPU version (fused; kcm-mass "
                    "where a net does not fit on chip; batched with --batch), or "
                    "sequential (batched-numpy) without a GPU. Choices: "
-                   + ", ".join(v.name for v in workloads.suite_variants("mlp")))
+                   + ", ".join(v.name for v in workloads.variants_of("train")))
 @click.option("--batch", type=click.IntRange(min=1), default=1, show_default=True,
               help="Samples per step. 1 trains per sample, as the seed; B > 1 runs the mini-batch versions "
                    "(batched, batched-cublas, batched-wgmma, batched-numpy; each GPU one also as `-graph`, the "
@@ -157,9 +157,9 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     if names == ["all"]:
         names = [v.name for v in pool]
     for n in names:
-        if n not in [v.name for v in workloads.suite_variants("mlp")]:
+        if n not in [v.name for v in workloads.variants_of("train")]:
             raise NnbenchError(f"--variant {n}: unknown; choose from all, "
-                               + ", ".join(v.name for v in workloads.suite_variants("mlp")))
+                               + ", ".join(v.name for v in workloads.variants_of("train")))
         if n not in [v.name for v in pool]:
             raise NnbenchError(f"--variant {n}: trains one sample at a time; with --batch {batch} choose from "
                                + ", ".join(batched_names) if mini else

@@ -72,7 +72,7 @@ def write(db: Database, run: source.Run, when: str | None = None) -> Recorded:
         f = c.fields
         energy_j, power_w = source.energy(f)
         samples = json.dumps(c.samples_ms) if c.samples_ms is not None else None
-        rows.append((c.key, f.get("suite"), f.get("variant"), f.get("params"), f.get("shape"), f.get("unit"),
+        rows.append((c.key, f.get("workload"), f.get("variant"), f.get("params"), f.get("shape"), f.get("unit"),
                      f.get("status"), _float(f.get("median_ms")), _float(f.get("iqr_ms")), _float(f.get("min_ms")),
                      _float(f.get("mean_ms")), _int(f.get("samples")), energy_j, power_w, samples,
                      json.dumps(f, sort_keys=True, default=str)))
@@ -100,7 +100,7 @@ def runs(db: Database) -> pd.DataFrame:
 def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), keys: set[str] | None = None,
            with_samples: bool = False, exclude_digests: set[str] = frozenset()) -> pd.DataFrame:
     """Each case's series: one row per (gpu, case, commit) in history order, from the PASS records only.
-    `cases` are patterns on the case key (suite|variant|params|shape|hot-or-cold; a plain word matches as a
+    `cases` are patterns on the case key (workload|variant|params|shape|hot-or-cold; a plain word matches as a
     substring, `*` and `?` as wildcards); `keys` exact case keys."""
     where, params = ["c.status = 'PASS'", "c.median_ms > 0"], []
     if gpu:
@@ -110,7 +110,7 @@ def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), ke
     rows = db.query(f"SELECT r.id, r.digest, r.commit_sha, COALESCE(r.commit_time, r.run_time), r.run_time, r.gpu, "
                     f"c.case_key, c.suite, c.variant, c.params, c.shape, c.median_ms, c.iqr_ms, {samples} FROM cases c "
                     f"JOIN runs r ON r.id = c.run_id WHERE {' AND '.join(where)} ORDER BY 4, 5, r.id", tuple(params))
-    df = pd.DataFrame(rows, columns=["run", "digest", "commit", "at", "run_time", "gpu", "key", "suite", "variant",
+    df = pd.DataFrame(rows, columns=["run", "digest", "commit", "at", "run_time", "gpu", "key", "workload", "variant",
                                      "params", "shape", "median_ms", "iqr_ms", "samples"])
     if exclude_digests:
         df = df[~df["digest"].isin(exclude_digests)]
@@ -126,7 +126,7 @@ def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), ke
         if with_samples and g["samples"].notna().all():
             pooled = np.concatenate([np.asarray(json.loads(s), dtype=np.float64) for s in g["samples"]])
         first = g.iloc[0]
-        out.append({"gpu": gpu_, "key": key, "commit": commit, "at": first["at"], "suite": first["suite"],
+        out.append({"gpu": gpu_, "key": key, "commit": commit, "at": first["at"], "workload": first["workload"],
                     "variant": first["variant"], "params": first["params"], "shape": first["shape"],
                     "median_ms": float(np.median(g["median_ms"])), "iqr_ms": float(np.median(g["iqr_ms"].fillna(0))),
                     "runs": len(g), "run_medians": [float(x) for x in g["median_ms"]], "samples": pooled})

@@ -39,7 +39,7 @@ def history(n: int = 100, steps: dict[int, float] | None = None, noise: float = 
         run = Run(commit(i), gpu, "runner-1", stamp, "0.1.0", f"synthetic-{i}.csv")
         for variant, m in medians.items():
             raw = (m[i] * (1 + 0.005 * rng.standard_normal(samples))).tolist() if samples else None
-            fields = {"suite": "gemm", "variant": variant, "step": "2", "params": "TS=32", "shape": "1024×1024×1024",
+            fields = {"workload": "gemm", "variant": variant, "step": "2", "params": "TS=32", "shape": "1024×1024×1024",
                       "cold": "False", "unit": "launch", "status": "PASS", "median_ms": float(m[i]),
                       "iqr_ms": float(m[i] * 0.004), "samples": samples or 100, "git_sha": commit(i), "gpu": gpu,
                       "host": "runner-1", "timestamp": stamp}

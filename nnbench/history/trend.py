@@ -16,7 +16,7 @@ from nnbench.history.changepoints import ChangePoint
 class Trend:
     gpu: str
     key: str
-    suite: str
+    workload: str
     variant: str
     params: str
     shape: str
@@ -54,7 +54,7 @@ def trends(points: pd.DataFrame, max_pvalue: float = changepoints.MAX_PVALUE,
     for (gpu, key), g in points.groupby(["gpu", "key"], sort=True):
         g = g.reset_index(drop=True)
         first = g.iloc[0]
-        t = Trend(str(gpu), str(key), str(first["suite"] or ""), str(first["variant"] or ""),
+        t = Trend(str(gpu), str(key), str(first["workload"] or ""), str(first["variant"] or ""),
                   str(first["params"] or ""), str(first["shape"] or ""), g)
         t.change_points = changepoints.detect(t.values, max_pvalue, min_change)
         out.append(t)

@@ -28,7 +28,7 @@ from nnbench.runtime.device import for_arch, occupancy
 from nnbench.workloads import WORKLOADS, workload
 from nnbench.workloads.base import Case, TimeSplit
 
-ALIASES = {"mlp": "train"}  # the suite's name before it was a workload
+ALIASES = {"mlp": "train"}  # train's name before it was a workload
 
 
 @dataclass
@@ -49,7 +49,7 @@ class KernelProfile:
 
 @dataclass
 class Profile:
-    suite: str
+    workload: str
     variant: Variant
     params: dict
     arch: str
@@ -73,13 +73,13 @@ def _has_kernel(v: Variant) -> None:
         raise NnbenchError(f"--variant {v.name}: runs on the host (NumPy); there is no kernel to profile")
 
 
-def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
-    suite = ALIASES.get(suite, suite)
-    if suite not in WORKLOADS:
-        raise NnbenchError(f"profile {suite}: choose a suite from {', '.join(WORKLOADS)}")
-    known = {v.name: v for v in workload(suite).variants()}
+def variant_params(work_name: str, name: str, overrides: dict[str, int]) -> tuple[Variant, dict]:
+    work_name = ALIASES.get(work_name, work_name)
+    if work_name not in WORKLOADS:
+        raise NnbenchError(f"profile {work_name}: choose a workload from {', '.join(WORKLOADS)}")
+    known = {v.name: v for v in workload(work_name).variants()}
     if name not in known:
-        raise NnbenchError(f"--variant {name}: unknown {suite} variant; choose from {', '.join(known)}")
+        raise NnbenchError(f"--variant {name}: unknown {work_name} variant; choose from {', '.join(known)}")
     v = known[name]
     _has_kernel(v)
     unknown = [k for k in overrides if not v.param(k)]
@@ -93,18 +93,18 @@ def variant_params(suite: str, name: str, overrides: dict[str, int]) -> tuple[Va
     return v, params
 
 
-def check_split(suite: str, kind: str, name: str, overrides: dict[str, int], problem, case: Case | None = None,
+def check_split(work_name: str, kind: str, name: str, overrides: dict[str, int], problem, case: Case | None = None,
                 backend=None) -> None:
     """Refuse a split (`--split KIND`) that the case's workload does not offer, or does not offer for this case
     and problem (the workload's own line), or that has no GPU to run on; before anything runs."""
-    suite = ALIASES.get(suite, suite)
-    work = workload(suite)
+    work_name = ALIASES.get(work_name, work_name)
+    work = workload(work_name)
     if kind not in work.splits:
         offers = [n for n in WORKLOADS if kind in workload(n).splits]
-        raise NnbenchError(f"--split {kind}: the {suite} workload has no {kind}; "
+        raise NnbenchError(f"--split {kind}: the {work_name} workload has no {kind}; "
                            + (f"profile {' or '.join(offers)} for them" if offers else "no workload has them"))
     if case is None:
-        v, params = variant_params(suite, name, overrides)
+        v, params = variant_params(work_name, name, overrides)
         case = Case(v, tuple(params.items()))
     why = work.split_refusal(kind, case, problem)
     if why:
@@ -151,25 +151,25 @@ def main_kernel(v: Variant) -> str:
 QUICK = measure.TimingSettings(budget_s=0.01, min_samples=3, max_noise=1.0, energy=False)
 
 
-def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, arch: str | None,
+def profile(backend, work_name: str, name: str, overrides: dict[str, int], problem, arch: str | None,
             with_ncu: bool = False, child_argv: list[str] | None = None,
             settings: measure.TimingSettings = measure.TimingSettings(), kernel: str | None = None,
             case: Case | None = None, split: str | None = None) -> Profile:
     """`case`: a case of a sweep config (`--config`), for a variant the registry does not hold (a user's
     kernel) or a point of a config's axes; else the registry's variant `name` with `overrides`. `split`:
     one of the workload's splits (Workload.splits) to measure after the case, on a GPU."""
-    suite = ALIASES.get(suite, suite)
-    work = workload(suite)
-    v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
+    work_name = ALIASES.get(work_name, work_name)
+    work = workload(work_name)
+    v, params = (case.variant, case.param_dict) if case is not None else variant_params(work_name, name, overrides)
     _has_kernel(v)  # a config's case too (a trainer's host version in configs/train_table.yaml)
     if split is not None:
-        check_split(suite, split, name, overrides, problem, Case(v, tuple(params.items())), backend)
+        check_split(work_name, split, name, overrides, problem, Case(v, tuple(params.items())), backend)
     device = getattr(backend, "device", None)
     from nnbench.runtime.device import NO_GPU_ARCH
     arch = backend.arch if device is not None else (arch or NO_GPU_ARCH)
     comp = compiled_for(work, Case(v, tuple(params.items())), arch)
     dev = device or for_arch(arch)
-    prof = Profile(suite, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)
+    prof = Profile(work_name, v, params, arch, dev.name, resources(v, params, comp, dev), problem=problem)
     if kernel is not None and kernel not in comp.ptxas:
         raise NnbenchError(f"--kernel {kernel}: {v.source} has {', '.join(sorted(comp.ptxas))}")
     add_mix(prof.kernels, comp)
@@ -201,7 +201,7 @@ def profile(backend, suite: str, name: str, overrides: dict[str, int], problem, 
     if prof.roof is not None and prof.flops and prof.bytes:
         prof.where = position(prof.flops, prof.bytes, prof.seconds, prof.roof)
     if with_ncu:
-        if kernel is None and suite == "gemm":  # step 9 may launch its transposed kernel for this shape
+        if kernel is None and work_name == "gemm":  # step 9 may launch its transposed kernel for this shape
             from nnbench.workloads.gemm.session import launched_kernel
             kernel = launched_kernel(v, params, problem, device)
         prof.ncu, prof.ncu_csv = ncu.run(kernel or main_kernel(v), child_argv or [], hopper=tuple(device.cc)[0] == 9)
@@ -222,7 +222,7 @@ def compiled_for(work, case: Case, arch: str):
 
 
 def from_config(path, name: str, overrides: dict[str, int], problem_index: int):
-    """(suite, case, problem) of a sweep config: the first case of variant `name` whose parameters
+    """(workload, case, problem) of a sweep config: the first case of variant `name` whose parameters
     include `overrides`, on the config's problem number `problem_index` (0: the first)."""
     from nnbench.sweeps import config
     for spec in config.load_config(path):
@@ -231,7 +231,7 @@ def from_config(path, name: str, overrides: dict[str, int], problem_index: int):
         if cases:
             if not 0 <= problem_index < len(spec.shapes):
                 raise NnbenchError(f"--problem {problem_index}: {path} has problems 0 to {len(spec.shapes) - 1}")
-            return spec.suite, cases[0], spec.shapes[problem_index]
+            return spec.workload_name, cases[0], spec.shapes[problem_index]
     names = sorted({c.variant.name for spec in config.load_config(path) for c in spec.cases})
     raise NnbenchError(f"--variant {name}: {path} has no case of it with {overrides or 'its defaults'}; "
                        f"its variants: {', '.join(names)}")
@@ -254,15 +254,16 @@ def _kernel_path(v: Variant):
     return paths.KERNELS / v.source
 
 
-def launch_only(backend, suite: str, name: str, overrides: dict[str, int], problem, case: Case | None = None) -> None:
+def launch_only(backend, work_name: str, name: str, overrides: dict[str, int], problem,
+                case: Case | None = None) -> None:
     """What ncu profiles: a GEMM kernel launched ncu.WARMUP_LAUNCHES + 1 times on fresh inputs and
     nothing else (no blocking kernel, no verification, no ceilings); or, for any other workload, its
     case run once with the shortest timing, of whose launches ncu takes one of the chosen kernel."""
-    suite = ALIASES.get(suite, suite)
-    v, params = (case.variant, case.param_dict) if case is not None else variant_params(suite, name, overrides)
-    comp = compiled_for(workload(suite), Case(v, tuple(params.items())), backend.arch)
-    if suite != "gemm":
-        run_case(backend, workload(suite), Case(v, tuple(params.items())), problem, comp, QUICK)
+    work_name = ALIASES.get(work_name, work_name)
+    v, params = (case.variant, case.param_dict) if case is not None else variant_params(work_name, name, overrides)
+    comp = compiled_for(workload(work_name), Case(v, tuple(params.items())), backend.arch)
+    if work_name != "gemm":
+        run_case(backend, workload(work_name), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
         return
     from nnbench.workloads.gemm import session as gemm_suite
@@ -283,7 +284,7 @@ def launch_only(backend, suite: str, name: str, overrides: dict[str, int], probl
 def fidelity_pct(prof: Profile) -> float | None:
     """nnbench's CUDA-event median against ncu's gpu__time_duration, in % (positive: ours longer).
     Only for a GEMM, where both time the same single kernel."""
-    if prof.suite != "gemm" or prof.ncu_ms is None or not prof.record or not prof.record.get("median_ms"):
+    if prof.workload != "gemm" or prof.ncu_ms is None or not prof.record or not prof.record.get("median_ms"):
         return None
     return 100.0 * (prof.record["median_ms"] - prof.ncu_ms) / prof.ncu_ms
 
@@ -300,8 +301,8 @@ def useful_note(m: dict[str, int] | None) -> str:
 
 def _with_environment(prof: Profile, environment: dict) -> dict:
     """The timed case's record as a sweep writes it: a profile's session runs without the environment
-    columns (run_case), so they come from the command's, with the suite, wherever the record has none."""
-    fill = {"suite": prof.suite, **environment}
+    columns (run_case), so they come from the command's, with the workload, wherever the record has none."""
+    fill = {"workload": prof.workload, **environment}
     return {**prof.record, **{k: v for k, v in fill.items() if prof.record.get(k) is None}}
 
 
@@ -311,7 +312,7 @@ def as_json(prof: Profile, environment: dict) -> dict:
     from dataclasses import asdict
 
     from nnbench import rawresults
-    return {"kind": "profile", "suite": prof.suite, "variant": prof.variant.name, "params": dict(prof.params),
+    return {"kind": "profile", "workload": prof.workload, "variant": prof.variant.name, "params": dict(prof.params),
             "arch": prof.arch, "device": prof.device, "problem": None if prof.problem is None else str(prof.problem),
             "kernels": [asdict(k) for k in prof.kernels], "flops": prof.flops, "bytes": prof.bytes,
             "seconds": prof.seconds, "fidelity_pct": fidelity_pct(prof),

@@ -1,7 +1,7 @@
 """The roofline: where a measured kernel sits against a device's compute and memory ceilings.
 
 attainable(AI) = min(peak FLOP/s, AI x bandwidth), AI = FLOPs / bytes of DRAM traffic. The bytes are
-the suite's count of the fewest a kernel must move (a GEMM: A and B read once, C written once), so
+the workload's count of the fewest a kernel must move (a GEMM: A and B read once, C written once), so
 AI is an upper bound and the achieved bandwidth a lower bound.
 
 The compute roof is the kernel's precision's, as the tables' %peak is (runtime.device.DeviceInfo.peak_flops):

@@ -33,15 +33,15 @@ def markdown(verdicts, title: str, passed: bool, notes: list[str], show_same: bo
     lines.append("")
     geo = verdict_mod.geomean_change(verdicts)
     if geo:
-        lines += ["| suite | geometric-mean change | cases |", "| --- | ---: | ---: |"]
+        lines += ["| workload | geometric-mean change | cases |", "| --- | ---: | ---: |"]
         lines += [f"| {s} | {100 * g:+.2f}% | {n} |" for s, (g, n) in sorted(geo.items())]
         lines.append("")
     shown = [v for v in verdicts if show_same or v.verdict != "SAME"]
     if shown:
-        lines += ["| verdict | suite | variant | params | shape | baseline ms | current ms | change | test | note |",
+        lines += ["| verdict | workload | variant | params | shape | baseline ms | current ms | change | test | note |",
                   "| --- | --- | --- | --- | --- | ---: | ---: | ---: | --- | --- |"]
         for v in shown:
-            cells = [v.verdict, v.suite, v.variant, v.params, v.shape, _ms(v.base_ms), _ms(v.cur_ms), _change(v),
+            cells = [v.verdict, v.workload, v.variant, v.params, v.shape, _ms(v.base_ms), _ms(v.cur_ms), _change(v),
                      verdict_mod.test_label(v), v.why]
             lines.append("| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |")
         lines.append("")
@@ -60,35 +60,36 @@ def document(verdicts, baseline: str, current: str, tolerance: float, passed: bo
     doc = {
         "baseline": baseline, "current": current, "tolerance": tolerance, "passed": passed,
         "counts": summary_counts(verdicts),
-        "geomean_change": {s: {"change": g, "cases": n} for s, (g, n) in verdict_mod.geomean_change(verdicts).items()},
+        "geomean_change": {w: {"change": g, "cases": n} for w, (g, n) in verdict_mod.geomean_change(verdicts).items()},
         "notes": notes,
-        "cases": [{"verdict": v.verdict, "suite": v.suite, "variant": v.variant, "params": v.params, "shape": v.shape,
-                   "base_ms": num(v.base_ms), "cur_ms": num(v.cur_ms), "change": num(v.change), "method": v.method,
-                   "p_value": num(v.p_value), "base_samples": v.base_n, "cur_samples": v.cur_n, "why": v.why}
+        "cases": [{"verdict": v.verdict, "workload": v.workload, "variant": v.variant, "params": v.params,
+                   "shape": v.shape, "base_ms": num(v.base_ms), "cur_ms": num(v.cur_ms), "change": num(v.change),
+                   "method": v.method, "p_value": num(v.p_value), "base_samples": v.base_n, "cur_samples": v.cur_n,
+                   "why": v.why}
                   for v in verdicts],
     }
     return doc
 
 
 def junit(verdicts, title: str, allow_missing: bool, allow_unstable: bool) -> str:
-    """One <testsuite> per nnbench suite; a gating verdict is a <failure> (FAILED and INVALID an <error>),
+    """One <testsuite> per nnbench workload; a gating verdict is a <failure> (FAILED and INVALID an <error>),
     SKIPPED a <skipped>."""
     gating = verdict_mod.GATING - ({"MISSING"} if allow_missing else set()) - \
         (verdict_mod.UNSURE if allow_unstable else set())
-    by_suite: dict[str, list] = {}
+    by_workload: dict[str, list] = {}
     for v in verdicts:
-        by_suite.setdefault(v.suite or "nnbench", []).append(v)
+        by_workload.setdefault(v.workload or "nnbench", []).append(v)
     out = ['<?xml version="1.0" encoding="UTF-8"?>', f"<testsuites name={quoteattr(title)}>"]
-    for suite, vs in sorted(by_suite.items()):
+    for workload, vs in sorted(by_workload.items()):
         fails = sum(v.verdict in gating and v.verdict not in ("FAILED", "INVALID") for v in vs)
         errors = sum(v.verdict in gating and v.verdict in ("FAILED", "INVALID") for v in vs)
         skipped = sum(v.verdict == "SKIPPED" for v in vs)
-        out.append(f'  <testsuite name={quoteattr(suite)} tests="{len(vs)}" failures="{fails}" errors="{errors}" '
+        out.append(f'  <testsuite name={quoteattr(workload)} tests="{len(vs)}" failures="{fails}" errors="{errors}" '
                    f'skipped="{skipped}">')
         for v in vs:
             name = " ".join(x for x in (v.variant, v.params, v.shape) if x)
             time_s = (v.cur_ms or 0) / 1e3
-            out.append(f"    <testcase classname={quoteattr(f'nnbench.{suite}')} name={quoteattr(name)} "
+            out.append(f"    <testcase classname={quoteattr(f'nnbench.{workload}')} name={quoteattr(name)} "
                        f'time="{time_s:.6f}">')
             msg = f"{v.verdict} {_change(v)}" + (f": {v.why}" if v.why else "")
             if v.verdict in gating:

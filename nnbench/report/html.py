@@ -1,6 +1,6 @@
 """`nnbench report RESULTS... --html OUT.html`: one self-contained page to open and share.
 
-It holds the device and environment of every file, each suite's rows as a sortable, filterable table
+It holds the device and environment of every file, each workload's rows as a sortable, filterable table
 (DataTables 1.11.5 with jQuery 3.6.1, from Debian's libjs packages, vendored under nnbench/assets/ and
 inlined, so the page needs no network), every figure that has something to draw (PNG, inlined), each
 with the command that redraws it, and, given a baseline, the gate's verdicts beside each side's
@@ -24,8 +24,8 @@ from nnbench.report import plots
 from nnbench.version import __version__
 
 ASSETS = Path(__file__).parent.parent / "assets"  # nnbench/assets: package data (pyproject.toml)
-# Shown for every suite, in this order; a suite's own columns follow.
-COMMON = ["suite", "variant", "params", "precision", "shape", "unit", "median_ms", "iqr_ms", "gflops", "gbs",
+# Shown for every workload, in this order; a workload's own columns follow.
+COMMON = ["workload", "variant", "params", "precision", "shape", "unit", "median_ms", "iqr_ms", "gflops", "gbs",
           "pct_peak", "pct_vendor", "vendor", "speedup", "speedup_over", "rel_err", "status", "error"]
 OWN = {"train": ["batch", "ranks", "iterations", "final_error", "test_accuracy", "samples_per_s", "tflops",
                  "vs_cublas_gemms", "weights_rel_err"],
@@ -34,7 +34,7 @@ OWN = {"train": ["batch", "ranks", "iterations", "final_error", "test_accuracy",
 ENVIRONMENT = ["gpu", "backend", "cc", "sms", "driver", "cuda", "nvcc", "max_sm_clock_mhz", "fp32_peak_tflops",
                "dram_peak_gbs", "nnbench_version", "git_sha", "host"]
 WHAT = {"roofline": "every verified case against the device's ceilings",
-        "speedup": "speedup over the suite's baseline and % of the vendor row, per variant",
+        "speedup": "speedup over the workload's baseline and % of the vendor row, per variant",
         "heatmap": "GFLOP/s over the two most-swept parameters, per variant and shape",
         "train": "time per iteration or step of each version across nets",
         "conv": "each convolution path against cuDNN, per layer"}
@@ -152,34 +152,34 @@ def render(sources: list[str], df: pd.DataFrame, command: list[str], baseline: P
     """The page for the rows of `df` (each tagged with its `_file`), read from `sources`."""
     files = " ".join(shlex.quote(s) for s in sources)
     norm = plots.normalize(df)
-    suites = list(dict.fromkeys(norm["suite"]))
-    figures = {}  # (suite, kind) -> PNG: one suite's rows per figure, so counters and baselines agree
-    for suite in suites:
-        rows = df[norm["suite"] == suite].drop(columns="_file")
-        figures.update({(suite, kind): png for kind, png in plots.drawable(rows, ceilings).items()})
+    workloads = list(dict.fromkeys(norm["workload"]))
+    figures = {}  # (workload, kind) -> PNG: one workload's rows per figure, so counters and baselines agree
+    for workload in workloads:
+        rows = df[norm["workload"] == workload].drop(columns="_file")
+        figures.update({(workload, kind): png for kind, png in plots.drawable(rows, ceilings).items()})
     sections = [f"<h2>Device and environment</h2>{_environment(df)}"]
     if baseline is not None:
         sections.append(f"<h2>Gate verdicts</h2>{_verdicts(baseline, [Path(s) for s in sources], tolerance)}")
     figs, cmds = [], []
-    for i, ((suite, kind), png) in enumerate(figures.items()):
-        # A suite's name comes from a result file (data anyone can write): escaped wherever it is shown,
+    for i, ((workload, kind), png) in enumerate(figures.items()):
+        # A workload's name comes from a result file (data anyone can write): escaped wherever it is shown,
         # and in an id only as letters, digits, '_', '.' and '-' (numbered, so two names never share one).
-        name = f"{suite}-{kind}" if len(suites) > 1 else kind
+        name = f"{workload}-{kind}" if len(workloads) > 1 else kind
         anchor = name if re.fullmatch(r"[\w.-]+", name, re.ASCII) else f"{i}-" + re.sub(r"[^\w.-]", "_", name,
                                                                                            flags=re.ASCII)
-        only = f" --suite {shlex.quote(str(suite))}" if len(suites) > 1 else ""
+        only = f" --workload {shlex.quote(str(workload))}" if len(workloads) > 1 else ""
         redraw = f"nnbench report {files}{only} --plot {kind} --out {shlex.quote(name + '.png')}"
         data = base64.b64encode(png).decode()
-        shown = html.escape(f"{suite} · {kind}")
-        figs.append(f'<figure id="fig-{anchor}"><img alt="{html.escape(f"{suite} {kind} plot")}" '
+        shown = html.escape(f"{workload} · {kind}")
+        figs.append(f'<figure id="fig-{anchor}"><img alt="{html.escape(f"{workload} {kind} plot")}" '
                     f'src="data:image/png;base64,{data}"><figcaption><b>{shown}</b>: {html.escape(WHAT[kind])}. '
                     f'<a href="#cmd-{anchor}">The command that draws it</a>.</figcaption></figure>')
         cmds.append(f'<li id="cmd-{anchor}"><code>{html.escape(redraw)}</code></li>')
     sections.append("<h2>Figures</h2>" + ("".join(figs) or "<p>No figure has anything to draw for these rows.</p>"))
-    for suite, g in norm.groupby("suite", sort=False):
-        cols = [c for c in COMMON + OWN.get(str(suite), []) if c in g and g[c].notna().any()]
-        sections.append(f"<h2>{html.escape(str(suite) or 'rows')}: {len(g)} rows</h2>"
-                        + _table(g, cols, f"rows-{html.escape(str(suite) or 'rows')}"))
+    for workload, g in norm.groupby("workload", sort=False):
+        cols = [c for c in COMMON + OWN.get(str(workload), []) if c in g and g[c].notna().any()]
+        sections.append(f"<h2>{html.escape(str(workload) or 'rows')}: {len(g)} rows</h2>"
+                        + _table(g, cols, f"rows-{html.escape(str(workload) or 'rows')}"))
     made = " ".join(shlex.quote(a) for a in command)
     sections.append(f"<h2>Commands</h2><p>This page: <code>{html.escape(made)}</code></p><ul>{''.join(cmds)}</ul>")
     now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")

@@ -2,7 +2,7 @@
 `--html`), through matplotlib, an optional extra (`pip install -e '.[plot]'`):
   roofline  every verified case against the device's ceilings (theoretical from the rows, measured
             when given), the ridge point marked, each point labelled;
-  speedup   per variant: speedup over the suite's baseline and efficiency (% of the vendor row), a
+  speedup   per variant: speedup over the workload's baseline and efficiency (% of the vendor row), a
             bar per shape;
   heatmap   a parameter sweep: GFLOP/s over the two most-swept parameters, one panel per variant
             and shape (the best over the other parameters in each cell);
@@ -70,8 +70,9 @@ def png_path(out: Path) -> Path:
 
 def normalize(df: pd.DataFrame) -> pd.DataFrame:
     """Rows of any schema nnbench has written, in today's: older training files name the variant
-    `version` and time per iteration in µs; older GEMM files name % of cuBLAS `pct_cublas`."""
-    df = df.copy()
+    `version` and time per iteration in µs; older GEMM files name % of cuBLAS `pct_cublas`; older files of every
+    workload name it `suite` (results.upgrade_frame)."""
+    df = results.upgrade_frame(df.copy())
     if "variant" not in df and "version" in df:
         df["variant"] = df["version"]
     if "pct_vendor" not in df and "pct_cublas" in df:
@@ -84,10 +85,10 @@ def normalize(df: pd.DataFrame) -> pd.DataFrame:
     if "shape" not in df:
         df["shape"] = df["net"].astype(str) if "net" in df else ""
     df["shape"] = df["shape"].fillna("").astype(str)
-    for col in ("suite", "unit"):
+    for col in ("workload", "unit"):
         if col not in df:
             df[col] = ""
-    df["suite"] = df["suite"].replace({"mlp": "train"}).fillna("")
+    df["workload"] = df["workload"].fillna("")
     return df
 
 
@@ -98,10 +99,10 @@ def figure(df: pd.DataFrame, kind: str, title: str = "", ceilings: Roof | None =
     d = normalize(df)
     # the reference's rows (no kernel ran: the CPU backend) are drawn under their own variant, `reference`
     d = d[d["status"].isin(sorted(results.TIMED))] if "status" in d else d
-    suites = sorted(set(d["suite"]) - {""})
-    if kind in ("roofline", "speedup") and len(suites) > 1:  # one suite's counters and baseline per figure
-        raise NnbenchError(f"--plot {kind}: the rows are of several suites ({', '.join(suites)}); pick one with "
-                           "--suite")
+    workloads = sorted(set(d["workload"]) - {""})
+    if kind in ("roofline", "speedup") and len(workloads) > 1:  # one workload's counters and baseline per figure
+        raise NnbenchError(f"--plot {kind}: the rows are of several workloads ({', '.join(workloads)}); pick one with "
+                           "--workload")
     plt = _plt()
     draw = {"roofline": _roofline, "speedup": _speedup, "heatmap": _heatmap, "train": _train, "conv": _conv}[kind]
     # constrained layout: room for legends outside the axes and a colorbar shared by several panels
@@ -386,7 +387,7 @@ def _net_order(shape: str) -> tuple:
 
 
 def _train(fig, d: pd.DataFrame) -> None:
-    d = d[(d["suite"] == "train") & d["median_ms"].gt(0)] if "median_ms" in d else d.iloc[0:0]
+    d = d[(d["workload"] == "train") & d["median_ms"].gt(0)] if "median_ms" in d else d.iloc[0:0]
     if d.empty:
         raise NnbenchError("--plot train: no verified training row with a time (a `nnbench train` result); "
                            "nothing to plot")
@@ -426,7 +427,7 @@ def _train(fig, d: pd.DataFrame) -> None:
 # -- convolution ------------------------------------------------------------------------------------
 
 def _conv(fig, d: pd.DataFrame) -> None:
-    d = d[d["suite"] == "conv"]
+    d = d[d["workload"] == "conv"]
     vs = _positive(d, "pct_vendor")
     # Against cuDNN where the run had it (a GPU with PyTorch); else each path's own GFLOP/s per layer.
     col, d = ("pct_vendor", vs) if not vs.empty else ("gflops", _positive(d, "gflops"))

@@ -254,7 +254,7 @@ def compile_many(reqs: list[CompileRequest], jobs: int | None = None, cache: Pat
 def compile_sources(arch: str, kernels: list[tuple[str, dict[str, int]]], jobs: int | None = None
                     ) -> list[Compiled | CompileError]:
     """compile_many for (source under kernels_cu/, -D parameters) pairs, failures returned in place:
-    how every suite compiles its variants."""
+    how every workload compiles its variants."""
     reqs = [CompileRequest.make(paths.KERNELS / source, params, arch) for source, params in kernels]
     return compile_many(reqs, jobs=jobs, return_errors=True)
 

@@ -2,7 +2,7 @@
 
 Each returns launchers: no-argument callables that enqueue the library's work on the current
 stream, so that `measure` times them exactly as it times our kernels (same warm-up, L2 state and
-stopping rule) and the suites verify their outputs with the same verifier. Knows no workload.
+stopping rule) and the workloads verify their outputs with the same verifier. Knows no workload.
 """
 
 from __future__ import annotations
@@ -151,7 +151,7 @@ def _loaded_cublas():
 # PyTorch keys its autotune cache on the convolution, the TF32 flag and the deterministic flag, and
 # autotunes once per key and process: each value of the deterministic flag is therefore an autotune
 # draw of its own. A single draw can pick an algorithm 10% off cuDNN's best (cuDNN TF32 on N32 C64 56²
-# K64 3x3 on the H100 took 0.091 ms in one process and 0.100 in another); the suites time every draw
+# K64 3x3 on the H100 took 0.091 ms in one process and 0.100 in another); the workloads time every draw
 # and keep the fastest, so that the baseline gets cuDNN's best of two. (Deterministic engines are a
 # subset of all; for a forward convolution nearly all of them.)
 AUTOTUNE_DRAWS = (False, True)

@@ -28,6 +28,7 @@ from nnbench.yamlnodes import (  # noqa: F401 - ConfigError: the error type of c
     integer,
     mapping,
     number,
+    renamed,
     scalar,
     sequence,
     string,
@@ -46,7 +47,7 @@ def load_gemm(path: Path) -> GemmConfig:
     top = mapping(path, compose(path), "top level", ["variants", "sizes"])
     cases: list[Case] = []
     if "variants" in top:
-        names = [v.name for v in workloads.suite_variants("gemm", "cuda")]
+        names = [v.name for v in workloads.variants_of("gemm", "cuda")]
         for name, (_, vnode) in mapping(path, top["variants"][1], "variants", names).items():
             v = workloads.get("gemm", name)
             for item in sequence(path, vnode, f"variants.{name}"):
@@ -69,16 +70,16 @@ def _param_set(path: Path, v: registry.Variant, node, what: str, blame, rule_wha
 
 
 # -- sweeps ---------------------------------------------------------------------------------------
-SWEEP_KEYS = ["name", "suite", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants",
+SWEEP_KEYS = ["name", "workload", "description", "baseline", "vendor", "cublas", "seed", "shapes", "timing", "variants",
               "strategy", "budget"]
-PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per suite)
+PART_KEYS = ["name", "description", "seed", "timing", "parts"]  # a config of several parts (one per workload)
 TIMING_KEYS = ["budget", "cold", "min_samples", "max_noise", "min_sample_ms", "rtol", "watchdog", "keep_throttled"]
 
 
 @dataclass
 class SweepSpec:
     name: str
-    suite: str
+    workload_name: str  # the package under nnbench/workloads/ (`workload:` in the config)
     path: Path
     cases: list[Case]  # the baseline first, when it is not also a swept point
     shapes: list  # the workload's problems (GEMM shapes, conv layers, nets and batches)
@@ -96,15 +97,15 @@ class SweepSpec:
 
     @property
     def workload(self):
-        return find_workload(self.suite)
+        return find_workload(self.workload_name)
 
 
 def load_config(path: Path) -> list[SweepSpec]:
-    """A sweep config: one sweep (see load_sweep), or `parts:`, a list of sweeps of any suites that
+    """A sweep config: one sweep (see load_sweep), or `parts:`, a list of sweeps of any workloads that
     run one after another into one result file; the top level's name, description, seed and timing
-    are every part's defaults (configs/ci.yaml gates three suites so)."""
+    are every part's defaults (configs/ci.yaml gates three workloads so)."""
     path = Path(path)
-    root = compose(path)
+    root = renamed(path, compose(path), "top level")
     from nnbench.workloads.kernel import session as kernel
     if kernel.is_kernel_config(root):  # a user's own .cu file (examples/vector_add)
         return [kernel_sweep(kernel.load(path, root))]
@@ -117,7 +118,8 @@ def load_config(path: Path) -> list[SweepSpec]:
     shared = {k: v for k, v in top.items() if k in ("name", "description", "seed", "timing")}
     specs = []
     for i, item in enumerate(items):
-        body = mapping(path, item, f"parts[{i}]", [k for k in SWEEP_KEYS if k != "name"], required=("suite",))
+        body = mapping(path, renamed(path, item, f"parts[{i}]"), f"parts[{i}]", [k for k in SWEEP_KEYS if k != "name"],
+                       required=("workload",))
         merged = dict(shared)
         if "timing" in body and "timing" in shared:  # a part's timing keys override the shared ones
             keys = mapping(path, shared["timing"][1], "timing", TIMING_KEYS)
@@ -142,19 +144,20 @@ def kernel_sweep(d) -> SweepSpec:
 
 
 def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
-    """A sweep config: suite, variants with axes and restrictions, shapes, timing. See configs/gemm_sweep.yaml.
+    """A sweep config: workload, variants with axes and restrictions, shapes, timing. See configs/gemm_sweep.yaml.
     `top` is a part's keys (load_config) instead of the file's top level."""
     path = Path(path)
     if top is None:
-        top = mapping(path, compose(path), "top level", SWEEP_KEYS, required=("suite", "variants", "shapes"))
+        top = mapping(path, renamed(path, compose(path), "top level"), "top level", SWEEP_KEYS,
+                      required=("workload", "variants", "shapes"))
     for key in ("variants", "shapes"):
         if key not in top:
-            raise fail(path, top["suite"][1], f"{key}: missing; a sweep needs suite, variants and shapes")
+            raise fail(path, top["workload"][1], f"{key}: missing; a sweep needs workload, variants and shapes")
     name = string(path, top["name"][1], "name") if "name" in top else path.stem
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
         raise fail(path, top["name"][1], f"name: {name!r} may use only letters, digits, '_', '-' and '.'")
-    suite = string(path, top["suite"][1], "suite", list(WORKLOADS))  # as listed now (NNBENCH_WORKLOADS too)
-    work = find_workload(suite)
+    workload = string(path, top["workload"][1], "workload", list(WORKLOADS))  # as listed now (NNBENCH_WORKLOADS too)
+    work = find_workload(workload)
 
     cases: list[Case] = []
     counts: list[VariantCount] = []
@@ -196,8 +199,8 @@ def load_sweep(path: Path, top: dict | None = None, part: int = 0) -> SweepSpec:
     vendor = boolean(path, top[vkey][1], vkey) if vkey in top else True
     desc = scalar(path, top["description"][1], "description") if "description" in top else ""
     strategy, budget = search_settings(path, top)
-    return SweepSpec(name, suite, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts, desc,
-                     part, strategy, budget)
+    return SweepSpec(name, workload, path, cases, shapes, baseline, vendor, settings, rtol, watchdog, seed, counts,
+                     desc, part, strategy, budget)
 
 
 def search_settings(path: Path, top: dict) -> tuple[str, strategies.Budget]:

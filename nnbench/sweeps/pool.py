@@ -317,14 +317,14 @@ def local_gpu(parent_host: str, count: int) -> int:
 
 def remote_run(init: tuple, job: Job, watchdog_s: float) -> tuple[dict | None, int]:
     """One job on this MPI rank (runs in the rank's process): (record, pid of a fresh worker or 0)."""
-    backend, suite, settings, rtol, seed, env_extra, parent_host = init
+    backend, workload, settings, rtol, seed, env_extra, parent_host = init
     fresh = 0
     if _RANK.get("worker") is None:
         name = backend
         if backend.partition(":")[0] in ("cuda", "auto"):
             from nnbench.runtime import device_count
             name = f"cuda:{local_gpu(parent_host, device_count())}"
-        _RANK["worker"] = Worker(name, suite, settings, rtol, seed, env_extra)
+        _RANK["worker"] = Worker(name, workload, settings, rtol, seed, env_extra)
         fresh = _RANK["worker"].pid if _RANK.get("started") else 0
         _RANK["started"] = True
     comp = job.compiled

@@ -3,7 +3,7 @@
 `nnbench sweep CONFIG --replay RESULTS.csv` runs the config's strategy through the real sweep (plan,
 device limits, worker, watchdog, records), but its worker looks each case up in RESULTS.csv and
 returns that row, so a strategy can be judged against the brute-force answer with no GPU. The
-file may be of the current schema or of the one before the suite contract (columns M, N, K and
+file may be of the current schema or of the one before the workload contract (columns M, N, K and
 pct_cublas): only the case's identity, its status and its times are read.
 
 Every case of the config must be in the file: a replay that met an unmeasured case would have to
@@ -19,7 +19,7 @@ from pathlib import Path
 from nnbench import results, safeio
 from nnbench.errors import NnbenchError
 
-NEEDED = ("suite", "variant", "params", "shape", "status", "median_ms")
+NEEDED = ("workload", "variant", "params", "shape", "status", "median_ms")
 RENAMED = {"pct_cublas": "pct_vendor"}  # the pre-contract schema's name
 
 
@@ -29,26 +29,27 @@ def backend_name(path: Path, sleep_ms: float = 0.0, sleep_scale: float = 0.0) ->
     return f"replay:{sleep_ms:g}:{sleep_scale:g}:{Path(path).resolve()}"
 
 
-def load(path: Path, suite: str) -> dict[tuple[str, str, str], dict]:
-    """The file's rows of `suite` by (variant, params, shape); the last row of a case wins (a resume)."""
+def load(path: Path, workload: str) -> dict[tuple[str, str, str], dict]:
+    """The file's rows of `workload` by (variant, params, shape); the last row of a case wins (a resume)."""
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            missing = [k for k in NEEDED if k not in (reader.fieldnames or [])]
+            columns = [results.OLD_COLUMNS.get(k, k) for k in reader.fieldnames or []]
+            missing = [k for k in NEEDED if k not in columns]
             if missing:
                 raise NnbenchError(f"--replay {path}: not a result CSV (no {', '.join(missing)} column)")
             rows = {}
             for row in reader:
-                if row.get("suite") != suite or row.get("status") not in results.STATUSES:
+                rec = results.upgrade_row(results.parse_row({RENAMED.get(k, k): v for k, v in row.items() if k}))
+                if rec.get("workload") != workload or rec.get("status") not in results.STATUSES:
                     continue
-                rec = results.parse_row({RENAMED.get(k, k): v for k, v in row.items() if k})
                 rows[(rec["variant"], _params(rec), rec["shape"])] = rec
     except (UnicodeDecodeError, csv.Error) as e:
         raise NnbenchError(f"--replay {path}: not a result CSV ({e})") from None
     except OSError as e:
         raise safeio.os_problem(path, e, "--replay: cannot read") from None
     if not rows:
-        raise NnbenchError(f"--replay {path}: no finished {suite} rows")
+        raise NnbenchError(f"--replay {path}: no finished {workload} rows")
     return rows
 
 
@@ -71,8 +72,9 @@ def check_space(spec, rows: dict, path: Path) -> None:
 class ReplaySession:
     """The worker's session in replay mode: each job's row, as it was recorded."""
 
-    def __init__(self, path: Path, suite: str, sleep_ms: float, env_extra: dict, sleep_scale: float = 0.0) -> None:
-        self.rows = load(path, suite)
+    def __init__(self, path: Path, workload: str, sleep_ms: float, env_extra: dict, sleep_scale: float = 0.0
+                 ) -> None:
+        self.rows = load(path, workload)
         self.sleep_s, self.sleep_scale = sleep_ms / 1e3, sleep_scale
         first = next(iter(self.rows.values()))
         self.env = {k: first.get(k) for k in results.ENVIRONMENT}
@@ -83,9 +85,9 @@ class ReplaySession:
         self.device = for_arch(self.arch) if self.arch else None
 
     @classmethod
-    def from_backend(cls, name: str, suite: str, env_extra: dict) -> ReplaySession:
+    def from_backend(cls, name: str, workload: str, env_extra: dict) -> ReplaySession:
         _, sleep_ms, scale, path = name.split(":", 3)
-        return cls(Path(path), suite, float(sleep_ms), env_extra, float(scale))
+        return cls(Path(path), workload, float(sleep_ms), env_extra, float(scale))
 
     def warm_up(self) -> None:
         pass

@@ -149,7 +149,7 @@ def refuse_old_schema(out: Path) -> None:
 def results_dir(spec: SweepSpec) -> Path:
     """Where a sweep's files go by default: nnbench's results/ for its own workloads, ./results/ (the user's
     working directory) for a user's kernel config, whose results are the user's and not nnbench's checkout's."""
-    return Path.cwd() / "results" if spec.suite == "kernel" else paths.RESULTS
+    return Path.cwd() / "results" if spec.workload_name == "kernel" else paths.RESULTS
 
 
 def _schema(path: Path) -> list[str] | None:
@@ -170,27 +170,29 @@ def open_result_file(spec: SweepSpec, gpu: str, out: Path | None, fresh: bool) -
     return results.CsvSink(path, fields=results.FIELDS, mode=mode), resume
 
 
-def _json_cases(path: Path, suite: str) -> set[str]:
-    """The cases of `suite` the --json file holds. A case is done only when every sink holds it: a row the CSV
+def _json_cases(path: Path, workload: str) -> set[str]:
+    """The cases of `workload` the --json file holds. A case is done only when every sink holds it: a row the CSV
     took but the JSON file did not (a full disk between the two writes) runs again, so the JSON file is never
     left short of a case the CSV has."""
     from nnbench import rawresults
     if not path.exists() or path.stat().st_size == 0:
         return set()
-    return {r.key for r in rawresults.load(path) if r.fields.get("suite") == suite}
+    return {r.key for r in rawresults.load(path) if r.fields.get("workload") == workload}
 
 
 def _done_rows(path: Path):
     try:
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
-            if reader.fieldnames != results.FIELDS:
+            # a file of the schema before the workload column's rename: its rows are read in today's names, and a
+            # row added goes into the same column, whose header says `suite`
+            if reader.fieldnames not in (results.FIELDS, results.FIELDS_BEFORE_WORKLOAD):
                 raise NnbenchError(f"{path}: written with another result schema; start anew with --fresh")
             for row in reader:
                 # A row cut short by a kill has no valid status; its case simply runs again.
                 if row.get("status") in results.STATUSES:
                     try:
-                        yield results.parse_row(row)
+                        yield results.upgrade_row(results.parse_row(row))
                     except NnbenchError as e:
                         raise NnbenchError(f"{path}:{reader.line_num}: {e}") from None
     except (UnicodeDecodeError, csv.Error) as e:
@@ -291,16 +293,16 @@ def link_shapes(jobs: list[Job]) -> None:
 
 def job_key(spec: SweepSpec, job: Job) -> str:
     if job.kind == "vendor":
-        return results.case_key(spec.suite, job.case, "", job.shape.label, spec.settings.cold)
-    return results.case_key(spec.suite, job.case.variant.name, job.case.param_label, job.shape.label,
+        return results.case_key(spec.workload_name, job.case, "", job.shape.label, spec.settings.cold)
+    return results.case_key(spec.workload_name, job.case.variant.name, job.case.param_label, job.shape.label,
                             spec.settings.cold)
 
 
 def _base_record(spec: SweepSpec, job: Job, env: dict) -> dict:
     from nnbench.workloads.base import problem_text
-    rec = dict(env, suite=spec.suite, sweep=spec.name, shape=job.shape.label, problem=problem_text(job.shape),
-               flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol, cold=spec.settings.cold,
-               seed=spec.seed, unit=spec.workload.unit)
+    rec = dict(env, workload=spec.workload_name, sweep=spec.name, shape=job.shape.label,
+               problem=problem_text(job.shape), flops=job.shape.flops, bytes=job.shape.bytes, rtol=spec.rtol,
+               cold=spec.settings.cold, seed=spec.seed, unit=spec.workload.unit)
     if job.kind == "vendor":
         return provenance.stamp(dict(rec, variant=job.case, step="", params=""), None, env)
     v = job.case.variant
@@ -353,273 +355,392 @@ def _compile(work, cases, arch: str, jobs: int | None):
     return stats, compiled
 
 
-def execute(spec: SweepSpec, backend: str = "cuda", out: Path | None = None, fresh: bool = False,
-            jobs: int | None = None, load_only: bool = False, events: Events | None = None,
-            append: bool = False, retry_errors: bool = False, json_out: Path | None = None,
-            gpus: list[int] | None = None, replay: Path | None = None, replay_sleep_ms: float = 0.0,
-            replay_scale: float = 0.0, mpi: bool = False) -> Outcome:
-    """Run the sweep (or, with load_only, compile and load its kernels and stop). See module doc.
-    With `append`, a later part of a config of several parts adds to the file the first part made.
-    On a resume, cases whose last row is ERROR run again with `retry_errors`; either way
-    `Outcome.failed` counts every case of the file (of this part's suite) whose last row failed, not
-    only this run's. `gpus`: one worker per listed GPU (nnbench/sweeps/pool.py); `mpi`: one per MPI rank
-    (this process is rank 0 under `python -m mpi4py.futures`). `replay`: a finished
-    result file answers every case (nnbench/sweeps/replay.py); nothing is compiled and no GPU is used."""
+@dataclass(frozen=True)
+class RunOptions:
+    """How a sweep runs, as `nnbench sweep`, `nnbench check --run` and `nnbench.run_sweep` ask for it.
+    `append`: a later part of a config of several parts adds to `out`, the file the first part made.
+    `retry_errors`: on a resume, cases whose last row is ERROR run again. `gpus`: one worker per listed GPU
+    (nnbench/sweeps/pool.py); `mpi`: one per MPI rank (this process is rank 0 under `python -m mpi4py.futures`).
+    `replay`: a finished result file answers every case (nnbench/sweeps/replay.py), each answer after
+    `replay_sleep_ms` or its own time times `replay_scale`; nothing is compiled and no GPU is used.
+    `load_only`: compile and load the kernels, then stop."""
+
+    backend: str = "cuda"
+    out: Path | None = None
+    fresh: bool = False
+    append: bool = False
+    retry_errors: bool = False
+    json_out: Path | None = None
+    jobs: int | None = None  # nvcc processes at once (None: one per core)
+    load_only: bool = False
+    gpus: tuple[int, ...] = ()
+    replay: Path | None = None
+    replay_sleep_ms: float = 0.0
+    replay_scale: float = 0.0
+    mpi: bool = False
+
+
+def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | None = None) -> Outcome:
+    """Run the sweep (or, with `opts.load_only`, compile and load its kernels and stop). See the module's doc.
+    `Outcome.failed` counts every case of the file (of this part's workload) whose last row failed, not
+    only this run's. The stages: the backend (`run_backend`), the first worker, the sinks (`open_sinks`),
+    what is done (`read_done`), the plan (`plan_jobs`, `pending`, `refusals`), the runner (`choose_runner`),
+    the run and its records (`SweepRun`), the summary (`summarise`)."""
     emit = events or (lambda *a, **k: None)
     t_start = time.perf_counter()
-    settings = spec.settings
-    if (why := strategies.available(spec.strategy)) is not None:
-        raise NnbenchError(f"{spec.path}: {why}")
-    if replay is not None:
-        from nnbench.sweeps import replay as replay_mod
-        replay_mod.check_space(spec, replay_mod.load(Path(replay), spec.suite), Path(replay))
-        backend = replay_mod.backend_name(Path(replay), replay_sleep_ms, replay_scale)
-    slots = len(gpus) if gpus else 1
-
-    def backend_of(slot: int) -> str:
-        if gpus and not backend.startswith(("replay:", "cpu")):
-            return pinned(backend, gpus[slot])
-        return backend
-
+    backend = run_backend(spec, opts)
+    runner = choose_runner(opts)
     searching = spec.strategy != "brute_force" or spec.budget != strategies.Budget()
-    lead = first_problem(spec, slots, searching)
-    prefetched: set[int] = set()
-
-    def make_worker(slot: int) -> Worker:
-        """The slot's worker; its first one builds the problem it will run first while it starts (a
-        replacement's next job is anyone's)."""
-        prefetch = None if slot in prefetched else lead
-        prefetched.add(slot)
-        return Worker(backend_of(slot), spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name},
-                      first=prefetch, share=slots)
-
-    if mpi:
-        prefetched.add(0)  # under MPI this worker only says what the device is
+    # under MPI the first worker only says what the device is: it builds no problem
+    lead = None if opts.mpi else first_problem(spec, len(opts.gpus) or 1, searching)
+    make_worker = worker_factory(spec, backend, opts.gpus, lead)
     worker = make_worker(0)
     emit("worker", pid=worker.pid, restart=False)
-    sink = None
-    pool = None
+    run = None
     try:
         info = worker.info
         env, device, arch = info["env"], info["device"], info["arch"]
         require_memory(spec, info.get("free_memory"), env.get("gpu") or "the GPU")  # before anything is made
-        on_gpu = env["backend"] == "cuda" and replay is None  # replay compiles nothing
-        gpu_name = env["gpu"]
-        if load_only:
-            path, resume = result_file(spec, gpu_name, out, fresh)
-        elif append:
-            sink, resume = results.CsvSink(Path(out), fields=results.FIELDS, mode=safeio.APPEND), True
-            path = sink.path
-        else:
-            sink, resume = open_result_file(spec, gpu_name, out, fresh)
-            path = sink.path
-        if sink is not None and json_out is not None:
-            # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
-            from nnbench.rawresults import JsonSink
-            sink = results.Sinks(sink, JsonSink(json_out, safeio.APPEND if resume else safeio.NEW, flag=None))
-        outcome = Outcome(path, backend=env["backend"], replayed=replay)
-        summary = outcome.summary = Summary([s.label for s in spec.shapes])
-        work = spec.workload
-        comparisons = Comparisons(work, spec.baseline)
-
-        last_status: dict[str, str] = {}  # every case of this suite in the file: the status of its last row
-        last_provenance: dict[str, str | None] = {}  # and its provenance (None: a row written before it was kept)
-        done_ms: dict[str, float | None] = {}  # a done case's median (None: failed), for a resumed search
-        if resume and path.exists():
-            for row in _done_rows(path):
-                if row.get("suite") != spec.suite:
-                    continue
-                key = results.case_key_of(row)
-                last_status[key] = row["status"]
-                last_provenance[key] = row.get("provenance")
-                done_ms[key] = row.get("median_ms") if row["status"] == "PASS" else None
-                comparisons.remember(row)
-                summary.add(row)
-        done = {k for k, st in last_status.items() if not (retry_errors and st == "ERROR")}
-        if resume and json_out is not None:
-            done &= _json_cases(Path(json_out), spec.suite)
+        sink, path, resume = open_sinks(spec, opts, env["gpu"])
+        outcome = Outcome(path, backend=env["backend"], replayed=opts.replay)
+        on_gpu = env["backend"] == "cuda" and opts.replay is None  # a replay compiles nothing
+        run = SweepRun(spec, env, device, arch, on_gpu, opts.jobs, sink, outcome, emit)
+        done = read_done(path if resume else None, spec.workload_name, opts.retry_errors,
+                         opts.json_out if resume else None, run.remember)
+        run.last_status = dict(done.status)
         all_jobs = plan_jobs(spec, spec.vendor and env["backend"] == "cuda", env["backend"])
-        # a case whose kernel, headers, flags, nnbench or driver changed since its row is not done (an unchanged
-        # case's row is; the gate still compares the two rows, whose case is the same)
-        stale = {job_key(spec, j) for j in all_jobs if job_key(spec, j) in done
-                 and last_provenance.get(job_key(spec, j)) != job_provenance(spec, j, env)}
-        todo = [j for j in all_jobs if job_key(spec, j) not in done or job_key(spec, j) in stale]
-        outcome.resumed = len(all_jobs) - len(todo)
-        outcome.stale = len(stale)
-
-        # Refuse, before compiling, what this backend or device cannot run.
-        skip: dict[int, str] = {}
-        for j in all_jobs:
-            if j.kind != "case":
-                continue
-            v = j.case.variant
-            if not work.runs_on(v, env["backend"]):
-                skip[id(j)] = f"{v.name} runs on the {v.backend} backend; this sweep runs on {env['backend']}"
-            elif device is not None and (why := v.device_problems(j.case.param_dict, device)):
-                skip[id(j)] = why[0]
-            elif why := work.refusal(j.case, j.shape):
-                skip[id(j)] = why
-        compiled: dict = {}
-
-        def compile_cases(batch: list[Job]) -> CompileStats:
-            """Compile the batch's kernels in parallel; refuse (SKIP) what needs more registers than the device has."""
-            cases = {j.case: None for j in batch if j.kind == "case" and id(j) not in skip and j.case.variant.source}
-            if not on_gpu or not cases:
-                return CompileStats(arch=arch or "")
-            stats, got = _compile(work, cases, arch, jobs)
-            compiled.update(got)
-            for j in batch:
-                comp = compiled.get(j.case) if j.kind == "case" else None
-                if comp is not None and not isinstance(comp, CompileError):
-                    regs = work.registers(j.case, comp)
-                    why = j.case.variant.device_problems(j.case.param_dict, device, regs)
-                    if why:
-                        skip[id(j)] = why[0]
-            return stats
-
-        def restarted(pid: int) -> None:
-            emit("worker", pid=pid, restart=True)
-
-        if mpi and not load_only:
+        todo, stale = pending(spec, all_jobs, done, env)
+        outcome.resumed, outcome.stale = len(all_jobs) - len(todo), len(stale)
+        run.skip = refusals(spec, all_jobs, env["backend"], device)
+        if opts.load_only:
+            return load_kernels(run, worker, todo)
+        if runner == "mpi":
             worker.close()  # the ranks run every job; this GPU is theirs
-            worker = None
-            pool = MpiPool((backend, spec.suite, settings, spec.rtol, spec.seed, {"sweep": spec.name}),
-                           spec.watchdog_s, on_restart=restarted, on_lost=lambda job: emit("lost", job=job))
-            slots = pool.size
-        elif not load_only:
-            slots = max(1, min(slots, len(todo)))  # a worker per job at most: --gpus 24 for 4 cases starts 4
-            pool = WorkerPool(make_worker, slots, spec.watchdog_s, first=worker, on_restart=restarted,
-                              on_progress=lambda what: emit("phase", what=what))
-            pool.start()  # the other GPUs' workers start while this process compiles; each slot then takes its
-            # first job once its own worker is ready (WorkerPool._worker)
-        if not searching or load_only:
-            outcome.compile = compile_cases(todo)
-        emit("compiled", stats=outcome.compile)
-        if load_only:
-            kernels = {(c.cubin, c.request): (c, case.variant.kernel) for case, c in compiled.items()
-                       if not isinstance(c, CompileError)}
-            reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
-            outcome.compile.load_s = reply["load_s"]
-            return outcome
-        first_worker = worker
+            first_worker, worker = None, None
+        else:
+            first_worker = worker
+        run.start_pool(runner, backend, make_worker, first_worker, len(todo), len(opts.gpus) or 1)
         worker = None  # the pool owns it now
-
-        def run(batch: list[Job]) -> Iterator[tuple[Job, dict]]:
-            """Records for a batch, SKIP rows included. One worker: in the plan's order. Several: the
-            vendor rows and the baseline first, so every case of the shape can be compared."""
-            if slots > 1:
-                # The vendor rows and the baseline go first; a case that finishes before its shape's
-                # have been written waits in memory for them (at most one case's length), so its row
-                # can carry % of the vendor and the speedup like any other.
-                firsts = longest_first([j for j in batch if id(j) not in skip
-                                        and (j.kind == "vendor" or j.case == spec.baseline)], env)
-                segments = [[j for j in batch if id(j) in skip],
-                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts], env)]
-            else:  # runs of jobs the worker takes back to back, cut at each SKIP row
-                firsts, segments, cur = [], [], []
-                for j in batch:
-                    if id(j) in skip:
-                        segments += [cur, [j]]
-                        cur = []
-                    else:
-                        cur.append(j)
-                segments.append(cur)
-            awaited = {}  # shape -> its vendor rows and baseline not yet written
-            for j in firsts:
-                awaited.setdefault(j.shape, set()).add((j.kind, j.case))
-            held: list[tuple[Job, dict]] = []
-            for seg in segments:
-                if seg and id(seg[0]) in skip:
-                    for j in seg:
-                        outcome.skipped += 1
-                        yield j, record(dict(_base_record(spec, j, env), status="SKIP", error=skip[id(j)]))
-                    continue
-                ready = [Job(j.kind, j.shape, j.case, compiled.get(j.case), j.next_shape) for j in seg]
-                for j, rec in pool.run(ready):
-                    waiting = awaited.get(j.shape)
-                    if waiting and (j.kind, j.case) not in waiting:
-                        held.append((j, rec))
-                        continue
-                    yield from finish(j, rec)
-                    if waiting:
-                        waiting.discard((j.kind, j.case))
-                        if not waiting:
-                            for hj, hrec in [h for h in held if h[0].shape == j.shape]:
-                                yield from finish(hj, hrec)
-                            held[:] = [h for h in held if h[0].shape != j.shape]
-
-        def finish(j: Job, rec: dict | None) -> Iterator[tuple[Job, dict]]:
-            if rec is None:  # the vendor's library is not available here
-                emit("record", rec=None)
-                return
-            if outcome.first_record_s is None:
-                outcome.first_record_s = time.perf_counter() - t_run
-            # stamped after the worker's fields, whose environment names nnbench's commit, not a user kernel's
-            rec = comparisons.derive(provenance.stamp(dict(_base_record(spec, j, env), **rec),
-                                                      None if j.kind == "vendor" else j.case.variant, env))
-            outcome.jobs += 1
-            outcome.gpu_s += (rec.get("gpu_ms") or 0.0) / 1e3
-            slot = getattr(pool, "ran_on", {}).get(id(j))
-            if slot is not None:
-                outcome.worker_gpu_s += [0.0] * (slot + 1 - len(outcome.worker_gpu_s))
-                outcome.worker_gpu_s[slot] += (rec.get("gpu_ms") or 0.0) / 1e3
-            outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
-            yield j, record(rec)
-
-        def record(rec: dict) -> dict:
-            rec.pop("fault", None)
-            last_status[results.case_key_of(rec)] = rec["status"]
-            sink.append(rec)
-            summary.add(rec)
-            emit("record", rec=rec)
-            return rec
-
-        t_run = time.perf_counter()
+        if not searching:
+            outcome.compile = run.compile(todo)
+        emit("compiled", stats=outcome.compile)
         run_started = time.time()
         try:
-            if not searching:
-                link_shapes(todo)
-                emit("start", total=len(todo), resumed=outcome.resumed, stale=outcome.stale, path=path)
-                for _ in run(todo):
-                    pass
+            if searching:
+                run.search(all_jobs, done)
             else:
-                total = sum(_search_size(spec, all_jobs, skip, s) for s in spec.shapes)
-                emit("start", total=total, resumed=outcome.resumed, stale=outcome.stale, path=path)
-                for shape_index, shape in enumerate(sorted(spec.shapes, key=lambda s: s.flops)):
-                    found = _search(spec, shape_index, [j for j in all_jobs if j.shape == shape], skip, done,
-                                    done_ms, compile_cases, run, slots)
-                    outcome.searches.append(found)
-                    outcome.compile = _add_stats(outcome.compile, found.pop("compile"))
+                run.run_all(todo)
         finally:
             sink.close()
-        outcome.failed = sum(st in results.FAILED for st in last_status.values())
-        outcome.restarts = pool.restarts
-        outcome.requeued = getattr(pool, "requeued", 0)
-        if first_worker is not None and first_worker.ready:
-            phases = dict(first_worker.ready)
-            at = phases.pop("at")
-            outcome.startup = dict(phases, ready_s=at - first_worker.spawned,
-                                   run_start_s=run_started - first_worker.spawned)
-        outcome.run_s = time.perf_counter() - t_run
-        outcome.workers = slots
-        outcome.wall_s = time.perf_counter() - t_start
-        return outcome
+        return summarise(outcome, run, first_worker, run_started, t_start)
     except KeyboardInterrupt:
         # Workers ignore Ctrl-C, so they print nothing; a case in flight is not waited for.
-        for w in ([worker] if worker is not None else []):
-            w.kill()
-        worker = None
-        if pool is not None:
-            pool.kill()
-            pool = None
+        if worker is not None:
+            worker.kill()
+            worker = None
+        if run is not None and run.pool is not None:
+            run.pool.kill()
+            run.pool = None
         raise
     finally:
-        if sink is not None:
-            sink.close()
+        if run is not None and run.sink is not None:
+            run.sink.close()
         if worker is not None:
             worker.close()
-        if pool is not None:
-            pool.close()
+        if run is not None and run.pool is not None:
+            run.pool.close()
+
+
+# -- the stages of `execute` ---------------------------------------------------------------------
+def run_backend(spec: SweepSpec, opts: RunOptions) -> str:
+    """The backend the workers open: the asked one, or a replay of a result file (checked against the sweep's
+    space first). A strategy whose library is missing is refused before any worker starts."""
+    if (why := strategies.available(spec.strategy)) is not None:
+        raise NnbenchError(f"{spec.path}: {why}")
+    if opts.replay is None:
+        return opts.backend
+    from nnbench.sweeps import replay as replay_mod
+    replay_mod.check_space(spec, replay_mod.load(Path(opts.replay), spec.workload_name), Path(opts.replay))
+    return replay_mod.backend_name(Path(opts.replay), opts.replay_sleep_ms, opts.replay_scale)
+
+
+def choose_runner(opts: RunOptions) -> str:
+    """Who runs the jobs: "load" (nobody: the kernels are loaded and the sweep stops), "mpi" (one worker per MPI
+    rank) or "pool" (one worker per listed GPU, or one worker; a replay is a pool whose workers answer from a file)."""
+    if opts.load_only:
+        return "load"
+    return "mpi" if opts.mpi else "pool"
+
+
+def worker_factory(spec: SweepSpec, backend: str, gpus: tuple[int, ...], lead=None) -> Callable[[int], Worker]:
+    """make(slot): the worker for one slot, pinned to its GPU of `gpus` (a replay or the CPU has none to pin). A
+    slot's first worker builds `lead`, the problem it will run first, while it starts (a replacement's next job
+    is anyone's)."""
+    share = len(gpus) or 1
+    prefetched: set[int] = set()
+
+    def make(slot: int) -> Worker:
+        name = pinned(backend, gpus[slot]) if gpus and not backend.startswith(("replay:", "cpu")) else backend
+        prefetch = None if slot in prefetched else lead
+        prefetched.add(slot)
+        return Worker(name, spec.workload_name, spec.settings, spec.rtol, spec.seed, {"sweep": spec.name},
+                      first=prefetch, share=share)
+    return make
+
+
+def open_sinks(spec: SweepSpec, opts: RunOptions, gpu: str) -> tuple[object | None, Path, bool]:
+    """(sink, path, resume): the CSV, with the --json file beside it; none with load_only (nothing is written)."""
+    if opts.load_only:
+        path, resume = result_file(spec, gpu, opts.out, opts.fresh)
+        return None, path, resume
+    if opts.append:
+        sink, resume = results.CsvSink(Path(opts.out), fields=results.FIELDS, mode=safeio.APPEND), True
+    else:
+        sink, resume = open_result_file(spec, gpu, opts.out, opts.fresh)
+    path = sink.path
+    if opts.json_out is not None:
+        # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
+        from nnbench.rawresults import JsonSink
+        sink = results.Sinks(sink, JsonSink(opts.json_out, safeio.APPEND if resume else safeio.NEW, flag=None))
+    return sink, path, resume
+
+
+@dataclass
+class Done:
+    """What a resumed file already holds of one workload, per case key."""
+
+    status: dict[str, str] = field(default_factory=dict)  # the status of each case's last row
+    provenance: dict[str, str | None] = field(default_factory=dict)  # and its provenance (None: not kept then)
+    median_ms: dict[str, float | None] = field(default_factory=dict)  # its median (None: failed), for a search
+    keys: set[str] = field(default_factory=set)  # the cases that need not run again (provenance aside)
+
+
+def read_done(path: Path | None, workload: str, retry_errors: bool, json_out: Path | None,
+              seen: Callable[[dict], None] = lambda row: None) -> Done:
+    """The cases of `workload` in the file at `path` (None: a new file), each row also handed to `seen`. A case whose
+    last row is ERROR is not done with `retry_errors`; with `json_out`, a case is done only where that file
+    holds it too."""
+    done = Done()
+    if path is None or not path.exists():
+        return done
+    for row in _done_rows(path):
+        if row.get("workload") != workload:
+            continue
+        key = results.case_key_of(row)
+        done.status[key] = row["status"]
+        done.provenance[key] = row.get("provenance")
+        done.median_ms[key] = row.get("median_ms") if row["status"] == "PASS" else None
+        seen(row)
+    done.keys = {k for k, st in done.status.items() if not (retry_errors and st == "ERROR")}
+    if json_out is not None:
+        done.keys &= _json_cases(Path(json_out), workload)
+    return done
+
+
+def pending(spec: SweepSpec, all_jobs: list[Job], done: Done, env: dict) -> tuple[list[Job], set[str]]:
+    """(the jobs to run, the keys of the stale ones). A case whose kernel, headers, flags, nnbench or driver
+    changed since its row is stale and runs again (an unchanged case's row is done; the gate still compares the
+    two rows, whose case is the same)."""
+    stale = {job_key(spec, j) for j in all_jobs if job_key(spec, j) in done.keys
+             and done.provenance.get(job_key(spec, j)) != job_provenance(spec, j, env)}
+    return [j for j in all_jobs if job_key(spec, j) not in done.keys or job_key(spec, j) in stale], stale
+
+
+def refusals(spec: SweepSpec, all_jobs: list[Job], backend: str, device) -> dict[int, str]:
+    """id(job) -> why: the cases this backend or device cannot run, refused before anything compiles."""
+    work, skip = spec.workload, {}
+    for j in all_jobs:
+        if j.kind != "case":
+            continue
+        v = j.case.variant
+        if not work.runs_on(v, backend):
+            skip[id(j)] = f"{v.name} runs on the {v.backend} backend; this sweep runs on {backend}"
+        elif device is not None and (why := v.device_problems(j.case.param_dict, device)):
+            skip[id(j)] = why[0]
+        elif why := work.refusal(j.case, j.shape):
+            skip[id(j)] = why
+    return skip
+
+
+def load_kernels(run: SweepRun, worker: Worker, todo: list[Job]) -> Outcome:
+    """load_only: compile the cases' kernels and load every one into the worker, timed; nothing runs."""
+    run.outcome.compile = run.compile(todo)
+    run.emit("compiled", stats=run.outcome.compile)
+    kernels = {(c.cubin, c.request): (c, case.variant.kernel) for case, c in run.compiled.items()
+               if not isinstance(c, CompileError)}
+    reply = worker.run("load", list(kernels.values()), HELLO_WATCHDOG_S)
+    run.outcome.compile.load_s = reply["load_s"]
+    return run.outcome
+
+
+def summarise(outcome: Outcome, run: SweepRun, first_worker: Worker | None, run_started: float,
+              t_start: float) -> Outcome:
+    """The outcome's totals once every job has run: failures over the whole file, restarts, start-up phases."""
+    outcome.failed = sum(st in results.FAILED for st in run.last_status.values())
+    outcome.restarts = run.pool.restarts
+    outcome.requeued = getattr(run.pool, "requeued", 0)
+    if first_worker is not None and first_worker.ready:
+        phases = dict(first_worker.ready)
+        at = phases.pop("at")
+        outcome.startup = dict(phases, ready_s=at - first_worker.spawned,
+                               run_start_s=run_started - first_worker.spawned)
+    outcome.run_s = time.perf_counter() - run.t_run
+    outcome.workers = run.slots
+    outcome.wall_s = time.perf_counter() - t_start
+    return outcome
+
+
+class SweepRun:
+    """The run and its records: compiles batches of jobs (SKIP what the device cannot hold), runs them on the pool,
+    derives each record's comparisons and writes it to the sink, keeping the outcome's counts."""
+
+    def __init__(self, spec: SweepSpec, env: dict, device, arch: str | None, on_gpu: bool, jobs: int | None, sink,
+                 outcome: Outcome, emit: Events) -> None:
+        self.spec, self.env, self.device, self.arch, self.on_gpu, self.jobs = spec, env, device, arch, on_gpu, jobs
+        self.sink, self.outcome, self.emit = sink, outcome, emit
+        self.summary = outcome.summary = Summary([s.label for s in spec.shapes])
+        self.comparisons = Comparisons(spec.workload, spec.baseline)
+        self.last_status: dict[str, str] = {}  # every case of this workload in the file: its last row's status
+        self.skip: dict[int, str] = {}  # id(job) -> why it is refused
+        self.compiled: dict = {}
+        self.pool = None
+        self.slots = 1
+        self.t_run = time.perf_counter()
+
+    def remember(self, row: dict) -> None:
+        """A row already in the file: the comparisons and the summary count it."""
+        self.comparisons.remember(row)
+        self.summary.add(row)
+
+    def start_pool(self, runner: str, backend: str, make_worker, first: Worker | None, todo: int, slots: int) -> None:
+        """Start the runner's workers: the other GPUs' start while this process compiles, and each slot takes its
+        first job once its own worker is ready (WorkerPool._worker)."""
+        def restarted(pid: int) -> None:
+            self.emit("worker", pid=pid, restart=True)
+        spec = self.spec
+        if runner == "mpi":
+            self.pool = MpiPool((backend, spec.workload_name, spec.settings, spec.rtol, spec.seed,
+                                 {"sweep": spec.name}), spec.watchdog_s, on_restart=restarted,
+                                on_lost=lambda job: self.emit("lost", job=job))
+            self.slots = self.pool.size
+            return
+        self.slots = max(1, min(slots, todo))  # a worker per job at most: --gpus 24 for 4 cases starts 4
+        self.pool = WorkerPool(make_worker, self.slots, spec.watchdog_s, first=first, on_restart=restarted,
+                               on_progress=lambda what: self.emit("phase", what=what))
+        self.pool.start()
+
+    def compile(self, batch: list[Job]) -> CompileStats:
+        """Compile the batch's kernels in parallel; refuse (SKIP) what needs more registers than the device has."""
+        cases = {j.case: None for j in batch if j.kind == "case" and id(j) not in self.skip and j.case.variant.source}
+        if not self.on_gpu or not cases:
+            return CompileStats(arch=self.arch or "")
+        stats, got = _compile(self.spec.workload, cases, self.arch, self.jobs)
+        self.compiled.update(got)
+        for j in batch:
+            comp = self.compiled.get(j.case) if j.kind == "case" else None
+            if comp is not None and not isinstance(comp, CompileError):
+                why = j.case.variant.device_problems(j.case.param_dict, self.device,
+                                                     self.spec.workload.registers(j.case, comp))
+                if why:
+                    self.skip[id(j)] = why[0]
+        return stats
+
+    def run_all(self, todo: list[Job]) -> None:
+        link_shapes(todo)
+        self.t_run = time.perf_counter()
+        self.emit("start", total=len(todo), resumed=self.outcome.resumed, stale=self.outcome.stale,
+                  path=self.outcome.path)
+        for _ in self.records(todo):
+            pass
+
+    def search(self, all_jobs: list[Job], done: Done) -> None:
+        """Each shape under the config's strategy and budget (`_search`)."""
+        spec, outcome = self.spec, self.outcome
+        self.t_run = time.perf_counter()
+        total = sum(_search_size(spec, all_jobs, self.skip, s) for s in spec.shapes)
+        self.emit("start", total=total, resumed=outcome.resumed, stale=outcome.stale, path=outcome.path)
+        for shape_index, shape in enumerate(sorted(spec.shapes, key=lambda s: s.flops)):
+            found = _search(spec, shape_index, [j for j in all_jobs if j.shape == shape], self.skip, done.keys,
+                            done.median_ms, self.compile, self.records, self.slots)
+            outcome.searches.append(found)
+            outcome.compile = _add_stats(outcome.compile, found.pop("compile"))
+
+    def segments(self, batch: list[Job]) -> tuple[list[Job], list[list[Job]]]:
+        """(the jobs every other waits for, the batch in runs). One worker: runs of jobs it takes back to back in the
+        plan's order, cut at each SKIP row. Several: the SKIP rows, then the vendor rows and the baseline first."""
+        skip = self.skip
+        if self.slots > 1:
+            firsts = longest_first([j for j in batch if id(j) not in skip
+                                    and (j.kind == "vendor" or j.case == self.spec.baseline)], self.env)
+            return firsts, [[j for j in batch if id(j) in skip],
+                            firsts + longest_first([j for j in batch if id(j) not in skip and j not in firsts],
+                                                   self.env)]
+        segments, cur = [], []
+        for j in batch:
+            if id(j) in skip:
+                segments += [cur, [j]]
+                cur = []
+            else:
+                cur.append(j)
+        return [], segments + [cur]
+
+    def records(self, batch: list[Job]) -> Iterator[tuple[Job, dict]]:
+        """Records for a batch, SKIP rows included. Under several workers a case that finishes before its shape's
+        vendor rows and baseline have been written waits in memory for them (at most one case's length), so its
+        row can carry % of the vendor and the speedup like any other."""
+        firsts, segments = self.segments(batch)
+        awaited = {}  # shape -> its vendor rows and baseline not yet written
+        for j in firsts:
+            awaited.setdefault(j.shape, set()).add((j.kind, j.case))
+        held: list[tuple[Job, dict]] = []
+        for seg in segments:
+            if seg and id(seg[0]) in self.skip:
+                for j in seg:
+                    self.outcome.skipped += 1
+                    yield j, self.record(dict(_base_record(self.spec, j, self.env), status="SKIP",
+                                              error=self.skip[id(j)]))
+                continue
+            ready = [Job(j.kind, j.shape, j.case, self.compiled.get(j.case), j.next_shape) for j in seg]
+            for j, rec in self.pool.run(ready):
+                waiting = awaited.get(j.shape)
+                if waiting and (j.kind, j.case) not in waiting:
+                    held.append((j, rec))
+                    continue
+                yield from self.finish(j, rec)
+                if waiting:
+                    waiting.discard((j.kind, j.case))
+                    if not waiting:
+                        for hj, hrec in [h for h in held if h[0].shape == j.shape]:
+                            yield from self.finish(hj, hrec)
+                        held[:] = [h for h in held if h[0].shape != j.shape]
+
+    def finish(self, j: Job, rec: dict | None) -> Iterator[tuple[Job, dict]]:
+        outcome = self.outcome
+        if rec is None:  # the vendor's library is not available here
+            self.emit("record", rec=None)
+            return
+        if outcome.first_record_s is None:
+            outcome.first_record_s = time.perf_counter() - self.t_run
+        # stamped after the worker's fields, whose environment names nnbench's commit, not a user kernel's
+        rec = self.comparisons.derive(provenance.stamp(dict(_base_record(self.spec, j, self.env), **rec),
+                                                       None if j.kind == "vendor" else j.case.variant, self.env))
+        gpu_s = (rec.get("gpu_ms") or 0.0) / 1e3
+        outcome.jobs += 1
+        outcome.gpu_s += gpu_s
+        slot = getattr(self.pool, "ran_on", {}).get(id(j))
+        if slot is not None:
+            outcome.worker_gpu_s += [0.0] * (slot + 1 - len(outcome.worker_gpu_s))
+            outcome.worker_gpu_s[slot] += gpu_s
+        outcome.worker_s += ((rec.get("wall_ms") or 0.0) + (rec.get("setup_ms") or 0.0)) / 1e3
+        yield j, self.record(rec)
+
+    def record(self, rec: dict) -> dict:
+        rec.pop("fault", None)
+        self.last_status[results.case_key_of(rec)] = rec["status"]
+        self.sink.append(rec)
+        self.summary.add(rec)
+        self.emit("record", rec=rec)
+        return rec
 
 
 SEARCH_BATCH = 4  # a learning strategy's proposals per round, compiled together, then run

@@ -7,7 +7,7 @@ back progress and a record. If the worker goes silent past the watchdog, the par
 dies, the parent sees the pipe close. Either way the parent records the case as failed, starts a
 fresh worker, and goes on. Nothing already written to disk is touched.
 
-Protocol (parent -> worker): first (backend, suite, settings, rtol, seed, env, first problem), whose
+Protocol (parent -> worker): first (backend, workload, settings, rtol, seed, env, first problem), whose
 inputs and reference the worker builds on a thread at once (while the parent compiles); then
 ("run", job_id, Job) | ("load", job_id, [(Compiled, kernel)]) | None (exit).
 Worker -> parent: ("hello", info) once, ("ready", 0, start-up phases) once it is ready for jobs,
@@ -78,7 +78,7 @@ class _Duplex:
         self.outbox.close()
 
 
-def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict,
+def serve(conn, backend_name: str, workload: str, settings, rtol: float, seed: int, env_extra: dict,
           first=None) -> None:
     """The worker's main loop (runs in the child process)."""
     from nnbench import results
@@ -89,7 +89,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
     try:
         if backend_name.startswith("replay:"):
             from nnbench.sweeps import replay
-            session = replay.ReplaySession.from_backend(backend_name, suite, env_extra)
+            session = replay.ReplaySession.from_backend(backend_name, workload, env_extra)
             backend, env = None, session.env
         else:
             backend, _ = open_backend(backend_name)
@@ -103,7 +103,7 @@ def serve(conn, backend_name: str, suite: str, settings, rtol: float, seed: int,
         # the device's free memory before any buffer of this sweep: the plan's largest problem is checked against it
         conn.send(("hello", {"env": env, "device": backend.device, "arch": backend.arch,
                              "free_memory": backend.free_memory()}))
-        session = session_for(suite, backend, settings, rtol, seed, env)
+        session = session_for(workload, backend, settings, rtol, seed, env)
     # Start-up, all while the parent compiles: each phase's end, in seconds from the worker's first
     # line (after Python and nnbench are imported), told to the parent once the worker is ready.
     ready = {"backend_s": time.perf_counter() - t0}
@@ -181,7 +181,7 @@ def count_gpus() -> int:
 class Worker:
     """The parent's side: start, hand over one job, wait for its record under the watchdog."""
 
-    def __init__(self, backend_name: str, suite: str, settings, rtol: float, seed: int, env_extra: dict,
+    def __init__(self, backend_name: str, workload: str, settings, rtol: float, seed: int, env_extra: dict,
                  first=None, share: int = 1) -> None:
         """`first`: the problem to build at once; `share`: how many workers share this host's cores."""
         # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
@@ -200,7 +200,7 @@ class Worker:
         os.close(p2c_r)
         os.close(c2p_w)
         self.conn = _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
-        self.conn.send((backend_name, suite, settings, rtol, seed, env_extra, first))
+        self.conn.send((backend_name, workload, settings, rtol, seed, env_extra, first))
         self._next = 0
         self.ready: dict | None = None  # the worker's start-up phases (serve), once it has said
         try:

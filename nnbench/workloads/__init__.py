@@ -65,17 +65,17 @@ def all_variants() -> tuple[Variant, ...]:
     return tuple(out)
 
 
-def suite_variants(suite: str, backend: str | None = None) -> list[Variant]:
-    """The variants of one registry suite (a workload's family: `conv-backward` within `conv`)."""
-    return registry.of_suite(all_variants(), suite, backend)
+def variants_of(workload: str, backend: str | None = None, kinds: tuple[str, ...] | None = None) -> list[Variant]:
+    """The shipped variants of one workload, on one backend, of some kinds (`Variant.kind`; None: any)."""
+    return registry.of_workload(all_variants(), workload, backend, kinds)
 
 
-def get(suite: str, name: str) -> Variant:
-    return registry.find(all_variants(), suite, name)
+def get(workload: str, name: str) -> Variant:
+    return registry.find(all_variants(), workload, name)
 
 
-def all_param_names(suite: str) -> list[Param]:
-    return registry.param_union(suite_variants(suite))
+def all_param_names(workload: str) -> list[Param]:
+    return registry.param_union(variants_of(workload))
 
 
 def every_param() -> list[Param]:

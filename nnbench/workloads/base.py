@@ -1,4 +1,4 @@
-"""The suite contract: what every workload declares, so that one harness serves them all.
+"""The workload contract: what every workload declares, so that one harness serves them all.
 
 After nvbench's "a benchmark is axes plus a function of a state":
 - **axes**: the variant parameters (the registry's, per variant) and the problem axes, which a
@@ -126,7 +126,7 @@ class Session:
         pass
 
     def base_record(self, problem) -> dict:
-        """The fields every record of this problem carries: suite, shape, problem, counters, settings."""
+        """The fields every record of this problem carries: workload, shape, problem, counters, settings."""
         raise NotImplementedError
 
     def prepare(self, problem, following=None) -> None:
@@ -154,8 +154,7 @@ class Session:
 class Workload:
     """A workload's declaration. Subclasses set the class attributes and implement the methods."""
 
-    name: str = ""  # the record's `suite`, the sweep config's `suite:`
-    registry_suite: str = ""  # whose variants it runs (registry.Variant.suite)
+    name: str = ""  # its package's name: the record's `workload`, the sweep config's `workload:`, Variant.workload
     table: tuple[Variant, ...] = ()  # the variants its package ships (variants.py's VARIANTS)
     unit: str = "launch"  # what one timed sample is, per which the median is reported
     default_rtol: float | None = 5e-5  # None: the session derives each case's limit itself
@@ -166,7 +165,7 @@ class Workload:
     splits: dict[str, str] = {}
 
     def variants(self, backend: str | None = None) -> list[Variant]:
-        return registry.of_suite(self.table, self.registry_suite, backend)
+        return registry.of_workload(self.table, self.name, backend)
 
     def runs_on(self, v: Variant, backend: str) -> bool:
         """Whether the variant runs on this backend (a GPU sweep SKIPs host variants unless they say so)."""

@@ -263,13 +263,13 @@ class GpuLeNet:
         n = self.batch = len(x)
         self.path, self.paths = path, layer_paths(path)
         fwd_v = registry.find(VARIANTS, "conv", "unroll")
-        bwd_v = registry.find(VARIANTS, "conv-backward", "unroll-backward")
-        pool_v, g = registry.find(VARIANTS, "pool", "max"), registry.TF32X3_GEMM
+        bwd_v = registry.find(VARIANTS, "conv", "unroll-backward")
+        pool_v, g = registry.find(VARIANTS, "conv", "max"), registry.TF32X3_GEMM
         fwd, bwd, pool, ew, gemm = compile_sources(be.arch, [
             (fwd_v.source, {}), (bwd_v.source, bwd_v.defaults()), (pool_v.source, pool_v.defaults()),
             ("conv/08_lenet.cu", {}), (g.source, g.defaults())])
         if "implicit" in self.paths:  # conv steps 9 and 10 at the registry's defaults, built for sm_90a
-            ifwd_v, ibwd_v = registry.find(VARIANTS, "conv", "implicit-wgmma"), registry.find(VARIANTS, "conv-backward",
+            ifwd_v, ibwd_v = registry.find(VARIANTS, "conv", "implicit-wgmma"), registry.find(VARIANTS, "conv",
                                                                                   "implicit-wgmma-backward")
             if why := ifwd_v.arch_problem(be.device):
                 raise NnbenchError(f"LeNet-5 path {path}: {why}")
@@ -631,7 +631,7 @@ class LeNetRun:
         x, labels = images(per_letter, seed)
         self.x, self.labels = x[:batch], labels[:batch]
         self.params = init_params(seed)
-        self.base = dict(suite="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5,
+        self.base = dict(workload="conv", shape=f"LeNet-5, batch {batch}", N=batch, C=1, H=32, W=32, K=CLASSES, R=5,
                          stride=1, pad=0, seed=seed, **(env or {}))
         check_chain()
         self.ref_loss, self.ref_params, _ = reference_step(self.params, self.x, labels[:batch], rate)

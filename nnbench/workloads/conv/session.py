@@ -54,9 +54,10 @@ from nnbench.yamlnodes import fail, integer, mapping, sequence, string
 
 # -- planning -------------------------------------------------------------------------------------
 def plan(names: list[str], backend: str, overrides: dict[str, int]) -> list[tuple[Variant, dict]]:
-    pool = registry.of_suite(VARIANTS, "conv", backend) + [v for v in registry.of_suite(VARIANTS, "conv", "cpu")
-                                                       if backend == "cpu"]
-    allowed = {v.name: v for v in registry.of_suite(VARIANTS, "conv")}
+    forward = ("forward",)
+    pool = registry.of_workload(VARIANTS, "conv", backend, forward) + [
+        v for v in registry.of_workload(VARIANTS, "conv", "cpu", forward) if backend == "cpu"]
+    allowed = {v.name: v for v in registry.of_workload(VARIANTS, "conv", kinds=forward)}
     chosen = []
     for name in names or [v.name for v in dict.fromkeys(pool)]:
         if name not in allowed:
@@ -74,7 +75,7 @@ def plan(names: list[str], backend: str, overrides: dict[str, int]) -> list[tupl
 
 def _base(shape, flops: float, rtol: float, seed: int, env: dict | None) -> dict:
     """The fields every row of a problem carries."""
-    return dict(env or {}, suite="conv", shape=shape.label, problem=problem_text(shape), unit="launch", flops=flops,
+    return dict(env or {}, workload="conv", shape=shape.label, problem=problem_text(shape), unit="launch", flops=flops,
                 bytes=shape.bytes, rtol=rtol, seed=seed)
 
 
@@ -186,7 +187,7 @@ def _numpy(rec: dict, layer: Layer, rtol: float, settings=None, drop_tap: bool =
 def pool_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     """Run 05_pool.cu (MODE avg or max) on `x` with the output poisoned; its conditioned error, whose limit is
     bounds.pool_limit(mode, S)."""
-    v = registry.find(VARIANTS, "pool", mode)
+    v = registry.find(VARIANTS, "conv", mode)
     (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
     N, C, H, W = x.shape
     ref = pool_reference(x, S, mode)
@@ -202,7 +203,7 @@ def pool_backward_check(backend, mode: str, x: np.ndarray, S: int) -> float:
     """05_pool.cu's pool_backward against the float64 reference (dX poisoned except the cut-off
     edge, which the host zeroes as the kernel's contract says): the conditioned error, within
     bounds.pool_limit(mode, S)."""
-    v = registry.find(VARIANTS, "pool", mode)
+    v = registry.find(VARIANTS, "conv", mode)
     (comp,) = compile_sources(backend.arch, [(v.source, v.defaults())])
     N, C, H, W = x.shape
     dy = random_nonzero(np.random.default_rng(5), (N, C, H // S, W // S))
@@ -286,7 +287,7 @@ class ConvSession(Session):
 
     def helper(self, v: Variant):
         """A module a path needs beside its own (the unroll path's GEMM, the backward's unroll)."""
-        key = f"{v.suite}/{v.name}"
+        key = f"{v.workload}/{v.name}"
         if key not in self._helpers:
             (self._helpers[key],) = compile_sources(self.backend.arch, [(v.source, v.defaults())])
         return self._helpers[key]
@@ -353,7 +354,7 @@ class ConvSession(Session):
         if isinstance(compiled, Exception):
             return dict(rec, status="ERROR", error=str(compiled))
         layer = self.layer
-        if v.suite == "conv-backward":
+        if v.kind == "backward":
             return self._backward(rec, v, params, compiled, layer)
         rec["workspace_bytes"] = problem.unroll_bytes if v.runner in ("unroll", "numpy") else 0
         if self.rtol is None:
@@ -400,7 +401,7 @@ class ConvSession(Session):
         def build(c: dict):
             p, splits = split(c)
             return make(p, module(p), splits)[0]
-        choice = tuner.choose(f"{v.suite}/{v.name} {case_label(params)}", source_hash(paths.KERNELS / v.source),
+        choice = tuner.choose(f"{v.workload}/{v.name} {case_label(params)}", source_hash(paths.KERNELS / v.source),
                               shape.label, candidates(v, params, shape, device.sm_count), build)
         p, splits = split(choice.params)
         rec.update(params=f"{case_label(p)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
@@ -513,7 +514,6 @@ class ConvSession(Session):
 
 class ConvWorkload(Workload):
     name = "conv"
-    registry_suite = "conv"
     table = VARIANTS
     default_rtol = DEFAULT_RTOL
     vendor = "cudnn"
@@ -524,11 +524,10 @@ class ConvWorkload(Workload):
 
     def vendor_wanted(self, name: str, cases: list[Case]) -> bool:
         """cuDNN's backward rows only where a backward path runs."""
-        return name not in BACKWARD_VENDORS or any(c.variant.suite == "conv-backward" for c in cases)
+        return name not in BACKWARD_VENDORS or any(c.variant.kind == "backward" for c in cases)
 
     def variants(self, backend: str | None = None) -> list[Variant]:
-        return [v for suite in ("conv", "conv-backward", "conv-model")
-                for v in registry.of_suite(VARIANTS, suite, backend)]
+        return registry.of_workload(VARIANTS, "conv", backend, ("forward", "backward", "model"))
 
     def applies(self, case: Case, problem) -> bool:
         return (case.variant.runner == "lenet") == isinstance(problem, LeNetProblem)

@@ -47,7 +47,7 @@ def plan(variant_names: list[str], overrides: dict[str, int], device=None, backe
     An override must apply to at least one chosen variant; a value must satisfy each variant's
     choices and rules; the launch must fit the device (threads, static shared memory).
     """
-    available = registry.of_suite(VARIANTS, "gemm", backend)
+    available = registry.of_workload(VARIANTS, "gemm", backend)
     if variant_names:
         chosen = [registry.find(VARIANTS, "gemm", n) for n in variant_names]
         wrong = [v for v in chosen if v.backend != backend]
@@ -61,7 +61,7 @@ def plan(variant_names: list[str], overrides: dict[str, int], device=None, backe
     for name, value in overrides.items():
         users = [v for v in chosen if v.param(name)]
         if not users:
-            takers = [v.name for v in registry.of_suite(VARIANTS, "gemm") if v.param(name)]
+            takers = [v.name for v in registry.of_workload(VARIANTS, "gemm") if v.param(name)]
             raise NnbenchError(f"--{name.lower()} {value}: none of the chosen variants takes {name}; "
                                f"it applies to {', '.join(takers)}")
     cases = []
@@ -186,7 +186,7 @@ class GemmSession(Session):
         self.prefetch(following)
 
     def base_record(self, shape: Shape) -> dict:
-        return dict(suite="gemm", shape=shape.label, problem=problem_text(shape), flops=shape.flops,
+        return dict(workload="gemm", shape=shape.label, problem=problem_text(shape), flops=shape.flops,
                     bytes=shape.bytes, rtol=self.rtol, cold=self.settings.cold, seed=self.seed, unit="launch",
                     **self.env)
 
@@ -251,7 +251,7 @@ class GemmSession(Session):
             p = dict(params, **c)
             kernel = self.backend.load(module(p), v.kernel)
             return gemm_launch(self.backend, kernel, v, p, shape, *bufs.ptrs())[0](1.0, 0.0)
-        choice = self.tuner.choose(f"{v.suite}/{v.name} {label(params)}", source_hash(paths.KERNELS / v.source),
+        choice = self.tuner.choose(f"{v.workload}/{v.name} {label(params)}", source_hash(paths.KERNELS / v.source),
                                    shape.label, step9_candidates(v, params, shape, self.device), build)
         chosen = dict(params, **choice.params)
         rec.update(params=f"{label(chosen)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
@@ -625,7 +625,7 @@ def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
 
 
 class GemmWorkload(Workload):
-    name = registry_suite = "gemm"
+    name = "gemm"
     table = VARIANTS
     default_rtol = DEFAULT_RTOL
     vendor = "cublas"

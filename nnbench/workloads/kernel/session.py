@@ -1,4 +1,4 @@
-"""The `kernel` workload: a user's own .cu file, declared in YAML, on the suite contract.
+"""The `kernel` workload: a user's own .cu file, declared in YAML, on the workload contract.
 
 A kernel config (examples/vector_add/vector_add.yaml) says which source and kernel to run, its
 arguments in order (arrays with a dtype and a shape written in the problem axes, generated or read
@@ -18,7 +18,7 @@ its mistakes (an exception, SystemExit, a wrong output shape) are that case's ER
 
 The rest is the contract's: the sweep runs the cases in a worker (a fault or a hang is an ERROR row
 and the sweep goes on), verifies each with its outputs poisoned (NaN) first, times it through
-`measure`, resumes, and the gate and reports read its records like any other suite's. The config
+`measure`, resumes, and the gate and reports read its records like any other workload's. The config
 travels with each job: a case's variant is a `KernelVariant` (the registry's Variant plus include
 folders) and a problem carries its `KernelSpec`, so the worker needs nothing but the job.
 
@@ -48,7 +48,7 @@ from nnbench.errors import CompileError, KernelFault, NnbenchError
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
 from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT, Case, Session, Workload, problem_text, variant_cases
-from nnbench.yamlnodes import ConfigError, fail, integer, mapping, number, scalar, sequence, string, where
+from nnbench.yamlnodes import OLD_KEYS, ConfigError, fail, integer, mapping, number, scalar, sequence, string, where
 
 SUITE = "kernel"
 # dtype -> (PyCUDA's struct code for a scalar of it, the PTX parameter types that may hold it)
@@ -58,7 +58,7 @@ SCALARS = {"int32": ("i", {"u32", "s32", "b32"}), "uint32": ("I", {"u32", "s32",
 ARRAYS = ["float16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64"]
 POINTER = {"u64", "b64", "s64"}
 INITS = ["normal", "uniform", "npy", "zeros", "ones"]
-TOP_KEYS = ["name", "suite", "description", "source", "include", "args", "variants", "problems", "flops", "bytes",
+TOP_KEYS = ["name", "workload", "description", "source", "include", "args", "variants", "problems", "flops", "bytes",
             "reference", "baseline", "rtol", "precision", "seed", "timing", "arch", "strategy", "budget"]
 VARIANT_KEYS = ["kernel", "source", "grid", "block", "shared", "axes", "restrict", "summary"]
 ARG_KEYS = ["name", "array", "scalar", "shape", "value", "init", "seed", "output"]
@@ -275,7 +275,7 @@ class KernelSession(Session):
         self.loaded: tuple | None = None  # (id of the Compiled, kernel name, the loaded kernel) of the case running
 
     def base_record(self, problem: KernelProblem) -> dict:
-        return dict(suite=SUITE, shape=problem.label, problem=problem_text(problem), flops=problem.flops,
+        return dict(workload=SUITE, shape=problem.label, problem=problem_text(problem), flops=problem.flops,
                     bytes=problem.bytes, rtol=problem.rtol(), cold=self.settings.cold, seed=problem.spec.seed,
                     unit="launch", **self.env)
 
@@ -495,7 +495,7 @@ class KernelSession(Session):
 
 
 class KernelWorkload(Workload):
-    name = registry_suite = SUITE
+    name = SUITE
     default_rtol = None  # each problem's own limit, from the config's rtol expression
 
     def variants(self, backend: str | None = None) -> list[Variant]:
@@ -574,15 +574,15 @@ def ptx_entries(source: Path, includes: tuple[str, ...], params: dict[str, int],
 # -- loading a config ---------------------------------------------------------------------------------
 def is_kernel_config(root) -> bool:
     return isinstance(root, yaml.MappingNode) and any(
-        k.value == "suite" and getattr(v, "value", None) == SUITE for k, v in root.value)
+        k.value in ("workload", *OLD_KEYS) and getattr(v, "value", None) == SUITE for k, v in root.value)
 
 
 def load(path: Path, root=None):
-    """A kernel config as a SweepSpec of suite `kernel` (see the module's docstring)."""
-    from nnbench.yamlnodes import compose
+    """A kernel config as a SweepSpec of workload `kernel` (see the module's docstring)."""
+    from nnbench.yamlnodes import compose, renamed
     path = Path(path).resolve()
-    top = mapping(path, root if root is not None else compose(path), "top level", TOP_KEYS,
-                  required=("suite", "source", "args", "variants", "problems"))
+    top = mapping(path, renamed(path, root if root is not None else compose(path), "top level"), "top level",
+                  TOP_KEYS, required=("workload", "source", "args", "variants", "problems"))
     here = path.parent
     name = string(path, top["name"][1], "name") if "name" in top else path.stem
     if not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
@@ -642,7 +642,7 @@ def load(path: Path, root=None):
             cases.remove(base_case)
         cases.insert(0, base_case)
     if not reference and not baseline:
-        raise fail(path, top["suite"][1], "reference: missing; give `reference: module:function` (float64 NumPy) "
+        raise fail(path, top["workload"][1], "reference: missing; give `reference: module:function` (float64 NumPy) "
                                           "or `baseline: VARIANT` (another variant whose outputs are the reference)")
     spec = KernelSpec(name, str(path), args, flops, nbytes, rtol, seed, reference, str(here), baseline,
                       ref_where or where(path, top["baseline"][1]), base_case, reference_file)

@@ -802,7 +802,7 @@ def role_times(backend, launches: list[StepLaunch], settings: measure.TimingSett
 
 # -- versions, tiles and tuning -------------------------------------------------------------------
 def versions(backend: str | None = None) -> list[Variant]:
-    return [v for v in registry.of_suite(VARIANTS, "mlp", backend) if "batched" in v.tags]
+    return [v for v in registry.of_workload(VARIANTS, "train", backend) if "batched" in v.tags]
 
 
 def default_version(backend) -> str:
@@ -900,7 +900,7 @@ class BatchRun:
         self.test = glyphs.noisy(layers[0], test_per_letter, seed=hyper.seed + 1, flips=flips)
         self.init = mlp.init_params(layers, hyper.seed, hyper.init_scale, hyper.init)
         self.steps_per_epoch = len(self.train) // batch
-        self.base = dict(suite="mlp-batched", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
+        self.base = dict(workload="train", layers="-".join(map(str, layers)), encoding=layers[0], batch=batch,
                          epochs=epochs, train_samples=len(self.train), steps_per_epoch=self.steps_per_epoch,
                          init=hyper.init, init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum,
                          seed=hyper.seed, test_samples=len(self.test), flops_per_step=flops_per_step(layers, batch),
@@ -1097,7 +1097,7 @@ def _cublas_gemms(backend, layers, init, train, batch, hyper) -> float | None:
         cublas = CublasGemm(backend)
     except NnbenchError:
         return None
-    v = registry.find(VARIANTS, "mlp", "batched-cublas")
+    v = registry.find(VARIANTS, "train", "batched-cublas")
     net = open_net(backend, v, compile_version(backend.arch, v), layers, init, train.take(slice(0, batch)), batch,
                    hyper, cublas=cublas)
     launches = net.step_launches(0)

@@ -181,7 +181,7 @@ def flops_per_feedforward(layers: tuple[int, ...]) -> float:
 # -- versions -------------------------------------------------------------------------------------
 def versions(backend: str | None = None) -> list[Variant]:
     """The per-sample versions (the mini-batch ones are nnbench.workloads.train.batched's)."""
-    return [v for v in registry.of_suite(VARIANTS, "mlp", backend) if "batched" not in v.tags]
+    return [v for v in registry.of_workload(VARIANTS, "train", backend) if "batched" not in v.tags]
 
 
 @dataclass
@@ -735,7 +735,7 @@ def default_version(backend, layers: tuple[int, ...]) -> str:
     if dev is None:
         return "sequential"
     from nnbench.workloads.train import fused
-    out_local = registry.find(VARIANTS, "mlp", "fused").defaults().get("OUT_LOCAL") == 1
+    out_local = registry.find(VARIANTS, "train", "fused").defaults().get("OUT_LOCAL") == 1
     return "fused" if fused.fits_on_chip(dev, layers, out_local=out_local) else "kcm-mass"
 
 
@@ -902,7 +902,7 @@ def data_sets(layers: tuple[int, ...], hyper: Hyper, test_per_letter: int = 10,
 
 def base_record(layers: tuple[int, ...], hyper: Hyper, test: glyphs.Dataset) -> dict:
     """The fields every row of a run shares: the net and its training settings."""
-    return dict(suite="mlp", layers="-".join(map(str, layers)), encoding=layers[0], init=hyper.init,
+    return dict(workload="train", layers="-".join(map(str, layers)), encoding=layers[0], init=hyper.init,
                 init_scale=hyper.init_scale, rate=hyper.rate, momentum=hyper.momentum, tolerance=hyper.tolerance,
                 max_iterations=hyper.max_iterations, seed=hyper.seed, test_samples=len(test),
                 flops_per_iteration=flops_per_iteration(layers))

@@ -1,6 +1,6 @@
-"""The training workload (`nnbench train`, `suite: train` in sweeps): the seed's character-recognition
+"""The training workload (`nnbench train`, `workload: train` in sweeps): the seed's character-recognition
 MLPs, per sample (nnbench/workloads/train/mlp.py, with the persistent kernels of fused.py) or in mini-batches
-(nnbench/workloads/train/batched.py). Those modules are this workload's own; no other suite imports them.
+(nnbench/workloads/train/batched.py). Those modules are this workload's own; no other workload imports them.
 
 Problem axes: the net (Nets 1-8 of configs/nets.yaml, or a layer list), the batch (1: per sample),
 and how long to train (iterations per sample, or epochs of a noisy training set per mini-batch).
@@ -100,11 +100,11 @@ def problem_for(net: str | None, layers: tuple[int, ...] | None = None, batch: i
 
 def unify(rec: dict, problem: TrainProblem, unit_samples_s: list[float] | None = None,
           stats: measure.Stats | None = None) -> dict:
-    """A trainer's row in the one record schema: suite `train`, the version as `variant`, the
+    """A trainer's row in the one record schema: workload `train`, the version as `variant`, the
     net as `shape`, the median (and spread) per iteration or step, the check as rel_err/rtol."""
     rec = dict(rec)
     rec["variant"] = rec.pop("version", rec.get("variant"))
-    rec.update(suite="train", shape=problem.label, problem=problem_text(problem), unit=problem.unit,
+    rec.update(workload="train", shape=problem.label, problem=problem_text(problem), unit=problem.unit,
                net=problem.net, batch=problem.batch, flops=problem.flops, rtol=rec.get("weights_rtol"))
     if rec.get("weights_rel_err") is not None:
         rec["rel_err"] = rec["weights_rel_err"]
@@ -165,7 +165,6 @@ def case_params(case: Case, how: str | None) -> str:
 
 class TrainWorkload(Workload):
     name = "train"
-    registry_suite = "mlp"
     table = VARIANTS
     unit = "iteration"
     default_rtol = None  # derived per run from the float32 arithmetic (mlp/batched.check_tolerance)

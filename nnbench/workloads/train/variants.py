@@ -22,33 +22,34 @@ _TAGGED_PARAMS = (param("THREADS", 512, (128, 256, 512, 1024), "threads per bloc
                   param("IN_FLIGHT", 2, (1, 2, 4, 8), "tagged loads a thread issues before it waits"),
                   param("QUIET", 1, (0, 1), "1: nobody polls until the block's work of the phase is done"))
 MLP: tuple[Variant, ...] = (
-    Variant("mlp", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
-            None, backend="cpu", runner="sequential", precision=HOST),
-    Variant("mlp", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
-            params=(param("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID),
-    Variant("mlp", "warped-good", 1, "one thread per neuron in 32-thread blocks (whole warps)",
+    Variant("train", "sequential", 0, "NumPy float32 on the host, per sample, a BLAS matrix-vector product per layer",
+            None, backend="cpu", runner="sequential", precision=HOST, kind="per-sample"),
+    Variant("train", "simple", 1, "one thread per neuron in one-thread blocks", "mlp/01_neuron_per_thread.cu",
+            params=(param("THREADS", 1, (1,), "threads per block"),), **_NEURON_GRID, kind="per-sample"),
+    Variant("train", "warped-good", 1, "one thread per neuron in 32-thread blocks (whole warps)",
             "mlp/01_neuron_per_thread.cu", params=(param("THREADS", 32, (32, 64, 128, 256), "threads per block"),),
-            **_NEURON_GRID),
-    Variant("mlp", "warped-bad", 1, "one thread per neuron in 50-thread blocks (a warp and a ragged half)",
+            **_NEURON_GRID, kind="per-sample"),
+    Variant("train", "warped-bad", 1, "one thread per neuron in 50-thread blocks (a warp and a ragged half)",
             "mlp/01_neuron_per_thread.cu", params=(param("THREADS", 50, (50, 100, 200), "threads per block"),),
-            **_NEURON_GRID),
-    Variant("mlp", "kcm", 4, "warped-good with the momentum and rate updates merged into one kernel",
+            **_NEURON_GRID, kind="per-sample"),
+    Variant("train", "kcm", 4, "warped-good with the momentum and rate updates merged into one kernel",
             "mlp/04_kcm.cu", params=(param("THREADS", 32, (1, 32, 64, 128, 256), "threads per block (1: simple's "
                                         "blocks, the same trajectory bit for bit, faster)"),),
-            tags=("kcm",), **_NEURON_GRID),
-    Variant("mlp", "mass", 5, "one block per neuron, one thread per weight, shared-memory reduction",
-            "mlp/05_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID),
-    Variant("mlp", "kcm-mass", 6, "mass with the merged update", "mlp/06_kcm_mass.cu", params=(_MASS_THREADS,),
-            tags=("kcm", "mass"), **_MASS_GRID),
-    Variant("mlp", "fused-barrier", 7, "one persistent kernel for many iterations: grid barriers, weights in "
+            tags=("kcm",), **_NEURON_GRID, kind="per-sample"),
+    Variant("train", "mass", 5, "one block per neuron, one thread per weight, shared-memory reduction",
+            "mlp/05_mass.cu", params=(_MASS_THREADS,), tags=("mass",), **_MASS_GRID, kind="per-sample"),
+    Variant("train", "kcm-mass", 6, "mass with the merged update", "mlp/06_kcm_mass.cu", params=(_MASS_THREADS,),
+            tags=("kcm", "mass"), **_MASS_GRID, kind="per-sample"),
+    Variant("train", "fused-barrier", 7, "one persistent kernel for many iterations: grid barriers, weights in "
             "shared memory", "mlp/07_fused.cu",
             params=(param("THREADS", 256, (128, 256, 512, 1024), "threads per block"),
                     param("BARRIER", 0, (0, 1), "grid barrier: 0 one counter, 1 a flag per block")),
-            tags=("fused",), block="(THREADS,)", grid="(1,)", runner="fused"),
-    Variant("mlp", "fused-partials", 8, "fused-barrier with the barriers merged into the data: every value stored "
+            tags=("fused",), block="(THREADS,)", grid="(1,)", runner="fused", kind="per-sample"),
+    Variant("train", "fused-partials", 8, "fused-barrier with the barriers merged into the data: every value stored "
             "with its iteration's tag and polled, per-block partial delta sums", "mlp/08_fused_tagged.cu",
-            params=_TAGGED_PARAMS, tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)", runner="fused"),
-    Variant("mlp", "fused", 9, "fused-partials with the deltas broadcast like the outputs: each block keeps the "
+            params=_TAGGED_PARAMS, tags=("fused", "tagged"), block="(THREADS,)", grid="(1,)", runner="fused",
+            kind="per-sample"),
+    Variant("train", "fused", 9, "fused-partials with the deltas broadcast like the outputs: each block keeps the "
             "weight columns its deltas need (in L2, in registers by the wait), so a backward phase is a local dot",
             "mlp/09_fused_columns.cu",
             params=(replace(_TAGGED_PARAMS[0], default=256), replace(_TAGGED_PARAMS[1], default=1)) + _TAGGED_PARAMS[2:]
@@ -60,25 +61,26 @@ MLP: tuple[Variant, ...] = (
                   "(their difference), so a column update stores the new weight alone"),
                param("OUT_LOCAL", 1, (0, 1), "1: every block holds and computes the whole output layer, so the last "
                   "two layers' deltas need no exchange")),
-            tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)", runner="fused"),
+            tags=("fused", "tagged", "columns"), block="(THREADS,)", grid="(1,)", runner="fused", kind="per-sample"),
     # Mini-batch training (--batch B; nnbench/workloads/train/batched.py builds each step's launches).
-    Variant("mlp", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
-            None, backend="cpu", tags=("batched",), runner="batched-numpy", precision=HOST),
-    Variant("mlp", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
+    Variant("train", "batched-numpy", 0, "mini-batch, NumPy float32 on the host: a BLAS GEMM per layer and direction",
+            None, backend="cpu", tags=("batched",), runner="batched-numpy", precision=HOST, kind="mini-batch"),
+    Variant("train", "batched", 10, "mini-batch as 3xTF32 GEMMs (ladder step 8) with sigmoid and slope fused into "
             "the epilogues, split-K weight gradients", "mlp/10_batched.cu", tags=("batched",), runner="batched",
             precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BK=8), dict(BN=128), dict(BM=64, WN=32))),
-            **TF32X3_FUSED_TILES),
-    Variant("mlp", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
-            "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"), runner="batched-cublas"),
-    Variant("mlp", "batched-wgmma", 12, "mini-batch on step 9's mainloop (bulk tensor copies, warp-specialized "
+            **TF32X3_FUSED_TILES, kind="mini-batch"),
+    Variant("train", "batched-cublas", 11, "mini-batch with cuBLAS SGEMM (CuPy, TF32 off) and the epilogues as "
+            "separate passes", "mlp/11_batched_cublas.cu", tags=("batched", "cublas"),
+            runner="batched-cublas", kind="mini-batch"),
+    Variant("train", "batched-wgmma", 12, "mini-batch on step 9's mainloop (bulk tensor copies, warp-specialized "
             "wgmma 3xTF32, sm_90a) with step 10's fused epilogues and split-K weight gradients; weights "
             "neuron-major and deltas sample-major, so every operand is mapped", "mlp/12_batched_wgmma.cu",
             tags=("batched", "tensor-core", "sm_90a"), runner="batched-wgmma", precision=TF32X3,
             candidates=tuple(tuple(c.items()) for c in (dict(BN=64), dict(BM=64), dict(BM=64, BN=64))),
             **dict(WGMMA_TILES,
                    derived=(("CONSUMERS", "BM // 64"), ("THREADS", "128 * (CONSUMERS + 1)"), ("B_COPIES", "2")),
-                   split_k=False)),
+                   split_k=False), kind="mini-batch"),
 )
 
 
