@@ -174,14 +174,18 @@ def test_the_conv_session_tunes_only_where_allowed(tmp_path, fixed):
     layer = ConvShape(32, 128, 28, 28, 128, 3, 1, 1)
     made = []
 
-    def make(p, module, splits):
+    def make(p, module, splits, *buffers):
         made.append((p, splits))
         return "launch", "TMA"
     session = bare_conv_session()
     session.tuner = Refuses(Identity("d", "1"), FakeTimer({}), tmp_path / "a.json", fixed={"BN"}) if fixed else \
         Picks(Identity("d", "1"), FakeTimer({}), tmp_path / "a.json")
     rec = {"params": "as given"}
-    assert session._tuned(rec, v, params, "module", layer, make, conv_launch.forward_candidates) == ("launch", "TMA")
+    launch, path, build = session._tuned(rec, v, params, "module", layer, make, conv_launch.forward_candidates)
+    assert (launch, path) == ("launch", "TMA")
+    chosen = made[-1]
+    assert build("fresh X", "fresh Y") == "launch" and made[-1] == chosen  # the fresh-buffers launch: the same tile
+    del made[-1]
     if fixed:
         assert made == [(params, {})] and rec == {"params": "as given"}
     else:
