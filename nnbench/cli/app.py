@@ -93,6 +93,8 @@ class NnbenchGroup(click.Group):
         except MemoryError:
             click.echo(f"nnbench: error: {_who()}out of host memory; give a smaller problem", err=True)
             sys.exit(2)
+        finally:  # the command's process-wide modes end with it (the API and tests run commands in one process)
+            sanitize.MODE.update(tool=None, argv=None, child=None)
         sys.exit(rc if isinstance(rc, int) else 0)
 
 
