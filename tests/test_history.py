@@ -559,3 +559,29 @@ def test_an_open_that_sqlite_answers_busy_at_once_is_tried_again():
     with pytest.raises(sqlite3.DatabaseError, match="malformed"):
         db.retry_while_busy(lambda: other.append(1) or (_ for _ in ()).throw(sqlite3.DatabaseError("malformed")))
     assert other == [1]
+
+
+def test_a_version_2_history_is_renamed_and_rekeyed_into_one_series_with_new_runs(target):
+    """Migration 3: a case stored under the old family word (suite 'mlp', its key built from it, a default parameter
+    in the key) becomes today's workload and key, so a run recorded after the rename continues its series."""
+    import json
+
+    from nnbench import results, workloads
+    v = next(v for v in workloads.all_variants() if v.workload == "train" and v.kind == "mini-batch" and v.params)
+    params = " ".join(f"{k}={x}" for k, x in v.defaults().items())
+    old = {"suite": "mlp", "variant": v.name, "step": "3", "params": params, "shape": "Net 8, B=4096", "cold": False,
+           "status": "PASS", "median_ms": 1.25, "git_sha": "a" * 40, "timestamp": "2026-11-01T00:00:00+00:00"}
+    old_key = f"mlp|{v.name}|{params}|Net 8, B=4096|hot"
+    with db.connect(target) as d:
+        migrations.ready(d, upto=2)
+        with d.transaction():
+            d.execute("INSERT INTO runs (digest, commit_sha, run_time, recorded_at, gpu) VALUES "
+                      "('x', 'aaaa', '2026-11-01T00:00:00+00:00', '2026-11-01T00:00:00+00:00', 'H100')")
+            run_id = d.query("SELECT id FROM runs")[0][0]
+            d.execute("INSERT INTO cases (run_id, case_key, suite, variant, params, shape, status, median_ms, record) "
+                      "VALUES (?, ?, 'mlp', ?, ?, 'Net 8, B=4096', 'PASS', 1.25, ?)",
+                      (run_id, old_key, v.name, params, json.dumps(old)))
+        assert migrations.ready(d) == migrations.LATEST
+        (key, workload), = d.query("SELECT case_key, workload FROM cases")
+    today = results.case_key_of(results.upgrade_row(old))
+    assert (key, workload) == (today, "train") and today == f"train|{v.name}||Net 8, B=4096|hot"

@@ -9,7 +9,9 @@ by affinity); {id} is the dialect's auto-increment key. Times are ISO 8601 UTC t
 from __future__ import annotations
 
 import datetime as dt
+import json
 
+from nnbench import results
 from nnbench.errors import NnbenchError
 from nnbench.history.db import Database, foreign
 from nnbench.version import __version__
@@ -29,7 +31,7 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         """CREATE TABLE cases (
             id {id},
             run_id BIGINT NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
-            case_key TEXT NOT NULL,           -- results.case_key_of: suite|variant|params|shape|hot-or-cold
+            case_key TEXT NOT NULL,           -- results.case_key_of: workload|variant|params|shape|hot-or-cold
             suite TEXT, variant TEXT, params TEXT, shape TEXT, unit TEXT,
             status TEXT NOT NULL,
             median_ms DOUBLE PRECISION, iqr_ms DOUBLE PRECISION, min_ms DOUBLE PRECISION,
@@ -45,8 +47,26 @@ MIGRATIONS: list[tuple[int, str, list[str]]] = [
         "ALTER TABLE runs ADD COLUMN commit_time TEXT",  # git's committer date, where the recorder knew the commit
         "CREATE INDEX runs_by_commit ON runs (commit_sha)",
     ]),
+    (3, "one word for a workload: cases.suite is cases.workload; each stored case keyed as today's records are", [
+        "ALTER TABLE cases RENAME COLUMN suite TO workload",
+        lambda db: rekey(db),
+    ]),
 ]
 LATEST = MIGRATIONS[-1][0]
+
+
+def rekey(db: Database) -> None:
+    """Each case's workload and key from its stored record as today's reader sees it (results.upgrade_row: the
+    old family names mlp, conv-backward, pool, conv-model; parameters at their defaults dropped from the key), so a
+    case recorded before the rename and one recorded after are one series."""
+    changed = []
+    for case_id, key, workload, record in db.query("SELECT id, case_key, workload, record FROM cases"):
+        row = results.upgrade_row(json.loads(record))
+        new = (results.case_key_of(row), row.get("workload"))
+        if new != (key, workload):
+            changed.append((*new, case_id))
+    if changed:
+        db.executemany("UPDATE cases SET case_key = ?, workload = ? WHERE id = ?", changed)
 _LOCK_KEY = 0x6E6E6265  # "nnbe": PostgreSQL advisory lock id for migrations
 
 
@@ -89,8 +109,8 @@ def migrate(db: Database, upto: int = LATEST) -> int:
                            f"({LATEST}); upgrade nnbench (nothing was read or written)")
     for number, what, statements in MIGRATIONS:
         if current < number <= upto:
-            for statement in statements:
-                db.execute(db.ddl(statement))
+            for statement in statements:  # SQL, or a step in Python over the rows
+                statement(db) if callable(statement) else db.execute(db.ddl(statement))
             now = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
             db.execute("INSERT INTO schema_version (version, applied_at, nnbench_version, what) "
                        "VALUES (?, ?, ?, ?)", (number, now, __version__, what))

@@ -84,7 +84,7 @@ def write(db: Database, run: source.Run, when: str | None = None) -> Recorded:
     if not got:
         return Recorded(int(db.query("SELECT id FROM runs WHERE digest = ?", (digest,))[0][0]), False, run)
     run_id = int(got[0][0])
-    db.executemany("INSERT INTO cases (run_id, case_key, suite, variant, params, shape, unit, status, median_ms, "
+    db.executemany("INSERT INTO cases (run_id, case_key, workload, variant, params, shape, unit, status, median_ms, "
                    "iqr_ms, min_ms, mean_ms, n_samples, energy_j, power_w, samples, record) VALUES (?, ?, ?, ?, ?, "
                    "?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", [(run_id, *r) for r in rows])
     return Recorded(run_id, True, run)
@@ -108,8 +108,8 @@ def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), ke
         params.append(gpu)
     samples = "c.samples" if with_samples else "NULL"
     rows = db.query(f"SELECT r.id, r.digest, r.commit_sha, COALESCE(r.commit_time, r.run_time), r.run_time, r.gpu, "
-                    f"c.case_key, c.suite, c.variant, c.params, c.shape, c.median_ms, c.iqr_ms, {samples} FROM cases c "
-                    f"JOIN runs r ON r.id = c.run_id WHERE {' AND '.join(where)} ORDER BY 4, 5, r.id", tuple(params))
+                    f"c.case_key, c.workload, c.variant, c.params, c.shape, c.median_ms, c.iqr_ms, {samples} "
+                    f"FROM cases c JOIN runs r ON r.id = c.run_id WHERE {' AND '.join(where)} ORDER BY 4, 5, r.id", tuple(params))
     df = pd.DataFrame(rows, columns=["run", "digest", "commit", "at", "run_time", "gpu", "key", "workload", "variant",
                                      "params", "shape", "median_ms", "iqr_ms", "samples"])
     if exclude_digests:
