@@ -109,7 +109,8 @@ def points(db: Database, gpu: str | None = None, cases: tuple[str, ...] = (), ke
     samples = "c.samples" if with_samples else "NULL"
     rows = db.query(f"SELECT r.id, r.digest, r.commit_sha, COALESCE(r.commit_time, r.run_time), r.run_time, r.gpu, "
                     f"c.case_key, c.workload, c.variant, c.params, c.shape, c.median_ms, c.iqr_ms, {samples} "
-                    f"FROM cases c JOIN runs r ON r.id = c.run_id WHERE {' AND '.join(where)} ORDER BY 4, 5, r.id", tuple(params))
+                    f"FROM cases c JOIN runs r ON r.id = c.run_id WHERE {' AND '.join(where)} ORDER BY 4, 5, r.id",
+                    tuple(params))
     df = pd.DataFrame(rows, columns=["run", "digest", "commit", "at", "run_time", "gpu", "key", "workload", "variant",
                                      "params", "shape", "median_ms", "iqr_ms", "samples"])
     if exclude_digests:
