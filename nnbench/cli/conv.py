@@ -69,7 +69,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
       nnbench conv -p tiled --tile 16 --compile-only   # registers, shared memory, spills; no GPU needed
     """
     from nnbench.workloads.conv import problem as conv_problem
-    from nnbench.workloads.conv import session as conv_suite
+    from nnbench.workloads.conv import session as conv_session
     nogpu.check_arch(arch, compile_only)
     if model is not None:
         if compile_only:
@@ -97,21 +97,21 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     overrides = {key: val for key, val in (("TILE", tile), ("KB", kb)) if val is not None}
     backward_paths = [(v, v.defaults()) for v in workloads.variants_of("conv", kinds=("backward",))] if backward else []
     if backend == "cuda" or compile_only:
-        chosen = conv_suite.plan(list(paths_), "cuda", overrides)
+        chosen = conv_session.plan(list(paths_), "cuda", overrides)
         if compile_only:
             nogpu.show_resources("conv", chosen + backward_paths, arch, backend)
             return
     on_host = {v.name for v in workloads.variants_of("conv", "cpu", ("forward",))}
     gpu_named = [name for name in paths_ if name not in on_host]
     if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
-        conv_suite.plan(gpu_named, "cuda", overrides)
+        conv_session.plan(gpu_named, "cuda", overrides)
     be = open_device(backend)
     if not be.runs_kernels:
         paths_, overrides, line = nogpu.cpu_subset(workloads.variants_of("conv", kinds=("forward",)), list(paths_),
                                                    overrides, "conv", "-p", ("--backward",) if backward else ())
         nogpu.say(line)
         backward = False
-    chosen = conv_suite.plan(list(paths_), be.name, overrides)
+    chosen = conv_session.plan(list(paths_), be.name, overrides)
     shapes = shapes or known["resnet"][:1]
     for shape in shapes:
         memory.require(be, *shape.footprint(), f"layer {shape.label}", "a smaller layer")
@@ -123,7 +123,7 @@ def conv(paths_, sets, n, c, h, w, k, r, stride, pad, tile, kb, budget, cold, cs
     cases = [Case(v, tuple(p.items())) for v, p in chosen]
     if backward:
         cases += [Case.defaults(v) for v in workloads.variants_of("conv", kinds=("backward",))]
-    records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, shapes, settings,
+    records = app.stream(sink, harness.run(conv_session.WORKLOAD, be, cases, shapes, settings,
                                                              conv_problem.DEFAULT_RTOL, seed, env, vendor=not no_cudnn,
                                                              tuner=app.tuner(be, no_autotune, overrides)))
     app.out.print(tables.conv_table(records, f"convolution forward · NCHW fp32 · median of samples ({be.clock_name})"
@@ -152,7 +152,7 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
         raise NnbenchError(f"--model {model}: needs a GPU; `nnbench profile conv -v {model} --model {model}` shows "
                            "its kernels' resources without one")
     from nnbench.workloads.conv import problem as conv_problem
-    from nnbench.workloads.conv import session as conv_suite
+    from nnbench.workloads.conv import session as conv_session
     env = results.environment(be)
     app.out.print(device_line(env))
     sink = app.open_sink(csv_path, "conv", env["gpu"], force)
@@ -160,7 +160,7 @@ def _conv_model(model: str, batch, budget, cold, csv_path, force, no_torch, seed
     by_path = {p: name for name, p in lenet.VARIANT_PATHS.items()}
     cases = [Case.defaults(workloads.get("conv", by_path[p]))
              for p in dict.fromkeys(paths_ or lenet.DEFAULT_PATHS)]
-    records = app.stream(sink, harness.run(conv_suite.WORKLOAD, be, cases, [conv_suite.LeNetProblem(batch)],
+    records = app.stream(sink, harness.run(conv_session.WORKLOAD, be, cases, [conv_session.LeNetProblem(batch)],
                                            app.settings(budget, cold), conv_problem.DEFAULT_RTOL, seed, env,
                                            vendor=not no_torch))
     app.out.print(tables.conv_table(records, f"LeNet-5 · batch {batch} · our step checked against float64 "

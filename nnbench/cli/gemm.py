@@ -21,7 +21,7 @@ from nnbench.cli.app import (
 from nnbench.errors import NnbenchError
 from nnbench.report import tables
 from nnbench.runtime.vendor import Cublas
-from nnbench.workloads.gemm import session as gemm_suite
+from nnbench.workloads.gemm import session as gemm_session
 
 
 # -- gemm -----------------------------------------------------------------------------------------
@@ -73,34 +73,34 @@ def gemm(variants, m, n, k, sizes, budget, cold, rtol, csv_path, force, no_cubla
     # the same way on any machine; device limits are checked once the device is known.
     nogpu.check_arch(arch, compile_only)
     if backend == "cuda" or compile_only:
-        cases = gemm_suite.plan(list(variants), overrides, None, "cuda")
+        cases = gemm_session.plan(list(variants), overrides, None, "cuda")
         if compile_only:
             nogpu.show_resources("gemm", [(c.variant, c.param_dict) for c in cases], arch, backend)
             return
     on_host = {v.name for v in workloads.variants_of("gemm", "cpu")}
     gpu_named = [name for name in variants if name not in on_host]
     if overrides or gpu_named:  # a bad name or value is refused as on a GPU, before the CPU path leaves it out
-        gemm_suite.plan(gpu_named, overrides, None, "cuda")
-    shapes = [gemm_suite.Shape(m, n, k)] if m else [gemm_suite.Shape(s, s, s) for s in sizes]
+        gemm_session.plan(gpu_named, overrides, None, "cuda")
+    shapes = [gemm_session.Shape(m, n, k)] if m else [gemm_session.Shape(s, s, s) for s in sizes]
     for s in shapes:
-        gemm_suite.validate_shape(s)
+        gemm_session.validate_shape(s)
     be = open_device(backend)
     if not be.runs_kernels:
         variants, overrides, line = nogpu.cpu_subset(workloads.variants_of("gemm"), list(variants), overrides,
                                                      "gemm", "-v")
         nogpu.say(line)
-    cases = gemm_suite.plan(list(variants), overrides, be.device, be.name)
-    shapes = shapes or [gemm_suite.Shape(s, s, s) for s in ([4096] if be.runs_kernels else [1024])]
+    cases = gemm_session.plan(list(variants), overrides, be.device, be.name)
+    shapes = shapes or [gemm_session.Shape(s, s, s) for s in ([4096] if be.runs_kernels else [1024])]
 
     for s in shapes:
-        memory.require(be, *gemm_suite.footprint(s), f"shape {s.label}")
+        memory.require(be, *gemm_session.footprint(s), f"shape {s.label}")
     env = results.environment(be)
     sink = app.open_sink(csv_path, "gemm", env["gpu"], force)
     path = sink.path
     settings = app.settings(budget, cold)
     app.out.print(device_line(env))
     total = len(shapes) * (len(cases) + (0 if no_cublas or not be.has_vendor_libs else 1))
-    records = app.stream(sink, harness.run(gemm_suite.WORKLOAD, be, cases, shapes, settings, rtol,
+    records = app.stream(sink, harness.run(gemm_session.WORKLOAD, be, cases, shapes, settings, rtol,
                                                              seed=seed, env=env, vendor=not no_cublas,
                                                              tuner=app.tuner(be, no_autotune, overrides)), total)
 

@@ -18,7 +18,7 @@ from nnbench.report import tables
 
 # -- profile --------------------------------------------------------------------------------------
 @app.cli.command()
-@click.argument("suite", metavar="WORKLOAD")
+@click.argument("work_name", metavar="WORKLOAD")
 @click.option("--variant", "-v", "variant", required=True, metavar="NAME", help="The variant (ladder step, version).")
 # every workload's parameters; the profiled variant says which apply
 @every_param_option
@@ -50,7 +50,7 @@ from nnbench.report import tables
 @app.json_option
 @click.option("--launch-only", is_flag=True, hidden=True, help="Launch the kernel only (what --ncu profiles).")
 @backend_option
-def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, split,
+def profile(work_name, variant, m, n, k, net, batch, layer, model, config_path, problem_index, with_ncu, split,
             ncu_csv, kernel, arch, launch_only, backend,
             **params) -> None:
     """Profile one kernel: resources and occupancy, the hot loop's instruction mix from the SASS, and
@@ -74,15 +74,15 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
     case = None
     if config_path is not None:
         found, case, problem = profiler.from_config(config_path, variant, overrides, problem_index)
-        if profiler.ALIASES.get(suite, suite) != found:
-            raise NnbenchError(f"profile {suite}: {config_path} runs workload {found}; give `profile {found}`")
-    elif profiler.ALIASES.get(suite, suite) == "kernel":
+        if profiler.ALIASES.get(work_name, work_name) != found:
+            raise NnbenchError(f"profile {work_name}: {config_path} runs workload {found}; give `profile {found}`")
+    elif profiler.ALIASES.get(work_name, work_name) == "kernel":
         raise NnbenchError("profile kernel: a user's kernel is profiled from its config: give --config FILE.yaml")
     else:
-        profiler.variant_params(suite, variant, overrides)  # bad input before the GPU is opened
-        problem = _problem(profiler.ALIASES.get(suite, suite), m, n, k, net, batch, layer, model)
+        profiler.variant_params(work_name, variant, overrides)  # bad input before the GPU is opened
+        problem = _problem(profiler.ALIASES.get(work_name, work_name), m, n, k, net, batch, layer, model)
     if split is not None:  # a split the variant has not, before the GPU is opened
-        profiler.check_split(suite, split, variant, overrides, problem, case)
+        profiler.check_split(work_name, split, variant, overrides, problem, case)
     if arch is not None and not re.fullmatch(r"sm_\d{2,3}a?", arch):
         raise NnbenchError(f"--arch {arch}: expected sm_XY, for example sm_90")
     if ncu_csv is not None and not with_ncu:
@@ -91,14 +91,14 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
         app.refuse_taken(app.JSON[0])  # before minutes of compiling and ncu, not after
     be = open_device(backend)
     if launch_only:
-        profiler.launch_only(be, suite, variant, overrides, problem, case)
+        profiler.launch_only(be, work_name, variant, overrides, problem, case)
         return
     if with_ncu and not be.runs_kernels:
         raise NnbenchError("--ncu: needs the cuda backend (a GPU)")
     if split is not None:
-        profiler.check_split(suite, split, variant, overrides, problem, case, be)
+        profiler.check_split(work_name, split, variant, overrides, problem, case, be)
     child = [sys.executable, "-m", "nnbench", *app.ARGV, "--launch-only"]
-    prof = profiler.profile(be, suite, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case,
+    prof = profiler.profile(be, work_name, variant, overrides, problem, arch, with_ncu, child, kernel=kernel, case=case,
                             split=split)
     env = results.environment(be)
     app.out.print(device_line(env))
@@ -120,19 +120,19 @@ def profile(suite, variant, m, n, k, net, batch, layer, model, config_path, prob
 
 
 
-def _problem(suite: str, m: int, n: int, k: int, net: str, batch: int, layer: str | None, model: str | None):
-    """The one problem a profile runs on, from the options its suite reads."""
-    if suite == "gemm":
+def _problem(work_name: str, m: int, n: int, k: int, net: str, batch: int, layer: str | None, model: str | None):
+    """The one problem a profile runs on, from the options its workload reads."""
+    if work_name == "gemm":
         from nnbench.workloads.gemm.session import Shape
         return Shape(m, n, k)
-    if suite == "train":
+    if work_name == "train":
         from nnbench.workloads.train.session import problem_for
         return problem_for(net, batch=batch, max_iterations=MLP_ITERATIONS, epochs=1,
                            train_samples=batch * MLP_STEPS)
     from nnbench.workloads.conv import problem as conv_problem
-    from nnbench.workloads.conv import session as conv_suite
+    from nnbench.workloads.conv import session as conv_session
     if model is not None:
-        return conv_suite.LeNetProblem(batch if batch > 1 else 64)
+        return conv_session.LeNetProblem(batch if batch > 1 else 64)
     if layer is None:
         return conv_problem.load_sets()["resnet"][0]
     try:

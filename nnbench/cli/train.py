@@ -130,7 +130,7 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     from nnbench import nets as nets_mod
     from nnbench.workloads.train import batched as batched_mod
     from nnbench.workloads.train import mlp
-    from nnbench.workloads.train import session as train_suite
+    from nnbench.workloads.train import session as train_session
     if net is not None and layers_text is not None:
         raise NnbenchError("--net and --layers are exclusive: use one of them")
     if layers_text is not None:
@@ -227,16 +227,16 @@ def train(net, layers_text, version_names, batch, epochs, train_samples, ranks, 
     head = (f"{label}: layers {'-'.join(map(str, layers))} · {sum(layers)} neurons · "
             f"{nets_mod.Net(label, layers).feedforward_macs:,} multiply-adds per feedforward · init "
             f"{hyper.init} {hyper.init_scale:g} · rate {hyper.rate} · momentum {hyper.momentum}")
-    problem = train_suite.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
+    problem = train_session.TrainProblem(str(net or 8) if not layers_text else "custom", tuple(layers), hyper, batch,
                                        epochs or 0, train_samples or 0, test_per_letter, blocks)
     partial = dict(env, layers="-".join(map(str, layers)), encoding=layers[0], seed=hyper.seed, rate=hyper.rate,
                    momentum=hyper.momentum, init=hyper.init, init_scale=hyper.init_scale)
-    options = train_suite.TrainOptions(torch_iterations=torch_iterations, world=world,
+    options = train_session.TrainOptions(torch_iterations=torch_iterations, world=world,
                                        exchange_kind=allreduce or "nccl", bucket_mb=bucket_mb, letters=letters)
     cases = [Case(v, tuple(p.items())) for v, p in sorted(chosen, key=lambda vp: vp[0].step)]
 
     def train_rows(progress):
-        return harness.run(train_suite.WORKLOAD, be, cases, [problem], None, None, hyper.seed, env,
+        return harness.run(train_session.WORKLOAD, be, cases, [problem], None, None, hyper.seed, env,
                            vendor=compare == "torch", options=replace(options, progress=progress))
     if mini:
         app.out.print(f"{head} · batch {batch} · {epochs} epochs of {train_samples:,} noisy letters")
@@ -401,7 +401,7 @@ def _stream(sink, total: int, unit: str, records, problem, partial: dict) -> lis
 
 def _letters_view(rec: dict) -> str:
     """Expected against received bits for each letter, from what the trained version's record carries
-    (train_suite.received_bits: its outputs for the first held-out noisy copy of each letter)."""
+    (train_session.received_bits: its outputs for the first held-out noisy copy of each letter)."""
     from nnbench import glyphs
     lines, row = [f"{rec['variant']}: expected -> received on held-out noisy letters (first copy of each):"], []
     for c, bits in zip(glyphs.LETTERS, rec["received"].split()):

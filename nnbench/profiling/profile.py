@@ -266,7 +266,7 @@ def launch_only(backend, work_name: str, name: str, overrides: dict[str, int], p
         run_case(backend, workload(work_name), Case(v, tuple(params.items())), problem, comp, QUICK)
         backend.synchronize()
         return
-    from nnbench.workloads.gemm import session as gemm_suite
+    from nnbench.workloads.gemm import session as gemm_session
     from nnbench.workloads.gemm.session import random_nonzero
     kernel = backend.load(comp, v.kernel)
     rng = np.random.default_rng(0)
@@ -274,7 +274,7 @@ def launch_only(backend, work_name: str, name: str, overrides: dict[str, int], p
     a = backend.upload(random_nonzero(rng, (shape.M, shape.K)).astype(np.float32))
     b = backend.upload(random_nonzero(rng, (shape.K, shape.N)).astype(np.float32))
     c = backend.upload(np.zeros((shape.M, shape.N), np.float32))
-    launch_for, _ = gemm_suite.gemm_launch(backend, kernel, v, params, shape, *map(backend.ptr, (a, b, c)))
+    launch_for, _ = gemm_session.gemm_launch(backend, kernel, v, params, shape, *map(backend.ptr, (a, b, c)))
     run = launch_for(1.0, 0.0)
     for _ in range(ncu.WARMUP_LAUNCHES + 1):
         run()
