@@ -171,6 +171,7 @@ def check_header(path, first_line: str, kind: str = "results") -> dict:
 # -- reading --------------------------------------------------------------------------------------
 def is_json(path) -> bool:
     """Whether `path` is a JSON results file (by its first byte), rather than a CSV."""
+    safeio.readable(path, "result file")
     try:
         with open(path, "rb") as f:
             return f.read(1) == b"{"
@@ -221,11 +222,14 @@ def _record(path, line: int, obj: dict) -> RawRecord:
         raise NnbenchError(f"{path}:{line}: status {obj['status']!r}: expected one of "
                            f"{', '.join(sorted(results.STATUSES))}")
     fields = {k: _number(k, v) for k, v in obj.items()}
+    if (why := results.damaged_cell(fields)) is not None:
+        raise NnbenchError(f"{path}:{line}: {why}")
     rec = RawRecord(fields, line=line)
     if samples is not None:
         ms = samples.get("ms") if isinstance(samples, dict) else None
-        if not isinstance(ms, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in ms):
-            raise NnbenchError(f"{path}:{line}: raw.ms must be a list of numbers")
+        if not isinstance(ms, list) or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                               and 0 <= x < math.inf for x in ms):
+            raise NnbenchError(f"{path}:{line}: raw.ms must be a list of finite sample times in ms >= 0")
         rec.samples_ms = np.asarray(ms, dtype=np.float64)
         rec.reps, rec.unit = samples.get("reps"), samples.get("unit")
         rec.batch, rec.dropped = samples.get("batch"), _count(path, line, "raw.dropped", samples.get("dropped"))
@@ -251,6 +255,7 @@ def _load_csv(path: Path, notes) -> list[RawRecord]:
     import csv
     out = []
     try:
+        results.scan_csv(path)
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or "suite" not in reader.fieldnames:

@@ -307,9 +307,66 @@ def parse_samples(text) -> list[float] | None:
     if not text:
         return None
     try:
-        return [float(x) for x in text.split()]
+        out = [float(x) for x in text.split()]
     except ValueError:  # not "no samples": a damaged or hand-edited cell, which the gate must not read as absent
         raise NnbenchError(f"samples_ms {text[:40]!r}: expected sample times in ms separated by spaces") from None
+    if not all(0 <= x < math.inf for x in out):  # NaN fails both comparisons
+        raise NnbenchError(f"samples_ms {text[:40]!r}: every sample time is a finite number of ms >= 0")
+    return out
+
+
+# The cells every reader (check, report, history) builds on: a damaged one is refused with its line, never read as
+# "no measurement" (a median of "fast" or NaN used to drop a case from the gate without a word).
+CORE = ("suite", "variant", "status", "median_ms")  # the columns without which a row says nothing
+TIMES = ("median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms")
+COUNTS = ("samples", "reps")
+
+
+def damaged_cell(row: dict) -> str | None:
+    """What is wrong with a result row's names, times and counts (text from a CSV, or JSON values), or None."""
+    if None in row:  # csv.DictReader's key for cells past the header's columns
+        return f"{len(row[None])} more cells than the header has columns"
+    for key in ("suite", "variant"):
+        v = row.get(key)
+        if key in row and not (isinstance(v, str) and v.strip() and v.isprintable()):
+            return f"{key} {v!r}: expected a name (printable text)"
+    for key in TIMES + COUNTS:
+        v = row.get(key)
+        if v is None or v == "":
+            continue
+        try:
+            x = float(v) if not isinstance(v, bool) and isinstance(v, str | int | float) else None
+        except ValueError:
+            x = None
+        if x is None or not 0 <= x < math.inf or (key in COUNTS and not x.is_integer()):
+            kind = "a whole number >= 0" if key in COUNTS else "a finite time in ms >= 0"
+            return f"{key} {v!r}: expected {kind}, or an empty cell"
+    return None
+
+
+def scan_csv(path) -> None:
+    """A result CSV's header and each row whose status is valid (a row cut short by a kill is the readers' to set
+    aside), checked with the csv module before pandas reads it: pandas renames a repeated column (median_ms.1) and
+    takes a row with one cell too many as an index, both without a word."""
+    import csv
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:
+            raise NnbenchError(f"{path}:1: column {twice[0]} appears twice; a result file has each column once")
+        missing = [c for c in CORE if c not in header]
+        if header and missing:  # without them no row is a measurement: read as none, the file would pass for empty
+            raise NnbenchError(f"{path}:1: not an nnbench result CSV; missing columns: {', '.join(missing)}")
+        for i, cells in enumerate(reader, start=2):
+            row = dict(zip(header, cells))
+            if len(cells) > len(header):
+                row[None] = cells[len(header):]
+            if row.get("status") not in STATUSES:
+                continue
+            why = damaged_cell(row)
+            if why is not None:
+                raise NnbenchError(f"{path}:{i}: {why}")
 
 
 def parse_row(row: dict) -> dict:
@@ -352,7 +409,9 @@ def read_csv(path, **options):
 
     from nnbench import safeio
     from nnbench.errors import NnbenchError
+    safeio.readable(path, "result file")
     try:
+        scan_csv(path)
         # pandas 3 reads every column into a block of its own; copy() joins them, or the first column a
         # caller adds (report's _file) meets a 125-block frame and pandas warns that it is fragmented
         return pd.read_csv(path, encoding="utf-8", **options).copy()
@@ -362,7 +421,7 @@ def read_csv(path, **options):
         raise NnbenchError(f"{path}: is a folder, not a result file") from None
     except pd.errors.EmptyDataError:
         raise NnbenchError(f"{path}: empty; not a result CSV") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv.Error) as e:
         raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
     except OSError as e:
         raise safeio.os_problem(path, e, "cannot read") from None
