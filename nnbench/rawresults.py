@@ -183,14 +183,14 @@ def is_json(path) -> bool:
         raise safeio.os_problem(path, e, "cannot read") from None
 
 
-def load(path, notes: list[str] | None = None) -> list[RawRecord]:
+def load(path, notes: list[str] | None = None, times: bool = True) -> list[RawRecord]:
     """Every record of a JSON results file or a result CSV, in file order. A last line cut short by
     a kill is set aside (and said in `notes`); any other damage is one NnbenchError naming the line."""
     path = Path(path)
-    return _load_json(path, notes) if is_json(path) else _load_csv(path, notes)
+    return _load_json(path, notes, times) if is_json(path) else _load_csv(path, notes, times)
 
 
-def _load_json(path: Path, notes) -> list[RawRecord]:
+def _load_json(path: Path, notes, times: bool = True) -> list[RawRecord]:
     text = safeio.read_text(path, "result file")
     lines = text.split("\n")
     check_header(path, lines[0])
@@ -208,11 +208,11 @@ def _load_json(path: Path, notes) -> list[RawRecord]:
             raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged") from None
         if not isinstance(obj, dict):
             raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged")
-        out.append(_record(path, i, obj))
+        out.append(_record(path, i, obj, times))
     return out
 
 
-def _record(path, line: int, obj: dict) -> RawRecord:
+def _record(path, line: int, obj: dict, times: bool = True) -> RawRecord:
     samples = obj.pop("raw", None)
     for k, v in obj.items():  # every field of a record is a number, text, a boolean or null (the schema)
         if isinstance(v, list | dict):
@@ -222,7 +222,7 @@ def _record(path, line: int, obj: dict) -> RawRecord:
         raise NnbenchError(f"{path}:{line}: status {obj['status']!r}: expected one of "
                            f"{', '.join(sorted(results.STATUSES))}")
     fields = {k: _number(k, v) for k, v in obj.items()}
-    if (why := results.damaged_cell(fields)) is not None:
+    if (why := results.damaged_cell(fields, times)) is not None:
         raise NnbenchError(f"{path}:{line}: {why}")
     rec = RawRecord(fields, line=line)
     if samples is not None:
@@ -251,11 +251,11 @@ def _number(key: str, v):
     return v
 
 
-def _load_csv(path: Path, notes) -> list[RawRecord]:
+def _load_csv(path: Path, notes, times: bool = True) -> list[RawRecord]:
     import csv
     out = []
     try:
-        results.scan_csv(path)
+        results.scan_csv(path, times)
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or "suite" not in reader.fieldnames:

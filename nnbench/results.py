@@ -317,13 +317,14 @@ def parse_samples(text) -> list[float] | None:
 
 # The cells every reader (check, report, history) builds on: a damaged one is refused with its line, never read as
 # "no measurement" (a median of "fast" or NaN used to drop a case from the gate without a word).
-CORE = ("suite", "variant", "status", "median_ms")  # the columns without which a row says nothing
+CORE = ("status",)  # without it no row is a result (older train files lack variant and median_ms, report's tests suite)
 TIMES = ("median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms")
 COUNTS = ("samples", "reps")
 
 
-def damaged_cell(row: dict) -> str | None:
-    """What is wrong with a result row's names, times and counts (text from a CSV, or JSON values), or None."""
+def damaged_cell(row: dict, times: bool = True) -> str | None:
+    """What is wrong with a result row's names, times and counts (text from a CSV, or JSON values), or None.
+    times=False leaves the times to the gate, whose verdict on a damaged median is INVALID (a case, not a file)."""
     if None in row:  # csv.DictReader's key for cells past the header's columns
         return f"{len(row[None])} more cells than the header has columns"
     for key in ("suite", "variant"):
@@ -333,6 +334,10 @@ def damaged_cell(row: dict) -> str | None:
     for key in TIMES + COUNTS:
         v = row.get(key)
         if v is None or v == "":
+            continue
+        if isinstance(v, bool):  # JSON's true is no number of ms, for the gate either
+            return f"{key} {v!r}: expected a number, not true or false"
+        if key in TIMES and not times:
             continue
         try:
             x = float(v) if not isinstance(v, bool) and isinstance(v, str | int | float) else None
@@ -344,7 +349,7 @@ def damaged_cell(row: dict) -> str | None:
     return None
 
 
-def scan_csv(path) -> None:
+def scan_csv(path, times: bool = True) -> None:
     """A result CSV's header and each row whose status is valid (a row cut short by a kill is the readers' to set
     aside), checked with the csv module before pandas reads it: pandas renames a repeated column (median_ms.1) and
     takes a row with one cell too many as an index, both without a word."""
@@ -356,15 +361,15 @@ def scan_csv(path) -> None:
         if twice:
             raise NnbenchError(f"{path}:1: column {twice[0]} appears twice; a result file has each column once")
         missing = [c for c in CORE if c not in header]
-        if header and missing:  # without them no row is a measurement: read as none, the file would pass for empty
-            raise NnbenchError(f"{path}:1: not an nnbench result CSV; missing columns: {', '.join(missing)}")
         for i, cells in enumerate(reader, start=2):
+            if missing:  # rows that no reader would take as results: the file would pass for an empty one
+                raise NnbenchError(f"{path}:1: not an nnbench result CSV; missing columns: {', '.join(missing)}")
             row = dict(zip(header, cells))
             if len(cells) > len(header):
                 row[None] = cells[len(header):]
             if row.get("status") not in STATUSES:
                 continue
-            why = damaged_cell(row)
+            why = damaged_cell(row, times)
             if why is not None:
                 raise NnbenchError(f"{path}:{i}: {why}")
 
@@ -403,15 +408,16 @@ def _csv_value(v):
     return v
 
 
-def read_csv(path, **options):
-    """A result CSV as a DataFrame; every way it can be unreadable is one NnbenchError naming it."""
+def read_csv(path, times: bool = True, **options):
+    """A result CSV as a DataFrame; every way it can be unreadable is one NnbenchError naming it. `times`: as
+    damaged_cell's."""
     import pandas as pd
 
     from nnbench import safeio
     from nnbench.errors import NnbenchError
     safeio.readable(path, "result file")
     try:
-        scan_csv(path)
+        scan_csv(path, times)
         # pandas 3 reads every column into a block of its own; copy() joins them, or the first column a
         # caller adds (report's _file) meets a 125-block frame and pandas warns that it is fragmented
         return pd.read_csv(path, encoding="utf-8", **options).copy()

@@ -32,6 +32,7 @@ from tests.test_campaign2 import damaged_csv, damaged_json, invoke, kernel
 _plain_user, good = first._plain_user, first.good
 
 ACCEPTED = None  # a case whose input is valid: exit 0
+INVALID = "INVALID"  # the gate's verdict on a case it cannot compare (a damaged median): exit 1, said in the table
 HANG_S = 20  # no case takes a second; one that blocks (a FIFO opened for reading) fails as a hang, not a stuck CI
 
 
@@ -57,6 +58,9 @@ def outcome(res, needles):
         raise AssertionError(f"unexpected {type(res.exception).__name__}: {res.exception}\n{res.output}")
     if needles is ACCEPTED:
         assert res.exit_code == 0, res.output
+        return
+    if needles is INVALID:
+        assert res.exit_code == 1 and "INVALID" in res.output and "regression gate: FAILED" in res.output, res.output
         return
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
     assert res.exit_code == 2, res.output
@@ -468,12 +472,14 @@ def _extra_cells(good, t):
     return write_csv(t, list(rows[0]), [list(rows[0].values()) + ["x", "y"]])
 
 
-RESULT_FILES = {  # a damaged result file -> what the one line must name (for check, report and history alike)
-    "median text": (_csv_cell("median_ms", "fast"), "median_ms"),
-    "median negative": (_csv_cell("median_ms", "-1"), "median_ms"),
-    "median nan": (_csv_cell("median_ms", "nan"), "median_ms"),
-    "median inf": (_csv_cell("median_ms", "inf"), "median_ms"),
-    "median a formula": (_csv_cell("median_ms", "=1+1"), "median_ms"),
+GATE = {"check": INVALID, "check-baseline": INVALID}  # check judges a damaged median as the case's verdict
+OLD_TRAIN_FILES = {"report": ACCEPTED}  # report plots older train CSVs, which have no median_ms (tests/data)
+RESULT_FILES = {  # a damaged result file -> what the one line must name[, and another class for some commands]
+    "median text": (_csv_cell("median_ms", "fast"), "median_ms", GATE),
+    "median negative": (_csv_cell("median_ms", "-1"), "median_ms", GATE),
+    "median nan": (_csv_cell("median_ms", "nan"), "median_ms", GATE),
+    "median inf": (_csv_cell("median_ms", "inf"), "median_ms", GATE),
+    "median a formula": (_csv_cell("median_ms", "=1+1"), "median_ms", GATE),
     "samples negative": (_csv_cell("samples", "-5"), "samples"),
     "samples fractional": (_csv_cell("samples", "2.5"), "samples"),
     "suite empty": (_csv_cell("suite", ""), "suite"),
@@ -482,7 +488,7 @@ RESULT_FILES = {  # a damaged result file -> what the one line must name (for ch
     "samples_ms negative": (_csv_cell("samples_ms", "-0.1 0.2"), "samples_ms"),
     "a column twice": (_dup_column, "median_ms"),
     "no status column": (_drop_column("status"), "status"),
-    "no median column": (_drop_column("median_ms"), "median_ms"),
+    "no median column": (_drop_column("median_ms"), "median_ms", OLD_TRAIN_FILES),
     "more cells than columns": (_extra_cells, "bad.csv:2"),
     "empty file": (_raw(b""), "bad.csv"),
     "binary": (_raw(bytes(range(256)) * 4), "bad.csv"),
@@ -494,8 +500,8 @@ RESULT_FILES = {  # a damaged result file -> what the one line must name (for ch
     "json not an object": (_json_lines("[1, 2, 3]"), "bad.jsonl:2"),
     "json null": (_json_lines("null"), "bad.jsonl:2"),
     "json a broken line": (_json_lines('{"suite": "gemm", ', '{"suite": "gemm"}'), "bad.jsonl:2"),
-    "json median text": (_json_change(lambda r: r.update(median_ms="fast")), "median_ms"),
-    "json median NaN": (_json_change(lambda r: r.update(median_ms=math.nan)), "median_ms"),
+    "json median text": (_json_change(lambda r: r.update(median_ms="fast")), "median_ms", GATE),
+    "json median NaN": (_json_change(lambda r: r.update(median_ms=math.nan)), "median_ms", GATE),
     "json median true": (_json_change(lambda r: r.update(median_ms=True)), "median_ms"),
     "json suite a number": (_json_change(lambda r: r.update(suite=5)), "suite"),
     "json variant null": (_json_change(lambda r: r.update(variant=None)), "variant"),
@@ -521,11 +527,12 @@ def _result_args(command, bad, good, tmp_path):
 @pytest.mark.parametrize("name", list(RESULT_FILES))
 @pytest.mark.parametrize("command", ["check", "check-baseline", "report", "history"])
 def test_hostile_result_file(good, tmp_path, name, command):
-    make, needle = RESULT_FILES[name]
+    make, needle, *other = RESULT_FILES[name]
+    needle = other[0].get(command, needle) if other else needle
     bad = make(good, tmp_path)
     res = invoke(*_result_args(command, bad, good, tmp_path))
     outcome(res, needle)
-    assert not (tmp_path / "r.jsonl").exists()
+    assert needle is ACCEPTED or not (tmp_path / "r.jsonl").exists()
 
 
 def test_a_formula_cell_cannot_run_in_a_spreadsheet(tmp_path):
