@@ -97,7 +97,7 @@ def plain(fn: str, value, where: str = "config", depth: int = 0, callables: tupl
     """A declaration given as Python values holds only what a YAML file could: text, numbers, booleans, None,
     lists and dicts with text keys (and a callable where `callables` names the key)."""
     if depth > MAX_DEPTH:
-        raise NnbenchError(f"{fn}(): {where}: nested more than {MAX_DEPTH} levels deep")
+        raise NnbenchError(f"{fn}(): {where.split('.')[0]}: nested more than {MAX_DEPTH} levels deep")
     if isinstance(value, dict):
         for k, v in value.items():
             if not isinstance(k, str):

@@ -319,7 +319,7 @@ def parse_samples(text) -> list[float] | None:
 # "no measurement" (a median of "fast" or NaN used to drop a case from the gate without a word).
 CORE = ("status",)  # without it no row is a result (older train files lack variant and median_ms, report's tests suite)
 TIMES = ("median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms")
-COUNTS = ("samples", "reps")
+COUNTS = ("samples", "reps", "dropped", "batch")
 
 
 def damaged_cell(row: dict, times: bool = True) -> str | None:
