@@ -26,6 +26,8 @@ from nnbench import backend_choice, paths
 from nnbench.cli import cli
 from nnbench.errors import NnbenchError
 from nnbench.workloads.kernel import session
+from tests import test_campaign2
+from tests.test_badinput_property import mutate
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
@@ -101,14 +103,6 @@ RAW = st.sampled_from(["!!python/object/apply:os.system [id]", "!!binary aGVsbG8
                        "*nosuch", "{<<: {a: 1}}", "\tN", "\ufeffN", "N\x00", "[[[[[[[[", "{[a]: b}", "'unclosed"])
 
 
-def mutate(cfg, spot, value):
-    node = cfg
-    for key in spot[:-1]:
-        node = node[key]
-    node[spot[-1]] = value
-    return cfg
-
-
 @BOUNDED
 @given(spot=st.sampled_from(SPOTS), value=VALUES, raw=st.one_of(st.none(), RAW))
 # The campaign's findings, drawn every run whatever the generator draws: a list as a key, an empty problem axis
@@ -118,7 +112,7 @@ def test_generated_kernel_configs_load_or_give_one_line(tmp_path, spot, value, r
     folder = Path(tempfile.mkdtemp(dir=tmp_path))
     shutil.copytree(EXAMPLE, folder, dirs_exist_ok=True)
     config = folder / "vector_add.yaml"
-    text = yaml.safe_dump(mutate(base_kernel(), spot, "RAW" if raw is not None else value), allow_unicode=True)
+    text = yaml.safe_dump(mutate(spot, "RAW" if raw is not None else value, base_kernel()), allow_unicode=True)
     config.write_text(text.replace("RAW", raw) if raw is not None else text)
     before = repository()
     res = CliRunner().invoke(cli, ["sweep", str(config), "--dry-run", "--backend", "cpu"])
@@ -153,13 +147,12 @@ API_SPOTS = ["load", "check.baseline", "check.current", "check.tolerance", "chec
              "benchmark.budget", "benchmark.seed", "benchmark.frame", "benchmark.source", "benchmark.config"]
 
 
-@pytest.fixture(scope="module")
-def good_csv(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("good")
-    res = CliRunner().invoke(cli, ["gemm", "--backend", "cpu", "--size", "16", "--budget", "0.01",
-                                   "--csv", str(folder / "g.csv"), "--json", str(folder / "g.jsonl")])
-    assert res.exit_code == 0, res.output
-    return folder / "g.csv"
+good = test_campaign2.good  # one result file written by gemm on the CPU (a CSV and its JSON Lines twin)
+
+
+@pytest.fixture
+def good_csv(good):
+    return good[0]
 
 
 def nested(depth: int) -> dict:
