@@ -4,9 +4,40 @@ paths, symlinks, special files, YAML tags, anchors, encodings), sweep configs, r
 report and history, history databases, the options of every command, the Python API, and where reports go.
 
 Each case names its expected class: REFUSED (exit 2, one `nnbench: error:` line naming the option, or the file, line
-and key, with no traceback and no warning before it), NnbenchError from the API, or ACCEPTED where the input is
-valid after all (a BOM, CRLF line ends, an alias that only repeats a value). Nothing here measures on a GPU; the
-file runs in seconds on two cores.
+and key, with no traceback and no warning before it), NnbenchError from the API, INVALID (check's verdict on a case
+whose median is damaged: exit 1, said in the table, as tests/test_harden.py has it), or ACCEPTED where the input is
+valid after all (a BOM, CRLF line ends, an alias that only repeats a value: 12 controls). Nothing here measures on a
+GPU; the file runs in about 20 s on two cores. A case that blocks fails as a hang after HANG_S seconds.
+
+Count: 403 table entries (391 hostile inputs, 12 valid controls), 549 runs once the result files go to four commands,
+the history databases to two, the files beside a config to two modes and the report paths to three flags. With the
+first 95, the second campaign has 486 hostile inputs.
+
+At 491edfa, before the fixes of this branch, 113 of the 549 runs failed:
+- 88 silent acceptances: damaged result cells (negative or NaN sample times, fractional counts, empty names, a column
+  twice, cells past the header, no status or median column) recorded by history, reported, or passed by check as
+  SAME; fractional shapes, scalars and shared memory truncated; a fourth launch dimension dropped; negative flops;
+  a variant axis that shadows a problem axis; a seed past 32 bits; YAML tags (!expr, !!python/...) read as plain
+  text; options that do nothing without their partner (report --tolerance without --baseline, profile --problem
+  without --config, soak --seeds with --seed, history --png with --no-png, sweep --gpus 0 under --dry-run); API
+  flags given as text and a seed past 32 bits;
+- 17 tracebacks: a list as a YAML key, an empty problem axis, a symlink loop as the .cu, text or infinity in the
+  dropped and batch cells, NaN samples in report --json, cells past the header in history; API: a callable as a
+  path, a 3,000-level dict, backend=1, json=5, events=5;
+- 3 unbounded runs: a config or an API config path that is /dev/zero (read until memory ran out), and an API problem
+  of 10^15 elements allocated unestimated;
+- 2 hangs: a config that is a FIFO (open waits forever), 100,001 API problems run one by one;
+- 3 incomplete lines: history show --png /dev/full printed its table before the error; history without a status column
+  and report --json on a taken name named neither the column nor --force.
+No case ran code from data (a reference.py beside the config is never imported by --dry-run or --compile-only, and a
+!!python tag never constructs anything) and none lost a record.
+
+Spreadsheet formulas: nnbench does not rewrite cells of the result CSVs it writes (they are data it reads back, where
+`-0.5` must stay a number). Instead no text a config gives reaches a cell unchecked: sweep, variant and axis names are
+restricted to letters, digits, `_`, `-` and `.`, so no cell can hold a formula that calls anything (=, +, @, a pipe or
+parentheses), and a name written as a formula is refused (test_a_formula_cell_cannot_run_in_a_spreadsheet). check
+--format junit escapes hostile cells (test_junit_and_markdown_escape_hostile_cells), and HTML reports escape every
+value (tests/test_hostile_report.py).
 """
 
 import csv
