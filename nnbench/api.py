@@ -68,6 +68,7 @@ def load(config: ConfigLike) -> list:
     from nnbench.sweeps import config as cfg
     apiargs.config("load", config)
     if isinstance(config, dict):
+        apiargs.plain("load", config, callables=("reference",))
         return [_declared(config)]
     return cfg.load_config(Path(config))
 
@@ -95,14 +96,19 @@ def benchmark(config: ConfigLike | None = None, *, backend: str | None = None, d
     import numpy as np
 
     from nnbench import harness, results
+    from nnbench.backend_choice import CHOICES
+    from nnbench.options import SEED_MAX
     from nnbench.runtime import open_backend
     if config is not None:
         apiargs.config("benchmark", config)
     variants, params = apiargs.names("benchmark", "variants", variants), apiargs.params("benchmark", params)
     problems = apiargs.problems("benchmark", problems)
     budget = apiargs.positive("benchmark", "budget", budget)
-    seed = apiargs.count("benchmark", "seed", seed, 0)
+    seed = apiargs.count("benchmark", "seed", seed, 0, maximum=SEED_MAX)
+    apiargs.choice("benchmark", "backend", backend, CHOICES)
+    apiargs.flag("benchmark", "frame", frame)
     apiargs.device("benchmark", backend, device)
+    apiargs.plain("benchmark", declaration, callables=("reference",))
     if config is None:
         if not declaration:
             raise NnbenchError("benchmark(): give a config (a file or a dict) or the declaration as keywords")
@@ -157,11 +163,17 @@ def run_sweep(config: ConfigLike, *, backend: str | None = None, device: int = 0
     and their raw samples also go to that JSON Lines file (docs/JSON.md). `gpus`: one worker per listed
     GPU, into one result file; `replay`: answer every case from a finished result file (no GPU).
     `backend` as in `benchmark` (None: $NNBENCH_BACKEND, else the user's config file, else auto)."""
-    from nnbench.backend_choice import requested
+    from nnbench.backend_choice import CHOICES, requested
     from nnbench.sweeps import sweep as sweep_mod
     apiargs.config("run_sweep", config, specs=True)
     jobs, gpus = apiargs.count("run_sweep", "jobs", jobs, 1), apiargs.gpus("run_sweep", gpus)
     out = apiargs.path("run_sweep", "out", out, optional=True)
+    json = apiargs.path("run_sweep", "json", json, optional=True)
+    replay = apiargs.path("run_sweep", "replay", replay, optional=True)
+    apiargs.choice("run_sweep", "backend", backend, CHOICES)
+    for name, value in (("fresh", fresh), ("retry_errors", retry_errors), ("load_only", load_only), ("mpi", mpi)):
+        apiargs.flag("run_sweep", name, value)
+    apiargs.callback("run_sweep", "events", events), apiargs.callback("run_sweep", "finished", finished)
     apiargs.device("run_sweep", backend, device)
     backend = requested(backend).name
     specs = config if isinstance(config, list) else load(config)
@@ -190,6 +202,8 @@ def check(baseline: str | Path | list, current: str | Path, tolerance: float = 0
     (unless allow_missing) or UNSTABLE/AMBIGUOUS (unless allow_unstable)."""
     from nnbench import verdict
     tolerance = apiargs.tolerance("check", tolerance)
+    for name, value in (("allow_missing", allow_missing), ("any_gpu", any_gpu), ("allow_unstable", allow_unstable)):
+        apiargs.flag("check", name, value)
     baseline, current = apiargs.baseline("check", baseline), apiargs.path("check", "current", current)
     base, cur = verdict.load_baseline(baseline), verdict.load(current)
     gb, gc = verdict.gpus(base), verdict.gpus(cur)
@@ -209,17 +223,27 @@ def _label(case) -> str:
 
 
 def _problems(spec, problems: list[dict[str, int]]) -> list:
-    from nnbench.workloads.kernel.session import KernelProblem
+    from nnbench import memory
+    from nnbench.workloads.base import problem_text
+    from nnbench.workloads.kernel.session import MAX_PROBLEMS, KernelProblem, footprint
     if spec.workload_name != "kernel":
         raise NnbenchError("benchmark(problems=...): applies to kernel configs; other workloads take their shapes "
                            "from the config")
+    if len(problems) > MAX_PROBLEMS:  # as a config's problems: each is built, checked and run
+        raise NnbenchError(f"benchmark(problems=...): {len(problems):,} problems; at most {MAX_PROBLEMS:,}")
     spec_k = spec.shapes[0].spec
     names = list(spec.shapes[0].as_dict())
     out = []
     for p in problems:
         if sorted(p) != sorted(names) or not all(isinstance(v, int) and v >= 1 for v in p.values()):
             raise NnbenchError(f"benchmark(problems=...): {p} must give each of {', '.join(names)} as an integer >= 1")
-        out.append(KernelProblem(tuple((k, p[k]) for k in names), spec_k))
+        problem = KernelProblem(tuple((k, p[k]) for k in names), spec_k)
+        try:  # estimated before any array is made, as every problem of a config is
+            memory.require_host(footprint(problem)[0], f"benchmark(problems=...): {problem_text(problem)}",
+                                "smaller problems")
+        except (OverflowError, ValueError) as e:
+            raise NnbenchError(f"benchmark(problems=...): {p}: {e}") from None
+        out.append(problem)
     return out
 
 

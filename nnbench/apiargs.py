@@ -62,12 +62,53 @@ def positive(fn: str, name: str, value, optional: bool = True) -> float | None:
     return value
 
 
-def count(fn: str, name: str, value, minimum: int, optional: bool = True) -> int | None:
+def count(fn: str, name: str, value, minimum: int, optional: bool = True, maximum: int | None = None) -> int | None:
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise NnbenchError(f"{fn}(): {name} {_show(value)}: expected an integer >= {minimum}")
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum and value > maximum):
+        within = f"in {minimum}..{maximum}" if maximum else f">= {minimum}"
+        raise NnbenchError(f"{fn}(): {name} {_show(value)}: expected an integer {within}")
     return value
+
+
+def flag(fn: str, name: str, value) -> bool:
+    """True or False: a truthy string such as "no" would silently mean yes."""
+    if not isinstance(value, bool):
+        raise NnbenchError(f"{fn}(): {name} {_show(value)}: expected True or False")
+    return value
+
+
+def callback(fn: str, name: str, value):
+    if value is not None and not callable(value):
+        raise NnbenchError(f"{fn}(): {name} {_show(value)}: expected a function (or None)")
+    return value
+
+
+def choice(fn: str, name: str, value, choices: tuple[str, ...]):
+    if value is not None and value not in choices:
+        raise NnbenchError(f"{fn}(): {name} {_show(value)}: expected one of {', '.join(choices)} (or None)")
+    return value
+
+
+MAX_DEPTH = 50  # a declaration nests a few levels; a deeper one is a mistake (or a bomb), refused before recursing
+
+
+def plain(fn: str, value, where: str = "config", depth: int = 0, callables: tuple[str, ...] = ()) -> None:
+    """A declaration given as Python values holds only what a YAML file could: text, numbers, booleans, None,
+    lists and dicts with text keys (and a callable where `callables` names the key)."""
+    if depth > MAX_DEPTH:
+        raise NnbenchError(f"{fn}(): {where.split('.')[0]}: nested more than {MAX_DEPTH} levels deep")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if not isinstance(k, str):
+                raise NnbenchError(f"{fn}(): {where}: key {_show(k)}: expected text")
+            if not (k in callables and callable(v)):
+                plain(fn, v, f"{where}.{k}" if where != "config" else k, depth + 1)
+    elif isinstance(value, list | tuple):
+        for v in value:
+            plain(fn, v, where, depth + 1)
+    elif not (value is None or isinstance(value, str | int | float | bool)):
+        raise NnbenchError(f"{fn}(): {where} {_show(value)}: expected text, a number, a list or a dict")
 
 
 def names(fn: str, name: str, value) -> list[str] | None:

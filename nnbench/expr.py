@@ -117,6 +117,19 @@ def _point(env: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in shown.items()) or "no names"
 
 
+def evaluate_whole(text: str, env: dict[str, float]) -> int:
+    """An expression that counts something (a size, bytes, a launch dimension): a whole number, never truncated, so
+    `N / 3` at N = 100 is refused rather than taken as 33."""
+    v = evaluate(text, env)
+    return whole(v, text, env)
+
+
+def whole(v, text: str, env: dict) -> int:
+    if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
+        raise ExprError(f"expression {_short(text)} is {v!r} at {_point(env)}; expected a whole number")
+    return int(v)
+
+
 def _arith_why(e: Exception) -> str:
     text = str(e)
     if "math domain error" in text:

@@ -175,6 +175,7 @@ def check_header(path, first_line: str, kind: str = "results") -> dict:
 # -- reading --------------------------------------------------------------------------------------
 def is_json(path) -> bool:
     """Whether `path` is a JSON results file (by its first byte), rather than a CSV."""
+    safeio.readable(path, "result file")
     try:
         with open(path, "rb") as f:
             return f.read(1) == b"{"
@@ -186,14 +187,14 @@ def is_json(path) -> bool:
         raise safeio.os_problem(path, e, "cannot read") from None
 
 
-def load(path, notes: list[str] | None = None) -> list[RawRecord]:
+def load(path, notes: list[str] | None = None, times: bool = True) -> list[RawRecord]:
     """Every record of a JSON results file or a result CSV, in file order. A last line cut short by
     a kill is set aside (and said in `notes`); any other damage is one NnbenchError naming the line."""
     path = Path(path)
-    return _load_json(path, notes) if is_json(path) else _load_csv(path, notes)
+    return _load_json(path, notes, times) if is_json(path) else _load_csv(path, notes, times)
 
 
-def _load_json(path: Path, notes) -> list[RawRecord]:
+def _load_json(path: Path, notes, times: bool = True) -> list[RawRecord]:
     text = safeio.read_text(path, "result file")
     lines = text.split("\n")
     check_header(path, lines[0])
@@ -211,11 +212,11 @@ def _load_json(path: Path, notes) -> list[RawRecord]:
             raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged") from None
         if not isinstance(obj, dict):
             raise NnbenchError(f"{path}:{i}: not a JSON object; the file is damaged")
-        out.append(_record(path, i, obj))
+        out.append(_record(path, i, obj, times))
     return out
 
 
-def _record(path, line: int, obj: dict) -> RawRecord:
+def _record(path, line: int, obj: dict, times: bool = True) -> RawRecord:
     samples = obj.pop("raw", None)
     for k, v in obj.items():  # every field of a record is a number, text, a boolean or null (the schema)
         if isinstance(v, list | dict):
@@ -225,11 +226,14 @@ def _record(path, line: int, obj: dict) -> RawRecord:
         raise NnbenchError(f"{path}:{line}: status {obj['status']!r}: expected one of "
                            f"{', '.join(sorted(results.STATUSES))}")
     fields = results.upgrade_row({k: _number(k, v) for k, v in obj.items()})
+    if (why := results.damaged_cell(fields, times)) is not None:
+        raise NnbenchError(f"{path}:{line}: {why}")
     rec = RawRecord(fields, line=line)
     if samples is not None:
         ms = samples.get("ms") if isinstance(samples, dict) else None
-        if not isinstance(ms, list) or not all(isinstance(x, int | float) and not isinstance(x, bool) for x in ms):
-            raise NnbenchError(f"{path}:{line}: raw.ms must be a list of numbers")
+        if not isinstance(ms, list) or not all(isinstance(x, int | float) and not isinstance(x, bool)
+                                               and 0 <= x < math.inf for x in ms):
+            raise NnbenchError(f"{path}:{line}: raw.ms must be a list of finite sample times in ms >= 0")
         rec.samples_ms = np.asarray(ms, dtype=np.float64)
         rec.reps, rec.unit = samples.get("reps"), samples.get("unit")
         rec.batch, rec.dropped = samples.get("batch"), _count(path, line, "raw.dropped", samples.get("dropped"))
@@ -251,10 +255,11 @@ def _number(key: str, v):
     return v
 
 
-def _load_csv(path: Path, notes) -> list[RawRecord]:
+def _load_csv(path: Path, notes, times: bool = True) -> list[RawRecord]:
     import csv
     out = []
     try:
+        results.scan_csv(path, times)
         with open(path, newline="", encoding="utf-8") as f:
             reader = csv.DictReader(f)
             if not reader.fieldnames or not {"workload", *results.OLD_COLUMNS} & set(reader.fieldnames):

@@ -175,16 +175,18 @@ class Variant:
         return bx * by * bz
 
     def launch_block(self, params: dict[str, int]) -> tuple[int, int, int]:
-        return _dim3(expr.evaluate(self.block, self.env(params)))
+        env = self.env(params)
+        return _dim3(expr.evaluate(self.block, env), self.block, env)
 
     def launch_grid(self, params: dict[str, int], shape: dict[str, int]) -> tuple[int, int, int]:
-        return _dim3(expr.evaluate(self.grid, self.env(params, shape)))
+        env = self.env(params, shape)
+        return _dim3(expr.evaluate(self.grid, env), self.grid, env)
 
     def smem_bytes(self, params: dict[str, int]) -> int:
-        return int(expr.evaluate(self.smem, self.env(params)))
+        return expr.evaluate_whole(self.smem, self.env(params))
 
     def dynamic_smem_bytes(self, params: dict[str, int]) -> int:
-        return int(expr.evaluate(self.dynamic_smem, self.env(params)))
+        return expr.evaluate_whole(self.dynamic_smem, self.env(params))
 
     def map_box(self, tmap: TensorMap, params: dict[str, int]) -> tuple[int, ...]:
         env = self.env(params)
@@ -195,8 +197,11 @@ def _fmt(v: float) -> str:
     return str(int(v)) if float(v).is_integer() else f"{v:g}"
 
 
-def _dim3(t) -> tuple[int, int, int]:
-    t = tuple(int(x) for x in (t if isinstance(t, tuple) else (t,)))
+def _dim3(t, text: str, env: dict) -> tuple[int, int, int]:
+    t = t if isinstance(t, tuple) else (t,)
+    if len(t) > 3:  # CUDA's dim3 has x, y and z: a fourth number is a mistake, not something to cut off
+        raise ValueError(f"{text} gives {len(t)} numbers; a launch takes (x, y, z)")
+    t = tuple(expr.whole(x, text, env) for x in t)
     return (t + (1, 1, 1))[:3]  # type: ignore[return-value]
 
 

@@ -333,9 +333,71 @@ def parse_samples(text) -> list[float] | None:
     if not text:
         return None
     try:
-        return [float(x) for x in text.split()]
+        out = [float(x) for x in text.split()]
     except ValueError:  # not "no samples": a damaged or hand-edited cell, which the gate must not read as absent
         raise NnbenchError(f"samples_ms {text[:40]!r}: expected sample times in ms separated by spaces") from None
+    if not all(0 <= x < math.inf for x in out):  # NaN fails both comparisons
+        raise NnbenchError(f"samples_ms {text[:40]!r}: every sample time is a finite number of ms >= 0")
+    return out
+
+
+# The cells every reader (check, report, history) builds on: a damaged one is refused with its line, never read as
+# "no measurement" (a median of "fast" or NaN used to drop a case from the gate without a word).
+CORE = ("status",)  # without it no row is a result (older train files lack variant and median_ms, report's tests suite)
+TIMES = ("median_ms", "iqr_ms", "q1_ms", "q3_ms", "min_ms", "mean_ms")
+COUNTS = ("samples", "reps", "dropped", "batch")
+
+
+def damaged_cell(row: dict, times: bool = True) -> str | None:
+    """What is wrong with a result row's names, times and counts (text from a CSV, or JSON values), or None.
+    times=False leaves the times to the gate, whose verdict on a damaged median is INVALID (a case, not a file)."""
+    if None in row:  # csv.DictReader's key for cells past the header's columns
+        return f"{len(row[None])} more cells than the header has columns"
+    for key in ("workload", "suite", "variant"):  # suite: the old name of workload
+        v = row.get(key)
+        if key in row and not (isinstance(v, str) and v.strip() and v.isprintable()):
+            return f"{key} {v!r}: expected a name (printable text)"
+    for key in TIMES + COUNTS:
+        v = row.get(key)
+        if v is None or v == "":
+            continue
+        if isinstance(v, bool):  # JSON's true is no number of ms, for the gate either
+            return f"{key} {v!r}: expected a number, not true or false"
+        if key in TIMES and not times:
+            continue
+        try:
+            x = float(v) if not isinstance(v, bool) and isinstance(v, str | int | float) else None
+        except ValueError:
+            x = None
+        if x is None or not 0 <= x < math.inf or (key in COUNTS and not x.is_integer()):
+            kind = "a whole number >= 0" if key in COUNTS else "a finite time in ms >= 0"
+            return f"{key} {v!r}: expected {kind}, or an empty cell"
+    return None
+
+
+def scan_csv(path, times: bool = True) -> None:
+    """A result CSV's header and each row whose status is valid (a row cut short by a kill is the readers' to set
+    aside), checked with the csv module before pandas reads it: pandas renames a repeated column (median_ms.1) and
+    takes a row with one cell too many as an index, both without a word."""
+    import csv
+    with open(path, newline="", encoding="utf-8") as f:
+        reader = csv.reader(f)
+        header = next(reader, None) or []
+        twice = sorted({h for h in header if header.count(h) > 1})
+        if twice:
+            raise NnbenchError(f"{path}:1: column {twice[0]} appears twice; a result file has each column once")
+        missing = [c for c in CORE if c not in header]
+        for i, cells in enumerate(reader, start=2):
+            if missing:  # rows that no reader would take as results: the file would pass for an empty one
+                raise NnbenchError(f"{path}:1: not an nnbench result CSV; missing columns: {', '.join(missing)}")
+            row = dict(zip(header, cells))
+            if len(cells) > len(header):
+                row[None] = cells[len(header):]
+            if row.get("status") not in STATUSES:
+                continue
+            why = damaged_cell(row, times)
+            if why is not None:
+                raise NnbenchError(f"{path}:{i}: {why}")
 
 
 def parse_row(row: dict) -> dict:
@@ -372,14 +434,16 @@ def _csv_value(v):
     return v
 
 
-def read_csv(path, **options):
+def read_csv(path, times: bool = True, **options):
     """A result CSV as a DataFrame, in today's column names (upgrade_frame); every way it can be unreadable is one
-    NnbenchError naming it."""
+    NnbenchError naming it. `times`: as damaged_cell's."""
     import pandas as pd
 
     from nnbench import safeio
     from nnbench.errors import NnbenchError
+    safeio.readable(path, "result file")
     try:
+        scan_csv(path, times)
         # pandas 3 reads every column into a block of its own; copy() joins them, or the first column a
         # caller adds (report's _file) meets a 125-block frame and pandas warns that it is fragmented
         return upgrade_frame(pd.read_csv(path, encoding="utf-8", **options).copy())
@@ -389,7 +453,7 @@ def read_csv(path, **options):
         raise NnbenchError(f"{path}: is a folder, not a result file") from None
     except pd.errors.EmptyDataError:
         raise NnbenchError(f"{path}: empty; not a result CSV") from None
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError, csv.Error) as e:
         raise NnbenchError(f"{path}: not a result CSV ({type(e).__name__})") from None
     except OSError as e:
         raise safeio.os_problem(path, e, "cannot read") from None

@@ -94,8 +94,23 @@ def _lock(path: Path, fd: int) -> None:
         raise os_problem(path, e, "cannot lock") from None
 
 
+def readable(path, what: str = "file") -> None:
+    """Refuse, before opening it, a path that is not a regular file: opening a FIFO waits for a writer forever,
+    and /dev/zero (or a symlink to it) never ends, so a config or result file that names one would hang. A missing
+    file or a folder is left to the caller's open, which says so in the caller's words."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as e:  # a symlink loop, a name too long, a folder without x permission
+        raise os_problem(path, e, "cannot read") from None
+    if not stat.S_ISREG(mode) and not stat.S_ISDIR(mode):
+        raise NnbenchError(f"{path}: not a regular file (a device, a FIFO or a socket); name a {what}")
+
+
 def read_text(path, what: str = "file") -> str:
     """A UTF-8 text file, or one line saying why it cannot be read."""
+    readable(path, what)
     try:
         return Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

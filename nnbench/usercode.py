@@ -60,7 +60,7 @@ def resolve(text: str, here: Path) -> tuple[Path, str]:
     try:
         file = file.resolve()
         found = file.is_file()
-    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, a name too long, a symlink loop (RuntimeError <3.13)
         found = False
     if not found:
         raise NnbenchError(f"{text!r} names no file: {file} does not exist; a reference is a function in your own "

@@ -213,13 +213,13 @@ def load(path: Path) -> pd.DataFrame:
     from nnbench import rawresults
     notes = []
     if rawresults.is_json(path):
-        recs = rawresults.load(path, notes)
+        recs = rawresults.load(path, notes, times=False)  # a damaged median is the case's INVALID verdict
         if not recs:
             raise NnbenchError(f"{path}: no records")
         df = pd.DataFrame([{k: ("" if v is None else v) for k, v in r.fields.items()} for r in recs])
         df["samples_ms"] = [r.samples_ms for r in recs]
     else:
-        df = results.read_csv(path, dtype=str, keep_default_na=False, na_values=[""])
+        df = results.read_csv(path, times=False, dtype=str, keep_default_na=False, na_values=[""])
         if df.empty:
             notes.append(f"{path}: has a header but no rows (a run stopped before its first); no cases from it")
     missing = [c for c in NEEDED if c not in df.columns]

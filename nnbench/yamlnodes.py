@@ -45,7 +45,33 @@ def compose(path: Path) -> yaml.Node:
         raise ConfigError(f"{path}{line}: not valid YAML: {why}") from None
     if node is None:
         raise ConfigError(f"{path}: the file is empty")
+    _no_tags(path, node)
     return node
+
+
+# The tags a plain YAML value resolves to. Any other (!!python/object, !!binary, !local) is an instruction to a
+# constructor, which a config never needs: refused, so no reader quietly takes `!!python/... x` for the text `x`.
+PLAIN_TAGS = {f"tag:yaml.org,2002:{t}" for t in ("str", "int", "float", "bool", "null", "seq", "map",
+                                                       "timestamp", "merge")}
+
+
+def _no_tags(path: Path, root: yaml.Node) -> None:
+    seen, todo = set(), [(root, "top level")]
+    while todo:  # iterative, and each node once: an alias bomb is visited as the few nodes it is
+        node, key = todo.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if node.tag not in PLAIN_TAGS:
+            raise fail(path, node, f"{key}: the tag {node.tag!r} is not allowed; a config is plain YAML data "
+                                   "(text, numbers, true/false, lists, mappings)")
+        if isinstance(node, yaml.MappingNode):
+            for k, v in node.value:
+                if not isinstance(k, yaml.ScalarNode):
+                    raise fail(path, k, f"{key}: a key must be a name, not {_shown(k)}")
+                todo += [(k, key), (v, k.value)]
+        elif isinstance(node, yaml.SequenceNode):
+            todo += [(v, key) for v in node.value]
 
 
 def mapping(path: Path, node: yaml.Node, what: str, allowed: list[str] | None = None,
@@ -95,7 +121,7 @@ def scalar(path: Path, node: yaml.Node, what: str) -> str:
     return node.value
 
 
-def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) -> int:
+def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None, maximum: int | None = None) -> int:
     if not (isinstance(node, yaml.ScalarNode) and node.tag.endswith(":int")):
         raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}")
     if ":" in node.value:  # YAML 1.1's base 60 (1:30 is 90): never what a config means
@@ -111,6 +137,8 @@ def integer(path: Path, node: yaml.Node, what: str, minimum: int | None = None) 
             raise fail(path, node, f"{what}: expected an integer, got {_shown(node)}") from None
     if minimum is not None and v < minimum:
         raise fail(path, node, f"{what}: {v} is below the minimum {minimum}")
+    if maximum is not None and v > maximum:
+        raise fail(path, node, f"{what}: {v} is above the maximum {maximum}")
     return v
 
 

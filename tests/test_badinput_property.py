@@ -114,8 +114,9 @@ SPOTS = [("name",), ("workload",), ("shapes",), ("timing",), ("timing", "budget"
          ("bogus",)]
 
 
-def mutate(spot, value):
-    cfg = yaml.safe_load(yaml.safe_dump(BASE))
+def mutate(spot, value, base=None):
+    """A copy of `base` (default BASE, a sweep config) with the value at `spot` (a path of keys) replaced."""
+    cfg = yaml.safe_load(yaml.safe_dump(BASE if base is None else base))
     node = cfg
     for key in spot[:-1]:
         node = node[key]

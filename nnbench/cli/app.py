@@ -199,15 +199,16 @@ def json_option(f):
                              "verdicts.")(f)
 
 
-def refuse_taken(path) -> None:
-    """A --json FILE that cannot be a new file, refused before the work (safeio says the same at write time)."""
+def refuse_taken(path, flag: str | None = None) -> None:
+    """A --json FILE that cannot be a new file, refused before the work (safeio says the same at write time).
+    `flag`: the command's option that lets it replace the file (report's --force), named in the remedy."""
     from pathlib import Path
     p = Path(path)
     if p.is_dir():
         raise NnbenchError(f"--json {path}: is a folder; name a file")
     if p.exists() or p.is_symlink():
         raise NnbenchError(f"--json {path}: the file exists and nnbench never overwrites a result file; name a new "
-                           "file")
+                           f"file{f', or pass {flag} to replace it' if flag else ''}")
 
 
 def open_sink(csv_path, name: str, gpu: str, force: bool = False):

@@ -110,6 +110,8 @@ def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
     from nnbench.history import db, figures, migrations, store, trend
     if app.JSON[0]:
         app.refuse_taken(app.JSON[0])
+    if png_dir and no_png:
+        raise NnbenchError(f"--png {png_dir} and --no-png are exclusive")
     with db.connect(target, create=False) as database:
         migrations.ready(database)
         points = store.points(database, gpu=gpu, cases=cases)
@@ -119,13 +121,18 @@ def show(target, cases, gpu, png_dir, no_png, max_pvalue, min_change) -> None:
         on = f" on {gpu}" if gpu else ""
         raise NnbenchError(f"{where}: no verified cases{what}{on} in the history")
     found = trend.trends(points, max_pvalue, min_change)
+    folder = None if no_png else Path(png_dir) if png_dir else paths.RESULTS / "history"
+    if folder is not None:  # a folder that cannot be one is refused before the table, so the error is the one line
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise NnbenchError(f"--png {folder}: cannot make the folder: {e.strerror or e}") from None
     app.out.print(_table(found, f"history {where} · {len(found)} cases · change points: p < {max_pvalue:g}, "
                                 f"change >= {100 * min_change:g}%"))
     if app.JSON[0]:
         lines = [_trend_json(t, where, max_pvalue, min_change) for t in found]
         app.out.print(f"JSON: {escape(str(rawresults.write_document(app.JSON[0], 'history', lines)))}")
-    if not no_png:
-        folder = Path(png_dir) if png_dir else paths.RESULTS / "history"
+    if folder is not None:
         for t in found:
             figures.write(t, folder)
         app.out.print(f"figures: {len(found)} PNG in {escape(str(folder))}")

@@ -72,6 +72,9 @@ def profile(work_name, variant, m, n, k, net, batch, layer, model, config_path, 
     from nnbench.profiling import profile as profiler
     overrides = {name.upper(): v for name, v in params.items() if v is not None}
     case = None
+    given = click.get_current_context().get_parameter_source("problem_index")
+    if config_path is None and given == click.core.ParameterSource.COMMANDLINE:
+        raise NnbenchError("--problem: goes with --config (which of the config's problems)")
     if config_path is not None:
         found, case, problem = profiler.from_config(config_path, variant, overrides, problem_index)
         if profiler.ALIASES.get(work_name, work_name) != found:

@@ -72,6 +72,8 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         raise NnbenchError("say what to write: --plot KIND --out FILE.png, --html FILE.html or --json FILE.jsonl")
     if kind is not None and kind not in plots.KINDS:
         raise NnbenchError(f"--plot {kind}: choose from {', '.join(plots.KINDS)}")
+    if tolerance is not None and not baseline:
+        raise NnbenchError("--tolerance: goes with --baseline (the tolerance of the gate's verdicts in the page)")
     if baseline and not html_path:
         raise NnbenchError("--baseline: goes with --html (the gate itself is `nnbench check`)")
     if out_path:
@@ -79,8 +81,8 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
     if html_path and Path(html_path).suffix.lower() not in (".html", ".htm"):
         raise NnbenchError(f"--html {html_path}: name a .html file")
     if app.JSON[0] is not None and not force:
-        app.refuse_taken(app.JSON[0])
-    frames = {p: results.read_csv(p) for p in csv_paths}
+        app.refuse_taken(app.JSON[0], "--force")
+    frames = {p: _frame(p) for p in csv_paths}
     for p in [p for p, f in frames.items() if f.empty]:
         if len(frames) == 1:
             raise NnbenchError(f"{p}: has a header but no rows (a run stopped before its first); nothing to report")
@@ -105,6 +107,17 @@ def report(csv_paths, kind, out_path, html_path, baseline, tolerance, ceilings, 
         _write_html(list(frames), df, Path(html_path), baseline, tolerance, ceilings, force)
     if app.JSON[0] is not None:
         _write_json(list(frames), workload, variants, Path(app.JSON[0]), force)
+
+
+def _frame(path):
+    """A result file's rows: a JSON results file through the gate's reader (which checks each record; pandas would
+    read its lines as one column of text), a CSV through results.read_csv."""
+    import pandas as pd
+
+    from nnbench import rawresults
+    if rawresults.is_json(path):
+        return pd.DataFrame([r.fields for r in rawresults.load(path)]).reindex(columns=results.FIELDS)
+    return results.read_csv(path)
 
 
 def _write_json(sources, workload, variants, target: Path, force: bool = False) -> None:

@@ -10,6 +10,7 @@ from rich.markup import escape
 
 from nnbench import options
 from nnbench.cli import app
+from nnbench.errors import NnbenchError
 
 
 @app.cli.command()
@@ -32,6 +33,9 @@ def soak(count: int, seed: int | None, workload: str, backend: str) -> None:
         app.refuse_taken(app.JSON[0])
     be = app.open_device(backend)
     names = list(soak_mod.WORKLOADS) if workload == "all" else [workload]
+    given = click.get_current_context().get_parameter_source("count")
+    if seed is not None and given == click.core.ParameterSource.COMMANDLINE:
+        raise NnbenchError(f"--seeds {count} and --seed {seed} are exclusive: --seed runs that one seed")
     seeds = [seed] if seed is not None else soak_mod.fresh_seeds(count)
     plural = "s" if len(seeds) > 1 else ""
     app.out.print(f"soak · {', '.join(names)} · {len(seeds)} seed{plural} · backend {be.name}")

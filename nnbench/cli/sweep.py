@@ -174,6 +174,8 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError(f"--replay {replay_path}: no such file")
     if mpi and gpus_opt:
         raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
+    if gpus_opt:
+        _gpus_text(gpus_opt)  # a dry run opens no GPU to count, but `--gpus 0` is wrong whatever runs
     if not (dry_run or replay_path or (compile_only and arch)):
         backend = app.worker_backend(backend)
     if compile_only and backend == "cpu" and not arch:
@@ -257,10 +259,14 @@ def _runs(spec) -> dict[str, int]:
     return Counter(j.case.variant.name for j in plan_jobs(spec, False, "cuda"))
 
 
-def _gpus(text: str, backend: str) -> list[int]:
-    """`--gpus all` or `--gpus N`: the devices to pin one worker each to (N CPU workers on --backend cpu)."""
+def _gpus_text(text: str) -> None:
     if text != "all" and not (text.isascii() and text.isdigit() and int(text) >= 1):  # not '²', which isdigit
         raise NnbenchError(f"--gpus {text}: expected all or a number of GPUs >= 1")
+
+
+def _gpus(text: str, backend: str) -> list[int]:
+    """`--gpus all` or `--gpus N`: the devices to pin one worker each to (N CPU workers on --backend cpu)."""
+    _gpus_text(text)
     if backend == "cpu":
         if text == "all":
             raise NnbenchError("--gpus all: with --backend cpu give a number of workers, e.g. --gpus 4")

@@ -118,6 +118,11 @@ def _cases(path: Path) -> list[Case]:
     """Through the gate's own reader (rawresults: a result CSV or a --json file, with raw samples where kept);
     rows without a valid status (cut short by a kill) are left out, as the gate leaves them out."""
     from nnbench import rawresults
+    recs = [r for r in rawresults.load(path) if r.fields.get("status") in results.STATUSES]
+    for r in recs[:1]:  # a history is each case's median over commits: a file without one has nothing to give it
+        missing = [k for k in ("variant", "median_ms") if k not in r.fields]
+        if missing:
+            raise NnbenchError(f"{path}: no {' or '.join(missing)} column; a history records each case's median")
     return [Case({k: v for k, v in r.fields.items() if k != "samples_ms"},
                  None if r.samples_ms is None else [float(x) for x in r.samples_ms], r.line)
-            for r in rawresults.load(path) if r.fields.get("status") in results.STATUSES]
+            for r in recs]

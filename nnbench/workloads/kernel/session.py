@@ -43,8 +43,9 @@ from pathlib import Path
 import numpy as np
 import yaml
 
-from nnbench import audit, expr, measure, memory, paths, space, usercode
+from nnbench import audit, expr, measure, memory, paths, safeio, space, usercode
 from nnbench.errors import CompileError, KernelFault, NnbenchError
+from nnbench.options import SEED_MAX
 from nnbench.registry import Param, Variant
 from nnbench.runtime.device import FFMA, PRECISIONS
 from nnbench.workloads.base import REFERENCE, REFERENCE_VARIANT, Case, Session, Workload, problem_text, variant_cases
@@ -135,7 +136,7 @@ class KernelProblem:
         return float(expr.evaluate(self.spec.bytes, self.as_dict()))
 
     def shape_of(self, arg: Arg) -> tuple[int, ...]:
-        return tuple(int(expr.evaluate(s, self.as_dict())) for s in arg.shape)
+        return tuple(expr.evaluate_whole(s, self.as_dict()) for s in arg.shape)
 
     def rtol(self) -> float:
         return float(expr.evaluate(self.spec.rtol, self.as_dict()))
@@ -183,6 +184,7 @@ def npy_header(path: str) -> tuple[tuple[int, ...], np.dtype]:
     """An .npy file's shape and dtype, from its header alone (no array is read, nothing unpickled).
     Raises NnbenchError saying what is wrong with the file."""
     try:
+        safeio.readable(path, ".npy file")
         with open(path, "rb") as f:
             version = np.lib.format.read_magic(f)
             # numpy's public header readers (its private one is gone from numpy 2.4): formats 1.0 and 2.0, which
@@ -592,7 +594,7 @@ def load(path: Path, root=None):
     source = _existing(path, top["source"][1], "source", here)
     problems_axes = _problems(path, top["problems"][1])
     axis_names = list(problems_axes[0])
-    seed = integer(path, top["seed"][1], "seed", minimum=0) if "seed" in top else 0
+    seed = integer(path, top["seed"][1], "seed", minimum=0, maximum=SEED_MAX) if "seed" in top else 0
     args = _args(path, top["args"][1], here, axis_names)
     if not any(a.output for a in args):
         raise fail(path, top["args"][1], "args: no argument is marked `output: true`; say which arrays to check")
@@ -707,7 +709,7 @@ def _existing(path: Path, node, what: str, here: Path, folder: bool = False) -> 
     try:
         p = (here / text).resolve()
         found = p.is_dir() if folder else p.is_file()
-    except (OSError, ValueError):  # a NUL byte, a name too long for the file system
+    except (OSError, ValueError, RuntimeError):  # a NUL byte, a name too long, a symlink loop (RuntimeError <3.13)
         found = False
     if not found:
         raise fail(path, node, f"{what}: {text!r} is not {'a folder' if folder else 'a file'} (paths are relative "
@@ -731,6 +733,9 @@ def _problems(path: Path, node) -> list[dict[str, int]]:
             if not re.fullmatch(r"[A-Za-z_]\w*", k) or k in expr.FUNCTIONS:
                 raise fail(path, axes[k][0], f"problems: {k!r} is not a usable axis name (letters, digits, '_')")
         lists = [(k, _list(path, vn, f"problems.{k}")) for k, (_, vn) in axes.items()]
+        for k, nodes in lists:
+            if not nodes:
+                raise fail(path, axes[k][1], f"problems.{k}: the list is empty; give at least one value")
         count = len(out) + math.prod(len(nodes) for _, nodes in lists)  # counted before any is made
         if count > MAX_PROBLEMS:
             sizes = " × ".join(f"{len(nodes):,} {k}" for k, nodes in lists)
@@ -774,7 +779,7 @@ def _args(path: Path, node, here: Path, axis_names: list[str]) -> tuple[Arg, ...
                 written_only = True
             else:
                 init = ("normal", 0.0, 1.0)
-            seed = integer(path, keys["seed"][1], f"{what}.seed", minimum=0) if "seed" in keys else 0
+            seed = integer(path, keys["seed"][1], f"{what}.seed", minimum=0, maximum=SEED_MAX) if "seed" in keys else 0
             if "seed" in keys and init[0] not in ("normal", "uniform"):  # a seed nothing draws from: refused, not
                 raise fail(path, keys["seed"][0], f"{what}.seed: only a random init (normal, uniform) draws "  # ignored
                                                   f"from a seed; this argument's init is "
@@ -863,6 +868,9 @@ def _variant(path: Path, vname: str, step: int, body, source: Path, includes: tu
             if not re.fullmatch(r"[A-Z_][A-Z0-9_]*", str(aname)):
                 raise fail(path, anode, f"{what}.axes: {aname!r} is not a macro name (upper case letters, digits, "
                                         "'_'); each axis is passed to nvcc as -DNAME=VALUE")
+            if aname in problem_axes:  # the grid sees both: which N it meant would be a guess
+                raise fail(path, anode, f"{what}.axes: {aname!r} is also a problem axis; name the parameter "
+                                        f"otherwise (problem axes: {', '.join(problem_axes)})")
             values = [v for v, _ in space.axis_values(path, vals, f"{what}.axes.{aname}")]
             params.append(Param(str(aname), values[0], tuple(dict.fromkeys(values)), "a kernel config axis"))
     env_names = {p.name for p in params}
@@ -947,6 +955,9 @@ def _check_problem(path: Path, top: dict, p: KernelProblem, distinct: list, node
             raise fail(path, top[key][1] if key in top else top["problems"][1], f"{key}: {e}") from None
         if key == "rtol" and not val > 0:
             raise fail(path, top[key][1], f"rtol: {text} is {val:g} at {problem_text(p)}; it must be > 0")
+        if key in ("flops", "bytes") and (isinstance(val, tuple) or val < 0):  # a negative rate is no measurement
+            raise fail(path, top[key][1] if key in top else top["problems"][1],
+                       f"{key}: {text} is {val} at {problem_text(p)}; it must be a number >= 0")
     for a in p.spec.args:
         if a.kind == "array":
             try:
@@ -1024,6 +1035,9 @@ def _check_case(path: Path, p: KernelProblem, env: dict, c: Case, node, check) -
         except NnbenchError as e:
             raise ConfigError(f"{a.where}: args.{a.name}.value: {e}") from None
         lo, hi = _scalar_range(a.dtype)
+        if np.dtype(a.dtype).kind in "iu" and isinstance(value, float) and not value.is_integer():
+            raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value:g} {point}; a {a.dtype} "
+                              "holds whole numbers only")
         if isinstance(value, tuple) or not lo <= value <= hi:
             raise ConfigError(f"{a.where}: args.{a.name}.value: {a.value} is {value} {point}; a {a.dtype} "
                               f"holds {_number_text(lo)}..{_number_text(hi)}")
