@@ -53,7 +53,7 @@ from xml.etree import ElementTree
 import pytest
 
 import nnbench
-from nnbench import paths
+from nnbench import paths, rawresults
 from nnbench.errors import NnbenchError
 from tests import test_campaign2 as first
 from tests.test_campaign2 import damaged_csv, damaged_json, invoke, kernel
@@ -130,7 +130,7 @@ KERNEL_EDITS = {
     "name empty": (sub("name: vector_add", "name: ''"), "name"),
     "name a list": (sub("name: vector_add", "name: [a, b]"), "name"),
     "name a formula": (sub("name: vector_add", "name: \"=cmd|' /C calc'!A0\""), "name"),
-    "suite misspelt": (sub("suite: kernel", "suite: kernels"), "suite"),
+    "workload misspelt": (sub("workload: kernel", "workload: kernels"), "workload"),
     "description a mapping": (sub("description: c = a + b,", "description: {a: 1}\nx_:"), "description"),
     "an unknown top key": (sub("flops: N", "flops: N\nflop: N"), "flop"),
     "a key twice": (sub("flops: N", "flops: N\nflops: 2 * N"), "appears twice"),
@@ -401,11 +401,11 @@ def test_a_config_that_only_names_data_runs_no_code(tmp_path):
 
 
 # -- sweep configs of the built-in suites -----------------------------------------------------------------------
-GEMM = "name: g\nsuite: gemm\nshapes:\n  - [16, 16, 16]\nvariants:\n  tiled:\n    axes:\n      ts: [8]\n"
+GEMM = "name: g\nworkload: gemm\nshapes:\n  - [16, 16, 16]\nvariants:\n  tiled:\n    axes:\n      ts: [8]\n"
 
 SWEEP_EDITS = {  # an edit of GEMM -> what the one line must name
-    "suite unknown": (sub("suite: gemm", "suite: fft"), "fft"),
-    "suite missing": (sub("suite: gemm\n", ""), "suite"),
+    "workload unknown": (sub("workload: gemm", "workload: fft"), "fft"),
+    "workload missing": (sub("workload: gemm\n", ""), "workload"),
     "variant unknown": (sub("  tiled:", "  quantum:"), "quantum"),
     "variant twice": (sub("      ts: [8]\n", "      ts: [8]\n  tiled:\n    axes: {ts: [16]}\n"), "tiled"),
     "axis unknown": (sub("ts: [8]", "warp: [8]"), "warp"),
@@ -428,7 +428,7 @@ SWEEP_EDITS = {  # an edit of GEMM -> what the one line must name
     "baseline unknown variant": (sub("name: g\n", "name: g\nbaseline: nosuch\n"), "baseline"),
     "parts empty": (lambda t: "name: g\nparts: []\n", "parts"),
     "parts of a list": (lambda t: "name: g\nparts: [[1]]\n", "parts"),
-    "parts with a shape key": (lambda t: "name: g\nshapes: [[1, 1, 1]]\nparts: [{suite: gemm}]\n", "shapes"),
+    "parts with a shape key": (lambda t: "name: g\nshapes: [[1, 1, 1]]\nparts: [{workload: gemm}]\n", "shapes"),
     "restrict python": (sub("      ts: [8]\n", "      ts: [8]\n    restrict: [\"ts.__class__\"]\n"), "restrict"),
     "a python tag": (sub("name: g\n", "name: !!python/name:os.system g\n"), "name"),
 }
@@ -538,7 +538,7 @@ RESULT_FILES = {  # a damaged result file -> what the one line must name[, and a
     "json median text": (_json_change(lambda r: r.update(median_ms="fast")), "median_ms", GATE),
     "json median NaN": (_json_change(lambda r: r.update(median_ms=math.nan)), "median_ms", GATE),
     "json median true": (_json_change(lambda r: r.update(median_ms=True)), "median_ms"),
-    "json suite a number": (_json_change(lambda r: r.update(suite=5)), "suite"),
+    "json workload a number": (_json_change(lambda r: r.update(workload=5)), "workload"),
     "json variant null": (_json_change(lambda r: r.update(variant=None)), "variant"),
     "json raw a list": (_json_change(lambda r: r.update(raw=[1])), "raw"),
     "json samples a dict": (_json_change(lambda r: r.update(samples={"n": 1})), "samples"),
@@ -548,7 +548,7 @@ RESULT_FILES = {  # a damaged result file -> what the one line must name[, and a
                                                      + good[1].read_text().splitlines()[1].encode() + b"\n"),
                               "bad.jsonl"),
     "json schema from the future": (lambda good, t: _write(t / "bad.jsonl", good[1].read_text().replace(
-        '"schema_version": 1', '"schema_version": 99', 1).encode()), "schema_version"),
+        f'"schema_version": {rawresults.SCHEMA_VERSION}', '"schema_version": 99', 1).encode()), "schema_version"),
 }
 
 
