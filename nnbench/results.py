@@ -369,6 +369,8 @@ def damaged_cell(row: dict, times: bool = True) -> str | None:
             x = float(v) if not isinstance(v, bool) and isinstance(v, str | int | float) else None
         except ValueError:
             x = None
+        if key in COUNTS and x is not None and math.isnan(x):  # a count no run had (csv's text for a float NaN)
+            continue
         if x is None or not 0 <= x < math.inf or (key in COUNTS and not x.is_integer()):
             kind = "a whole number >= 0" if key in COUNTS else "a finite time in ms >= 0"
             return f"{key} {v!r}: expected {kind}, or an empty cell"

@@ -63,7 +63,7 @@ def test_the_worker_reports_its_devices_free_memory(monkeypatch):
     monkeypatch.setattr("nnbench.runtime.open_backend", lambda name: (SmallGpu(), None))
     spec = config.load_config(CONFIG)[0]
     with pytest.raises(EOFError):
-        worker.serve(Pipe(), "cpu", spec.suite, spec.settings, spec.rtol, 0, {})
+        worker.serve(Pipe(), "cpu", spec.workload_name, spec.settings, spec.rtol, 0, {})
     assert sent[0][0] == "hello" and sent[0][1]["free_memory"] == SMALL
 
 
@@ -73,7 +73,7 @@ def test_a_sweep_whose_largest_shape_does_not_fit_the_free_memory_is_refused_bef
     monkeypatch.setattr(sweep, "Worker", StartedWorker)
     out = tmp_path / "run.csv"
     with pytest.raises(NnbenchError) as e:
-        sweep.execute(spec, backend="cuda", out=out)
+        sweep.execute(spec, sweep.RunOptions(backend="cuda", out=out))
     text = str(e.value)
     assert str(CONFIG) in text and f"shape {problem.label}" in text and "Stand-in GPU" in text
     assert f"{need:,.0f} bytes" in text and f"{SMALL:,} bytes" in text, text
@@ -113,7 +113,7 @@ def test_on_a_gpu_a_sweep_that_cannot_fit_what_is_free_is_refused_before_any_cas
     ctx = drv.Device(0).retain_primary_context()  # the one later GPU tests of this process share
     ctx.push()
     cfg = tmp_path / "big.yaml"
-    cfg.write_text("name: big\nsuite: gemm\nshapes: [[16384, 16384, 16384]]\nvariants: {tiled: {axes: {ts: 32}}}\n")
+    cfg.write_text("name: big\nworkload: gemm\nshapes: [[16384, 16384, 16384]]\nvariants: {tiled: {axes: {ts: 32}}}\n")
     free, _ = drv.mem_get_info()
     hog = drv.mem_alloc(max(1, free - (4 << 30)))
     try:

@@ -501,7 +501,12 @@ def open_sinks(spec: SweepSpec, opts: RunOptions, gpu: str) -> tuple[object | No
     if opts.json_out is not None:
         # the records with their raw samples (docs/JSON.md): added to where the CSV is added to
         from nnbench.rawresults import JsonSink
-        sink = results.Sinks(sink, JsonSink(opts.json_out, safeio.APPEND if resume else safeio.NEW, flag=None))
+        try:
+            json_sink = JsonSink(opts.json_out, safeio.APPEND if resume else safeio.NEW, flag=None)
+        except BaseException:
+            sink.close()  # a refused --json leaves nothing: the CSV just made, header only, goes with it
+            raise
+        sink = results.Sinks(sink, json_sink)
     return sink, path, resume
 
 
