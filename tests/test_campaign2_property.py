@@ -33,7 +33,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, example, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-BOUNDED = settings(max_examples=120, deadline=None, derandomize=True, database=None,
+BOUNDED = settings(max_examples=50, deadline=None, derandomize=True, database=None,
                    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 EXAMPLE = paths.ROOT / "examples" / "vector_add"
 VECTOR_ADD_PTX = {"vector_add": ["u64", "u64", "u64", "u32"]}  # what nvcc -ptx emits for examples/vector_add

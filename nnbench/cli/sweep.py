@@ -146,7 +146,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     Examples:
       nnbench sweep configs/gemm_sweep.yaml
       nnbench sweep configs/gemm_sweep.yaml --dry-run
-      nnbench sweep configs/gemm_sweep.yaml --compile-only --arch sm_90
+      nnbench sweep configs/step9.yaml --compile-only --arch sm_90
       nnbench sweep configs/gemm_sweep.yaml --replay docs/data/figures/gemm_sweep_h100.csv --backend cpu
       nnbench sweep configs/gemm_sweep.yaml --gpus all
     """
