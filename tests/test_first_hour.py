@@ -145,7 +145,7 @@ def test_the_hint_runs_without_a_gpu(tmp_path, args):
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 def test_sweep_compile_only_without_a_gpu_compiles_for_sm90():
-    res = run("sweep", "configs/gemm_sweep.yaml", "--compile-only", "--backend", "cpu")
+    res = run("sweep", "configs/step9.yaml", "--compile-only", "--backend", "cpu")
     assert res.exit_code == 0, res.output
     assert "compiling for sm_90" in res.output and re.search(r"compile: \d+ kernels for sm_90", res.output)
 
