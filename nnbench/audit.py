@@ -103,6 +103,13 @@ def hidden_work(settle_ms: float | None, batch_ms: float) -> str | None:
             "events): work ran outside the timed stream")
 
 
+def timed_findings(stats) -> list[tuple[str, str | None]]:
+    """The two defences `measure` decides from a timed run's Stats (measure.Stats): the last batch's check and the
+    device-wide wait after it, each (defense, why it failed or None)."""
+    return [(TIMED_OUTPUT, stats.last_failure),
+            (HIDDEN_WORK, hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+
+
 def zeros_pass(ref: np.ndarray, limit: float, error: Callable[[np.ndarray, np.ndarray], float] | None = None) -> bool:
     """Whether an all-zero output passes the check against `ref` at `limit`. The norm-wise check
     (measure.rel_err): ||0 - ref|| / ||ref|| is 1 for a reference that is not all zero, and the absolute 0 for

@@ -405,15 +405,20 @@ def measure_collective(backend, launch, agree, settings: TimingSettings = Timing
         backend, launch, False, batch)
     stats.sm_clock_mhz = backend.sm_clock_mhz()
     stats.energy_note = "not measured: a collective's launch count must match across ranks" \
-        if (ENERGY[0] if settings.energy is None else settings.energy) else ENERGY_OFF
+        if energy_asked(settings) else ENERGY_OFF
     return stats
+
+
+def energy_asked(settings: TimingSettings) -> bool:
+    """Whether a call measures energy: its settings say so, or they leave it to the command line's --energy."""
+    return ENERGY[0] if settings.energy is None else settings.energy
 
 
 def measure_energy(stats: Stats, backend, launch, tel, settings: TimingSettings) -> None:
     """The energy columns of `stats`: a cool-down, then a window of extra launches read on NVML's energy counter
     (nnbench/runtime/energy.py), where energy is asked for; else energy_j stays empty and energy_note says why."""
     import nnbench.runtime.energy as energy  # the module itself, not the package: runtime/__init__ opens backends
-    if not (ENERGY[0] if settings.energy is None else settings.energy):
+    if not energy_asked(settings):
         stats.energy_note = ENERGY_OFF
         return
     if tel is None:

@@ -432,8 +432,7 @@ def step_audits(stats, params, ref_params, limit: float, fresh) -> list[tuple[st
     """The defenses of nnbench/audit.py over a timed step: the last step's audit and the device's wait after it
     (from `stats`), the check again on a fresh model (`fresh()`: its error; at other addresses, the timed one
     alive), and no limit that weights which never move would pass (their error is 1)."""
-    out = [(audit.TIMED_OUTPUT, stats.last_failure),
-           (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    out = audit.timed_findings(stats)
     if audit.enabled(audit.FRESH_BUFFERS):
         err = fresh()
         out.append((audit.FRESH_BUFFERS, None if err <= limit else (

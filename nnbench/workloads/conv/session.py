@@ -134,8 +134,7 @@ def _audits(backend, stats, inputs: dict, blind: list[str], fresh) -> list[tuple
     """The checks after timing, each (defense, why it failed or None): the last batch's and the device's wait
     after it (from `stats`), the inputs ({name: (host copy, buffer)}) unchanged, no output an all-zero one would
     pass (`blind`), and `fresh()` (None: no fresh-buffers check)."""
-    out = [(audit.TIMED_OUTPUT, stats.last_failure),
-           (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    out = audit.timed_findings(stats)
     if audit.enabled(audit.INPUTS_UNCHANGED):
         edited = audit.changed({k: h for k, (h, _) in inputs.items()},
                                {k: backend.download(b, h) for k, (h, b) in inputs.items()})

@@ -359,8 +359,7 @@ class KernelSession(Session):
     def _audit(self, case: Case, problem: KernelProblem, compiled, stats, rtol: float) -> list[tuple[str, str]]:
         """The checks after timing, each (defense, why it failed) or (defense, None)."""
         spec = problem.spec
-        out = [(audit.TIMED_OUTPUT, stats.last_failure),
-               (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+        out = audit.timed_findings(stats)
         if audit.enabled(audit.INPUTS_UNCHANGED):
             ins = [a.name for a in spec.args if a.kind == "array" and not a.output]
             after = {k: self.backend.download(self.bufs[k], self.inputs[k]) for k in ins}

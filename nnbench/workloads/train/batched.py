@@ -718,8 +718,7 @@ def train_gpu(net: BatchedNet, name: str, train, test, epochs: int, progress=Non
         last = audit.trained(lambda: np.concatenate([W.ravel() for W in net.weights(init)]), net.poison) \
             if init is not None and audit.enabled(audit.TIMED_OUTPUT) else None
         stats = measure.measure(net.be, epoch[0], STEP_TIMING, last)
-        out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
-                         (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+        out.failures += audit.timed_findings(stats)
     else:
         stats = step_time(net.be, world, epoch[0], STEP_TIMING)
     out.timed_by(stats)

@@ -464,8 +464,7 @@ def time_block(backend, out: Outcome, block, iterations: int, last=None,
     """`block` (a no-argument callable that runs `iterations` iterations) timed by `measure`, the last timed
     block audited (`last`, audited_block); `out` gets the statistics per iteration and the audit's findings."""
     stats = measure.measure(backend, block, settings, last)
-    out.failures += [(audit.TIMED_OUTPUT, stats.last_failure),
-                     (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0))]
+    out.failures += audit.timed_findings(stats)
     out.timed_by(stats.per(iterations))
 
 
