@@ -681,17 +681,15 @@ def _fresh_failure(bufs: _Buffers, launch_for, build, limit: float) -> str | Non
     never given: one it cached and copies afterwards, whatever it keys the cache on (its pointers, the shape,
     alpha and beta), fails, where the first probe alone misses a cache keyed on the input pointers."""
     be, prob = bufs.backend, bufs.prob
-    negated = np.negative(prob.A)  # keeps the column-major order
     ref, mag = be.upload(np.negative(prob.ab, order="F")), bufs.mags[1.0, 0.0]
-    fresh = _Operands(be, be.upload(negated), be.upload(prob.B), be.upload(prob.C0))
+    fresh = _Operands(be, be.upload(np.negative(prob.A)), be.upload(prob.B), be.upload(prob.C0))  # column-major kept
     be.fill_nan(fresh.C, bufs.count)
     be.timed(build(fresh)(1.0, 0.0), 1)
     err = be.conditioned_error(fresh.C, ref, mag, bufs.count)
-    del fresh  # frees the fresh buffers (and any workspace `build` made for them) before the second probe
     if err > limit:
         return (f"on fresh buffers (-A, a copy of B, other addresses) C is wrong (error {err:.3g} > {limit:.3g}): "
                 "the kernel depends on what it has seen")
-    be.write(bufs.A, negated)
+    be.copy(bufs.A, fresh.A, prob.A.nbytes)
     try:
         bufs.poison()
         be.timed(launch_for(1.0, 0.0), 1)
