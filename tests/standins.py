@@ -9,6 +9,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
+from nnbench import measure
+
 
 class HostArrayGpu:
     name, arch, device = "cuda", "sm_90", None
@@ -26,8 +28,17 @@ class HostArrayGpu:
     def ptr(self, buf) -> int:
         return id(buf)
 
+    def alloc(self, nbytes: int):
+        return self.upload(np.empty(max(nbytes, 4), np.uint8))
+
     def write(self, buf, host) -> None:
         buf[...] = host
+
+    def fill_nan(self, buf, count: int) -> None:
+        buf.reshape(-1, order="A")[:count] = np.nan  # a view of a column-major buffer too
+
+    def conditioned_error(self, out, ref, magnitude, count: int) -> float:
+        return measure.conditioned_error(out, ref, magnitude)
 
     def copy(self, dst, src, nbytes: int) -> None:
         dst[...] = src

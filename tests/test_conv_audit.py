@@ -20,14 +20,6 @@ SHAPE = ConvShape(2, 3, 8, 8, 4, 3, 1, 1)
 SETTINGS = measure.TimingSettings(budget_s=0.01, min_samples=3, energy=False)
 
 
-class ConvGpu(HostArrayGpu):
-    def fill_nan(self, buf, count: int) -> None:
-        buf.reshape(-1)[:count] = np.nan
-
-    def conditioned_error(self, out, ref, magnitude, count: int) -> float:
-        return measure.conditioned_error(out, ref, magnitude)
-
-
 class Cheat:
     """How the stand-in misbehaves after its first `after` launches: None (never), 'lazy' (returns at once),
     'cached' (copies the answer it made last into the output, whatever the inputs), 'edits' (works, then
@@ -73,7 +65,7 @@ def backward_row(monkeypatch, cheat: Cheat, rtol=None, off=()):
 
 def row(monkeypatch, v, rtol, off) -> dict:
     monkeypatch.setattr(audit, "ENABLED", set(audit.DEFENSES) - set(off))
-    session = conv.ConvSession(ConvGpu(), SETTINGS, rtol, 0, {})
+    session = conv.ConvSession(HostArrayGpu(), SETTINGS, rtol, 0, {})
     session.prepare(SHAPE)
     return session.run_case(Case(v, tuple(v.defaults().items())), SHAPE, object())
 

@@ -54,10 +54,11 @@ def footprint(shape: Shape) -> tuple[float, float]:
     """(host bytes, device bytes) one shape needs at its peak, estimated before anything is made.
     Host: A, B, C0 (fp32) and A @ B (fp64) kept, A and B in fp64 while the product is made, and the
     fp64 references and magnitudes and the temporaries of one. Device: A, B, C, C0 (fp32) and the two
-    references and two magnitudes (fp64)."""
+    references and two magnitudes (fp64), and while the fresh-buffers check runs, its A, B and C (fp32) and
+    its reference, -A @ B (fp64); its host temporaries (-A, -A @ B) stay under the peak of making the references."""
     ab, mn = shape.M * shape.K + shape.K * shape.N, shape.M * shape.N
     host = 4 * (ab + mn) + 8 * mn + 8 * ab + 6 * 8 * mn  # the references are made before the upload
-    device = 4 * (ab + 2 * mn) + 4 * 8 * mn
+    device = 4 * (ab + 2 * mn) + 4 * 8 * mn + 4 * (ab + mn) + 8 * mn
     return float(host), float(device)
 
 

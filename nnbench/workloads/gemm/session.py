@@ -13,7 +13,9 @@ The error is each element's |C - ref| against the magnitudes that enter it, |alp
 most the limit for the row's precision and K (measure.error_limit; docs/VERIFICATION.md derives it), or the
 user's --rtol. A norm-wise ||C - ref|| / ||ref|| divides by an output that the beta check's cancellation can
 bring near zero: at 1x1x1 it read 0.016-0.05 for correct TF32 rows.
-Timing uses alpha = 1, beta = 0, as cuBLAS benchmarks do.
+Timing uses alpha = 1, beta = 0, as cuBLAS benchmarks do. After timing, every row, ours and cuBLAS's, is
+audited (nnbench/audit.py): timed-output, inputs-unchanged, fresh-buffers (_fresh_failure), zero-output
+(_Buffers.zero_error), hidden-work and roofline.
 """
 
 from __future__ import annotations
@@ -203,10 +205,13 @@ class GemmSession(Session):
         if name not in ("cublas", "cublas-tf32") or not self.cublas.via or (tf32 and self.cublas.via != "cupy"):
             return None
         bufs = self.buffers(shape)
-        pa, pb, pc = bufs.ptrs()
         rec = dict(self.base_record(shape), variant=name, step="", precision=TF32 if tf32 else FFMA,
                    params=f"sgemm via {self.cublas.via}, TF32 {'on' if tf32 else 'off'}")
-        return self._timed(rec, bufs, lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b, tf32))
+
+        def build(ops: _Operands):  # a baseline is checked on fresh buffers as our rows are
+            pa, pb, pc = ops.ptrs()
+            return lambda a, b: self.cublas.launcher(shape, pa, pb, pc, a, b, tf32)
+        return self._timed(rec, bufs, build(bufs), build)
 
     def run_case(self, case: Case, shape: Shape, compiled=None) -> dict:
         """Verify then time one case. A kernel fault comes back as an ERROR record with `fault`
@@ -216,7 +221,9 @@ class GemmSession(Session):
         rec = dict(self.base_record(shape), variant=v.name, step=v.step, params=case.param_label,
                    precision=v.precision)
         if v.backend == "cpu":
-            return self._timed(rec, bufs, lambda a, b: _numpy_launcher(bufs, a, b))
+            def host(ops: _Operands):
+                return lambda a, b: _numpy_launcher(ops, a, b)
+            return self._timed(rec, bufs, host(bufs), host)
         if self.device is not None and (why := v.arch_problem(self.device)):
             return dict(rec, status="SKIP", error=why)
         if isinstance(compiled, CompileError):
@@ -224,8 +231,12 @@ class GemmSession(Session):
         params = case.param_dict
         if self.tuner is not None and v.param("ADAPT") and self.tuner.takes(v):
             params, compiled = self._tuned(rec, v, params, compiled, shape, bufs)
-        kernel = self.backend.load(compiled, v.kernel)
-        launch_for, path = gemm_launch(self.backend, kernel, v, params, shape, *bufs.ptrs())
+        loaded = kernel = self.backend.load(compiled, v.kernel)
+        same = _SameModules(self.backend)
+
+        def build(ops: _Operands):  # gemm_launch again: tensor maps, split-K counters and workspace of their own
+            return gemm_launch(same, loaded, v, params, shape, *ops.ptrs())[0]
+        launch_for, path = gemm_launch(same, kernel, v, params, shape, *bufs.ptrs())
         # The kernel that runs: step 9's transposed one where the host took that path (`ran`), else the variant's.
         kernel, threads, smem = getattr(launch_for, "ran", (kernel, v.threads(params), v.dynamic_smem_bytes(params)))
         occ = self.backend.occupancy(kernel, threads, smem)
@@ -233,7 +244,7 @@ class GemmSession(Session):
                    local_bytes=kernel.info.local_bytes, occupancy=occ.occupancy, occupancy_limiter=occ.limiter)
         if path:
             rec["params"] = f"{rec['params']} · {path}"
-        return self._timed(rec, bufs, launch_for)
+        return self._timed(rec, bufs, launch_for, build)
 
     def _tuned(self, rec: dict, v: Variant, params: dict, compiled, shape: Shape, bufs: _Buffers):
         """Step 9's tile and split for this shape, as the autotuner (nnbench/runtime/autotune.py) chose
@@ -257,7 +268,10 @@ class GemmSession(Session):
         rec.update(params=f"{label(chosen)} · tuned ({choice.how})", tuned=choice.marker())  # the table says so too
         return chosen, module(chosen)
 
-    def _timed(self, rec: dict, bufs: _Buffers, launch_for) -> dict:
+    def _timed(self, rec: dict, bufs: _Buffers, launch_for, build) -> dict:
+        """Verify, time and audit one row. `launch_for(alpha, beta)` launches on the problem's buffers;
+        `build(operands)` makes the same row's `launch_for` on another set of A, B and C (an `_Operands`), for the
+        fresh-buffers check."""
         t0 = time.perf_counter()
         shape = bufs.prob.shape
         if self.rtol is None or rec.get("precision") == TF32:
@@ -271,6 +285,9 @@ class GemmSession(Session):
                                    {"A": bufs.backend.download(bufs.A, bufs.prob.A),
                                     "B": bufs.backend.download(bufs.B, bufs.prob.B)}) \
                 if audit.enabled(audit.INPUTS_UNCHANGED) else []
+            fresh = _fresh_failure(bufs, launch_for, build, rec["rtol"]) if audit.enabled(audit.FRESH_BUFFERS) \
+                else None
+            blind = audit.enabled(audit.ZERO_OUTPUT) and bufs.zero_error() <= rec["rtol"]
         except KernelFault as e:
             return dict(rec, status="ERROR", error=f"kernel fault: {e}", fault=True)
         t = stats.median_ms * 1e-3
@@ -284,6 +301,9 @@ class GemmSession(Session):
         return audit.judge(rec, [
             (audit.TIMED_OUTPUT, stats.last_failure),
             (audit.INPUTS_UNCHANGED, edited and f"the kernel changed {' and '.join(edited)} while it was timed"),
+            (audit.FRESH_BUFFERS, fresh),
+            (audit.ZERO_OUTPUT, blind and f"an all-zero C would pass this check (error {bufs.zero_error():.3g}, the "
+             f"largest |reference| over its magnitudes, is within the limit {rec['rtol']:.3g}): give a smaller --rtol"),
             (audit.HIDDEN_WORK, audit.hidden_work(stats.settle_ms, stats.last_batch_ms or 0.0)),
             (audit.ROOFLINE, audit.device_roofline(self.device, rec.get("precision"), shape.flops, shape.bytes, t))])
 
@@ -563,23 +583,48 @@ def copy_path(phased: list[str], by_copy: list[str]) -> str:
     return out
 
 
-class _Buffers:
+class _SameModules:
+    """The backend with `load` kept per module: the fresh-buffers launch that gemm_launch builds again for a step
+    9 tile or the transposed path runs the very module the timed launches ran (its `__device__` state too), as
+    every other row's does."""
+
+    def __init__(self, backend) -> None:
+        self._backend, self._loaded = backend, {}
+
+    def __getattr__(self, name: str):
+        return getattr(self._backend, name)
+
+    def load(self, compiled, name: str):
+        key = (getattr(compiled, "cubin", compiled), name)
+        if key not in self._loaded:
+            self._loaded[key] = self._backend.load(compiled, name)
+        return self._loaded[key]
+
+
+class _Operands:
+    """A, B and C on the device: what a row's launch reads and writes."""
+
+    def __init__(self, backend, A, B, C) -> None:
+        self.backend, self.A, self.B, self.C = backend, A, B, C
+
+    def ptrs(self) -> tuple:
+        b = self.backend
+        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.runs_kernels else (self.A, self.B, self.C)
+
+
+class _Buffers(_Operands):
     """Device copies of one problem's operands and references; C is rewritten before every check."""
 
     def __init__(self, backend, prob: Problem) -> None:
-        self.backend, self.prob = backend, prob
-        self.A, self.B = backend.upload(prob.A), backend.upload(prob.B)
-        self.C = backend.upload(prob.C0)
+        super().__init__(backend, backend.upload(prob.A), backend.upload(prob.B), backend.upload(prob.C0))
+        self.prob = prob
+        self._zero_error: float | None = None
         self.C0 = backend.upload(prob.C0)  # kept on the device: a reset is a device copy, not an upload
         self.count = prob.C0.size
         host = prob.refs or {(a, b): np.asfortranarray(prob.reference(a, b)) for a, b in CHECKS}
         self.refs = {k: backend.upload(v) for k, v in host.items()}
         self.mags = {k: backend.upload(v) for k, v in (prob.mags or prob.magnitudes()).items()}
         prob.refs = prob.mags = None  # the device holds them now
-
-    def ptrs(self) -> tuple:
-        b = self.backend
-        return (b.ptr(self.A), b.ptr(self.B), b.ptr(self.C)) if b.runs_kernels else (self.A, self.B, self.C)
 
     def poison(self) -> None:
         self.backend.fill_nan(self.C, self.count)
@@ -589,6 +634,15 @@ class _Buffers:
 
     def error(self, alpha: float, beta: float) -> float:
         return self.backend.conditioned_error(self.C, self.refs[alpha, beta], self.mags[alpha, beta], self.count)
+
+    def zero_error(self) -> float:
+        """The error an all-zero C has, the larger over the checks: audit.zeros_pass's conditioned measure
+        (max |reference| / magnitude), taken once per problem on the device, which holds the references."""
+        if self._zero_error is None:
+            zeros = self.backend.upload(np.zeros_like(self.prob.C0))
+            self._zero_error = max(self.backend.conditioned_error(zeros, self.refs[k], self.mags[k], self.count)
+                                   for k in CHECKS)
+        return self._zero_error
 
 
 CHECKS = ((1.0, 0.0), (VERIFY_ALPHA, VERIFY_BETA))
@@ -617,7 +671,37 @@ def _last_batch(bufs: _Buffers, limit: float):
     return audit.LastBatch(bufs.poison, check)
 
 
-def _numpy_launcher(bufs: _Buffers, alpha: float, beta: float):
+def _fresh_failure(bufs: _Buffers, launch_for, build, limit: float) -> str | None:
+    """The fresh-buffers check (nnbench/audit.py), after timing: C = A'B with A' = -A, launched as timed
+    (alpha 1, beta 0) and checked, once on A', a copy of B and a poisoned C at other addresses (uploaded while
+    the timed buffers are alive), made by `build`, and once with A' written into the timed A (the addresses the
+    kernel has seen, new values; A is put back after). Negation is exact in float32 and every product only
+    changes sign, so the exact answer is -AB: its reference is the float64 A @ B negated on the host, its
+    magnitudes those of the (1, 0) check, and no second float64 GEMM is made. -AB is an answer the kernel has
+    never given: one it cached and copies afterwards, whatever it keys the cache on (its pointers, the shape,
+    alpha and beta), fails, where the first probe alone misses a cache keyed on the input pointers."""
+    be, prob = bufs.backend, bufs.prob
+    ref, mag = be.upload(np.negative(prob.ab, order="F")), bufs.mags[1.0, 0.0]
+    fresh = _Operands(be, be.upload(np.negative(prob.A)), be.upload(prob.B), be.upload(prob.C0))  # column-major kept
+    be.fill_nan(fresh.C, bufs.count)
+    be.timed(build(fresh)(1.0, 0.0), 1)
+    err = be.conditioned_error(fresh.C, ref, mag, bufs.count)
+    if err > limit:
+        return (f"on fresh buffers (-A, a copy of B, other addresses) C is wrong (error {err:.3g} > {limit:.3g}): "
+                "the kernel depends on what it has seen")
+    be.copy(bufs.A, fresh.A, prob.A.nbytes)
+    try:
+        bufs.poison()
+        be.timed(launch_for(1.0, 0.0), 1)
+        err = be.conditioned_error(bufs.C, ref, mag, bufs.count)
+    finally:
+        be.write(bufs.A, prob.A)
+    return None if err <= limit else (
+        f"with -A written into the A it was timed on, C is wrong (error {err:.3g} > {limit:.3g}): the kernel "
+        "gives an answer it made before for the same addresses")
+
+
+def _numpy_launcher(bufs: _Operands, alpha: float, beta: float):
     A, B, C = bufs.A, bufs.B, bufs.C
     if beta == 0 and alpha == 1:
         return lambda: np.matmul(A, B, out=C)
