@@ -128,6 +128,15 @@ def test_failures_in_workers_are_printed_with_their_seed_and_the_command_that_fa
     assert again.exit_code == 1 and f"seed {failed[0]}:" in again.output, again.output
 
 
+def test_failures_from_workers_come_in_the_order_of_the_seeds(planted):
+    """Both workers' failures, merged, in the order one process would have found them."""
+    planted("flaky")
+    seeds = list(range(60, 0, -1))  # descending: arrival order or a plain sort would not pass for it
+    out = soakpool.run("cpu", [0, 1], ["gemm"], seeds)
+    at = [seeds.index(f.seed) for f in out.failures]
+    assert at == sorted(at) and min(at) < 30 <= max(at), at  # failures from both slices, in order
+
+
 def test_a_worker_that_dies_is_an_error_row_for_its_seed_and_the_rest_of_its_slice_still_runs(planted, tmp_path):
     planted("die")  # each worker process dies as it starts the GEMMs of its second seed
     path = tmp_path / "soak.jsonl"
@@ -230,3 +239,53 @@ def test_two_seeds_over_every_gpu_pass(tmp_path):
     recs = rows_of(path)
     assert {r["workload"] for r in recs} == set(soak.WORKLOADS) and len({r["seed"] for r in recs}) == 2
     assert all(r["status"] in ("PASS", "SKIP", "REFERENCE") for r in recs)
+
+
+# -- stopping --------------------------------------------------------------------------------------
+def _tagged(tag: str) -> list[int]:
+    """The live processes whose environment holds `tag`: the soak's parent and the workers it started."""
+    from pathlib import Path
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if proc.name.isdigit() and tag.encode() in (proc / "environ").read_bytes():
+                found.append(int(proc.name))
+        except OSError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
+def test_sigterm_or_ctrl_c_stops_every_worker_and_keeps_the_rows(tmp_path, how):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    import uuid
+
+    from nnbench import paths
+    tag = f"soak-test-{uuid.uuid4().hex}"
+    path = tmp_path / "soak.jsonl"
+    env = dict(os.environ, NNBENCH_SOAK_TEST_TAG=tag,
+               PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT), os.environ.get("PYTHONPATH")])))
+    proc = subprocess.Popen([sys.executable, "-m", "nnbench", "soak", "--backend", "cpu", "--seeds", "100000",
+                             "--gpus", "2", "--json", str(path)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        t_end = time.monotonic() + 60
+        while (not path.exists() or len(path.read_text().splitlines()) < 30) and time.monotonic() < t_end:
+            time.sleep(0.1)
+        assert len(_tagged(tag)) == 3  # the parent and both workers
+        # Ctrl-C reaches the terminal's whole process group; SIGTERM (a CI timeout, `kill`) the parent alone
+        os.killpg(proc.pid, signal.SIGINT) if how == "SIGINT" else proc.send_signal(signal.SIGTERM)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == (143 if how == "SIGTERM" else 130), output
+    assert "every row already written is kept" in output and "Traceback" not in output, output
+    rows = rows_of(path)
+    assert len(rows) >= 29 and all(r["workload"] in soak.WORKLOADS for r in rows)
+    time.sleep(0.5)
+    assert _tagged(tag) == [], "a worker outlived its soak"

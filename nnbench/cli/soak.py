@@ -39,8 +39,8 @@ def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time
 
     \b
     Examples:
-      nnbench soak --seeds 1000 --gpus all --time-limit 1200 --json soak.jsonl
-      nnbench soak --workload gemm --backend cuda --seed 1234   # one reported failure, again
+      nnbench soak --seeds 1000 --gpus all --time-limit 500 --json soak.jsonl
+      nnbench soak --workload gemm --seed 1234   # one reported seed again (its line names the backend too)
     """
     from nnbench import results
     from nnbench.sweeps import soak as soak_mod
