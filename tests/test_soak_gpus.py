@@ -178,8 +178,9 @@ def test_the_time_limit_holds_over_workers(planted):
 
 # -- what a seed costs -----------------------------------------------------------------------------
 def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
-    """Counted, not timed: the workloads compile once per process whatever the seeds; each (seed, problem) makes
-    its inputs and float64 reference once (GEMM, convolution) or its trainer once (a net), shared by every row."""
+    """Counted, not timed: the workloads compile once per process whatever the seeds, and no seed autotunes; each
+    (seed, problem) makes its inputs and float64 reference once (GEMM, convolution) or its trainer once (a net:
+    its data, and on a GPU its float64 reference), shared by every row."""
     from nnbench import harness, workloads
     from nnbench.workloads.conv import launch as conv_launch
     from nnbench.workloads.gemm import session as gemm_session
@@ -203,7 +204,7 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     honest_run = harness.run
 
     def watched(*a, **k):
-        given.append(k.get("compiled"))
+        given.append((k.get("compiled"), k.get("tuner")))
         return honest_run(*a, **k)
     monkeypatch.setattr(harness, "run", watched)
     for seeds in ([5], [5, 6, 7, 8]):
@@ -212,7 +213,8 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
         n = len(seeds)
         assert not out.failures and out.seeds == seeds
         assert count == {"compile": 3, "gemm reference": 6 * n, "conv reference": 6 * n, "net": 2 * n}, count
-    assert given and all(c is not None for c in given)  # harness.run never compiles per seed itself
+    # harness.run never compiles per seed itself, and runs the fixed tiles: no autotuner times candidates per seed
+    assert given and all(compiled is not None and tuner is None for compiled, tuner in given)
 
 
 def test_each_seed_trains_its_own_draws(tmp_path):
