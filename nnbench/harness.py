@@ -66,12 +66,13 @@ class Comparisons:
 
 def run(workload: Workload, backend, cases: list[Case], problems: list, settings, rtol: float,
         seed: int | None = None, env: dict | None = None, vendor: bool = True,
-        baseline: Case | None = None, options=None, tuner=None) -> Iterator[dict]:
+        baseline: Case | None = None, options=None, tuner=None, compiled: dict | None = None) -> Iterator[dict]:
     """Yield one record per (problem, vendor row or case), each followed by the rows the session
     measured along with it (Session.breakdown). A kernel fault ends the run after its ERROR record:
     the context is poisoned, and everything before it is already yielded. `options` go to the
     workload's session (Workload.session); `tuner` (nnbench/runtime/autotune.py): the session picks
-    its tiles per problem by timing them."""
+    its tiles per problem by timing them. `compiled`: the cases' modules (Workload.compile) where the caller
+    compiled them once for many runs (a soak's seeds), else compiled here."""
     import numpy as np
     tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
     if child is not None:
@@ -86,7 +87,8 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     seed = int(np.random.SeedSequence().entropy % 2**32) if seed is None else seed
     session = workload.session(backend, settings, rtol, seed, env or {}, options)
     session.tuner = tuner
-    compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
+    if compiled is None:
+        compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
     index = -1  # the runnable cases so far, counted alike in a sanitizing parent and its child

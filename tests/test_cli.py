@@ -195,18 +195,8 @@ def test_the_soak_finds_a_defect_that_only_some_draws_show_and_names_the_seed(mo
     a few draws in ten) fails some seeds; each failure's command, run alone, fails again, and a passing seed passes."""
     import re
 
-    import numpy as np
-    honest = gemm_suite._numpy_launcher
-
-    def flaky(bufs, alpha, beta):
-        run_it = honest(bufs, alpha, beta)
-
-        def launch():
-            run_it()
-            if abs(bufs.A.flat[0]) > 0.9:
-                bufs.C *= np.float32(1 + 1e-4)
-        return launch
-    monkeypatch.setattr(gemm_suite, "_numpy_launcher", flaky)
+    from .soak_planted import flaky_launcher
+    monkeypatch.setattr(gemm_suite, "_numpy_launcher", flaky_launcher(gemm_suite._numpy_launcher))
     res = run("soak", "--backend", "cpu", "--workload", "gemm", "--seeds", "40")
     assert res.exit_code == 1, res.output
     failed = sorted({int(s) for s in re.findall(r"again: nnbench soak --workload gemm --backend cpu --seed (\d+)",

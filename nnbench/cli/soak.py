@@ -4,6 +4,7 @@ and the command that reproduces it, exit 1 on any (nnbench/sweeps/soak.py)."""
 from __future__ import annotations
 
 import sys
+import time
 
 import click
 from rich.markup import escape
@@ -20,39 +21,88 @@ from nnbench.errors import NnbenchError
               help="Run this one seed instead of fresh ones: how a reported failure is reproduced.")
 @click.option("--workload", type=click.Choice(["gemm", "conv", "train", "all"]), default="all", show_default=True,
               help="Which workload's paths to soak.")
+@click.option("--gpus", "gpus_opt", metavar="all|N",
+              help="Split the seeds into contiguous slices, one worker process per GPU of this host (the first N "
+                   "from --device, or all), each pinned to its GPU; one --json file. With --backend cpu: N CPU "
+                   "workers.")
+@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="SECONDS",
+              help="Start no seed after this many seconds (a seed under way finishes); say how many seeds ran.")
 @app.json_option
 @app.backend_option
-def soak(count: int, seed: int | None, workload: str, backend: str) -> None:
+def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time_limit: float | None,
+         backend: str) -> None:
     """Run N fresh seeds over tiny and odd problems (GEMMs 1x1x1 to 127x129x131; convolutions of 1x1 images, stride
     2 and padding; the smallest nets) on every path the backend has, each case verified as always and timed
     once. Every FAIL or ERROR row is printed with its seed and the exact command that runs it again; exit 1 on
-    any. --json writes every row, with its seed, as a results file (docs/JSON.md)."""
+    any. --json writes every row, with its seed, as a results file (docs/JSON.md).
+
+    \b
+    Examples:
+      nnbench soak --seeds 1000 --gpus all --time-limit 500 --json soak.jsonl
+      nnbench soak --workload gemm --seed 1234   # one reported seed again (its line names the backend too)
+    """
     from nnbench import results
     from nnbench.sweeps import soak as soak_mod
     if app.JSON[0] is not None:
         app.refuse_taken(app.JSON[0])
-    be = app.open_device(backend)
     names = list(soak_mod.WORKLOADS) if workload == "all" else [workload]
     given = click.get_current_context().get_parameter_source("count")
     if seed is not None and given == click.core.ParameterSource.COMMANDLINE:
         raise NnbenchError(f"--seeds {count} and --seed {seed} are exclusive: --seed runs that one seed")
+    gpus = None
+    if gpus_opt:
+        from nnbench.cli.sweep import _gpus
+        backend = app.worker_backend(backend)  # this process never initialises CUDA: its workers own the GPUs
+        gpus = _gpus(gpus_opt, backend)
+        be = None
+    else:
+        be = app.open_device(backend)
     seeds = [seed] if seed is not None else soak_mod.fresh_seeds(count)
+    deadline = time.time() + time_limit if time_limit is not None else None
     plural = "s" if len(seeds) > 1 else ""
-    app.out.print(f"soak · {', '.join(names)} · {len(seeds)} seed{plural} · backend {be.name}")
+    head = f"soak · {', '.join(names)} · {len(seeds)} seed{plural}"
     sink = None
     if app.JSON[0] is not None:
         from nnbench.rawresults import JsonSink
         sink = JsonSink(app.JSON[0])
+    on_row = None if sink is None else lambda name, s, rec: sink.append(rec)
     try:
-        out = soak_mod.soak(be, names, seeds, None if sink is None else lambda name, s, rec: sink.append(rec),
-                            env=results.environment(be))
+        if gpus is None:
+            app.out.print(f"{head} · backend {be.name}")
+            out = soak_mod.soak(be, names, seeds, on_row, env=results.environment(be), deadline=deadline)
+            name = be.name
+        else:
+            from nnbench.sweeps import soakpool
+            workers = len(soakpool.split(seeds, len(gpus)))
+            said: list[str] = []
+
+            def hello(backend_name: str) -> None:
+                said.append(backend_name)
+                kind = "GPU" if backend_name != "cpu" else "CPU worker"
+                app.out.print(f"{head} · backend {backend_name} · {workers} {kind}{'s' if workers > 1 else ''}")
+            out = soakpool.run(backend, gpus, names, seeds, deadline, on_row, hello)
+            name = said[0] if said else backend
     finally:
         if sink is not None:
             sink.close()
     for f in out.failures:
-        app.out.print(escape(f.line(be.name)), soft_wrap=True)
-    app.out.print(f"{out.rows} rows, {len(out.failures)} failed")
+        app.out.print(escape(f.line(name)), soft_wrap=True)
+    app.out.print(summary(out, len(seeds), time_limit))
     if sink is not None:
         app.out.print(f"JSON: {escape(str(sink.path))}")
     if out.failures:
         sys.exit(1)
+
+
+def summary(out, asked: int, time_limit: float | None) -> str:
+    """The closing line: rows, failures, and how many of the seeds ran, at what rate."""
+    ran = len(out.seeds)
+    rate = f"{ran / out.seconds:.3g} seeds/s" if out.seconds > 0 else "no time measured"
+    line = f"{out.rows} rows, {len(out.failures)} failed · {ran} of {asked} seed{'s' if asked > 1 else ''} ran in " \
+           f"{out.seconds:.1f} s ({rate})"
+    if out.stopped == "time":
+        line += f" · stopped at the --time-limit of {time_limit:g} s: {asked - ran} not run"
+    elif out.stopped == "fault":
+        line += f" · stopped at a kernel fault (the context is poisoned): {asked - ran} not run"
+    return line

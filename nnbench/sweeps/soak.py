@@ -1,10 +1,18 @@
 """The soak (`nnbench soak`): fresh seeds over tiny and odd problems on every path a backend has, so that a
 verdict that depends on the draw shows itself. Each seed runs every workload's cases at their defaults on
 every problem through the harness (verified as always; timed once, since only the verdict matters here); a
-FAIL or ERROR row is reported with its seed and the command that runs that seed alone again."""
+FAIL or ERROR row is reported with its seed and the command that runs that seed alone again.
+
+What a row costs beyond its verdict is paid once per process, not per seed: the kernels are compiled (or
+looked up in the cubin cache, which hashes every source and header) once per workload, and the tiles are
+the variants' fixed ones (no autotuner). Per (seed, problem) the inputs and their float64 reference are made
+once and shared by the vendor rows and every case; each row is still verified against it with its outputs
+poisoned, and audited, as always. `nnbench soak --gpus` spreads the seeds over processes
+(nnbench/sweeps/soakpool.py)."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,9 +26,11 @@ WORKLOADS = ("gemm", "conv", "train")
 ONCE = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
 
 
-def problems(workload: str) -> list:
+def problems(workload: str, seed: int = 0) -> list:
     """The tiny and odd problems: GEMMs of one element, of one row or column, and of odd sizes; convolutions of 1x1
-    images, 1x1 and 5x5 filters, stride 2 and padding; the smallest nets, per sample and in odd mini-batches."""
+    images, 1x1 and 5x5 filters, stride 2 and padding; the smallest nets, per sample and in odd mini-batches. A
+    net's draws (initial weights, noisy letters) come from its own hyperparameters, not the session's seed, so
+    the seed goes into the net's problem."""
     if workload == "gemm":
         from nnbench.workloads.gemm.problem import Shape
         return [Shape(*d) for d in ((1, 1, 1), (1, 1, 7), (7, 1, 1), (17, 13, 5), (33, 1, 65), (127, 129, 131))]
@@ -29,7 +39,8 @@ def problems(workload: str) -> list:
         return [ConvShape(*d) for d in ((1, 1, 1, 1, 1, 1, 1, 0), (1, 1, 1, 1, 2, 3, 1, 1), (1, 1, 7, 7, 1, 1, 1, 0),
                                         (2, 3, 5, 7, 3, 3, 2, 1), (3, 5, 9, 9, 2, 3, 2, 0), (1, 4, 6, 5, 5, 5, 1, 2))]
     from nnbench.workloads.train.session import problem_for
-    return [problem_for("1", max_iterations=3), problem_for("1", batch=7, epochs=1, train_samples=61)]
+    return [problem_for("1", max_iterations=3, seed=seed),
+            problem_for("1", batch=7, epochs=1, train_samples=61, seed=seed)]
 
 
 @dataclass
@@ -50,9 +61,13 @@ class Failure:
 
 @dataclass
 class Outcome:
-    seeds: list[int] = field(default_factory=list)
+    seeds: list[int] = field(default_factory=list)  # the seeds that ran, every workload of each
     rows: int = 0
     failures: list[Failure] = field(default_factory=list)
+    # why the run ended before its last seed: "time" (the deadline passed at a seed boundary), "fault" (a kernel
+    # fault poisoned the context: the seeds after it need a fresh process); None when every seed ran
+    stopped: str | None = None
+    seconds: float = 0.0
 
 
 def fresh_seeds(count: int) -> list[int]:
@@ -66,18 +81,55 @@ def cases(workload: str, backend) -> list[Case]:
     return [Case.defaults(v) for v in work.variants(backend.name) if work.runs_on(v, backend.name)]
 
 
+@dataclass
+class Prepared:
+    """What a process pays once for all its seeds: each workload's cases and their compiled modules."""
+
+    cases: dict[str, list[Case]]
+    compiled: dict[str, dict]
+
+
+def prepare(backend, names: list[str]) -> Prepared:
+    chosen = {name: cases(name, backend) for name in names}
+    # Once per process, not per seed: even a warm cubin cache hashes every source and header of every case at each
+    # lookup. (A host backend's cases have no source: nothing to compile, and no nvcc runs.)
+    return Prepared(chosen, {name: workloads.workload(name).compile(backend.arch, chosen[name]) for name in names})
+
+
 def soak(backend, names: list[str], seeds: list[int], on_row: Callable[[str, int, dict], None] | None = None,
-         env: dict | None = None) -> Outcome:
-    """Every workload of `names` at every seed; the vendor rows run too where the backend has them. `env`: the
-    environment every row carries (results.environment)."""
-    out = Outcome(seeds=list(seeds))
-    for name in names:
-        work, chosen, shapes = workloads.workload(name), cases(name, backend), problems(name)
-        for seed in seeds:
-            for rec in harness.run(work, backend, chosen, shapes, ONCE, work.default_rtol, seed, env or {}):
+         env: dict | None = None, deadline: float | None = None, prepared: Prepared | None = None,
+         on_start: Callable[[str, int], None] | None = None, on_seed: Callable[[int], None] | None = None) -> Outcome:
+    """Every workload of `names` at every seed, seed by seed; the vendor rows run too where the backend has them.
+    `env`: the environment every row carries (results.environment). `deadline` (time.time()): no seed starts
+    after it. `prepared`: this process's `prepare`, where the caller made it. `on_start(workload, seed)` before
+    each workload's run of a seed and `on_seed(seed)` after its last (a worker tells its parent where it is). A
+    kernel fault ends the run after its seed: the context is poisoned."""
+    t0 = time.perf_counter()
+    out = Outcome()
+    prepared = prepared or prepare(backend, names)
+    for seed in seeds:
+        if deadline is not None and time.time() >= deadline:
+            out.stopped = "time"
+            break
+        for name in names:
+            work = workloads.workload(name)
+            if on_start is not None:
+                on_start(name, seed)
+            for rec in harness.run(work, backend, prepared.cases[name], problems(name, seed), ONCE,
+                                   work.default_rtol, seed, env or {}, compiled=prepared.compiled[name]):
                 out.rows += 1
                 if on_row is not None:
                     on_row(name, seed, rec)
                 if rec.get("status") in ("FAIL", "ERROR"):
                     out.failures.append(Failure(name, seed, rec))
+                if rec.get("fault"):
+                    out.stopped = "fault"
+            if out.stopped == "fault":
+                break
+        out.seeds.append(seed)
+        if on_seed is not None:
+            on_seed(seed)
+        if out.stopped == "fault":
+            break
+    out.seconds = time.perf_counter() - t0
     return out

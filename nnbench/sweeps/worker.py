@@ -178,28 +178,34 @@ def count_gpus() -> int:
     return int(said[0])
 
 
+def spawn(module: str, share: int = 1) -> tuple[subprocess.Popen, _Duplex]:
+    """`python -m MODULE IN_FD OUT_FD` and the parent's connection to it: a sweep's worker, or a soak's
+    (nnbench/sweeps/soakpool.py). `share`: how many such children share this host's cores."""
+    # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
+    # undefined, and multiprocessing's spawn would re-import the caller's __main__ script.
+    p2c_r, p2c_w = os.pipe()
+    c2p_r, c2p_w = os.pipe()
+    env = child_env()
+    # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores
+    # (of this worker's share of the host).
+    blas = str(max(1, (os.cpu_count() or 1) // max(1, share) - 2))
+    for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        env.setdefault(var, blas)
+    proc = subprocess.Popen([sys.executable, "-m", module, str(p2c_r), str(c2p_w)],
+                            pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
+    os.close(p2c_r)
+    os.close(c2p_w)
+    return proc, _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
+
+
 class Worker:
     """The parent's side: start, hand over one job, wait for its record under the watchdog."""
 
     def __init__(self, backend_name: str, workload: str, settings, rtol: float, seed: int, env_extra: dict,
                  first=None, share: int = 1) -> None:
         """`first`: the problem to build at once; `share`: how many workers share this host's cores."""
-        # A fresh interpreter through subprocess, not multiprocessing: a forked CUDA state is
-        # undefined, and multiprocessing's spawn would re-import the caller's __main__ script.
         self.spawned = time.time()
-        p2c_r, p2c_w = os.pipe()
-        c2p_r, c2p_w = os.pipe()
-        env = child_env()
-        # BLAS builds the next shape's reference beside the timing loop: leave that loop two cores
-        # (of this worker's share of the host).
-        blas = str(max(1, (os.cpu_count() or 1) // max(1, share) - 2))
-        for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-            env.setdefault(var, blas)
-        self.proc = subprocess.Popen([sys.executable, "-m", "nnbench.sweeps.worker", str(p2c_r), str(c2p_w)],
-                                     pass_fds=(p2c_r, c2p_w), env=env, stdin=subprocess.DEVNULL)
-        os.close(p2c_r)
-        os.close(c2p_w)
-        self.conn = _Duplex(Connection(c2p_r, writable=False), Connection(p2c_w, readable=False))
+        self.proc, self.conn = spawn("nnbench.sweeps.worker", share)
         self.conn.send((backend_name, workload, settings, rtol, seed, env_extra, first))
         self._next = 0
         self.ready: dict | None = None  # the worker's start-up phases (serve), once it has said
