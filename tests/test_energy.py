@@ -73,6 +73,25 @@ def test_a_stepping_counter_gives_the_busy_power_and_joules_per_launch(t0, launc
     assert got.window_j == pytest.approx(got.per_launch_j * got.launches)
 
 
+@pytest.mark.parametrize("t0", [0.0, 0.06])
+def test_the_window_says_when_it_opened_so_that_another_reading_can_cover_the_same_span(t0):
+    clock = Clock(t0)
+    board = Board(clock, launch_s=0.0071)
+    busy = []  # each launch's start and end on the simulated clock
+    launch = board.launch
+
+    def timed_launch():
+        busy.append(clock.t)
+        launch()
+        busy.append(clock.t)
+    got = energy.window(board.counter, timed_launch, lambda: None, board.launch_s, clock.now, clock.sleep)
+    # It opens on a counter step, before the first launch by one counter read at most, and closes within a
+    # closing chunk of the last launch's end: the span is where the board ran the case.
+    assert got.opened_at == pytest.approx(round(got.opened_at / STEP_S) * STEP_S, abs=clock.read_s)
+    assert 0 <= busy[0] - got.opened_at <= clock.read_s
+    assert abs(got.opened_at + got.window_s - busy[-1]) <= energy.CLOSE_CHUNK_S + board.launch_s
+
+
 def test_a_missing_counter_is_not_measured_and_runs_nothing():
     launches = []
     got = energy.window(lambda: None, lambda: launches.append(1), lambda: None, 0.005)

@@ -45,6 +45,9 @@ class EnergyReading:
     window_s: float | None = None
     reason: str | None = None
     cooled_s: float | None = None  # the cool-down before the window
+    # When the window opened, on the clock `window` ran on (time.perf_counter unless given another): with
+    # window_s, the span that another reading of the same window (nvidia-smi's power log) must cover.
+    opened_at: float | None = None
 
     @property
     def per_launch_j(self) -> float | None:
@@ -134,4 +137,6 @@ def window(counter, launch, synchronize, launch_s: float, now=time.perf_counter,
         if e1 is None or e1 != e_last or t >= t_end:
             break
         t_prev = t
-    return judge(e0, e1, (t_prev + t) / 2 - t0, launches)
+    got = judge(e0, e1, (t_prev + t) / 2 - t0, launches)
+    got.opened_at = t0
+    return got
