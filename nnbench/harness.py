@@ -91,6 +91,10 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
         compiled = workload.compile(backend.arch, cases) if backend.runs_kernels else {}
     comparisons = Comparisons(workload, baseline or _default_baseline(workload, cases))
     session.warm_up()
+    if tool is not None:  # the cases' processes, several at once, their rows in the cases' order
+        yield from sanitize.in_order(_to_sanitize(workload, session, cases, problems, tool, env or {}),
+                                     sanitize.MODE["jobs"] or 1)
+        return
     index = -1  # the runnable cases so far, counted alike in a sanitizing parent and its child
     for i, problem in enumerate(problems):
         if child is not None:
@@ -110,18 +114,9 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                 continue
             why = workload.refusal(case, problem)
             if why:
-                yield provenance.stamp(dict(session.base_record(problem), variant=case.variant.name,
-                                            step=case.variant.step, params=case.param_label,
-                                            precision=case.variant.precision, status="SKIP", error=why),
-                                       case.variant, env or {})
+                yield _skip(session, case, problem, why, env or {})
                 continue
             index += 1
-            if tool is not None:
-                base = dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
-                            params=case.param_label, precision=case.variant.precision)
-                yield provenance.stamp(sanitize.run_case(tool, sanitize.MODE["argv"], index, base), case.variant,
-                                       env or {})
-                continue
             if child is not None and index != child:
                 continue
             rec = provenance.stamp(session.run_case(case, problem, compiled.get(case)), case.variant, env or {})
@@ -133,6 +128,34 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                         for r in session.breakdown(rec))
             if rec.get("fault"):
                 return
+
+
+def _case_record(session, case: Case, problem) -> dict:
+    return dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
+                params=case.param_label, precision=case.variant.precision)
+
+
+def _skip(session, case: Case, problem, why: str, env: dict) -> dict:
+    return provenance.stamp(dict(_case_record(session, case, problem), status="SKIP", error=why), case.variant, env)
+
+
+def _to_sanitize(workload: Workload, session, cases: list[Case], problems: list, tool: str, env: dict):
+    """A sanitizing parent's work, for sanitize.in_order: each refused case's SKIP row, and for each runnable case
+    (numbered as the child counts them) the call that runs its process. The parent launches nothing itself, so it
+    prepares no problem."""
+    index = -1
+    for problem in problems:
+        for case in cases:
+            if not workload.applies(case, problem):
+                continue
+            why = workload.refusal(case, problem)
+            if why:
+                yield _skip(session, case, problem, why, env)
+                continue
+            index += 1
+            base = _case_record(session, case, problem)
+            yield lambda k=index, base=base, variant=case.variant: provenance.stamp(
+                sanitize.run_case(tool, sanitize.MODE["argv"], k, base), variant, env)
 
 
 def _default_baseline(workload: Workload, cases: list[Case]) -> Case | None:

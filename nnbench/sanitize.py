@@ -5,6 +5,8 @@ Design: the command's process plans its cases as always, and for each one starts
 --sanitize-child K`. The child runs only the K-th case (nnbench/harness.py counts them the same way in both), with
 one sample and no energy window, and writes its record to the file NNBENCH_SANITIZE_RECORD names. One process per
 case: a memcheck error can poison a CUDA context, and the sanitizer's report then belongs to that case alone.
+Up to `--sanitize-jobs N` of these processes run at once (`in_order`), each with its own CUDA context on the same
+GPU: nothing is timed, so they may share it; the rows still come in the cases' order.
 
 The parent's row (`verdict`): the sanitizer's first report line makes it FAIL with error "TOOL: <line>"; a
 clean run keeps the child's verdict (PASS, or the FAIL of a wrong answer) with `sanitizer` = "sanitized: TOOL".
@@ -19,6 +21,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 from nnbench import measure, paths
@@ -32,8 +37,12 @@ CHILD_TIMEOUT_S = 1800.0  # racecheck on a 4096^3 GEMM step runs for minutes
 # that no batch of samples is queued (measure's warm-up, its estimate, one sample and the audited last one: 4 launches).
 CHILD_SETTINGS = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False,
                                         host_issued=True)
-# The command line's --sanitize TOOL and its arguments, or the child's --sanitize-child K.
-MODE: dict = {"tool": None, "argv": None, "child": None}
+# The command line's --sanitize TOOL and its arguments, --sanitize-jobs N, or the child's --sanitize-child K.
+MODE: dict = {"tool": None, "argv": None, "child": None, "jobs": None}
+# The case processes at once by default: each holds a Python interpreter, a CUDA context and the sanitizer's
+# shadow memory (about 1 GiB of host memory for memcheck), and the instrumented kernels are the slow part, not
+# the host: past 8 the GPU is what the processes wait on.
+MAX_DEFAULT_JOBS = 8
 # The columns a sanitized row leaves empty: times and what follows from them.
 UNTIMED = ("samples", "reps", "noise", "converged", "timing", "gflops", "gbs", "pct_peak", "pct_vendor", "speedup",
            "power_w", "energy_j", "energy_window_j", "energy_method", "gflops_per_j", "items_per_s", "items_per_j",
@@ -90,6 +99,31 @@ def run_case(tool: str, argv: list[str], index: int, base: dict) -> dict:
         report = first_report(log.read_text(errors="replace") if log.exists() else "") or first_report(said)
         record = json.loads(out.read_text()) if out.exists() else None
     return verdict(base, tool, rc, report, record, said)
+
+
+def default_jobs() -> int:
+    return max(1, min(os.cpu_count() or 1, MAX_DEFAULT_JOBS))
+
+
+def in_order(work: Iterable[dict | Callable[[], dict]], jobs: int) -> Iterator[dict]:
+    """The rows of `work` in its order: a dict is a row already (a SKIP), a callable is a case's process, run on
+    one of `jobs` threads (each waits on its process), so up to `jobs` cases are under the sanitizer at once. A
+    row is yielded as soon as it and every row before it are done."""
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="nnbench-sanitize")
+    pending: deque[dict | Future] = deque()
+    try:
+        for item in work:
+            pending.append(pool.submit(item) if callable(item) else item)
+            while pending and (isinstance(pending[0], dict) or pending[0].done()):
+                yield _row(pending.popleft())
+        while pending:
+            yield _row(pending.popleft())
+    finally:  # a reader that stops early (Ctrl-C, the first FAIL) starts no further case
+        pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _row(item: dict | Future) -> dict:
+    return item if isinstance(item, dict) else item.result()
 
 
 def verdict(base: dict, tool: str, rc: int | None, report: str | None, record: dict | None, said: str = "") -> dict:

@@ -49,6 +49,8 @@ def fake_sanitizer(tmp_path, monkeypatch, log: str, rc: int, record: str | None)
 import os, sys
 args = sys.argv[1:]
 open({str(tmp_path / 'args')!r}, 'w').write('\\n'.join(args))
+with open({str(tmp_path / 'calls')!r}, 'a') as calls:  # one line a case's process, in the order they started
+    calls.write(' '.join(args) + '\\n')
 open(args[args.index('--log-file') + 1], 'w').write({log!r})
 record = {record!r}
 if record is not None:
@@ -147,15 +149,12 @@ def test_a_sanitized_sweep_runs_each_case_in_its_own_numbered_process(tmp_path, 
     cfg = tmp_path / "tiny.yaml"
     cfg.write_text(SWEEP)
     specs = config.load_config(str(cfg))
-    args = fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
     planned = sanitized.plan(specs, "cuda")
     assert len(planned) == 6  # 3 cases x 2 shapes, no vendor row
-    seen = []
-    rows = []
-    for rec in sanitized.parent(specs, "synccheck", ["sweep", str(cfg)]):
-        rows.append(rec)
-        seen.append(args.read_text().splitlines()[-1])
-    assert seen == [str(k) for k in range(6)]  # --sanitize-child 0..5, in the plan's order
+    rows = list(sanitized.parent(specs, "synccheck", ["sweep", str(cfg)]))
+    calls = (tmp_path / "calls").read_text().splitlines()
+    assert [c.split()[-1] for c in calls] == [str(k) for k in range(6)]  # --sanitize-child 0..5, in the plan's order
     assert [(r["variant"], r["params"], r["shape"]) for r in rows] == \
         [(j.case.variant.name, j.case.param_label, j.shape.label) for _, j in planned]
     assert all(r["status"] == "PASS" and r["sanitizer"] == "sanitized: synccheck" for r in rows)
@@ -187,13 +186,13 @@ def test_the_harness_numbers_the_cases_alike_in_the_parent_and_the_child(tmp_pat
     shapes = [gemm.Shape(8, 8, 8), gemm.Shape(16, 16, 16), gemm.Shape(5, 3, 2)]
     cases = gemm.plan([], {}, None, "cpu")
     settings = measure.TimingSettings(budget_s=0.01)
-    args = fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
+    fake_sanitizer(tmp_path, monkeypatch, CLEAN, 0, PASSED)
     monkeypatch.setitem(sanitize.MODE, "tool", "memcheck")
     monkeypatch.setitem(sanitize.MODE, "argv", ["gemm"])
-    seen = []
-    for rec in harness.run(gemm.WORKLOAD, KernelRunningCpu(), cases, shapes, settings, None, seed=1):
-        seen.append((rec["shape"], rec["status"], args.read_text().splitlines()[-1]))
-    assert seen == [("8×8×8", "PASS", "0"), ("16×16×16", "PASS", "1"), ("5×3×2", "PASS", "2")]
+    seen = [(rec["shape"], rec["status"])
+            for rec in harness.run(gemm.WORKLOAD, KernelRunningCpu(), cases, shapes, settings, None, seed=1)]
+    assert seen == [("8×8×8", "PASS"), ("16×16×16", "PASS"), ("5×3×2", "PASS")]
+    assert [c.split()[-1] for c in (tmp_path / "calls").read_text().splitlines()] == ["0", "1", "2"]
     monkeypatch.setitem(sanitize.MODE, "tool", None)
     monkeypatch.setitem(sanitize.MODE, "child", 1)
     out = tmp_path / "child.json"

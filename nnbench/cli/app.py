@@ -71,7 +71,7 @@ class NnbenchGroup(click.Group):
         JSON[0], KEEP_THROTTLED[0], BACKEND[0] = None, False, None
         from nnbench import measure, sanitize
         measure.KEEP_THROTTLED[0] = measure.ENERGY[0] = False
-        sanitize.MODE.update(tool=None, argv=None, child=None)
+        sanitize.MODE.update(tool=None, argv=None, child=None, jobs=None)
         ARGV[:] = list(sys.argv[1:] if args is None else args)
         try:
             rc = super().main(args=args, prog_name=prog_name or "nnbench", **kw)
@@ -94,7 +94,7 @@ class NnbenchGroup(click.Group):
             click.echo(f"nnbench: error: {_who()}out of host memory; give a smaller problem", err=True)
             sys.exit(2)
         finally:  # the command's process-wide modes end with it (the API and tests run commands in one process)
-            sanitize.MODE.update(tool=None, argv=None, child=None)
+            sanitize.MODE.update(tool=None, argv=None, child=None, jobs=None)
         sys.exit(rc if isinstance(rc, int) else 0)
 
 
@@ -134,30 +134,57 @@ def _set_energy(value) -> None:
 
 def sanitize_option(f):
     """--sanitize TOOL: each case once under compute-sanitizer, in a process of its own (nnbench/sanitize.py);
-    --sanitize-child K (hidden): that process, running the K-th case."""
+    --sanitize-jobs N: that many of those processes at once; --sanitize-child K (hidden): that process, running
+    the K-th case."""
     from nnbench import sanitize
     f = click.option("--sanitize-child", type=click.IntRange(min=0), hidden=True, expose_value=False,
                      callback=lambda ctx, param, value: sanitize.MODE.update(child=value))(f)
+    f = click.option("--sanitize-jobs", type=click.IntRange(min=1), metavar="N", expose_value=False,
+                     callback=_sanitize_jobs,
+                     help="With --sanitize: run up to N cases' processes at once, on the same GPU (they are not "
+                          f"timed). Default: the CPU cores, at most {sanitize.MAX_DEFAULT_JOBS}.")(f)
     return click.option("--sanitize", type=click.Choice(sanitize.TOOLS), expose_value=False, callback=_sanitize,
                         help="Run each case once under NVIDIA's compute-sanitizer with this tool, in a process of "
                              "its own, untimed: a hazard is FAIL with the sanitizer's first report line. Needs a "
                              "GPU and compute-sanitizer on PATH.")(f)
 
 
+# The options a sanitizing parent keeps to itself: its children get --sanitize-child K instead.
+_PARENT_ONLY = ("--sanitize", "--sanitize-jobs")
+
+
 def _sanitize(ctx, param, value) -> None:
     from nnbench import sanitize
+    ctx.meta["nnbench.sanitize"] = value
+    _jobs_need_a_tool(ctx)
     if value is None:
         return
     sanitize.executable()  # on PATH, or one line now
     argv, skip = [], False
-    for arg in ARGV:  # the same command without --sanitize, for the child processes
+    for arg in ARGV:  # the same command without the parent's own options, for the child processes
         if skip:
             skip = False
-        elif arg == "--sanitize":
+        elif arg in _PARENT_ONLY:
             skip = True
-        elif not arg.startswith("--sanitize="):
+        elif not arg.startswith(tuple(f"{o}=" for o in _PARENT_ONLY)):
             argv.append(arg)
-    sanitize.MODE.update(tool=value, argv=argv)
+    sanitize.MODE.update(tool=value, argv=argv, jobs=sanitize.MODE["jobs"] or sanitize.default_jobs())
+
+
+def _sanitize_jobs(ctx, param, value) -> None:
+    from nnbench import sanitize
+    ctx.meta["nnbench.sanitize_jobs"] = value
+    _jobs_need_a_tool(ctx)
+    if value is not None:
+        sanitize.MODE["jobs"] = value
+
+
+def _jobs_need_a_tool(ctx) -> None:
+    # click calls the two callbacks in the command line's order: whichever comes second checks the pair
+    meta = ctx.meta
+    if "nnbench.sanitize" in meta and meta.get("nnbench.sanitize_jobs") is not None and not meta["nnbench.sanitize"]:
+        raise click.BadParameter("only with --sanitize TOOL (it sets how many sanitized cases run at once)",
+                                 param_hint="'--sanitize-jobs'")
 
 
 def refuse_unsanitizable(backend_name: str) -> None:

@@ -228,7 +228,7 @@ def _sanitized(specs, backend: str, out_path) -> None:
     total = len(sanitized.plan(specs, "cuda"))
     sink = app.open_sink(out_path, f"sanitize-{specs[0].name}", tool)
     path = sink.path
-    rows = app.stream(sink, sanitized.parent(specs, tool, sanitize.MODE["argv"]), total)
+    rows = app.stream(sink, sanitized.parent(specs, tool, sanitize.MODE["argv"], sanitize.MODE["jobs"] or 1), total)
     for r in rows:
         if r.get("status") in results.FAILED:
             where = f"{r['variant']} {r.get('params') or ''} {r['shape']}"
