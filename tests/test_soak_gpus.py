@@ -60,6 +60,41 @@ def test_the_seeds_split_into_contiguous_slices_as_even_as_can_be(count, parts, 
     assert [seed for s in slices for seed in s] == seeds  # contiguous, in order, each seed once
 
 
+def test_more_workers_than_gpus_take_the_gpus_in_turn_each_with_its_own_slice():
+    """Three workers on each of two GPUs: six slices as even as can be, contiguous and in order, the GPUs taking
+    the slots in turn (every GPU three workers, never one GPU all of the first half)."""
+    seeds = list(range(20))
+    slices = soakpool.split(seeds, 2 * 3)
+    assert [len(s) for s in slices] == [4, 4, 3, 3, 3, 3] and [x for s in slices for x in s] == seeds
+    pinned = [soakpool.worker_backend("cuda", i, [0, 1]) for i in range(6)]
+    assert pinned == ["cuda", "cuda:1", "cuda", "cuda:1", "cuda", "cuda:1"]
+    assert [soakpool.worker_backend("cuda:2", i, [2, 3]) for i in range(4)] == ["cuda:2", "cuda:3"] * 2
+    assert soakpool.worker_backend("cpu", 5, [0]) == "cpu"
+
+
+@pytest.mark.parametrize("gpus, cores, expected", [(1, 16, 16), (2, 32, 16), (8, 128, 16), (2, 256, soakpool.AUTO_CAP),
+                                                   (4, 2, 1), (1, 1, 1), (3, 20, 6)])
+def test_auto_workers_per_gpu_is_each_gpus_share_of_the_cores_capped(gpus, cores, expected):
+    assert soakpool.auto_workers_per_gpu(gpus, "cuda", cores) == expected
+    assert soakpool.auto_workers_per_gpu(gpus, "cpu", cores) == 1  # --gpus N already counts the CPU workers
+
+
+def test_the_help_names_the_cap_that_auto_keeps():
+    assert f"at most {soakpool.AUTO_CAP} per GPU" in " ".join(run("soak", "--help").output.split())
+
+
+def test_several_workers_on_one_gpu_slot_give_every_seed_once_in_order(tmp_path):
+    """--gpus 1 --workers-per-gpu 2 on the CPU backend (CI hosts have 2 cores): two workers, their rows in one
+    file, every seed whole."""
+    path = tmp_path / "soak.jsonl"
+    res = run("soak", "--backend", "cpu", "--workload", "gemm", "--seeds", 5, "--gpus", 1, "--workers-per-gpu", 2,
+              "--json", path)
+    assert res.exit_code == 0, res.output
+    assert "5 seeds · backend cpu · 2 CPU workers" in res.output and "5 of 5 seeds ran" in res.output, res.output
+    per_seed = Counter(r["seed"] for r in rows_of(path))
+    assert len(per_seed) == 5 and set(per_seed.values()) == {6}, per_seed
+
+
 # -- the merge -------------------------------------------------------------------------------------
 def test_workers_give_the_rows_and_verdicts_one_process_gives(cpu):
     """The same seeds in one process and over 3 CPU workers: every (seed, workload, variant, shape) row once,
@@ -100,8 +135,13 @@ def test_soak_gpus_on_the_cpu_backend_writes_one_json_file_of_whole_seeds(tmp_pa
     (["--gpus", "0"], ["--gpus 0", ">= 1"]),
     (["--time-limit", "0"], ["--time-limit"]),
     (["--time-limit", "soon"], ["--time-limit"]),
+    (["--gpus", "1", "--workers-per-gpu", "0"], ["--workers-per-gpu 0", "auto or a number of workers >= 1"]),
+    (["--gpus", "1", "--workers-per-gpu", "many"], ["--workers-per-gpu many", "auto or a number"]),
+    (["--gpus", "1", "--workers-per-gpu", "²"], ["--workers-per-gpu ²", "auto or a number"]),
+    (["--workers-per-gpu", "2"], ["--workers-per-gpu 2", "needs --gpus"]),
+    (["--gpus", "1", "--workers-per-gpu", "100000"], ["--workers-per-gpu 100000", "--backend cpu", "at most"]),
 ])
-def test_bad_gpus_and_time_limits_are_one_line(args, needles):
+def test_bad_gpus_workers_and_time_limits_are_one_line(args, needles):
     res = run("soak", "--backend", "cpu", "--seeds", 2, *args)
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
