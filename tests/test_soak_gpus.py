@@ -83,6 +83,20 @@ def test_the_help_names_the_cap_that_auto_keeps():
     assert f"at most {soakpool.AUTO_CAP} per GPU" in " ".join(run("soak", "--help").output.split())
 
 
+def test_each_worker_starts_on_its_own_slice(monkeypatch):
+    """Two workers on one slot: two processes, each handed its own contiguous slice; the seeds merged in order."""
+    handed: list = []
+    honest = soakpool._start
+
+    def watched(s, *a):
+        handed.append(list(s.todo))
+        honest(s, *a)
+    monkeypatch.setattr(soakpool, "_start", watched)
+    seeds = [9, 3, 7, 1, 5]
+    out = soakpool.run("cpu", [0], ["gemm"], seeds, per_gpu=2)
+    assert handed == [[9, 3, 7], [1, 5]] and out.seeds == seeds and not out.failures
+
+
 def test_several_workers_on_one_gpu_slot_give_every_seed_once_in_order(tmp_path):
     """--gpus 1 --workers-per-gpu 2 on the CPU backend (CI hosts have 2 cores): two workers, their rows in one
     file, every seed whole."""
