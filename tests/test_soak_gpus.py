@@ -271,6 +271,53 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     assert given and all(compiled is not None and tuner is None for compiled, tuner in given)
 
 
+class _Watched:
+    """test_measure's FakeBackend that counts its NVML readings (a clock, a telemetry window)."""
+
+    def __init__(self):
+        from .test_measure import FakeBackend
+        self.be, self.reads = FakeBackend([1e-3] * 10_000), 0
+        self.calls = self.be.calls
+
+    def __getattr__(self, name):
+        return getattr(self.be, name)
+
+    def telemetry(self):
+        self.reads += 1
+        return None
+
+    def sm_clock_mhz(self):
+        self.reads += 1
+        return 1980.0
+
+
+def test_a_soak_times_every_launch_once_whatever_settings_the_workload_fixed(cpu, monkeypatch):
+    """The trainers and PyTorch's rows time with their own settings (10 samples over 0.3 s, host-issued ones a
+    whole second), not the soak's: while a soak runs, every measure call is the warm-up and one sample, with no
+    NVML reading; outside a soak they are as before."""
+    from nnbench import measure
+    from nnbench.workloads.train import batched, mlp
+    fixed = (mlp.BLOCK_TIMING, batched.STEP_TIMING, batched.EAGER_TIMING, batched.LAUNCH_TIMING)
+    seen: list = []
+    honest = soak._seeds
+
+    def during(*a):  # measured from inside the soak's loop, as its rows are
+        for settings in fixed:
+            be = _Watched()
+            s = measure.measure(be, lambda: None, settings)
+            seen.append((be.calls, s.samples, be.reads, s.energy_j))
+        watched = _Watched()
+        measure.RunWatch(watched)  # PyTorch's per-sample epochs, timed outside measure
+        seen.append(watched.reads)
+        return honest(*a)
+    monkeypatch.setattr(soak, "_seeds", during)
+    soak.soak(cpu, ["gemm"], [1])
+    assert seen == [([1, 1], 1, 0, None)] * len(fixed) + [0], seen
+    assert not measure.VERDICTS_ONLY[0]  # over once the soak is
+    be = _Watched()
+    assert measure.measure(be, lambda: None, batched.STEP_TIMING).samples >= 10 and be.reads > 0
+
+
 def test_each_seed_trains_its_own_draws(tmp_path):
     """A net's draws come from its hyperparameters: the soak's seed must reach them, or every seed trains the
     same net and the row says a seed it did not use."""

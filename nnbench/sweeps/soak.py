@@ -22,7 +22,8 @@ from nnbench import harness, measure, workloads
 from nnbench.workloads.base import Case
 
 WORKLOADS = ("gemm", "conv", "train")
-# Each sample is one launch after the warm-up: the soak checks verdicts, not times.
+# Each sample is one launch after the warm-up: the soak checks verdicts, not times. (measure.VERDICTS_ONLY, set
+# while a soak runs, holds the trainers' own timing settings to the same.)
 ONCE = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
 
 
@@ -107,6 +108,17 @@ def soak(backend, names: list[str], seeds: list[int], on_row: Callable[[str, int
     t0 = time.perf_counter()
     out = Outcome()
     prepared = prepared or prepare(backend, names)
+    was, measure.VERDICTS_ONLY[0] = measure.VERDICTS_ONLY[0], True
+    try:
+        _seeds(backend, names, seeds, on_row, env, deadline, prepared, on_start, on_seed, out)
+    finally:
+        measure.VERDICTS_ONLY[0] = was
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _seeds(backend, names, seeds, on_row, env, deadline, prepared, on_start, on_seed, out: Outcome) -> None:
+    """`soak`'s loop over the seeds, into `out`."""
     for seed in seeds:
         if deadline is not None and time.time() >= deadline:
             out.stopped = "time"
@@ -131,5 +143,3 @@ def soak(backend, names: list[str], seeds: list[int], on_row: Callable[[str, int
             on_seed(seed)
         if out.stopped == "fault":
             break
-    out.seconds = time.perf_counter() - t0
-    return out
