@@ -109,6 +109,35 @@ def test_several_workers_on_one_gpu_slot_give_every_seed_once_in_order(tmp_path)
     assert len(per_seed) == 5 and set(per_seed.values()) == {6}, per_seed
 
 
+# -- what a seed covers ----------------------------------------------------------------------------
+class _Gpu:
+    name = "cuda"
+
+
+# Kernels of a workload's table that are no case of their own: the model path that runs them, which the soak must
+# take (pooling is a stage of LeNet-5's step).
+INSIDE = {("conv", "avg"): "lenet5", ("conv", "max"): "lenet5"}
+
+
+@pytest.mark.parametrize("name", soak.WORKLOADS)
+def test_a_seed_takes_every_gpu_path_of_the_registry_on_some_problem(name):
+    """Every variant the workload's package ships for the GPU (its registry table, not the workload's own pick) is
+    a soak case, taken and not refused by at least one of a seed's problems; every vendor row the GPU has is
+    wanted (PyTorch DDP's session then gives none without ranks: data-parallel training is no one-GPU path)."""
+    from nnbench import workloads
+    work = workloads.workload(name)
+    gpu = [v for v in work.table if v.workload == name and v.backend != "cpu"]
+    assert gpu
+    chosen = {c.variant.name: c for c in soak.cases(name, _Gpu())}
+    problems = soak.problems(name, 7)
+    for v in gpu:
+        case = chosen.get(INSIDE.get((name, v.name), v.name))
+        assert case is not None, f"{name} {v.name}: no soak case"
+        taken = [p for p in problems if work.applies(case, p) and not work.refusal(case, p)]
+        assert taken, f"{name} {case.variant.name}: no soak problem takes it"
+    assert all(work.vendor_wanted(n, list(chosen.values())) for n in work.vendor_names("cuda"))
+
+
 # -- the merge -------------------------------------------------------------------------------------
 def test_workers_give_the_rows_and_verdicts_one_process_gives(cpu):
     """The same seeds in one process and over 3 CPU workers: every (seed, workload, variant, shape) row once,
