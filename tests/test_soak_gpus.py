@@ -263,7 +263,7 @@ def test_the_time_limit_holds_over_workers(planted):
 def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     """Counted, not timed: the workloads compile once per process whatever the seeds, and no seed autotunes; each
     (seed, problem) makes its inputs and float64 reference once (GEMM, convolution) or its trainer once (a net:
-    its data, and on a GPU its float64 reference), shared by every row."""
+    its data, and on a GPU its float64 reference), shared by every row; nothing for a problem no path takes."""
     from nnbench import harness, workloads
     from nnbench.workloads.conv import launch as conv_launch
     from nnbench.workloads.gemm import session as gemm_session
@@ -283,6 +283,8 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     spy(conv_launch, "conv_reference", "conv reference")
     spy(mlp, "PerSampleRun", "net")
     spy(batched, "BatchRun", "net")
+    from nnbench.workloads.conv import lenet
+    spy(lenet, "LeNetRun", "LeNet-5 data")  # none: no path of the CPU backend takes LeNet-5's problems
     given: list = []
     honest_run = harness.run
 
