@@ -38,9 +38,9 @@ from nnbench.errors import NnbenchError
 def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, per_gpu_opt: str,
          time_limit: float | None, backend: str) -> None:
     """Run N fresh seeds over tiny and odd problems (GEMMs 1x1x1 to 127x129x131; convolutions of 1x1 images, stride
-    2 and padding; LeNet-5's step on 1 and 7 images; the smallest nets) on every path the backend has, each case verified as always and timed
-    once. Every FAIL or ERROR row is printed with its seed and the exact command that runs it again; exit 1 on
-    any. --json writes every row, with its seed, as a results file (docs/JSON.md).
+    2 and padding; LeNet-5's step on 1 and 7 images; the smallest nets) on every path the backend has, each case
+    verified as always and timed once. Every FAIL or ERROR row is printed with its seed and the exact command that
+    runs it again; exit 1 on any. --json writes every row, with its seed, as a results file (docs/JSON.md).
 
     \b
     Examples:
