@@ -324,9 +324,11 @@ class _Watched:
 
 def test_a_soak_times_every_launch_once_whatever_settings_the_workload_fixed(cpu, monkeypatch):
     """The trainers and PyTorch's rows time with their own settings (10 samples over 0.3 s, host-issued ones a
-    whole second), not the soak's: while a soak runs, every measure call is the warm-up and one sample, with no
-    NVML reading; outside a soak they are as before."""
+    whole second), and LeNet-5's host-issued steps run 50 calls, not the soak's: while a soak runs, every measure
+    call is the warm-up and one sample, with no NVML reading, and a host-issued step one call; outside a soak
+    they are as before."""
     from nnbench import measure
+    from nnbench.workloads.conv import lenet
     from nnbench.workloads.train import batched, mlp
     fixed = (mlp.BLOCK_TIMING, batched.STEP_TIMING, batched.EAGER_TIMING, batched.LAUNCH_TIMING)
     seen: list = []
@@ -340,13 +342,18 @@ def test_a_soak_times_every_launch_once_whatever_settings_the_workload_fixed(cpu
         watched = _Watched()
         measure.RunWatch(watched)  # PyTorch's per-sample epochs, timed outside measure
         seen.append(watched.reads)
+        lenet.host_issued_ms(watched, lambda: None)  # LeNet-5's host-issued steps, ours and PyTorch's
+        seen.append(watched.calls)
         return honest(*a)
     monkeypatch.setattr(soak, "_seeds", during)
     soak.soak(cpu, ["gemm"], [1])
-    assert seen == [([1, 1], 1, 0, None)] * len(fixed) + [0], seen
+    assert seen == [([1, 1], 1, 0, None)] * len(fixed) + [0, [1]], seen
     assert not measure.VERDICTS_ONLY[0]  # over once the soak is
     be = _Watched()
     assert measure.measure(be, lambda: None, batched.STEP_TIMING).samples >= 10 and be.reads > 0
+    be = _Watched()
+    lenet.host_issued_ms(be, lambda: None)
+    assert be.calls == [lenet.ISSUED_REPS]
 
 
 def test_each_seed_trains_its_own_draws(tmp_path):
