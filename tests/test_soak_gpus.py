@@ -372,14 +372,17 @@ def test_each_seed_trains_its_own_draws(tmp_path):
 # -- on the GPUs -----------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")
-def test_two_seeds_over_every_gpu_pass(tmp_path):
+def test_four_seeds_over_two_workers_on_every_gpu_pass(tmp_path):
+    """Two workers per GPU, each with a CUDA context of its own, every GPU taking some of the seeds."""
+    from nnbench.sweeps.worker import count_gpus
     path = tmp_path / "soak.jsonl"
-    res = run("soak", "--backend", "cuda", "--seeds", 2, "--gpus", "all", "--json", path)
+    res = run("soak", "--backend", "cuda", "--seeds", 4, "--gpus", "all", "--workers-per-gpu", 2, "--json", path)
     assert res.exit_code == 0, res.output
-    assert " 0 failed · 2 of 2 seeds ran" in res.output, res.output
+    assert " 0 failed · 4 of 4 seeds ran" in res.output, res.output
     recs = rows_of(path)
-    assert {r["workload"] for r in recs} == set(soak.WORKLOADS) and len({r["seed"] for r in recs}) == 2
+    assert {r["workload"] for r in recs} == set(soak.WORKLOADS) and len({r["seed"] for r in recs}) == 4
     assert all(r["status"] in ("PASS", "SKIP", "REFERENCE") for r in recs)
+    assert len({r.get("device_index") for r in recs}) == min(count_gpus(), 4)
 
 
 # -- stopping --------------------------------------------------------------------------------------
