@@ -132,7 +132,7 @@ def noisy(bits: int, per_letter: int, seed: int, flips: int = 2, shift_prob: flo
     rng = np.random.default_rng(seed)
     xs, ts, names = [], [], []
     for c in LETTERS:
-        base = bitmap(c, bits)
+        base, code = bitmap(c, bits), target(c)
         for _ in range(per_letter):
             img = base
             if rng.random() < shift_prob:
@@ -142,7 +142,7 @@ def noisy(bits: int, per_letter: int, seed: int, flips: int = 2, shift_prob: flo
             idx = rng.choice(img.size, size=flips, replace=False)
             img[idx] ^= 1
             xs.append(img)
-            ts.append(target(c))
+            ts.append(code)
             names.append(c)
     return Dataset(np.array(xs, dtype=np.float64), np.array(ts), names)
 

@@ -106,6 +106,12 @@ KEEP_THROTTLED = [False]
 # The command line's --energy: measured energy for every measure call whose settings leave `energy` unset.
 ENERGY = [False]
 ENERGY_OFF = "not measured: --energy is off"
+# `nnbench soak`, for every measure call of its process, also those whose settings a workload fixes (a trainer's
+# blocks and steps, PyTorch's rows, which otherwise take 10 samples over a 0.3 s budget, host-issued ones a whole
+# second): one sample after the warm-up, no clock or power readings, no energy. A soak asks for verdicts; what
+# makes them runs as always (the check before timing, the poisoned and checked last batch, the device-wide wait
+# after it), and cold or host-issued launches stay so.
+VERDICTS_ONLY = [False]
 
 
 @dataclass(frozen=True)
@@ -207,9 +213,12 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
     """Time `launch` (a no-argument callable that enqueues one kernel) on `backend`. `last` (an
     audit.LastBatch): once the stop rule has ended the samples, one more batch is timed with the outputs
     poisoned before it and checked after it, and the device is synchronized whole after it (`_last_batch`)."""
-    gpu_ms = backend.timed(launch, 1)  # warm-up
+    if VERDICTS_ONLY[0]:
+        settings = replace(settings, budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
+    gpu_ms = est = backend.timed(launch, 1)  # warm-up
     reps = 1
-    if not settings.cold:
+    # Without a sample length to reach (min_sample_ms 0) every estimate below would pick reps 1: none is timed.
+    if not settings.cold and settings.min_sample_ms > 0:
         est = backend.timed(launch, 1)
         gpu_ms += est
         reps = max(1, min(MAX_REPS, math.ceil(settings.min_sample_ms / max(est, 1e-6))))
@@ -245,7 +254,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
         batch = 1
     else:
         reps, batch = fit_to_queue(backend, launch, reps)
-    tel = backend.telemetry() if hasattr(backend, "telemetry") else None
+    tel = backend.telemetry() if hasattr(backend, "telemetry") and not VERDICTS_ONLY[0] else None
     probes: list = []
     during = (lambda: probes.append(tel.probe())) if tel is not None else None
     kept: list[float] = []
@@ -324,7 +333,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
     stats.gpu_ms = gpu_ms + reps * float(np.sum(everything))
     stats.timing = timing_method(backend, launch, settings.cold, batch, settings.host_issued)
     if tel is None:
-        stats.sm_clock_mhz = backend.sm_clock_mhz()
+        stats.sm_clock_mhz = None if VERDICTS_ONLY[0] else backend.sm_clock_mhz()
     else:
         _clocks(stats, tel, probes, [p for i, p in enumerate(probes) if i not in slow] if kept else probes)
     measure_energy(stats, backend, launch, tel, settings)
@@ -480,7 +489,7 @@ class RunWatch:
 
     def __init__(self, backend) -> None:
         from nnbench.runtime.nvml import ENERGY_COUNTER_S
-        self.tel = backend.telemetry() if hasattr(backend, "telemetry") else None
+        self.tel = backend.telemetry() if hasattr(backend, "telemetry") and not VERDICTS_ONLY[0] else None
         self.probes: list = []
         if self.tel is not None:
             self.tel.start(ENERGY_COUNTER_S)

@@ -60,6 +60,84 @@ def test_the_seeds_split_into_contiguous_slices_as_even_as_can_be(count, parts, 
     assert [seed for s in slices for seed in s] == seeds  # contiguous, in order, each seed once
 
 
+def test_more_workers_than_gpus_take_the_gpus_in_turn_each_with_its_own_slice():
+    """Three workers on each of two GPUs: six slices as even as can be, contiguous and in order, the GPUs taking
+    the slots in turn (every GPU three workers, never one GPU all of the first half)."""
+    seeds = list(range(20))
+    slices = soakpool.split(seeds, 2 * 3)
+    assert [len(s) for s in slices] == [4, 4, 3, 3, 3, 3] and [x for s in slices for x in s] == seeds
+    pinned = [soakpool.worker_backend("cuda", i, [0, 1]) for i in range(6)]
+    assert pinned == ["cuda", "cuda:1", "cuda", "cuda:1", "cuda", "cuda:1"]
+    assert [soakpool.worker_backend("cuda:2", i, [2, 3]) for i in range(4)] == ["cuda:2", "cuda:3"] * 2
+    assert soakpool.worker_backend("cpu", 5, [0]) == "cpu"
+
+
+@pytest.mark.parametrize("gpus, cores, expected", [(1, 16, 16), (2, 32, 16), (8, 128, 16), (2, 256, soakpool.AUTO_CAP),
+                                                   (4, 2, 1), (1, 1, 1), (3, 20, 6)])
+def test_auto_workers_per_gpu_is_each_gpus_share_of_the_cores_capped(gpus, cores, expected):
+    assert soakpool.auto_workers_per_gpu(gpus, "cuda", cores) == expected
+    assert soakpool.auto_workers_per_gpu(gpus, "cpu", cores) == 1  # --gpus N already counts the CPU workers
+
+
+def test_the_help_names_the_cap_that_auto_keeps():
+    assert f"at most {soakpool.AUTO_CAP} per GPU" in " ".join(run("soak", "--help").output.split())
+
+
+def test_each_worker_starts_on_its_own_slice(monkeypatch):
+    """Two workers on one slot: two processes, each handed its own contiguous slice; the seeds merged in order."""
+    handed: list = []
+    honest = soakpool._start
+
+    def watched(s, *a):
+        handed.append(list(s.todo))
+        honest(s, *a)
+    monkeypatch.setattr(soakpool, "_start", watched)
+    seeds = [9, 3, 7, 1, 5]
+    out = soakpool.run("cpu", [0], ["gemm"], seeds, per_gpu=2)
+    assert handed == [[9, 3, 7], [1, 5]] and out.seeds == seeds and not out.failures
+
+
+def test_several_workers_on_one_gpu_slot_give_every_seed_once_in_order(tmp_path):
+    """--gpus 1 --workers-per-gpu 2 on the CPU backend (CI hosts have 2 cores): two workers, their rows in one
+    file, every seed whole."""
+    path = tmp_path / "soak.jsonl"
+    res = run("soak", "--backend", "cpu", "--workload", "gemm", "--seeds", 5, "--gpus", 1, "--workers-per-gpu", 2,
+              "--json", path)
+    assert res.exit_code == 0, res.output
+    assert "5 seeds · backend cpu · 2 CPU workers" in res.output and "5 of 5 seeds ran" in res.output, res.output
+    per_seed = Counter(r["seed"] for r in rows_of(path))
+    assert len(per_seed) == 5 and set(per_seed.values()) == {6}, per_seed
+
+
+# -- what a seed covers ----------------------------------------------------------------------------
+class _Gpu:
+    name = "cuda"
+
+
+# Kernels of a workload's table that are no case of their own: the model path that runs them, which the soak must
+# take (pooling is a stage of LeNet-5's step).
+INSIDE = {("conv", "avg"): "lenet5", ("conv", "max"): "lenet5"}
+
+
+@pytest.mark.parametrize("name", soak.WORKLOADS)
+def test_a_seed_takes_every_gpu_path_of_the_registry_on_some_problem(name):
+    """Every variant the workload's package ships for the GPU (its registry table, not the workload's own pick) is
+    a soak case, taken and not refused by at least one of a seed's problems; every vendor row the GPU has is
+    wanted (PyTorch DDP's session then gives none without ranks: data-parallel training is no one-GPU path)."""
+    from nnbench import workloads
+    work = workloads.workload(name)
+    gpu = [v for v in work.table if v.workload == name and v.backend != "cpu"]
+    assert gpu
+    chosen = {c.variant.name: c for c in soak.cases(name, _Gpu())}
+    problems = soak.problems(name, 7)
+    for v in gpu:
+        case = chosen.get(INSIDE.get((name, v.name), v.name))
+        assert case is not None, f"{name} {v.name}: no soak case"
+        taken = [p for p in problems if work.applies(case, p) and not work.refusal(case, p)]
+        assert taken, f"{name} {case.variant.name}: no soak problem takes it"
+    assert all(work.vendor_wanted(n, list(chosen.values())) for n in work.vendor_names("cuda"))
+
+
 # -- the merge -------------------------------------------------------------------------------------
 def test_workers_give_the_rows_and_verdicts_one_process_gives(cpu):
     """The same seeds in one process and over 3 CPU workers: every (seed, workload, variant, shape) row once,
@@ -100,8 +178,13 @@ def test_soak_gpus_on_the_cpu_backend_writes_one_json_file_of_whole_seeds(tmp_pa
     (["--gpus", "0"], ["--gpus 0", ">= 1"]),
     (["--time-limit", "0"], ["--time-limit"]),
     (["--time-limit", "soon"], ["--time-limit"]),
+    (["--gpus", "1", "--workers-per-gpu", "0"], ["--workers-per-gpu 0", "auto or a number of workers >= 1"]),
+    (["--gpus", "1", "--workers-per-gpu", "many"], ["--workers-per-gpu many", "auto or a number"]),
+    (["--gpus", "1", "--workers-per-gpu", "²"], ["--workers-per-gpu ²", "auto or a number"]),
+    (["--workers-per-gpu", "2"], ["--workers-per-gpu 2", "needs --gpus"]),
+    (["--gpus", "1", "--workers-per-gpu", "100000"], ["--workers-per-gpu 100000", "--backend cpu", "at most"]),
 ])
-def test_bad_gpus_and_time_limits_are_one_line(args, needles):
+def test_bad_gpus_workers_and_time_limits_are_one_line(args, needles):
     res = run("soak", "--backend", "cpu", "--seeds", 2, *args)
     assert res.exit_code == 2, res.output
     lines = [ln for ln in res.output.splitlines() if ln.strip()]
@@ -180,7 +263,7 @@ def test_the_time_limit_holds_over_workers(planted):
 def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     """Counted, not timed: the workloads compile once per process whatever the seeds, and no seed autotunes; each
     (seed, problem) makes its inputs and float64 reference once (GEMM, convolution) or its trainer once (a net:
-    its data, and on a GPU its float64 reference), shared by every row."""
+    its data, and on a GPU its float64 reference), shared by every row; nothing for a problem no path takes."""
     from nnbench import harness, workloads
     from nnbench.workloads.conv import launch as conv_launch
     from nnbench.workloads.gemm import session as gemm_session
@@ -200,6 +283,8 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
     spy(conv_launch, "conv_reference", "conv reference")
     spy(mlp, "PerSampleRun", "net")
     spy(batched, "BatchRun", "net")
+    from nnbench.workloads.conv import lenet
+    spy(lenet, "LeNetRun", "LeNet-5 data")  # none: no path of the CPU backend takes LeNet-5's problems
     given: list = []
     honest_run = harness.run
 
@@ -215,6 +300,60 @@ def test_each_seed_pays_its_references_and_no_compile(cpu, monkeypatch):
         assert count == {"compile": 3, "gemm reference": 6 * n, "conv reference": 6 * n, "net": 2 * n}, count
     # harness.run never compiles per seed itself, and runs the fixed tiles: no autotuner times candidates per seed
     assert given and all(compiled is not None and tuner is None for compiled, tuner in given)
+
+
+class _Watched:
+    """test_measure's FakeBackend that counts its NVML readings (a clock, a telemetry window)."""
+
+    def __init__(self):
+        from .test_measure import FakeBackend
+        self.be, self.reads = FakeBackend([1e-3] * 10_000), 0
+        self.calls = self.be.calls
+
+    def __getattr__(self, name):
+        return getattr(self.be, name)
+
+    def telemetry(self):
+        self.reads += 1
+        return None
+
+    def sm_clock_mhz(self):
+        self.reads += 1
+        return 1980.0
+
+
+def test_a_soak_times_every_launch_once_whatever_settings_the_workload_fixed(cpu, monkeypatch):
+    """The trainers and PyTorch's rows time with their own settings (10 samples over 0.3 s, host-issued ones a
+    whole second), and LeNet-5's host-issued steps run 50 calls, not the soak's: while a soak runs, every measure
+    call is the warm-up and one sample, with no NVML reading, and a host-issued step one call; outside a soak
+    they are as before."""
+    from nnbench import measure
+    from nnbench.workloads.conv import lenet
+    from nnbench.workloads.train import batched, mlp
+    fixed = (mlp.BLOCK_TIMING, batched.STEP_TIMING, batched.EAGER_TIMING, batched.LAUNCH_TIMING)
+    seen: list = []
+    honest = soak._seeds
+
+    def during(*a):  # measured from inside the soak's loop, as its rows are
+        for settings in fixed:
+            be = _Watched()
+            s = measure.measure(be, lambda: None, settings)
+            seen.append((be.calls, s.samples, be.reads, s.energy_j))
+        watched = _Watched()
+        measure.RunWatch(watched)  # PyTorch's per-sample epochs, timed outside measure
+        seen.append(watched.reads)
+        lenet.host_issued_ms(watched, lambda: None)  # LeNet-5's host-issued steps, ours and PyTorch's
+        seen.append(watched.calls)
+        return honest(*a)
+    monkeypatch.setattr(soak, "_seeds", during)
+    soak.soak(cpu, ["gemm"], [1])
+    assert seen == [([1, 1], 1, 0, None)] * len(fixed) + [0, [1]], seen
+    assert not measure.VERDICTS_ONLY[0]  # over once the soak is
+    be = _Watched()
+    assert measure.measure(be, lambda: None, batched.STEP_TIMING).samples >= 10 and be.reads > 0
+    be = _Watched()
+    lenet.host_issued_ms(be, lambda: None)
+    assert be.calls == [lenet.ISSUED_REPS]
 
 
 def test_each_seed_trains_its_own_draws(tmp_path):
@@ -233,14 +372,17 @@ def test_each_seed_trains_its_own_draws(tmp_path):
 # -- on the GPUs -----------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not gpu_available(), reason="needs a CUDA GPU")
-def test_two_seeds_over_every_gpu_pass(tmp_path):
+def test_four_seeds_over_two_workers_on_every_gpu_pass(tmp_path):
+    """Two workers per GPU, each with a CUDA context of its own, every GPU taking some of the seeds."""
+    from nnbench.sweeps.worker import count_gpus
     path = tmp_path / "soak.jsonl"
-    res = run("soak", "--backend", "cuda", "--seeds", 2, "--gpus", "all", "--json", path)
+    res = run("soak", "--backend", "cuda", "--seeds", 4, "--gpus", "all", "--workers-per-gpu", 2, "--json", path)
     assert res.exit_code == 0, res.output
-    assert " 0 failed · 2 of 2 seeds ran" in res.output, res.output
+    assert " 0 failed · 4 of 4 seeds ran" in res.output, res.output
     recs = rows_of(path)
-    assert {r["workload"] for r in recs} == set(soak.WORKLOADS) and len({r["seed"] for r in recs}) == 2
+    assert {r["workload"] for r in recs} == set(soak.WORKLOADS) and len({r["seed"] for r in recs}) == 4
     assert all(r["status"] in ("PASS", "SKIP", "REFERENCE") for r in recs)
+    assert len({r.get("device_index") for r in recs}) == min(count_gpus(), 4)
 
 
 # -- stopping --------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ and the command that reproduces it, exit 1 on any (nnbench/sweeps/soak.py)."""
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -22,24 +23,29 @@ from nnbench.errors import NnbenchError
 @click.option("--workload", type=click.Choice(["gemm", "conv", "train", "all"]), default="all", show_default=True,
               help="Which workload's paths to soak.")
 @click.option("--gpus", "gpus_opt", metavar="all|N",
-              help="Split the seeds into contiguous slices, one worker process per GPU of this host (the first N "
-                   "from --device, or all), each pinned to its GPU; one --json file. With --backend cpu: N CPU "
-                   "workers.")
+              help="Split the seeds into contiguous slices over worker processes on the GPUs of this host (the "
+                   "first N from --device, or all), --workers-per-gpu on each, each pinned to its GPU; one --json "
+                   "file. With --backend cpu: N CPU workers.")
+@click.option("--workers-per-gpu", "per_gpu_opt", metavar="auto|N", default="auto", show_default=True,
+              help="With --gpus: worker processes per GPU, each with its own CUDA context and its own slice of the "
+                   "seeds (a seed is mostly host work: Python, float64 references, audits). auto: the host's cores "
+                   "over the GPUs, at most 16 per GPU; 1 with --backend cpu, where --gpus N counts the workers.")
 @click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
               metavar="SECONDS",
               help="Start no seed after this many seconds (a seed under way finishes); say how many seeds ran.")
 @app.json_option
 @app.backend_option
-def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time_limit: float | None,
-         backend: str) -> None:
+def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, per_gpu_opt: str,
+         time_limit: float | None, backend: str) -> None:
     """Run N fresh seeds over tiny and odd problems (GEMMs 1x1x1 to 127x129x131; convolutions of 1x1 images, stride
-    2 and padding; the smallest nets) on every path the backend has, each case verified as always and timed
-    once. Every FAIL or ERROR row is printed with its seed and the exact command that runs it again; exit 1 on
-    any. --json writes every row, with its seed, as a results file (docs/JSON.md).
+    2 and padding; LeNet-5's step on 1 and 7 images; the smallest nets) on every path the backend has, each case
+    verified as always and timed once. Every FAIL or ERROR row is printed with its seed and the exact command that
+    runs it again; exit 1 on any. --json writes every row, with its seed, as a results file (docs/JSON.md).
 
     \b
     Examples:
       nnbench soak --seeds 1000 --gpus all --time-limit 500 --json soak.jsonl
+      nnbench soak --seeds 1000 --gpus all --workers-per-gpu 12   # 12 processes on each GPU
       nnbench soak --workload gemm --seed 1234   # one reported seed again (its line names the backend too)
     """
     from nnbench import results
@@ -50,11 +56,22 @@ def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time
     given = click.get_current_context().get_parameter_source("count")
     if seed is not None and given == click.core.ParameterSource.COMMANDLINE:
         raise NnbenchError(f"--seeds {count} and --seed {seed} are exclusive: --seed runs that one seed")
+    per_gpu_text(per_gpu_opt)
+    given_per_gpu = click.get_current_context().get_parameter_source("per_gpu_opt")
+    if given_per_gpu == click.core.ParameterSource.COMMANDLINE and not gpus_opt:
+        raise NnbenchError(f"--workers-per-gpu {per_gpu_opt}: needs --gpus all|N (without it the soak runs in this "
+                           "one process)")
     gpus = None
     if gpus_opt:
         from nnbench.cli.sweep import _gpus
+        from nnbench.sweeps import soakpool
         backend = app.worker_backend(backend)  # this process never initialises CUDA: its workers own the GPUs
         gpus = _gpus(gpus_opt, backend)
+        per_gpu = soakpool.auto_workers_per_gpu(len(gpus), backend) if per_gpu_opt == "auto" else int(per_gpu_opt)
+        cores = os.cpu_count() or 1
+        if backend == "cpu" and len(gpus) * per_gpu > cores:
+            raise NnbenchError(f"--workers-per-gpu {per_gpu_opt}: with --backend cpu --gpus {gpus_opt}, at most "
+                               f"{max(1, cores // len(gpus))} (this machine's {cores} cores over {len(gpus)})")
         be = None
     else:
         be = app.open_device(backend)
@@ -73,15 +90,18 @@ def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time
             out = soak_mod.soak(be, names, seeds, on_row, env=results.environment(be), deadline=deadline)
             name = be.name
         else:
-            from nnbench.sweeps import soakpool
-            workers = len(soakpool.split(seeds, len(gpus)))
+            workers = len(soakpool.split(seeds, len(gpus) * per_gpu))
             said: list[str] = []
 
             def hello(backend_name: str) -> None:
                 said.append(backend_name)
-                kind = "GPU" if backend_name != "cpu" else "CPU worker"
-                app.out.print(f"{head} · backend {backend_name} · {workers} {kind}{'s' if workers > 1 else ''}")
-            out = soakpool.run(backend, gpus, names, seeds, deadline, on_row, hello)
+                if backend_name == "cpu":
+                    spread = f"{workers} CPU worker{'s' if workers > 1 else ''}"
+                else:
+                    on = min(len(gpus), workers)
+                    spread = f"{on} GPU{'s' if on > 1 else ''}, {workers} worker{'s' if workers > 1 else ''}"
+                app.out.print(f"{head} · backend {backend_name} · {spread}")
+            out = soakpool.run(backend, gpus, names, seeds, deadline, on_row, hello, per_gpu=per_gpu)
             name = said[0] if said else backend
     finally:
         if sink is not None:
@@ -93,6 +113,11 @@ def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, time
         app.out.print(f"JSON: {escape(str(sink.path))}")
     if out.failures:
         sys.exit(1)
+
+
+def per_gpu_text(text: str) -> None:
+    if text != "auto" and not (text.isascii() and text.isdigit() and int(text) >= 1):  # not '²', which isdigit
+        raise NnbenchError(f"--workers-per-gpu {text}: expected auto or a number of workers >= 1")
 
 
 def summary(out, asked: int, time_limit: float | None) -> str:

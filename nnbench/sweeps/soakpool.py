@@ -1,9 +1,11 @@
-"""`nnbench soak --gpus`: the seeds in contiguous slices, one worker process per GPU (or per CPU worker on the
-CPU backend), each running soak.soak on its slice and streaming every row back as it is made, so the parent
-writes one --json file and prints the failures as a one-process soak does.
+"""`nnbench soak --gpus`: the seeds in contiguous slices, one per worker process, several workers per GPU
+(`--workers-per-gpu`; on the CPU backend each "GPU" is a CPU worker), each running soak.soak on its slice and
+streaming every row back as it is made, so the parent writes one --json file and prints the failures as a
+one-process soak does.
 
 The workers start as a sweep's do (worker.spawn: a fresh interpreter, pinned to its GPU through the backend's
-name, `cuda:N`). The first compiles every case (nvcc on a cold cache) before the others start, so they find
+name, `cuda:N`, each with a CUDA context of its own); worker i takes GPU i mod the GPU count, so the GPUs get
+workers in turn. The first compiles every case (nvcc on a cold cache) before the others start, so they find
 the cache warm instead of running the same nvcc side by side. A kernel fault poisons a worker's context: it
 stops after that seed, and the parent starts a fresh worker for the rest of its slice. A worker that dies or
 goes silent past the watchdog is one ERROR row for the workload and seed it had in hand, and the same. Ctrl-C
@@ -33,6 +35,22 @@ MODULE = "nnbench.sweeps.soakpool"
 # A soak row is one launch of a tiny problem after its checks; a net's row, a few iterations. Minutes of silence
 # from a worker that has compiled is a hang (a kernel that never returns), not work.
 WATCHDOG_S = 300.0
+# `--workers-per-gpu auto` on a GPU: one worker per core of the GPU's share of the host, at most this many. A soak
+# row is a tiny launch between host work (Python, float64 references, audits), so the GPU waits on its host
+# process and each worker adds a core's worth of rows; past the cores they only take turns. The cap bounds what
+# the contexts cost where a host has many cores per GPU (each context holds device memory of its own, and the
+# GPU time-slices between contexts): 16 is the share of a 2 x H200 host (32 cores, 2 GPUs), the layout the soak
+# is sized for; more per GPU is unmeasured.
+AUTO_CAP = 16
+
+
+def auto_workers_per_gpu(gpus: int, backend: str, cores: int | None = None) -> int:
+    """`--workers-per-gpu auto`: the GPUs' share of the host's cores, each, up to AUTO_CAP; 1 on the CPU backend,
+    whose `--gpus N` already counts its workers."""
+    if backend.startswith("cpu"):
+        return 1
+    cores = cores if cores is not None else (os.cpu_count() or 1)
+    return max(1, min(AUTO_CAP, cores // max(1, gpus)))
 
 
 def split(seeds: list[int], parts: int) -> list[list[int]]:
@@ -49,9 +67,11 @@ def split(seeds: list[int], parts: int) -> list[list[int]]:
 
 
 def worker_backend(backend: str, slot: int, gpus: list[int]) -> str:
-    """The backend a slot's worker opens: pinned to its GPU as a sweep's worker is; the CPU backend as it is."""
+    """The backend slot `slot`'s worker opens: pinned to GPU gpus[slot mod len(gpus)] as a sweep's worker is (the
+    GPUs take the slots in turn, so every GPU has as many workers as the next, give or take one); the CPU
+    backend as it is."""
     from nnbench.sweeps.sweep import pinned
-    return backend if backend.startswith("cpu") else pinned(backend, gpus[slot])
+    return backend if backend.startswith("cpu") else pinned(backend, gpus[slot % len(gpus)])
 
 
 @dataclass
@@ -68,12 +88,14 @@ class _Slot:
 
 def run(backend: str, gpus: list[int], names: list[str], seeds: list[int], deadline: float | None = None,
         on_row: Callable[[str, int, dict], None] | None = None, on_hello: Callable[[str], None] | None = None,
-        watchdog_s: float = WATCHDOG_S) -> soak_mod.Outcome:
-    """Soak `seeds` over one worker per entry of `gpus` (CPU workers on the CPU backend); the Outcome of all
-    together, its seeds and failures in the given seeds' order. `on_row(workload, seed, record)` as each row
-    arrives; `on_hello(backend name)` once the first worker has opened its backend."""
+        watchdog_s: float = WATCHDOG_S, per_gpu: int = 1) -> soak_mod.Outcome:
+    """Soak `seeds` over `per_gpu` workers per entry of `gpus` (CPU workers on the CPU backend), one contiguous
+    slice of the seeds each; the Outcome of all together, its seeds and failures in the given seeds' order.
+    `on_row(workload, seed, record)` as each row arrives; `on_hello(backend name)` once the first worker has
+    opened its backend."""
     t0 = time.perf_counter()
-    slots = [_Slot(worker_backend(backend, i, gpus), part) for i, part in enumerate(split(seeds, len(gpus)))]
+    slots = [_Slot(worker_backend(backend, i, gpus), part)
+             for i, part in enumerate(split(seeds, len(gpus) * per_gpu))]
     out = soak_mod.Outcome()
     share, hello, waiting = len(slots), [False], slots[1:]  # the others start once the first has compiled
     try:

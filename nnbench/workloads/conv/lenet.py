@@ -476,13 +476,18 @@ def torch_model(params):
 ISSUED_REPS = 50  # steps back to back as the host issues them, for ours and PyTorch alike
 
 
+def issued_reps() -> int:
+    """ISSUED_REPS, or one call while a soak runs (measure.VERDICTS_ONLY: its rows are there for their checks)."""
+    return 1 if measure.VERDICTS_ONLY[0] else ISSUED_REPS
+
+
 def host_issued_ms(backend, fn) -> float:
-    """Milliseconds per call of `fn` (after 3 warm-up calls) over ISSUED_REPS calls issued back to
+    """Milliseconds per call of `fn` (after 3 warm-up calls) over issued_reps() calls issued back to
     back from Python between two CUDA events on the default stream, where PyTorch's eager kernels
     run too: launch gaps included, as a training loop sees them."""
     for _ in range(3):
         fn()
-    return backend.timed(fn, ISSUED_REPS)
+    return backend.timed(fn, issued_reps())
 
 
 def torch_step_check(params, x, labels, rate: float, ref_params) -> tuple[float, float]:
@@ -596,7 +601,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
                iqr_ms=fwd.iqr_ms, samples=fwd.samples, timing=fwd.timing, launches_per_step=len(net.forward_launches))
     yield rec
     yield dict(rec, variant=row_name(path, "step-issued"), params=rec["params"] + ", host-issued (launch gaps "
-               "included)", median_ms=issued_ms, iqr_ms=None, samples=ISSUED_REPS, timing=None)  # params say how
+               "included)", median_ms=issued_ms, iqr_ms=None, samples=issued_reps(), timing=None)  # params say how
     if backend.runs_kernels:  # the same step as one CUDA graph, on a fresh copy of the model, checked alike
         gnet = GpuLeNet(backend, params, x, labels, rate, path)
         try:
@@ -613,7 +618,7 @@ def _path_rows(backend, path: str, params, x, labels, rate: float, settings, bas
                         timing=gstep.timing)
             yield grec
             yield dict(grec, variant=row_name(path, "step-graph-issued"), params=grec["params"] + ", host-issued",
-                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=ISSUED_REPS, timing=None)
+                       median_ms=host_issued_ms(backend, graph), iqr_ms=None, samples=issued_reps(), timing=None)
 
 
 class LeNetRun:
