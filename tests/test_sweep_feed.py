@@ -156,3 +156,31 @@ def test_a_worker_whose_kernel_time_passes_the_wall_time_shows_no_overhead():
     assert skewed.overhead == 0.0 and skewed.overhead_total == 0.0
     assert sweep.Outcome(path=None, jobs=8, run_s=10.0, wall_s=12.0, gpu_s=30.0, workers=4).overhead \
         == pytest.approx(0.25)
+
+
+def test_two_threads_asking_for_one_kernel_run_one_nvcc(monkeypatch, tmp_path):
+    """The background compile hands cases to several threads; two that need one kernel (the trainers' shared tile
+    sets) build it once: the second waits and finds the first's cubin in the cache."""
+    from nnbench import paths
+    from nnbench.runtime import compile as cc
+
+    runs = []
+
+    def nvcc(cmd, **kwargs):
+        runs.append(cmd)
+        time.sleep(0.2)
+        out = cmd[cmd.index("-o") + 1]
+        open(out, "wb").close()
+        return SimpleNamespace(returncode=0, stderr="", stdout="")
+
+    monkeypatch.setattr(cc, "nvcc_path", lambda: "nvcc")
+    monkeypatch.setattr(cc, "nvcc_version", lambda: "V0")
+    monkeypatch.setattr(cc.subprocess, "run", nvcc)
+    req = cc.CompileRequest.make(paths.KERNELS / "gemm/02_tiled.cu", {"TS": 16}, "sm_90")
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(cc.compile_cubin(req, tmp_path))) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(runs) == 1 and sorted(g.cached for g in got) == [False, True, True]
