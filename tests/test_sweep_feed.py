@@ -184,3 +184,10 @@ def test_two_threads_asking_for_one_kernel_run_one_nvcc(monkeypatch, tmp_path):
     for t in threads:
         t.join()
     assert len(runs) == 1 and sorted(g.cached for g in got) == [False, True, True]
+
+
+def test_an_up_front_compile_stays_out_of_the_run_time(monkeypatch, tmp_path):
+    """Where the kernels are compiled first (an MPI pool), the run time starts after them, as it always did: the
+    overhead outside kernels is the run's, not nvcc's. With the feed, the run starts at once."""
+    first, _ = _sweep(monkeypatch, tmp_path, "off", overlap=False)
+    assert first.compile.wall_s >= 2 * COMPILE_S and first.run_s < COMPILE_S and not first.compile.overlapped

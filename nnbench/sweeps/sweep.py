@@ -690,7 +690,6 @@ class SweepRun:
         the order the jobs run and each job waits for its own kernel only (nnbench/sweeps/feed.py); else they are
         all compiled first. Either way a case beyond the device's registers is a SKIP row in its place."""
         link_shapes(todo)
-        self.t_run = time.perf_counter()
         feed = None
         order = [j.case for seg in self.segments(todo)[1] for j in seg
                  if j.kind == "case" and id(j) not in self.skip and j.case.variant.source]
@@ -701,6 +700,7 @@ class SweepRun:
         else:
             self.outcome.compile = self.compile(todo)
             self.emit("compiled", stats=self.outcome.compile)
+        self.t_run = time.perf_counter()  # after an up-front compile; with the feed, its first cases' waits count
         self.emit("start", total=len(todo), resumed=self.outcome.resumed, stale=self.outcome.stale,
                   path=self.outcome.path)
         try:
