@@ -4,9 +4,10 @@ One worker: each next job is sent before the parent writes the last record (the 
 waiting in its pipe), so appending, fsync'ing and drawing the progress bar never leave the GPU idle.
 Several workers: one thread per worker takes jobs from a shared queue; every worker is pinned to its
 own GPU (`cuda:N`: its context lives on that device only) and loads the kernels the parent compiled
-once into the host's cache. The workers are started once, all at once (`start`), and each slot takes
-its first job as soon as its own worker is ready, not once every worker is. Records come back to the
-caller's thread in the order they finish, so one writer appends them all to one result file.
+once into the host's cache (a job goes out once its own kernel is built: `run`'s `resolve`). The
+workers are started once, all at once (`start`), and each slot takes its first job as soon as its
+own worker is ready, not once every worker is. Records come back to the caller's thread in the
+order they finish, so one writer appends them all to one result file.
 
 A worker that dies or goes silent past the watchdog is killed; its job comes back as an ERROR
 record, and a fresh worker takes the next job (the same for every slot).

@@ -6,8 +6,10 @@ The order of work, and why:
    device's limits are. The parent process never touches CUDA, so it survives any kernel.
 2. Refuse what cannot run here (wrong backend, threads, static shared memory) as SKIP rows.
 3. Compile every distinct (source, params, arch) in parallel, one nvcc per core, into the
-   content-addressed cache. After ptxas reports registers, refuse what needs more registers per
-   block than the device has (SKIP). A failed compile is an ERROR row for its cases.
+   content-addressed cache: in the background, in the order the jobs run, while the first cases
+   run (nnbench/sweeps/feed.py; each job waits for its own kernel only), or all first where an MPI
+   pool or a search runs them. After ptxas reports registers, refuse what needs more registers per
+   block than the device has (SKIP, in the case's place). A failed compile is an ERROR row for its cases.
 4. Run the rest one job at a time: per shape, cuBLAS first, then the baseline, then the swept
    cases, so each record can carry % of cuBLAS and speedup the moment it is written.
 Every record is appended to the CSV and fsync'ed before the next job starts. A re-run of the same
