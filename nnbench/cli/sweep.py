@@ -75,7 +75,7 @@ def _compile_line(st) -> str:
         return "compile: nothing to compile"
     line = (f"compile: {st.kernels} kernels for {st.arch} · {st.compiled} compiled, {st.cached} cached, "
             f"{st.failed} failed{f', {st.skipped} beyond the device limits' if st.skipped else ''} · "
-            f"{st.wall_s:.1f} s wall on {st.jobs} jobs")
+            f"{st.wall_s:.1f} s wall on {st.jobs} jobs{' while the first cases ran' if st.overlapped else ''}")
     if st.compiled:
         line += (f" · nvcc CPU {st.nvcc_cpu_s:.1f} s ({st.cpu_per_core_s:.1f} s per job) · "
                  f"wall/ideal {st.wall_vs_ideal:.2f}")
@@ -328,7 +328,7 @@ def print_outcome(spec, outcome) -> None:
                  f"{100 * outcome.overhead:.1f}% of the run ({100 * outcome.overhead_total:.1f}% of the whole)")
         if len(outcome.worker_overheads) > 1:
             line += " · per worker, the run's wall time outside its kernels: " + ", ".join(
-                f"{100 * o:.1f}%" for o in outcome.worker_overheads)
+                f"{100 * o:.1f}% ({s:.1f} s)" for o, s in zip(outcome.worker_overheads, outcome.worker_outside_s))
     app.out.print(line)
     if spec.workload_name == "kernel" and outcome.backend == "cpu":
         app.out.print("CPU backend: no kernel ran; each problem's float64 reference was timed and verified against "

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -178,10 +179,23 @@ def arch_flags(arch: str) -> list[str]:
     return [f"-arch={arch}"]
 
 
+_BUILDING: dict[Path, threading.Lock] = {}  # cache entry -> held while this process builds it
+_BUILDING_GUARD = threading.Lock()
+
+
 def compile_cubin(req: CompileRequest, cache: Path | None = None) -> Compiled:
-    """Compile one (source, params, arch) into the cache, or return the cached cubin."""
+    """Compile one (source, params, arch) into the cache, or return the cached cubin. Two threads asking for one
+    kernel at once (a sweep's background compile: two cases, one tile set) run one nvcc; the second finds the
+    first's cubin in the cache."""
     cache = cache or paths.cache_dir()
     key = cache_key(req)
+    with _BUILDING_GUARD:
+        building = _BUILDING.setdefault(cache / key, threading.Lock())
+    with building:
+        return _compile_cubin(req, cache, key)
+
+
+def _compile_cubin(req: CompileRequest, cache: Path, key: str) -> Compiled:
     cubin = cache / f"{key}.cubin"
     meta = cache / f"{key}.json"
     if cubin.exists() and meta.exists():

@@ -4,9 +4,10 @@ One worker: each next job is sent before the parent writes the last record (the 
 waiting in its pipe), so appending, fsync'ing and drawing the progress bar never leave the GPU idle.
 Several workers: one thread per worker takes jobs from a shared queue; every worker is pinned to its
 own GPU (`cuda:N`: its context lives on that device only) and loads the kernels the parent compiled
-once into the host's cache. The workers are started once, all at once (`start`), and each slot takes
-its first job as soon as its own worker is ready, not once every worker is. Records come back to the
-caller's thread in the order they finish, so one writer appends them all to one result file.
+once into the host's cache (a job goes out once its own kernel is built: `run`'s `resolve`). The
+workers are started once, all at once (`start`), and each slot takes its first job as soon as its
+own worker is ready, not once every worker is. Records come back to the caller's thread in the
+order they finish, so one writer appends them all to one result file.
 
 A worker that dies or goes silent past the watchdog is killed; its job comes back as an ERROR
 record, and a fresh worker takes the next job (the same for every slot).
@@ -20,6 +21,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from nnbench.sweeps.worker import Job, Worker, WorkerDied, WorkerHung
+
+Resolve = Callable[[Job], "dict | None"]
 
 
 def failure(e: Exception) -> dict:
@@ -78,18 +81,23 @@ class WorkerPool:
             w.kill() if failed else w.close()  # a fault leaves the context poisoned: the worker exits
             self.workers[slot] = None
 
-    def run(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
-        """Each job's record (None: the vendor's library is absent), as jobs finish."""
+    def run(self, jobs: list[Job], resolve: Resolve = lambda job: None) -> Iterator[tuple[Job, dict | None]]:
+        """Each job's record (None: the vendor's library is absent), as jobs finish. `resolve(job)`, called on the
+        slot's thread just before the job is sent: it may wait (for the job's kernel, still compiling) and fill
+        the job in, and returns None to send it, or the record that stands for it (it is not sent)."""
         if not jobs:
             return iter(())
-        return self._serial(jobs) if self.size == 1 else self._parallel(jobs)
+        return self._serial(jobs, resolve) if self.size == 1 else self._parallel(jobs, resolve)
 
-    def _serial(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+    def _serial(self, jobs: list[Job], resolve: Resolve) -> Iterator[tuple[Job, dict | None]]:
         todo = deque(jobs)
         inflight: tuple[Job, int] | None = None
         while todo or inflight:
             if inflight is None:
                 job = todo.popleft()
+                if (answered := resolve(job)) is not None:
+                    yield job, answered
+                    continue
                 try:
                     inflight = (job, self._worker(0).submit("run", job))
                 except WorkerDied as e:
@@ -105,16 +113,20 @@ class WorkerPool:
                 yield job, failure(e)
                 continue
             self._drop(0, rec)
+            answered = None
             if todo and self.workers[0] is not None:  # the next job goes out before this record is written
                 nxt = todo.popleft()
-                try:
-                    inflight = (nxt, self.workers[0].submit("run", nxt))
-                except WorkerDied:
-                    self._drop(0, failed=True)
-                    todo.appendleft(nxt)  # not its fault: it runs on a fresh worker
+                if (answered := resolve(nxt)) is None:
+                    try:
+                        inflight = (nxt, self.workers[0].submit("run", nxt))
+                    except WorkerDied:
+                        self._drop(0, failed=True)
+                        todo.appendleft(nxt)  # not its fault: it runs on a fresh worker
             yield job, rec
+            if answered is not None:  # after the record before it: the plan's order
+                yield nxt, answered
 
-    def _parallel(self, jobs: list[Job]) -> Iterator[tuple[Job, dict | None]]:
+    def _parallel(self, jobs: list[Job], resolve: Resolve) -> Iterator[tuple[Job, dict | None]]:
         todo: queue.Queue = queue.Queue()
         for j in jobs:
             todo.put(j)
@@ -127,8 +139,10 @@ class WorkerPool:
                 return None
 
         def send(i: int, job: Job) -> tuple[Job, int | None, dict | None]:
-            """(job, its id, None) once sent, or (job, None, the ERROR record) where no worker took it."""
+            """(job, its id, None) once sent, or (job, None, a record) where no worker took it: resolve's, or ERROR."""
             try:
+                if (answered := resolve(job)) is not None:
+                    return job, None, answered
                 return job, self._worker(i).submit("run", job), None
             except WorkerDied as e:
                 self._drop(i, failed=True)
@@ -144,7 +158,7 @@ class WorkerPool:
                 job, job_id, rec = inflight
                 if job_id is None:
                     done.put((job, rec))
-                    if rec["error"].startswith("worker:"):
+                    if rec.get("status") == "ERROR" and str(rec.get("error")).startswith("worker:"):
                         break
                     job = take()
                     inflight = send(i, job) if job is not None else None

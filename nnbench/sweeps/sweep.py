@@ -6,8 +6,10 @@ The order of work, and why:
    device's limits are. The parent process never touches CUDA, so it survives any kernel.
 2. Refuse what cannot run here (wrong backend, threads, static shared memory) as SKIP rows.
 3. Compile every distinct (source, params, arch) in parallel, one nvcc per core, into the
-   content-addressed cache. After ptxas reports registers, refuse what needs more registers per
-   block than the device has (SKIP). A failed compile is an ERROR row for its cases.
+   content-addressed cache: in the background, in the order the jobs run, while the first cases
+   run (nnbench/sweeps/feed.py; each job waits for its own kernel only), or all first where an MPI
+   pool or a search runs them. After ptxas reports registers, refuse what needs more registers per
+   block than the device has (SKIP, in the case's place). A failed compile is an ERROR row for its cases.
 4. Run the rest one job at a time: per shape, cuBLAS first, then the baseline, then the swept
    cases, so each record can carry % of cuBLAS and speedup the moment it is written.
 Every record is appended to the CSV and fsync'ed before the next job starts. A re-run of the same
@@ -29,9 +31,11 @@ from nnbench import memory, paths, results, safeio
 from nnbench.errors import CompileError, NnbenchError
 from nnbench.harness import Comparisons
 from nnbench.runtime import provenance
+from nnbench.runtime.compile import nvcc_path, usable_cache
 from nnbench.runtime.device import for_arch
 from nnbench.sweeps import strategies
 from nnbench.sweeps.config import SweepSpec
+from nnbench.sweeps.feed import KernelFeed, feed_jobs
 from nnbench.sweeps.pool import MpiPool, WorkerPool
 from nnbench.sweeps.worker import Job, Worker
 
@@ -49,6 +53,7 @@ class CompileStats:
     wall_s: float = 0.0
     nvcc_cpu_s: float = 0.0  # user + system time of every nvcc and its children
     load_s: float | None = None  # loading every cubin into the worker's context
+    overlapped: bool = False  # compiled in the background while the first cases ran (nnbench/sweeps/feed.py)
     arch: str = ""
 
     @property
@@ -74,7 +79,8 @@ class Outcome:
     restarts: int = 0
     requeued: int = 0  # jobs sent again because their MPI rank was lost or failed
     wall_s: float = 0.0  # the whole sweep: worker start, compile, every job
-    run_s: float = 0.0  # the jobs alone, compilation excluded
+    run_s: float = 0.0  # from the first job sent to the last record: an up-front compile excluded, one that overlaps
+    # the first cases (a pool of this host's workers) included where a job waited for its kernel
     gpu_s: float = 0.0  # kernel time, summed over every worker
     workers: int = 1  # the workers that ran jobs side by side (--gpus N, MPI ranks)
     worker_s: float = 0.0  # the workers' own time per job (inputs, verification, timing), summed
@@ -88,24 +94,36 @@ class Outcome:
 
     @property
     def overhead(self) -> float | None:
-        """The share of the run phase (compilation is reported on its own) spent outside kernels,
-        where kernel time is the event-timed GPU time of every launch of every case. Several workers
-        each had the whole run: their kernel time, summed, is set against the run times the workers
-        (else four GPUs' kernel time over one wall clock came out as -201.7%)."""
-        return 1.0 - self.gpu_s / (self.run_s * self.workers) if self.run_s > 0 and self.jobs else None
+        """The share of the run phase spent outside kernels, where kernel time is the event-timed GPU time of every
+        launch of every case. Several workers each had the whole run: their kernel time, summed, is set against the
+        run times the workers (else four GPUs' kernel time over one wall clock came out as -201.7%)."""
+        return outside(self.gpu_s, self.run_s * self.workers) if self.run_s > 0 and self.jobs else None
 
     @property
     def worker_overheads(self) -> list[float]:
-        """Per worker of several: the share of the run's wall time that worker spent outside its own kernels.
-        A worker runs one job at a time, so its kernel time fits in the wall time: never negative."""
+        """Per worker of several: the share of the run's wall time that worker spent outside its own kernels."""
         if self.run_s <= 0 or not self.jobs:
             return []
-        return [1.0 - g / self.run_s for g in self.worker_gpu_s]
+        return [outside(g, self.run_s) for g in self.worker_gpu_s]
+
+    @property
+    def worker_outside_s(self) -> list[float]:
+        """Per worker of several: the seconds of the run's wall time outside its own kernels (never below 0)."""
+        return [o * self.run_s for o in self.worker_overheads]
 
     @property
     def overhead_total(self) -> float | None:
         """The same share of the whole command's wall time: worker start and compilation included."""
-        return 1.0 - self.gpu_s / (self.wall_s * self.workers) if self.wall_s > 0 and self.jobs else None
+        return outside(self.gpu_s, self.wall_s * self.workers) if self.wall_s > 0 and self.jobs else None
+
+
+def outside(kernel_s: float, wall_s: float) -> float:
+    """The share of `wall_s` outside `kernel_s`, never below 0. A worker runs one job at a time, so its kernels fit in
+    the wall time, but the two are read on two clocks: kernel time on the GPU's (CUDA events, summed over thousands
+    of samples, each read to about 0.5 us, and per-launch estimates times their launch counts), wall time on the
+    host's. A worker busy all the run can so sum a little more kernel time than wall time; "less than no time
+    outside kernels" is that error, not a saving, and is shown as 0."""
+    return max(0.0, 1.0 - kernel_s / wall_s)
 
 
 # -- the result file ------------------------------------------------------------------------------
@@ -345,14 +363,31 @@ def _compile(work, cases, arch: str, jobs: int | None):
     stats.wall_s = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     stats.nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return _tally(stats, compiled), compiled
+
+
+def _feed_stats(feed: KernelFeed, arch: str) -> CompileStats:
+    """The background compile's stats, in the up-front compile's terms; its wall time overlapped the run."""
+    compiled = feed.wait_all()
+    stats = CompileStats(kernels=len({(c.variant.source, c.params) for c in feed.cases}), jobs=feed.jobs, arch=arch,
+                         wall_s=feed.wall_s, nvcc_cpu_s=feed.nvcc_cpu_s, overlapped=True)
+    # one entry per distinct kernel, as work.compile of them all gives one result object per kernel
+    by_kernel = {(c.variant.source, c.params): comp for c, comp in compiled.items()}
+    return _tally(stats, dict(enumerate(by_kernel.values())))
+
+
+def _tally(stats: CompileStats, compiled: dict) -> CompileStats:
+    """Count the compile's results: failed, served from the cache, built now."""
     for comp in {id(c): c for c in compiled.values()}.values():  # one result object per distinct kernel
         if isinstance(comp, CompileError):
             stats.failed += 1
+        elif comp is None:  # a workload that only fills the cache (the trainers) says nothing per kernel
+            continue
         elif comp.cached:
             stats.cached += 1
         else:
             stats.compiled += 1
-    return stats, compiled
+    return stats
 
 
 @dataclass(frozen=True)
@@ -421,9 +456,8 @@ def execute(spec: SweepSpec, opts: RunOptions = RunOptions(), events: Events | N
             first_worker = worker
         run.start_pool(runner, backend, make_worker, first_worker, len(todo), len(opts.gpus) or 1)
         worker = None  # the pool owns it now
-        if not searching:
-            outcome.compile = run.compile(todo)
-        emit("compiled", stats=outcome.compile)
+        if searching:
+            emit("compiled", stats=outcome.compile)
         run_started = time.time()
         try:
             if searching:
@@ -642,21 +676,56 @@ class SweepRun:
         stats, got = _compile(self.spec.workload, cases, self.arch, self.jobs)
         self.compiled.update(got)
         for j in batch:
-            comp = self.compiled.get(j.case) if j.kind == "case" else None
-            if comp is not None and not isinstance(comp, CompileError):
-                why = j.case.variant.device_problems(j.case.param_dict, self.device,
-                                                     self.spec.workload.registers(j.case, comp))
-                if why:
-                    self.skip[id(j)] = why[0]
+            if j.kind == "case" and (why := self.beyond_registers(j, self.compiled.get(j.case))):
+                self.skip[id(j)] = why
         return stats
 
-    def run_all(self, todo: list[Job]) -> None:
+    def beyond_registers(self, j: Job, comp) -> str | None:
+        """Why the compiled case cannot launch on the device, now that ptxas has said its registers (None: it can)."""
+        if comp is None or isinstance(comp, CompileError):
+            return None
+        why = j.case.variant.device_problems(j.case.param_dict, self.device, self.spec.workload.registers(j.case, comp))
+        return why[0] if why else None
+
+    def run_all(self, todo: list[Job], overlap: bool = True) -> None:
+        """Every job. With `overlap` (and a pool of this host's workers), the kernels compile in the background in
+        the order the jobs run and each job waits for its own kernel only (nnbench/sweeps/feed.py); else they are
+        all compiled first. Either way a case beyond the device's registers is a SKIP row in its place."""
         link_shapes(todo)
-        self.t_run = time.perf_counter()
+        feed = None
+        order = [j.case for seg in self.segments(todo)[1] for j in seg
+                 if j.kind == "case" and id(j) not in self.skip and j.case.variant.source]
+        if overlap and self.on_gpu and order and isinstance(self.pool, WorkerPool):
+            usable_cache(paths.cache_dir())  # refused in one line before any case runs, as the up-front compile does
+            nvcc_path()
+            feed = KernelFeed(self.spec.workload, self.arch, order, feed_jobs(self.slots, self.jobs))
+        else:
+            self.outcome.compile = self.compile(todo)
+            self.emit("compiled", stats=self.outcome.compile)
+        self.t_run = time.perf_counter()  # after an up-front compile; with the feed, its first cases' waits count
         self.emit("start", total=len(todo), resumed=self.outcome.resumed, stale=self.outcome.stale,
                   path=self.outcome.path)
-        for _ in self.records(todo):
-            pass
+        try:
+            for _ in self.records(todo, self._from(feed) if feed is not None else None):
+                pass
+        finally:
+            if feed is not None:
+                feed.close()  # what no job asked for (no worker could start) is not compiled
+        if feed is not None:
+            self.outcome.compile = _feed_stats(feed, self.arch)
+            self.emit("compiled", stats=self.outcome.compile)
+
+    def _from(self, feed: KernelFeed) -> Callable[[Job], dict | None]:
+        """The pool's `resolve`: a job waits for its own kernel; a case beyond the device's registers is a SKIP row."""
+        def resolve(j: Job) -> dict | None:
+            if j.kind != "case" or j.case not in feed:
+                return None
+            j.compiled = self.compiled[j.case] = feed.get(j.case)
+            if why := self.beyond_registers(j, j.compiled):
+                self.skip[id(j)] = why
+                return {"status": "SKIP", "error": why}
+            return None
+        return resolve
 
     def search(self, all_jobs: list[Job], done: Done) -> None:
         """Each shape under the config's strategy and budget (`_search`)."""
@@ -689,10 +758,11 @@ class SweepRun:
                 cur.append(j)
         return [], segments + [cur]
 
-    def records(self, batch: list[Job]) -> Iterator[tuple[Job, dict]]:
+    def records(self, batch: list[Job], resolve=None) -> Iterator[tuple[Job, dict]]:
         """Records for a batch, SKIP rows included. Under several workers a case that finishes before its shape's
         vendor rows and baseline have been written waits in memory for them (at most one case's length), so its
-        row can carry % of the vendor and the speedup like any other."""
+        row can carry % of the vendor and the speedup like any other. `resolve`: the pool's (WorkerPool.run), for
+        kernels still compiling."""
         firsts, segments = self.segments(batch)
         awaited = {}  # shape -> its vendor rows and baseline not yet written
         for j in firsts:
@@ -701,12 +771,10 @@ class SweepRun:
         for seg in segments:
             if seg and id(seg[0]) in self.skip:
                 for j in seg:
-                    self.outcome.skipped += 1
-                    yield j, self.record(dict(_base_record(self.spec, j, self.env), status="SKIP",
-                                              error=self.skip[id(j)]))
+                    yield j, self.skip_row(j)
                 continue
             ready = [Job(j.kind, j.shape, j.case, self.compiled.get(j.case), j.next_shape) for j in seg]
-            for j, rec in self.pool.run(ready):
+            for j, rec in self.pool.run(ready, resolve) if resolve is not None else self.pool.run(ready):
                 waiting = awaited.get(j.shape)
                 if waiting and (j.kind, j.case) not in waiting:
                     held.append((j, rec))
@@ -719,10 +787,17 @@ class SweepRun:
                             yield from self.finish(hj, hrec)
                         held[:] = [h for h in held if h[0].shape != j.shape]
 
+    def skip_row(self, j: Job) -> dict:
+        self.outcome.skipped += 1
+        return self.record(dict(_base_record(self.spec, j, self.env), status="SKIP", error=self.skip[id(j)]))
+
     def finish(self, j: Job, rec: dict | None) -> Iterator[tuple[Job, dict]]:
         outcome = self.outcome
         if rec is None:  # the vendor's library is not available here
             self.emit("record", rec=None)
+            return
+        if id(j) in self.skip:  # refused once its kernel was built (registers): never sent
+            yield j, self.skip_row(j)
             return
         if outcome.first_record_s is None:
             outcome.first_record_s = time.perf_counter() - self.t_run
