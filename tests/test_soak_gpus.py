@@ -420,7 +420,9 @@ def test_sigterm_or_ctrl_c_stops_every_worker_and_keeps_the_rows(tmp_path, how):
         t_end = time.monotonic() + 60
         while (not path.exists() or len(path.read_text().splitlines()) < 30) and time.monotonic() < t_end:
             time.sleep(0.1)
-        assert len(_tagged(tag)) == 3  # the parent and both workers
+        # the parent and both workers, and at times a short-lived child of one (a probe it runs while it starts):
+        # at least three, so that the stop below has workers to stop
+        assert len(_tagged(tag)) >= 3
         # Ctrl-C reaches the terminal's whole process group; SIGTERM (a CI timeout, `kill`) the parent alone
         os.killpg(proc.pid, signal.SIGINT) if how == "SIGINT" else proc.send_signal(signal.SIGTERM)
         output, _ = proc.communicate(timeout=30)
