@@ -176,7 +176,7 @@ def run_phase_split(monkeypatch, err: float, net: StandInFusedNet):
     monkeypatch.setattr(mlp, "check_version", lambda *a, **k: err)
     monkeypatch.setattr(mlp, "fused_net", lambda *a, **k: net)
     run = SimpleNamespace(be=SimpleNamespace(arch="sm_90"), layers=NET8, hyper=SimpleNamespace(max_iterations=1040),
-                          train=[None] * 52, init=None, blocks=None, ref=None, rtol=1e-5)
+                          train=[None] * 52, init=None, blocks=None, ref=None, rtol=1e-5, limit=lambda p: 1e-5)
     return phases.phase_split(run, workload("train").variants()[0], {"THREADS": 256})
 
 

@@ -137,16 +137,28 @@ def forward(params: list[np.ndarray], x: np.ndarray) -> list[np.ndarray]:
 
 
 def step(params: list[np.ndarray], vel: list[np.ndarray], x: np.ndarray, t: np.ndarray, rate: float,
-         momentum: float) -> float:
-    """One per-sample backprop iteration, in place; returns the sample's E (before the update)."""
+         momentum: float, applied: bool = False) -> float:
+    """One per-sample backprop iteration, in place; returns the sample's E (before the update). With
+    `applied`, the velocity kept is the step really applied, w_new - w (exact by Sterbenz's lemma), not the one
+    computed before w's rounding: the recurrence of the fused versions' PREV_W, which keep the previous weights
+    instead of the velocities (kernels_cu/mlp/fused_common.cuh), so that each step's rounding of w feeds the
+    next steps' momentum."""
     outs = forward(params, x)
     e = t - outs[-1]
     for l, (W, v, d) in enumerate(zip(params, vel, deltas(params, outs, e))):
         v *= momentum
         v[:, :-1] += rate * np.outer(d, outs[l])
         v[:, -1] += rate * d
+        before = W.copy() if applied else None
         W += v
+        if applied:
+            v[...] = W - before
     return 0.5 * float(e @ e)
+
+
+def step_applied(params, vel, x, t, rate, momentum) -> float:
+    """`step` with the applied velocity (PREV_W's recurrence)."""
+    return step(params, vel, x, t, rate, momentum, applied=True)
 
 
 def gradient(params: list[np.ndarray], x: np.ndarray, t: np.ndarray) -> list[np.ndarray]:
@@ -654,12 +666,19 @@ CHECK_FACTOR = measure.CHECK_FACTOR
 
 
 def check_tolerance(init, data: glyphs.Dataset, hyper: Hyper, iterations: int = CHECK_ITERATIONS,
-                    ref: list[np.ndarray] | None = None) -> float:
+                    ref: list[np.ndarray] | None = None, stepper=None) -> float:
     """The limit on weight_change_error for this check: CHECK_FACTOR x the float32 arithmetic's own
-    error on it (the larger of the two summation orders)."""
+    error on it (the larger of the two summation orders); `stepper`: the version's own recurrence
+    (step_applied for PREV_W), where it rounds otherwise than `step`."""
     ref = reference_weights(init, data, hyper, iterations) if ref is None else ref
-    return CHECK_FACTOR * max(weight_change_error(float32_weights(init, data, hyper, iterations, reverse=r), ref, init)
+    return CHECK_FACTOR * max(weight_change_error(float32_weights(init, data, hyper, iterations, reverse=r,
+                                                                  stepper=stepper), ref, init)
                               for r in (False, True))
+
+
+def keeps_previous_weights(params: dict) -> bool:
+    """Whether a fused version's build keeps the previous weights instead of the velocities (PREV_W)."""
+    return bool(int(params.get("PREV_W", 0)))
 
 
 def check_version(backend, variant: Variant, params: dict, compiled, layers, init, train, hyper: Hyper,
@@ -781,6 +800,7 @@ class PerSampleRun:
         self.seq_s: float | None = None  # the sequential version's seconds per iteration, once known
         self._ref: list[np.ndarray] | None = None
         self._rtol: float | None = None
+        self._rtol_applied: float | None = None  # limit()'s for PREV_W builds, once asked
         dev = getattr(backend, "device", None)
         self.peak = getattr(dev, "fp32_peak_flops", None)
         self.lanes = None
@@ -800,6 +820,19 @@ class PerSampleRun:
         if self._rtol is None:
             self._rtol = check_tolerance(self.init, self.train, self.hyper, ref=self.ref)
         return self._rtol
+
+    def limit(self, params: dict) -> float:
+        """A version's limit: `rtol`, or for a PREV_W build the larger of it and CHECK_FACTOR x the error of
+        float32 in PREV_W's recurrence. That recurrence carries each step's rounding of w into the next steps'
+        momentum: in float32 it errs about 3.5x the kept-velocity recurrence on Net 1, as the fused version
+        did on the GPU (0.07 to 0.40 of `rtol` over 86 soak seeds on an H200, once 1.26: a false FAIL, seed
+        3810644240), where the other per-sample versions read at most 0.33 of it (docs/VERIFICATION.md)."""
+        if not keeps_previous_weights(params):
+            return self.rtol
+        if self._rtol_applied is None:
+            self._rtol_applied = max(self.rtol, check_tolerance(self.init, self.train, self.hyper, ref=self.ref,
+                                                                stepper=step_applied))
+        return self._rtol_applied
 
     def sequential_seconds(self) -> float:
         """Seconds per iteration of the sequential version: its own run's where it ran, else a short run
@@ -828,8 +861,9 @@ class PerSampleRun:
         if isinstance(comp, Exception):
             return dict(rec, status="ERROR", error=str(comp)), None
         try:
-            err = check_version(self.be, v, p, comp, layers, init, train, hyper, self.blocks, self.ref)
-            rec.update(weights_rel_err=err, weights_rtol=self.rtol, status="PASS" if err <= self.rtol else "FAIL")
+            err, limit = check_version(self.be, v, p, comp, layers, init, train, hyper, self.blocks, self.ref), \
+                self.limit(p)
+            rec.update(weights_rel_err=err, weights_rtol=limit, status="PASS" if err <= limit else "FAIL")
             fresh = (lambda: self.fresh_check(v, p, comp)) if audit.enabled(audit.FRESH_BUFFERS) else None
             if "fused" in v.tags:
                 out = train_fused(self.be, v, p, comp, layers, init, train, test, hyper, say, self.blocks, fresh)
@@ -847,8 +881,9 @@ class PerSampleRun:
         at other addresses): a version that keys its work on buffers it has seen fails here (nnbench/audit.py)."""
         err = check_version(self.be, v, p, compiled, self.layers, self.init, self.train, self.hyper, self.blocks,
                             self.ref)
-        return None if err <= self.rtol else (f"on buffers at other addresses the weight changes are wrong (error "
-                                              f"{err:.3g} > {self.rtol:.3g}): the version depends on what it has seen")
+        limit = self.limit(p)
+        return None if err <= limit else (f"on buffers at other addresses the weight changes are wrong (error "
+                                          f"{err:.3g} > {limit:.3g}): the version depends on what it has seen")
 
     def torch(self, mode: str) -> tuple[dict, Outcome | None]:
         """PyTorch's row in `mode` (eager or graph), checked like ours (CHECK_ITERATIONS, the same limit)."""

@@ -59,7 +59,7 @@ def phase_split(run: mlp.PerSampleRun, variant: Variant, params: dict) -> TimeSp
                       timed=("wait", "work"), counts=("values",), ceilings=CEILINGS)
     split.rel_err = mlp.check_version(be, variant, params, comp, layers, run.init, run.train, hyper, run.blocks,
                                       run.ref)
-    split.rtol = run.rtol
+    split.rtol = run.limit(params)
     if not split.rel_err <= split.rtol:  # NaN fails too
         split.status = "FAIL"
         return split
