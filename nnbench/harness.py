@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from nnbench import sanitize
+from nnbench import audit, sanitize
 from nnbench.errors import NnbenchError
 from nnbench.runtime import provenance
 from nnbench.workloads.base import Case, Workload
@@ -75,6 +75,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
     compiled them once for many runs (a soak's seeds), else compiled here."""
     import numpy as np
     tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
+    audit.UNTIMED[0] = child is not None  # each run as its own mode says, none as an earlier run's
     if child is not None:
         from nnbench import measure
         measure.ENERGY[0] = False  # no energy window under the sanitizer: the launches are there to be checked

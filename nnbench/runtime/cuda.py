@@ -11,7 +11,6 @@ with `module_from_buffer`; that is what PyCUDA's SourceModule does inside, minus
 from __future__ import annotations
 
 import atexit
-import ctypes
 import functools
 import gc
 import weakref
@@ -26,7 +25,7 @@ from nnbench.runtime.backend import Backend
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import INSTALL_HINT, DeviceInfo, occupancy
 from nnbench.runtime.nvml import Nvml
-from nnbench.runtime.params import has_raw, param_format
+from nnbench.runtime.params import driver_offsets, has_raw, param_format
 
 try:
     import pycuda.driver as drv
@@ -69,30 +68,8 @@ class Kernel:
         """Where each parameter starts in the kernel's parameter buffer, as the driver reads the
         cubin (cuFuncGetParamInfo): the truth that a raw by-value parameter's padding must match."""
         if self._offsets is None:
-            self._offsets = _param_offsets(self.cubin, self.name)
+            self._offsets = driver_offsets(self.cubin, self.name)
         return self._offsets
-
-
-def _param_offsets(cubin: bytes, name: str) -> list[int]:
-    """cuFuncGetParamInfo through ctypes on a second handle to the same cubin (PyCUDA exposes no
-    CUfunction), in the current context."""
-    lib = ctypes.CDLL("libcuda.so.1")
-    if not hasattr(lib, "cuFuncGetParamInfo"):
-        raise BackendUnavailable("cuFuncGetParamInfo is missing from libcuda: kernels with by-value structs "
-                                 "need a CUDA 12.4 driver or newer")
-    module, func = ctypes.c_void_p(), ctypes.c_void_p()
-    image = ctypes.create_string_buffer(cubin, len(cubin))
-    if lib.cuModuleLoadData(ctypes.byref(module), image) or \
-            lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()):
-        raise KernelFault(f"cannot load kernel {name} through the driver API to read its parameter offsets")
-    offsets = []
-    try:
-        off, size = ctypes.c_size_t(), ctypes.c_size_t()
-        while lib.cuFuncGetParamInfo(func, ctypes.c_size_t(len(offsets)), ctypes.byref(off), ctypes.byref(size)) == 0:
-            offsets.append(off.value)
-    finally:
-        lib.cuModuleUnload(module)
-    return offsets
 
 
 def _dims(d) -> tuple[int, int, int]:

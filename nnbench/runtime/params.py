@@ -8,16 +8,17 @@ CUtensorMap` is `{128@64}`, its argument 128 bytes). Struct codes keep their nat
 Where a raw parameter starts is not a rule of the signature: the compiler aligns it in the constant
 bank that holds the parameters, which begins at an architecture's own offset (0x210 on sm_90), so a
 64-byte-aligned map after 48 bytes of arguments sits at 0x70, not 0x40. The offsets therefore come
-from the kernel itself (the driver's cuFuncGetParamInfo, `CudaBackend.param_offsets`), and each
+from the kernel itself (the driver's cuFuncGetParamInfo, `driver_offsets`), and each
 parameter gets the pad bytes that put it there. Knows nothing about any kernel.
 """
 
 from __future__ import annotations
 
+import ctypes
 import re
 import struct
 
-from nnbench.errors import NnbenchError
+from nnbench.errors import BackendUnavailable, KernelFault, NnbenchError
 
 _TOKEN = re.compile(r"\{(\d+)@(\d+)\}|([a-zA-Z?])")
 
@@ -65,3 +66,39 @@ def param_format(signature: str, offsets: list[int] | None = None) -> str:
             raise NnbenchError(f"kernel signature {signature!r}: parameter {code} cannot start at byte {offset}")
         fmt += (f"{pad}x" if pad else "") + code
     return fmt
+
+
+def driver_offsets(cubin: bytes, name: str, lib=None) -> list[int]:
+    """Where each parameter of kernel `name` in `cubin` starts, as the driver reads it (cuFuncGetParamInfo),
+    through ctypes on a second handle to the same cubin (PyCUDA exposes no CUfunction), in the current context.
+    `lib`: libcuda, or a stand-in with its functions (tests)."""
+    lib = ctypes.CDLL("libcuda.so.1") if lib is None else lib
+    if not hasattr(lib, "cuFuncGetParamInfo"):
+        raise BackendUnavailable("cuFuncGetParamInfo is missing from libcuda: kernels with by-value structs "
+                                 "need a CUDA 12.4 driver or newer")
+    module, func = ctypes.c_void_p(), ctypes.c_void_p()
+    image = ctypes.create_string_buffer(cubin, len(cubin))
+    if lib.cuModuleLoadData(ctypes.byref(module), image) or \
+            lib.cuModuleGetFunction(ctypes.byref(func), module, name.encode()):
+        raise KernelFault(f"cannot load kernel {name} through the driver API to read its parameter offsets")
+    offsets: list[int] = []
+    try:
+        off, size, count = ctypes.c_size_t(), ctypes.c_size_t(), ctypes.c_size_t()
+        if hasattr(lib, "cuFuncGetParamCount"):  # CUDA 12.9 drivers and newer
+            if lib.cuFuncGetParamCount(func, ctypes.byref(count)):
+                raise KernelFault(f"cannot read the parameter count of kernel {name} through the driver API")
+            for i in range(count.value):
+                if lib.cuFuncGetParamInfo(func, ctypes.c_size_t(i), ctypes.byref(off), ctypes.byref(size)):
+                    raise KernelFault(f"cannot read parameter {i} of kernel {name} through the driver API")
+                offsets.append(off.value)
+        else:
+            # An older driver tells the count only by refusing the first index past the last parameter. That
+            # refusal is a failed API call (CUDA_ERROR_INVALID_VALUE), which compute-sanitizer's memcheck reports
+            # as an error of the case: with these drivers --sanitize memcheck fails every kernel that has raw
+            # parameters (step 9's tensor maps).
+            while lib.cuFuncGetParamInfo(func, ctypes.c_size_t(len(offsets)), ctypes.byref(off),
+                                         ctypes.byref(size)) == 0:
+                offsets.append(off.value)
+    finally:
+        lib.cuModuleUnload(module)
+    return offsets
