@@ -1,7 +1,8 @@
-"""The driver's parameter offsets (nnbench/runtime/params.py `driver_offsets`) against a stand-in libcuda: with
-cuFuncGetParamCount, no cuFuncGetParamInfo call asks for an index past the last parameter (such a call fails, and
-compute-sanitizer's memcheck reports the failure as the case's error); without it, the older drivers' probe
-still reads the offsets; and a signature with another count of parameters than the kernel's is still refused."""
+"""The driver's parameter offsets (nnbench/runtime/params.py `driver_offsets`) against a stand-in libcuda: no
+cuFuncGetParamInfo call asks for an index past the last parameter (such a call fails, and compute-sanitizer's
+memcheck reports the failure as the case's error: it did on every step-9 case on an H200 with driver 580, which
+has no cuFuncGetParamCount), with the count from the driver or, without it, from the signature; and a signature
+with another count of parameters than the kernel's is still refused."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import ctypes
 import pytest
 
 from nnbench.errors import NnbenchError
-from nnbench.runtime.params import driver_offsets, param_format, raw
+from nnbench.runtime.params import driver_offsets, param_count, param_format, raw
 
 CUDA_ERROR_INVALID_VALUE = 1
 # A step-9 kernel's layout as sm_90 lays it out: three ints, then a 64-byte-aligned tensor map (params.py)
@@ -53,21 +54,23 @@ class FakeCuda:
 
 def test_with_the_count_no_index_past_the_last_parameter_is_asked():
     lib = FakeCuda(OFFSETS, SIZES)
-    assert driver_offsets(b"cubin", "sgemm_step9", lib) == OFFSETS
+    assert driver_offsets(b"cubin", "sgemm_step9", 4, lib) == OFFSETS
     assert lib.asked == list(range(len(OFFSETS)))  # each index once, none a failed call
     assert lib.unloaded
 
 
-def test_without_the_count_the_older_drivers_probe_still_reads_the_offsets():
+def test_without_the_count_only_the_declared_indices_are_asked():
     lib = FakeCuda(OFFSETS, SIZES, with_count=False)
-    assert driver_offsets(b"cubin", "sgemm_step9", lib) == OFFSETS
-    assert lib.asked == list(range(len(OFFSETS) + 1))  # the refused index ends the probe
+    assert driver_offsets(b"cubin", "sgemm_step9", 4, lib) == OFFSETS
+    assert lib.asked == list(range(len(OFFSETS)))  # no probe past the last parameter: no failed call
     assert lib.unloaded
 
 
 @pytest.mark.parametrize("with_count", [True, False])
 def test_a_signature_with_another_count_of_parameters_than_the_kernel_is_refused(with_count):
-    offsets = driver_offsets(b"cubin", "sgemm_step9", FakeCuda(OFFSETS, SIZES, with_count))
+    offsets = driver_offsets(b"cubin", "sgemm_step9", 4, FakeCuda(OFFSETS, SIZES, with_count))
     assert param_format("iii" + raw(128, 64), offsets) == "iii52x128s"
     with pytest.raises(NnbenchError, match="has 5 parameters; the kernel has 4"):
-        param_format("iiii" + raw(128, 64), offsets)
+        lib = FakeCuda(OFFSETS, SIZES, with_count)
+        param_format("iiii" + raw(128, 64), driver_offsets(b"cubin", "sgemm_step9", 5, lib))
+    assert param_count("iiii" + raw(128, 64)) == 5

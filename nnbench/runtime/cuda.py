@@ -25,7 +25,7 @@ from nnbench.runtime.backend import Backend
 from nnbench.runtime.compile import Compiled, CompileRequest, compile_cubin, nvcc_version
 from nnbench.runtime.device import INSTALL_HINT, DeviceInfo, occupancy
 from nnbench.runtime.nvml import Nvml
-from nnbench.runtime.params import driver_offsets, has_raw, param_format
+from nnbench.runtime.params import driver_offsets, has_raw, param_count, param_format
 
 try:
     import pycuda.driver as drv
@@ -57,18 +57,18 @@ class Kernel:
         """Give PyCUDA the struct format of a prepared call. The function holds one format, so it is set
         again only when the signature changes (a kernel has one), not once per bound launch."""
         if signature != self._signature:
-            self.func.prepare(param_format(signature, self.param_offsets() if has_raw(signature) else None))
+            self.func.prepare(param_format(signature, self.param_offsets(signature) if has_raw(signature) else None))
             self._signature = signature
 
     def sibling(self, name: str) -> Kernel:
         """Another kernel of the same module (a helper pass that ships in the same .cu file)."""
         return Kernel(self.module, self.module.get_function(name), self.info, self.cubin, name)
 
-    def param_offsets(self) -> list[int]:
+    def param_offsets(self, signature: str) -> list[int]:
         """Where each parameter starts in the kernel's parameter buffer, as the driver reads the
         cubin (cuFuncGetParamInfo): the truth that a raw by-value parameter's padding must match."""
         if self._offsets is None:
-            self._offsets = driver_offsets(self.cubin, self.name)
+            self._offsets = driver_offsets(self.cubin, self.name, param_count(signature))
         return self._offsets
 
 
