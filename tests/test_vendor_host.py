@@ -110,3 +110,26 @@ def test_the_profiler_stops_with_cupti_teardown_asked_and_the_environment_is_res
     monkeypatch.setenv("TEARDOWN_CUPTI", "0")
     vendor.kernel_names(fake, lambda: None)
     assert seen["at_stop"] == "1" and os.environ["TEARDOWN_CUPTI"] == "0"
+
+
+def test_a_soak_names_no_cudnn_kernels_and_starts_no_profiler(monkeypatch):
+    """In a soak (measure.VERDICTS_ONLY) a cuDNN draw's kernels are not named: naming them runs one call under
+    PyTorch's profiler, CUPTI set up and torn down, for a note nobody reads there; outside a soak they are."""
+    from nnbench import measure
+    from nnbench.runtime import vendor
+    calls = []
+
+    class FakeCuda:
+        @staticmethod
+        def synchronize():
+            calls.append("synchronize")
+
+    fake_torch = type("FakeTorch", (), {"cuda": FakeCuda})
+    monkeypatch.setattr(measure, "VERDICTS_ONLY", [True])
+    assert vendor.kernel_names(fake_torch, lambda: calls.append("launch")) == \
+        "kernels not named (a soak checks verdicts only)"
+    assert calls == []
+    monkeypatch.setattr(measure, "VERDICTS_ONLY", [False])
+    got = vendor.kernel_names(fake_torch, lambda: calls.append("launch"))
+    # outside a soak the profiler's path runs: here it stops at the missing torch or at the fake's profiler
+    assert got.startswith("kernels unknown") or calls, got

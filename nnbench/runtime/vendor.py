@@ -14,6 +14,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from nnbench import measure
 from nnbench.errors import KernelFault, NnbenchError
 
 TF32_TENSOR_OP_MATH = 3  # cublasMath_t's CUBLAS_TF32_TENSOR_OP_MATH (cublas_api.h); CuPy's module lacks the name
@@ -219,7 +220,11 @@ def kernel_names(torch, launch) -> str:
     (TEARDOWN_CUPTI=1 while it does; PyTorch's profiler reads it then): left subscribed, it made every
     later launch 1.4-2.5x slower to issue on the H100 (lab/scripts/independent_baselines.py measures it;
     lab/journal/baselines.md). PyTorch itself leaves the teardown off under torch.compile's CUDA
-    graphs, where re-initializing CUPTI after one crashed on CUDA 11 and 12; the H100 runs were CUDA 13."""
+    graphs, where re-initializing CUPTI after one crashed on CUDA 11 and 12; the H100 runs were CUDA 13.
+    Not in a soak (measure.VERDICTS_ONLY): the names are a note on a row whose time nobody reads there, and each
+    draw's profiler session, CUPTI set up and torn down, cost more host time than the row's checks."""
+    if measure.VERDICTS_ONLY[0]:
+        return "kernels not named (a soak checks verdicts only)"
     try:
         from torch.profiler import ProfilerActivity, profile
         torch.cuda.synchronize()
