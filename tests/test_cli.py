@@ -52,6 +52,8 @@ def one_line_error(res, *needles):
     (["sweep", "configs/ci.yaml", "--replay", "nope.csv"], ["--replay nope.csv: no such file"]),
     (["sweep", "configs/ci.yaml", "--mpi", "--gpus", "2"], ["--mpi and --gpus are exclusive"]),
     (["sweep", "configs/ci.yaml", "--backend", "cpu", "--gpus", "x"], ["--gpus x", "all or a number"]),
+    (["sweep", "configs/ci.yaml", "--workload", "pool"], ["--workload pool", "gemm, train, conv, kernel"]),
+    (["sweep", "configs/ci.yaml", "--workload", "kernel"], ["--workload kernel", "no such part", "gemm, train, conv"]),
     (["train", "--net", "9"], ["--net 9", "1, 2, 3, 4, 5, 6, 7, 8"]),
     (["train", "--layers", "120,x,7"], ["--layers 120,x,7", "comma-separated"]),
     (["train", "--layers", "120"], ["--layers 120", "at least an input and an output"]),
@@ -144,6 +146,16 @@ def test_sweep_dry_run_needs_no_gpu():
     res = run("sweep", "configs/gemm_sweep.yaml", "--dry-run")
     assert res.exit_code == 0, res.output
     assert "coarsened" in res.output and "restricted" in res.output and "total" in res.output
+
+
+def test_sweep_workload_keeps_only_that_workloads_parts():
+    """`sweep --workload conv` plans configs/sanitize.yaml's convolution part alone (a sanitizer run bounded in time
+    then reaches it: the sweep's cases run in the config's order)."""
+    whole = run("sweep", "configs/sanitize.yaml", "--dry-run")
+    conv = run("sweep", "configs/sanitize.yaml", "--dry-run", "--workload", "conv")
+    assert whole.exit_code == 0 and conv.exit_code == 0, (whole.output, conv.output)
+    assert "tf32x3_wgmma" in whole.output and "lenet5" in whole.output
+    assert "lenet5" in conv.output and "tf32x3_wgmma" not in conv.output and "kcm-mass" not in conv.output
 
 
 def test_sweep_on_the_cpu_backend(tmp_path):

@@ -137,9 +137,12 @@ def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool 
 @click.option("--replay", "replay_path", type=click.Path(dir_okay=False),
               help="Answer every case from this finished result CSV instead of a GPU (simulation mode): runs the "
                    "config's strategy with no GPU.")
+@click.option("--workload", "only", multiple=True, metavar="NAME",
+              help="Only the config's parts of this workload (repeatable), e.g. the conv part of "
+                   "configs/sanitize.yaml on its own.")
 @backend_option
 def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, arch, retry_errors, gpus_opt,
-          mpi, replay_path, backend) -> None:
+          mpi, replay_path, only, backend) -> None:
     """Sweep a YAML config: every point of its axes, at every shape; resumable.
 
     \b
@@ -149,6 +152,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
       nnbench sweep configs/step9.yaml --compile-only --arch sm_90
       nnbench sweep configs/gemm_sweep.yaml --replay docs/data/figures/gemm_sweep_h100.csv --backend cpu
       nnbench sweep configs/gemm_sweep.yaml --gpus all
+      nnbench sweep configs/sanitize.yaml --workload conv --dry-run
     """
     from dataclasses import replace
 
@@ -160,7 +164,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     if out_path:
         from nnbench.sweeps.sweep import refuse_old_schema
         refuse_old_schema(Path(out_path))
-    specs = config.load_config(config_path)
+    specs = parts_of(config.load_config(config_path), only, config_path)
     if watchdog:
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
     if app.KEEP_THROTTLED[0]:
@@ -214,6 +218,23 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         end_mpi_job(code)  # MPI_Finalize would wait for the lost rank forever
     if code:
         sys.exit(code)
+
+
+def parts_of(specs, only: tuple[str, ...], config_path) -> list:
+    """The config's parts of the workloads `--workload` names (every part without one), in the config's order; a
+    sanitizer's child process gets the same option, so it counts the cases as its parent does."""
+    if not only:
+        return specs
+    from nnbench.workloads import WORKLOADS
+    for name in only:
+        if name not in WORKLOADS:
+            raise NnbenchError(f"--workload {name}: unknown; choose from {', '.join(WORKLOADS)}")
+    kept = [spec for spec in specs if spec.workload_name in only]
+    if not kept:
+        have = ", ".join(dict.fromkeys(spec.workload_name for spec in specs))
+        raise NnbenchError(f"--workload {', '.join(only)}: {config_path} has no such part (its parts' workloads: "
+                           f"{have})")
+    return kept
 
 
 def _sanitized(specs, backend: str, out_path) -> None:
