@@ -98,8 +98,9 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
         return
     index = -1  # the runnable cases so far, counted alike in a sanitizing parent and its child
     for i, problem in enumerate(problems):
+        taken = _taken(workload, cases, problem)
         if child is not None:
-            runnable = sum(1 for c in cases if workload.applies(c, problem) and not workload.refusal(c, problem))
+            runnable = sum(1 for _, why in taken if not why)
             if not index < child <= index + runnable:
                 index += runnable
                 continue
@@ -110,10 +111,7 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                 if rec is not None:
                     yield from (comparisons.derive(provenance.stamp(r, None, env or {}))
                                 for r in session.breakdown(rec))
-        for case in cases:
-            if not workload.applies(case, problem):
-                continue
-            why = workload.refusal(case, problem)
+        for case, why in taken:
             if why:
                 yield _skip(session, case, problem, why, env or {})
                 continue
@@ -131,6 +129,12 @@ def run(workload: Workload, backend, cases: list[Case], problems: list, settings
                 return
 
 
+def _taken(workload: Workload, cases: list[Case], problem) -> list[tuple[Case, str | None]]:
+    """The cases that apply to `problem`, each with why it is refused there (None: it runs). A sanitizing parent
+    and its child number the runnable ones from this same list."""
+    return [(case, workload.refusal(case, problem)) for case in cases if workload.applies(case, problem)]
+
+
 def _case_record(session, case: Case, problem) -> dict:
     return dict(session.base_record(problem), variant=case.variant.name, step=case.variant.step,
                 params=case.param_label, precision=case.variant.precision)
@@ -146,10 +150,7 @@ def _to_sanitize(workload: Workload, session, cases: list[Case], problems: list,
     prepares no problem."""
     index = -1
     for problem in problems:
-        for case in cases:
-            if not workload.applies(case, problem):
-                continue
-            why = workload.refusal(case, problem)
+        for case, why in _taken(workload, cases, problem):
             if why:
                 yield _skip(session, case, problem, why, env)
                 continue

@@ -112,6 +112,9 @@ ENERGY_OFF = "not measured: --energy is off"
 # makes them runs as always (the check before timing, the poisoned and checked last batch, the device-wide wait
 # after it), and cold or host-issued launches stay so.
 VERDICTS_ONLY = [False]
+# The timing of a run that asks for verdicts alone (a soak's, a sanitized case's): one sample after the warm-up, no
+# sample length to reach, no energy window.
+ONE_SAMPLE = {"budget_s": 0.0, "min_samples": 1, "max_samples": 1, "min_sample_ms": 0.0, "energy": False}
 
 
 @dataclass(frozen=True)
@@ -214,7 +217,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
     audit.LastBatch): once the stop rule has ended the samples, one more batch is timed with the outputs
     poisoned before it and checked after it, and the device is synchronized whole after it (`_last_batch`)."""
     if VERDICTS_ONLY[0]:
-        settings = replace(settings, budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
+        settings = replace(settings, **ONE_SAMPLE)
     gpu_ms = est = backend.timed(launch, 1)  # warm-up
     reps = 1
     # Without a sample length to reach (min_sample_ms 0) every estimate below would pick reps 1: none is timed.

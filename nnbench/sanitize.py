@@ -35,8 +35,7 @@ RECORD_ENV = "NNBENCH_SANITIZE_RECORD"
 CHILD_TIMEOUT_S = 1800.0  # racecheck on a 4096^3 GEMM step runs for minutes
 # The child's timing: one sample, to run the case's launches under the sanitizer, not to time them; host-issued, so
 # that no batch of samples is queued (measure's warm-up, its estimate, one sample and the audited last one: 4 launches).
-CHILD_SETTINGS = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False,
-                                        host_issued=True)
+CHILD_SETTINGS = measure.TimingSettings(**measure.ONE_SAMPLE, host_issued=True)
 # The command line's --sanitize TOOL and its arguments, --sanitize-jobs N, or the child's --sanitize-child K.
 MODE: dict = {"tool": None, "argv": None, "child": None, "jobs": None}
 # The case processes at once by default: each holds a Python interpreter, a CUDA context and the sanitizer's

@@ -29,7 +29,7 @@ class KernelFeed:
         self.started = time.perf_counter()
         self.last_done = self.started
         self._lock = threading.Lock()
-        self._rusage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        self._children_s = children_cpu_s()
         self._nvcc_cpu_s: float | None = None
         self._pool = ThreadPoolExecutor(max_workers=self.jobs, thread_name_prefix="nvcc")
         # Submitted in run order to a FIFO pool: the kernel a worker needs next is the next to start compiling.
@@ -57,8 +57,7 @@ class KernelFeed:
         if self._nvcc_cpu_s is None:
             # The children reaped since the feed began: its nvcc processes (a worker reaped meanwhile, a restart,
             # adds its own time; the up-front compile has the same blind spot with a worker already running).
-            after = resource.getrusage(resource.RUSAGE_CHILDREN)
-            self._nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (self._rusage.ru_utime + self._rusage.ru_stime)
+            self._nvcc_cpu_s = children_cpu_s() - self._children_s
         return got
 
     @property
@@ -73,6 +72,12 @@ class KernelFeed:
     def close(self) -> None:
         """Stop: compiles not yet started are dropped (a Ctrl-C, a sweep that ended early); running ones finish."""
         self._pool.shutdown(wait=False, cancel_futures=True)
+
+
+def children_cpu_s() -> float:
+    """User and system CPU seconds of this process's reaped children so far (nvcc's, where a compile ran them)."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
 
 
 def feed_jobs(slots: int, jobs: int | None) -> int:

@@ -24,7 +24,7 @@ from nnbench.workloads.base import Case
 WORKLOADS = ("gemm", "conv", "train")
 # Each sample is one launch after the warm-up: the soak checks verdicts, not times. (measure.VERDICTS_ONLY, set
 # while a soak runs, holds the trainers' own timing settings to the same.)
-ONCE = measure.TimingSettings(budget_s=0.0, min_samples=1, max_samples=1, min_sample_ms=0.0, energy=False)
+ONCE = measure.TimingSettings(**measure.ONE_SAMPLE)
 
 
 def problems(workload: str, seed: int = 0) -> list:
@@ -72,6 +72,14 @@ class Outcome:
     # fault poisoned the context: the seeds after it need a fresh process); None when every seed ran
     stopped: str | None = None
     seconds: float = 0.0
+
+    def take(self, name: str, seed: int, rec: dict, on_row: Callable[[str, int, dict], None] | None) -> None:
+        """One row of workload `name` at `seed`: counted, passed on, and kept where it failed."""
+        self.rows += 1
+        if on_row is not None:
+            on_row(name, seed, rec)
+        if rec.get("status") in ("FAIL", "ERROR"):
+            self.failures.append(Failure(name, seed, rec))
 
 
 def fresh_seeds(count: int) -> list[int]:
@@ -135,11 +143,7 @@ def _seeds(backend, names, seeds, on_row, env, deadline, prepared, on_start, on_
             mine = [p for p in problems(name, seed) if any(work.applies(c, p) for c in chosen)]
             for rec in harness.run(work, backend, chosen, mine, ONCE,
                                    work.default_rtol, seed, env or {}, compiled=prepared.compiled[name]):
-                out.rows += 1
-                if on_row is not None:
-                    on_row(name, seed, rec)
-                if rec.get("status") in ("FAIL", "ERROR"):
-                    out.failures.append(Failure(name, seed, rec))
+                out.take(name, seed, rec, on_row)
                 if rec.get("fault"):
                     out.stopped = "fault"
             if out.stopped == "fault":

@@ -126,7 +126,7 @@ def run(backend: str, gpus: list[int], names: list[str], seeds: list[int], deadl
                     s.hand = (msg[1], msg[2])
                 elif kind == "row":
                     _, name, seed, rec = msg
-                    _take(out, on_row, name, seed, rec)
+                    out.take(name, seed, rec, on_row)
                 elif kind == "seed":
                     s.ran.append(s.todo.pop(0))
                     s.hand = None
@@ -150,14 +150,6 @@ def run(backend: str, gpus: list[int], names: list[str], seeds: list[int], deadl
     return out
 
 
-def _take(out: soak_mod.Outcome, on_row, name: str, seed: int, rec: dict) -> None:
-    out.rows += 1
-    if on_row is not None:
-        on_row(name, seed, rec)
-    if rec.get("status") in ("FAIL", "ERROR"):
-        out.failures.append(soak_mod.Failure(name, seed, rec))
-
-
 def _start(s: _Slot, names: list[str], deadline: float | None, share: int) -> None:
     s.proc, s.conn = worker_mod.spawn(MODULE, share)
     s.hand, s.compiled, s.heard = None, False, time.monotonic()
@@ -171,7 +163,7 @@ def _lost(s: _Slot, out: soak_mod.Outcome, on_row, names, deadline, share, why: 
     if s.hand is None:
         raise NnbenchError(f"the soak worker on {s.backend} stopped before a seed: {why}")
     name, seed = s.hand
-    _take(out, on_row, name, seed, dict(workload=name, seed=seed, status="ERROR", error=f"the soak worker: {why}"))
+    out.take(name, seed, dict(workload=name, seed=seed, status="ERROR", error=f"the soak worker: {why}"), on_row)
     s.ran.append(s.todo.pop(0))
     if s.todo:
         _start(s, names, deadline, share)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import csv
 import os
-import resource
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -35,7 +34,7 @@ from nnbench.runtime.compile import nvcc_path, usable_cache
 from nnbench.runtime.device import for_arch
 from nnbench.sweeps import strategies
 from nnbench.sweeps.config import SweepSpec
-from nnbench.sweeps.feed import KernelFeed, feed_jobs
+from nnbench.sweeps.feed import KernelFeed, children_cpu_s, feed_jobs
 from nnbench.sweeps.pool import MpiPool, WorkerPool
 from nnbench.sweeps.worker import Job, Worker
 
@@ -357,12 +356,11 @@ def _compile(work, cases, arch: str, jobs: int | None):
     cases = list(cases)
     distinct = len({(c.variant.source, c.params) for c in cases})
     stats = CompileStats(kernels=distinct, jobs=max(1, min(jobs or os.cpu_count() or 1, distinct or 1)), arch=arch)
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    before = children_cpu_s()
     t0 = time.perf_counter()
     compiled = work.compile(arch, cases, jobs=stats.jobs)
     stats.wall_s = time.perf_counter() - t0
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    stats.nvcc_cpu_s = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    stats.nvcc_cpu_s = children_cpu_s() - before
     return _tally(stats, compiled), compiled
 
 
