@@ -117,6 +117,15 @@ VERDICTS_ONLY = [False]
 ONE_SAMPLE = {"budget_s": 0.0, "min_samples": 1, "max_samples": 1, "min_sample_ms": 0.0, "energy": False}
 
 
+def _freeze_heap() -> None:
+    """Before host-issued samples: the heap collected, then frozen (TimingSettings.host_issued says why). Not
+    collected in a soak (VERDICTS_ONLY), whose one sample's time nobody reads: with PyTorch loaded a collection
+    took 0.2 s, 2 s of a training seed's ~6 on the H200 (cProfile of `nnbench soak --workload train`)."""
+    if not VERDICTS_ONLY[0]:
+        gc.collect()
+    gc.freeze()
+
+
 @dataclass(frozen=True)
 class TimingSettings:
     budget_s: float = 0.5
@@ -271,8 +280,7 @@ def measure(backend, launch, settings: TimingSettings = TimingSettings(), last=N
         one_ms = est if not settings.cold else gpu_ms
         tel.start(max(settings.budget_s, settings.min_samples * reps * one_ms / 1e3))
     if settings.host_issued:
-        gc.collect()
-        gc.freeze()
+        _freeze_heap()
     try:
         while len(kept) + len(dropped) < settings.max_samples:
             if settings.cold:
@@ -380,8 +388,7 @@ def measure_collective(backend, launch, agree, settings: TimingSettings = Timing
     covered = 0.0
     t_end = time.perf_counter() + settings.budget_s
     if host:
-        gc.collect()
-        gc.freeze()
+        _freeze_heap()
     try:
         while True:
             void = False

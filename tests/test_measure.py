@@ -229,6 +229,22 @@ def test_host_issued_samples_do_not_scan_the_harness_heap():
     assert gc.get_freeze_count() == 0
 
 
+def test_a_soak_freezes_the_heap_without_collecting_it(monkeypatch):
+    """A soak's one host-issued sample is not read for its time: the collection before it (0.2 s with PyTorch
+    loaded, 2 s of a training seed) is skipped, the freeze kept; a timed run still collects first."""
+    import gc
+
+    collected = []
+    monkeypatch.setattr(gc, "collect", lambda *a: collected.append(1) or 0)
+    settings = measure.TimingSettings(budget_s=10, host_issued=True)
+    monkeypatch.setattr(measure, "VERDICTS_ONLY", [True])
+    measure.measure(FakeBackend([4.0] * 1000), lambda: None, settings)
+    assert collected == [] and gc.get_freeze_count() == 0
+    monkeypatch.setattr(measure, "VERDICTS_ONLY", [False])
+    measure.measure(FakeBackend([4.0] * 1000), lambda: None, settings)
+    assert collected == [1]
+
+
 def test_host_issued_samples_cover_the_hosts_window_whatever_the_budget():
     """The host's speed wanders over tenths of a second (an eager step read 3.0-7.0 ms inside 0.15 s on
     the H100): a host-issued row that stopped at its 10th quiet sample, or at a short budget, would read
