@@ -195,11 +195,12 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
 #if SPLIT_B
 // B -> the workspace `work`: big at work, small (3xTF32) at work + ldw N, element (k, n) at k + n ldw. Four
 // consecutive k of one column per thread and step: one float4 store per copy (ldw is a multiple of 4, so a
-// quad never crosses a column), one float4 load where K is a multiple of 4 (then ldw = K and the quads are B's
-// own), else four guarded loads, zero past K.
+// quad never crosses a column), one float4 load where K is a multiple of 4 and B 16-byte aligned (then
+// ldw = K and the quads are B's own), else four guarded loads, zero past K.
 extern "C" __global__ void __launch_bounds__(SPLIT_B_THREADS)
 split_b(int K, int N, int ldw, const float* __restrict__ B, float* __restrict__ work) {
     const int col_quads = ldw / 4;
+    const bool vector = (K & 3) == 0 && (reinterpret_cast<size_t>(B) & 15) == 0;
     const size_t quads = (size_t)col_quads * N;
     float4* big = reinterpret_cast<float4*>(work);
 #if PRECISION == 3
@@ -208,7 +209,7 @@ split_b(int K, int N, int ldw, const float* __restrict__ B, float* __restrict__ 
     for (size_t q = (size_t)blockIdx.x * SPLIT_B_THREADS + threadIdx.x; q < quads;
          q += (size_t)gridDim.x * SPLIT_B_THREADS) {
         float x[4];
-        if ((K & 3) == 0) {
+        if (vector) {
             const float4 v = __ldg(reinterpret_cast<const float4*>(B) + q);
             x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
         } else {
