@@ -20,11 +20,11 @@
 // (split_b_tile) and releases it on `ready`; 1, B arrives already split, by the copy engine, from a
 // workspace that a kernel of the includer's wrote before this one ran (big and small, each K-major): the
 // B map is then two maps, m[0] the big copy and m[1] the small one, and the producer only issues copies.
-// B's copies complete on `ready` (A's, as before, on `full`), so the consumers wait as they do for SPLIT_B=0:
-// waiting on `full` alone let ptxas schedule the consumer loop otherwise, and with a cluster and the
-// persistent loop it then serialized the wgmmas (C7511) at STAGES 3 and 4. The split costs shared-memory bandwidth in the ring (it reads a tile and
-// writes two, with bank conflicts, beside the wgmmas' reads of B) and sits on the producer's path; once in
-// global memory it is one elementwise pass over B per launch.
+// The split costs shared-memory bandwidth in the ring (it reads a tile and writes two, with bank conflicts,
+// beside the wgmmas' reads of B) and sits on the producer's path; in global memory it is one elementwise
+// pass over B per launch. B's copies complete on `ready` (A's, as before, on `full`), so the consumers wait
+// as they do for SPLIT_B=0: with a wait on `full` alone, ptxas serialized the wgmmas (C7511) with a
+// cluster and the persistent loop at STAGES 4.
 #pragma once
 #include "common/gemm_common.cuh"
 #include "common/hopper.cuh"
@@ -85,7 +85,8 @@ struct Ring {
     __device__ float* a(int s) const {
         return reinterpret_cast<float*>(base + STAGES * B_COPIES * B_TILE_BYTES + s * A_TILE_BYTES);
     }
-    // full: the tile (SPLIT_B: A) landed; ready: B is split and fenced (SPLIT_B: B's copies landed); empty: the consumers are done with it.
+    // full: the tile (SPLIT_B: A) landed; ready: B is split and fenced (SPLIT_B: B's copies landed);
+    // empty: the consumers are done with it.
     __device__ unsigned long long* bars() const {
         return reinterpret_cast<unsigned long long*>(base + STAGES * (B_COPIES * B_TILE_BYTES + A_TILE_BYTES));
     }

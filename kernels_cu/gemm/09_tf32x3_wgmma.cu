@@ -44,9 +44,9 @@
 //         maps always meet the 16-byte stride rule: no cp.async path for B, whatever K. The split is
 //         common/tf32x3.cuh's, so the products are bit for bit those of SPLIT_B=0. The kernel's B map is
 //         then two maps (OperandMaps m[0] big, m[1] small), both multicast with a cluster; the producer
-//         issues copies only, and the consumers wait on `full` alone. With PRECISION=1 the workspace holds
-//         the rounded B only (big: what SPLIT_B=0 rounds in the ring). The transposed path (WIDE_N) keeps
-//         its own split: SPLIT_B is the main kernel's.
+//         issues copies only, B's landing on `ready` (wgmma_mainloop.cuh says why). With PRECISION=1 the
+//         workspace holds the rounded B only (big: what SPLIT_B=0 rounds in the ring). The transposed path
+//         (WIDE_N) keeps its own split: SPLIT_B is the main kernel's.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
 //         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
