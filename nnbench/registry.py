@@ -288,7 +288,10 @@ WGMMA_GEMM_TILES = dict(
         param("PERSISTENT", 0, (0, 1), "1: one block per SM loops over the tiles (the next tile's copies overlap "
            "this tile's last k-blocks and epilogue; 4.6% slower at 4096^3 on the H100); 0: one block per tile"),
         param("SPLIT_K", 0, (0, 1, 2, 4, 8, 16, 32, 64), "slices of K (host side): 0 lets the host pick (where the "
-           "tiles fill less than half the SMs); n asks for n, fewer where the SMs or the k-blocks run out")),
+           "tiles fill less than half the SMs); n asks for n, fewer where the SMs or the k-blocks run out"),
+        param("SPLIT_B", 0, (0, 1), "where B is split into TF32 big and small: 0 in the shared-memory ring by the "
+           "producer, every tile; 1 once per launch into a workspace in global memory by a kernel launched first "
+           "(`split_b`), both copies then coming by the copy engine (the transposed path keeps its own)")),
     grid="(cdiv(cdiv(M, BM), CLUSTER_M) * CLUSTER_M, cdiv(N, BN))",
     tensor_maps=(TensorMap("A", ("BM + 8", "BK")), TensorMap("B", ("BK", "BN // CLUSTER_M"), swizzle=128)),
 )

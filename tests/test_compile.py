@@ -132,10 +132,13 @@ def test_a_sweep_compiles_in_parallel_through_nvcc(tmp_path, monkeypatch):
 def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
     """Step 9 is built with -gencode for sm_90a, and its machine code is Hopper's: HGMMA (wgmma),
     UTMALDG (bulk tensor copies), no spills; with a cluster (CLUSTER_M=2), B's copy is multicast and the
-    blocks meet at a cluster barrier, with the persistent tile loop too. Without cuobjdump only the build is
+    blocks meet at a cluster barrier, with the persistent tile loop too. With SPLIT_B=1 the module also holds
+    `split_b`, and the GEMM (B split already) keeps its wgmma pipeline too. Without cuobjdump only the build is
     checked."""
     from nnbench.profiling import sass
-    for name, extra in (("tf32x3_wgmma", {}), ("tf32_wgmma", {}), ("tf32x3_wgmma", {"CLUSTER_M": 2, "PERSISTENT": 1})):
+    for name, extra in (("tf32x3_wgmma", {}), ("tf32_wgmma", {}), ("tf32x3_wgmma", {"CLUSTER_M": 2, "PERSISTENT": 1}),
+                        ("tf32x3_wgmma", {"SPLIT_B": 1}), ("tf32_wgmma", {"SPLIT_B": 1}),
+                        ("tf32x3_wgmma", {"CLUSTER_M": 2, "PERSISTENT": 1, "SPLIT_B": 1})):
         v = workloads.get("gemm", name)
         params = dict(v.defaults(), **extra)
         comp = cc.compile_cubin(cc.CompileRequest.make(paths.KERNELS / v.source, params, v.target("sm_80")), tmp_path)
@@ -143,6 +146,9 @@ def test_step9_builds_for_sm90a_with_hgmma(tmp_path):
         rep = comp.ptxas["gemm"]
         assert rep.spill_store_bytes == 0 and rep.spill_load_bytes == 0 and rep.stack_bytes == 0, name
         assert not rep.wgmma_serialized, (name, extra)  # C7511: the wgmmas would run one at a time
+        assert set(comp.ptxas) == ({"gemm", "split_b"} if params["SPLIT_B"] else {"gemm"}), (name, extra)
+        split = comp.ptxas.get("split_b")
+        assert split is None or split.spill_store_bytes == split.spill_load_bytes == split.stack_bytes == 0
         if sass.cuobjdump():
             fn = sass.parse(sass.dump(comp.cubin))["gemm"]
             lo, hi = fn.hot_loop()

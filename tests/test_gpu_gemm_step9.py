@@ -4,7 +4,8 @@ cp.async), operands too small to map (cp.async), single-launch split-K (partials
 reduction in slice order; both checks of a case reuse one launch's counters, so a counter left set
 hangs or fails the second), idle consumer warpgroups (M <= 64) and narrow tiles (N <= 64); thread-block
 clusters sharing B by multicast (odd m-tile counts round up to whole clusters) and the persistent tile loop
-(shapes of more tiles than SMs, so blocks take several). Skips off sm_90."""
+(shapes of more tiles than SMs, so blocks take several). Each set again with B split first in global memory
+(SPLIT_B=1: `split_b`, then B's copies by the copy engine whatever K, multicast with a cluster). Skips off sm_90."""
 
 import pytest
 
@@ -34,13 +35,17 @@ def _cases(params: dict[str, int]) -> list[Case]:
     return out
 
 
-@pytest.mark.parametrize("params", [{}, {"BM": 64, "BN": 64, "STAGES": 2}, {"BN": 64}, {"CLUSTER_M": 2},
-                                    {"PERSISTENT": 1}, {"CLUSTER_M": 2, "PERSISTENT": 1, "BN": 64, "STAGES": 3}],
-                         ids=["defaults", "bm64-bn64-s2", "bn64", "cluster2", "persistent", "cluster2-persistent-bn64"])
+TILES = [{}, {"BM": 64, "BN": 64, "STAGES": 2}, {"BN": 64}, {"CLUSTER_M": 2}, {"PERSISTENT": 1},
+         {"CLUSTER_M": 2, "PERSISTENT": 1, "BN": 64, "STAGES": 3}]
+TILE_IDS = ["defaults", "bm64-bn64-s2", "bn64", "cluster2", "persistent", "cluster2-persistent-bn64"]
+
+
+@pytest.mark.parametrize("params", TILES + [dict(p, SPLIT_B=1) for p in TILES] + [{"SPLIT_K": 4, "SPLIT_B": 1}],
+                         ids=TILE_IDS + [f"{i}-split-b" for i in TILE_IDS] + ["split-k4-split-b"])
 def test_step9_paths_verify(cuda_backend, params):
     if workloads.get("gemm", "tf32x3_wgmma").arch_problem(cuda_backend.device):
         pytest.skip("step 9 needs sm_90a")
-    shapes = SHAPES if not params else SHAPES[:len(ODD) + len(MANY) + len(WIDE)]
+    shapes = SHAPES if params in ({}, {"SPLIT_B": 1}) else SHAPES[:len(ODD) + len(MANY) + len(WIDE)]
     recs = [r for r in harness.run(gemm.WORKLOAD, cuda_backend, _cases(params), shapes, QUICK, gemm.DEFAULT_RTOL,
                                       seed=0)
             if r["variant"] in ("tf32x3_wgmma", "tf32_wgmma")]
@@ -49,12 +54,17 @@ def test_step9_paths_verify(cuda_backend, params):
            if r["status"] != "PASS"]
     assert not bad, bad
     path = {(r["shape"], r["variant"]): r["params"] for r in recs}
+    if params.get("SPLIT_B"):  # every row of the main kernel split B first, and took it by the copy engine
+        main = {k: p for k, p in path.items() if "C^T" not in p}
+        assert main and all("B split first (split_b)" in p and "cp.async B" not in p for p in main.values()), path
     if params.get("PERSISTENT"):  # 1536 x 1600: 156 tiles (or 325 of 64 columns) on fewer blocks
         assert ", persistent " in path["1536×1600×256", "tf32x3_wgmma"], path
     if not params.get("CLUSTER_M", 1) > 1 and not params.get("PERSISTENT"):  # wide_plan: the transposed path
         assert path["7×9000×13", "tf32x3_wgmma"].endswith("wgmma n8, 1 x 64 columns a block, cp.async B"), path
         assert path["100×2100×501", "tf32_wgmma"].endswith("wgmma n104, 2 x 64 columns a block, cp.async B, "
                                                           "split-K 4"), path
+    if params == {"SPLIT_B": 1}:  # K = 501: no cp.async B, and the 128-column tile the cp.async rule narrowed
+        assert path["500×4096×501", "tf32x3_wgmma"].endswith("TMA, B split first (split_b)"), path
     if not params:
         assert path["100×4096×501", "tf32x3_wgmma"].endswith("split-K 4")
         assert path["4097×129×1", "tf32x3_wgmma"].endswith("BN=64 here (B by cp.async, few tiles), cp.async A+B")

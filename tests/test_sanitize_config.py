@@ -42,6 +42,7 @@ def test_the_config_plans_every_kernel_path_it_names():
     assert listed == {(j.case.variant.workload, j.case.variant.name) for _, j in planned}
     step9 = {j.case.param_label for _, j in planned if j.case.variant.name == "tf32x3_wgmma"}
     for path in ("PERSISTENT=1 CLUSTER_M=1", "PERSISTENT=1 CLUSTER_M=2", "PERSISTENT=0 CLUSTER_M=2", "ADAPT=0",
-                 "SPLIT_K=4"):
+                 "SPLIT_K=4", "SPLIT_B=1"):
         assert any(path in label for label in step9), path
-    assert len(planned) == 126  # docs/SANITIZE.md and the config's header give this count
+    assert any("PERSISTENT=1 CLUSTER_M=2" in label and "SPLIT_B=1" in label for label in step9)  # both copies multicast
+    assert len(planned) == 135  # docs/SANITIZE.md and the config's header give this count

@@ -239,3 +239,95 @@ def test_the_transposed_launch_without_a_gpu(monkeypatch):
     assert args[8] == 4 and uploaded[0].size == 2 * 32 and not uploaded[0].any()  # per; 2 counters a tile, zeroed
     assert launch_for.ran[1:] == (256, plan.smem()) and launch_for.ran[0].name == "gemm_wide"
     assert path.endswith("wgmma n104, 2 x 64 columns a block, cp.async B, split-K 4")
+
+
+class _Kernel:
+    """A stand-in loaded kernel: `sibling` gives another kernel of its module, as the CUDA backend's does."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def sibling(self, name):
+        return _Kernel(name)
+
+
+class _RecordingBackend:
+    """gemm_launch's backend without a GPU: buffers are addresses, each bound launch appends its kernel's name
+    to `ran` when called."""
+    from types import SimpleNamespace
+    device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+
+    def __init__(self):
+        self.allocs, self.bound, self.ran = [], [], []
+
+    def load(self, module, name):
+        return _Kernel(name)
+
+    def upload(self, host):
+        return self.alloc(host.nbytes)
+
+    def alloc(self, nbytes):
+        self.allocs.append(nbytes)
+        return 0x7F0000000000 + (len(self.allocs) << 32)
+
+    def ptr(self, buf):
+        return buf
+
+    def bind(self, kernel, grid, block, args, signature=None, smem=0):
+        self.bound.append((kernel.name, grid, block, args, signature))
+        return lambda: self.ran.append(kernel.name)
+
+
+@pytest.mark.parametrize("name,copies", [("tf32x3_wgmma", 2), ("tf32_wgmma", 1)])
+@pytest.mark.parametrize("extra", [{}, {"CLUSTER_M": 2, "PERSISTENT": 1}, {"ADAPT": 0}])
+def test_split_b_runs_first_every_launch_and_b_comes_from_its_workspace(monkeypatch, name, copies, extra):
+    """SPLIT_B=1 at 1000x777x1234 (K % 4 != 0, where B itself cannot be mapped): each call of the launch runs
+    `split_b` on the current B, then `gemm`; the workspace holds `copies` K-major copies with a leading
+    dimension of K rounded up to 4, B's maps (m[0] big, m[1] small) are the workspace's with the kernel's box,
+    and B comes by the copy engine (PATH_TMA_B), not by cp.async."""
+    made = _recorded_maps(monkeypatch)
+    monkeypatch.setattr(gemm, "_tile_module", lambda backend, v, params: "module")
+    v = workloads.get("gemm", name)
+    params = dict(v.defaults(), SPLIT_B=1, **extra)
+    assert not v.problems(params)
+    be, shape, pb = _RecordingBackend(), gemm.Shape(1000, 777, 1234), 0x7E0000000000
+    launch_for, path = gemm.gemm_launch(be, _Kernel("gemm"), v, params, shape, 0x7D0000000000, pb, 0x7C0000000000)
+    ld = 1236
+    work = be.allocs.index(4 * copies * ld * shape.N)  # the workspace, allocated first
+    work_ptr = 0x7F0000000000 + ((work + 1) << 32)
+    split, = [b for b in be.bound if b[0] == "split_b"]
+    assert split[1:] == ((min(-(-ld // 4 * shape.N // 256), 8 * 132), 1, 1), (256, 1, 1),
+                         (1234, 777, ld, pb, work_ptr), "iiiPP")
+    box = (32, 128 // params["CLUSTER_M"])
+    b_maps = [m for m in made if m[0] >= work_ptr]
+    assert b_maps == [(work_ptr + c * 4 * ld * shape.N, (ld, shape.N), (4 * ld,), box, 128) for c in range(copies)]
+    assert not [m for m in made if m[0] == pb]  # B itself is never mapped
+    timed = launch_for(1.0, 0.0)  # as measure calls it: one callable, launched again and again
+    timed()
+    timed()
+    launch_for(0.75, -1.5)()
+    assert be.ran == ["split_b", "gemm"] * 3
+    gemm_args = [b for b in be.bound if b[0] == "gemm"][-1][3]
+    assert gemm_args[10] & 2 and "cp.async B" not in path and path.count("B split first (split_b)") == 1, path
+    assert len(gemm_args[9]) == gemm.PHASES * tensormap.MAP_BYTES
+
+
+def test_split_b_zero_keeps_b_as_it_is(monkeypatch):
+    """SPLIT_B=0: one launch, B mapped where it lies (or by cp.async where K % 4 != 0), no workspace for it."""
+    _recorded_maps(monkeypatch)
+    monkeypatch.setattr(gemm, "_tile_module", lambda backend, v, params: "module")
+    be = _RecordingBackend()
+    launch_for, path = gemm.gemm_launch(be, _Kernel("gemm"), STEP9, STEP9.defaults(), gemm.Shape(1000, 777, 1234),
+                                        1 << 20, 2 << 20, 3 << 20)
+    launch_for(1.0, 0.0)()
+    assert be.ran == ["gemm"] and path.endswith("TMA, cp.async B") and "split_b" not in path
+
+
+def test_split_b_takes_the_copy_engine_rules_not_cp_async_ones():
+    """step9_tile's narrow-tile and no-split rules are for B by cp.async (K % 4 != 0): with SPLIT_B=1 B comes by
+    the copy engine from its workspace, so they do not apply."""
+    params = STEP9.defaults()
+    assert gemm.step9_tile(gemm.Shape(1000, 777, 1234), params, 132)[0]["BN"] == 64
+    assert gemm.step9_tile(gemm.Shape(1000, 777, 1234), dict(params, SPLIT_B=1), 132)[0]["BN"] == 128
+    assert gemm.step9_tile(gemm.Shape(7, 4096, 101), params, 132)[1] is False
+    assert gemm.step9_tile(gemm.Shape(7, 4096, 101), dict(params, SPLIT_B=1), 132)[1] is True

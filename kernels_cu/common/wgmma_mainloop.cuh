@@ -15,6 +15,16 @@
 // of every block of the cluster released it: they arrive on each block's `empty`. The includer launches
 // the blocks as clusters (__cluster_dims__), syncs the cluster after ring_init, and maps B with a box of
 // BN / CLUSTER_M columns.
+//
+// SPLIT_B (default 0; GEMM step 9 sets it): 0, the producer splits each B tile in the ring once it lands
+// (split_b_tile) and releases it on `ready`; 1, B arrives already split, by the copy engine, from a
+// workspace that a kernel of the includer's wrote before this one ran (big and small, each K-major): the
+// B map is then two maps, m[0] the big copy and m[1] the small one, and the producer only issues copies.
+// The split costs shared-memory bandwidth in the ring (it reads a tile and writes two, with bank conflicts,
+// beside the wgmmas' reads of B) and sits on the producer's path; in global memory it is one elementwise
+// pass over B per launch. B's copies complete on `ready` (A's, as before, on `full`), so the consumers wait
+// as they do for SPLIT_B=0: with a wait on `full` alone, ptxas serialized the wgmmas (C7511) with a
+// cluster and the persistent loop at STAGES 4.
 #pragma once
 #include "common/gemm_common.cuh"
 #include "common/hopper.cuh"
@@ -50,6 +60,9 @@
 #ifndef CLUSTER_M
 #define CLUSTER_M 1
 #endif
+#ifndef SPLIT_B
+#define SPLIT_B 0
+#endif
 // setmaxnreg: the producer needs few registers; the consumers get the rest of the SM's 64K.
 #define PRODUCER_REGS 40
 #define CONSUMER_REGS (CONSUMERS == 2 ? 232 : 240)
@@ -58,6 +71,7 @@ static_assert(BK == 32, "a B row is one 128-byte swizzle row of 32 TF32 values")
 static_assert(BM == 64 * CONSUMERS && (BN == 64 || BN == 128), "one m64nBNk8 wgmma per consumer and k8 step");
 static_assert(PRECISION == 3 || PRECISION == 1, "PRECISION is 3 (3xTF32) or 1 (TF32)");
 static_assert(CLUSTER_M == 1 || CLUSTER_M == 2 || CLUSTER_M == 4, "a cluster of 1, 2 or 4 blocks along m");
+static_assert(SPLIT_B == 0 || (SPLIT_B == 1 && PRODUCER_WGS == 1), "SPLIT_B is 0 or 1, with one producer warpgroup");
 
 // An operand's maps as a kernel takes them: one, or one per phase (PATH_PHASED_A).
 struct OperandMaps {
@@ -71,7 +85,8 @@ struct Ring {
     __device__ float* a(int s) const {
         return reinterpret_cast<float*>(base + STAGES * B_COPIES * B_TILE_BYTES + s * A_TILE_BYTES);
     }
-    // full: the tile landed; ready: B is split and fenced; empty: the consumers are done with it.
+    // full: the tile (SPLIT_B: A) landed; ready: B is split and fenced (SPLIT_B: B's copies landed);
+    // empty: the consumers are done with it.
     __device__ unsigned long long* bars() const {
         return reinterpret_cast<unsigned long long*>(base + STAGES * (B_COPIES * B_TILE_BYTES + A_TILE_BYTES));
     }
@@ -88,8 +103,15 @@ __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, in
     const int s = i % STAGES, k0 = kb * BK;
     float* as = ring.a(s);
     float* bs = ring.b_big(s);
+    // With SPLIT_B, B's maps are the split copies (B_COPIES of them, PATH_TMA_B always set), landing on `ready`.
+    unsigned long long* b_bar = SPLIT_B ? ring.ready(s) : ring.full(s);
+    if (SPLIT_B && pt == 0) {
+        mbar_expect_tx(b_bar, B_COPIES * B_TILE_BYTES);
+        mbar_arrive(b_bar);  // its one arrival, after the bytes it waits for were raised
+    }
     if (pt == 0 && (paths & PATH_COPY)) {
-        mbar_expect_tx(ring.full(s), ((paths & PATH_TMA_A) ? A_TILE_BYTES : 0) + ((paths & PATH_TMA_B) ? B_TILE_BYTES : 0));
+        mbar_expect_tx(ring.full(s), ((paths & PATH_TMA_A) ? A_TILE_BYTES : 0) +
+                                         ((!SPLIT_B && (paths & PATH_TMA_B)) ? B_TILE_BYTES : 0));
         if (paths & PATH_PHASED_A) {  // boxes (BM + 8) x BK/4: k rows r, r + 4, ... as rows r BK/4, ...
             for (int r = 0; r < PHASES; ++r)
                 tma_load_2d(as + r * (BK / PHASES) * A_PITCH, a_map + r, m0, k0 / PHASES, ring.full(s));
@@ -99,9 +121,16 @@ __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, in
         if (paths & PATH_TMA_B) {  // box BK x BN / CLUSTER_M, 128-byte swizzle (8-row groups: whole ones per part)
             if constexpr (CLUSTER_M > 1) {
                 const int part = cluster_ctarank() * (BN / CLUSTER_M);
-                tma_load_2d_multicast(bs + part * BK, b_map, k0, n0 + part, ring.full(s), (1u << CLUSTER_M) - 1);
+                tma_load_2d_multicast(bs + part * BK, b_map, k0, n0 + part, b_bar, (1u << CLUSTER_M) - 1);
+#if SPLIT_B && PRECISION == 3
+                tma_load_2d_multicast(ring.b_small(s) + part * BK, b_map + 1, k0, n0 + part, b_bar,
+                                      (1u << CLUSTER_M) - 1);
+#endif
             } else {
-                tma_load_2d(bs, b_map, k0, n0, ring.full(s));
+                tma_load_2d(bs, b_map, k0, n0, b_bar);
+#if SPLIT_B && PRECISION == 3
+                tma_load_2d(ring.b_small(s), b_map + 1, k0, n0, b_bar);
+#endif
             }
         }
     }
@@ -112,7 +141,7 @@ __device__ __forceinline__ void load_k_block(const Ring& ring, int i, int kb, in
             cp_async_4(as + k * A_PITCH + m, ok ? A + (size_t)(k0 + k) * M + m0 + m : A, ok);
         }
     }
-    if (!(paths & PATH_TMA_B)) {  // thread pt: k = pt % BK of rows pt / BK, + 128 / BK, ...: consecutive k
+    if (!SPLIT_B && !(paths & PATH_TMA_B)) {  // thread pt: k = pt % BK of rows pt / BK, + 128 / BK, ...: consecutive k
         const int k = pt % BK;
         const bool k_ok = k0 + k < K;
         const float* src = B + (size_t)(n0 + pt / BK) * K + k0 + k;
@@ -241,18 +270,20 @@ __device__ __forceinline__ void ring_init(const Ring& ring, int paths, const CUt
                                           const CUtensorMap* b_map) {
     for (int s = 0; s < STAGES; ++s) {
         mbar_init(ring.full(s), PRODUCER_THREADS);
-        mbar_init(ring.ready(s), PRODUCER_THREADS);
+        mbar_init(ring.ready(s), SPLIT_B ? 1 : PRODUCER_THREADS);  // SPLIT_B: load_k_block's thread 0
         mbar_init(ring.empty(s), CONSUMERS * 4 * CLUSTER_M);  // one arrival per consumer warp of the cluster
     }
     mbar_init_fence();
     for (int r = 0; r < ((paths & PATH_PHASED_A) ? PHASES : 1); ++r)
         if (paths & PATH_TMA_A) tma_prefetch_map(a_map + r);
     if (paths & PATH_TMA_B) tma_prefetch_map(b_map);
+    if (SPLIT_B && B_COPIES == 2 && (paths & PATH_TMA_B)) tma_prefetch_map(b_map + 1);
 }
 
 // Producer: fill the ring STAGES deep, then per k-block: wait for its tile, split B, release it to
 // the consumers, and refill the slot the consumers finished last. The split stays one k-block ahead
-// of the consumers; the copies STAGES - 1 ahead. The stream is `total` iterations long; load(g) issues
+// of the consumers; the copies STAGES - 1 ahead. With SPLIT_B (B split already) it only refills each
+// slot once the consumers released it, STAGES ahead. The stream is `total` iterations long; load(g) issues
 // iteration g's copies (a block that loops over tiles streams them all, so the next tile's copies are in
 // flight while the consumers finish this one). With a cluster, the producer waits at the end until every
 // block's consumers released the last slots: their arrivals on this block's barriers have then landed,
@@ -261,16 +292,24 @@ template <class Load>
 __device__ __forceinline__ void produce_stream(const Ring& ring, int total, int wt, Load&& load) {
     const int first = total < STAGES ? total : STAGES;
     for (int i = 0; i < first; ++i) load(i);
-    for (int i = 0; i < total; ++i) {
-        const int s = i % STAGES;
-        mbar_wait(ring.full(s), (i / STAGES) & 1);
-        split_b_tile(ring, s, wt);
-        fence_proxy_async();
-        mbar_arrive(ring.ready(s));
-        const int done = i - 1;
-        if (done >= 0 && done + STAGES < total) {
+    if constexpr (SPLIT_B) {
+        for (int i = STAGES; i < total; ++i) {
+            const int done = i - STAGES;
             mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
-            load(done + STAGES);
+            load(i);
+        }
+    } else {
+        for (int i = 0; i < total; ++i) {
+            const int s = i % STAGES;
+            mbar_wait(ring.full(s), (i / STAGES) & 1);
+            split_b_tile(ring, s, wt);
+            fence_proxy_async();
+            mbar_arrive(ring.ready(s));
+            const int done = i - 1;
+            if (done >= 0 && done + STAGES < total) {
+                mbar_wait(ring.empty(done % STAGES), (done / STAGES) & 1);
+                load(done + STAGES);
+            }
         }
     }
     if constexpr (CLUSTER_M > 1)

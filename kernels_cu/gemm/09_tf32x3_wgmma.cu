@@ -11,7 +11,9 @@
 //         3xTF32 as in step 8: x = big + small, products small*big + big*small + big*big. B must
 //         exist in shared memory twice (big, small: the hardware would simply drop the low mantissa
 //         bits), so the producer warpgroup splits each B tile in place once it lands, then fences
-//         (generic -> async proxy) before the consumers may read it. wgmma takes TF32 operands from
+//         (generic -> async proxy) before the consumers may read it; or, with SPLIT_B=1, a kernel of
+//         this module (`split_b`) splits the whole of B into a workspace first, in the same launch
+//         sequence, and the copy engine brings both copies (see SPLIT_B below). wgmma takes TF32 operands from
 //         shared memory only K-major, and A is M-major, so A goes through registers: a consumer
 //         loads its fragment with conflict-free 8-byte loads (rows of the A tile padded by 8
 //         floats; the fragment's rows g, g+8 are mapped to adjacent rows 2g, 2g+1, a free
@@ -27,10 +29,24 @@
 //         STAGES in {2..6}: the ring's depth; PRECISION in {3, 1}; ADAPT in {1, 0}: whether the host
 //         picks BN and split-K per shape; CLUSTER_M in {1, 2}: blocks per cluster along m, sharing B
 //         by multicast (wgmma_mainloop.cuh says how); PERSISTENT in {0, 1}: blocks loop over tiles;
-//         SPLIT_K (host side): slices of K asked for, 0 = the host's rule. Defaults BM=128 BN=128
-//         STAGES=4 PRECISION=3 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 (nnbench/registry.py). Shared
-//         memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4 bytes of dynamic shared memory, plus 1 KiB
-//         of alignment.
+//         SPLIT_K (host side): slices of K asked for, 0 = the host's rule; SPLIT_B in {0, 1}: where B is
+//         split into big and small, 0 in the ring by the producer, 1 once per launch in global memory.
+//         Defaults BM=128 BN=128 STAGES=4 PRECISION=3 ADAPT=1 CLUSTER_M=1 PERSISTENT=0 SPLIT_B=0
+//         (nnbench/registry.py). Shared memory: STAGES * (BK*(BM+8) + BN*BK*(1 or 2)) * 4 bytes of
+//         dynamic shared memory, 24 bytes of barriers a stage, plus 1 KiB of alignment (SPLIT_B leaves it
+//         as it is: the ring holds both B copies either way).
+// SPLIT_B: the in-ring split measured 9% of 4096^3 (no split at all: 1.113 against 1.218 ms, H100): per
+//         k-block of a 128x128 tile it reads 16 KB of shared memory and writes 32 KB (with bank conflicts),
+//         beside 96 KB of wgmma reads of B, and the consumers wait for it. With SPLIT_B=1 the host launches
+//         `split_b` right before `gemm`, every launch (it is part of what is timed, and B may change between
+//         launches): B (K x N, leading dimension K) -> big = tf32(B) and, for 3xTF32, small = tf32(B - big),
+//         each K-major with leading dimension ldw = K rounded up to 4 (rows K..ldw-1 zero), so that B's
+//         maps always meet the 16-byte stride rule: no cp.async path for B, whatever K. The split is
+//         common/tf32x3.cuh's, so the products are bit for bit those of SPLIT_B=0. The kernel's B map is
+//         then two maps (OperandMaps m[0] big, m[1] small), both multicast with a cluster; the producer
+//         issues copies only, B's landing on `ready` (wgmma_mainloop.cuh says why). With PRECISION=1 the
+//         workspace holds the rounded B only (big: what SPLIT_B=0 rounds in the ring). The transposed path
+//         (WIDE_N) keeps its own split: SPLIT_B is the main kernel's.
 // Sizes:  any M, N, K >= 1. An operand goes by the copy engine when its leading dimension is a
 //         multiple of 4 (the tensor map's 16-byte stride rule). Otherwise A goes by four phase maps,
 //         one per k % 4, each with a stride of 4 lda (wgmma_mainloop.cuh, PATH_PHASED_A): no copy, no
@@ -56,6 +72,7 @@
 //         tile's copies are in flight during this tile's last k-blocks and epilogue. Never with split-K.
 // Launch: THREADS = 128 * (BM/64 + 1); grid (ceil(M/BM) rounded up to whole clusters, ceil(N/BN),
 //         splits), or (min(tiles, SMs), 1, 1) persistent; clusters of (CLUSTER_M, 1, 1); sm_90a only.
+//         With SPLIT_B=1, first `split_b` (SPLIT_B_THREADS a block, a grid-stride loop) on the same stream.
 #ifndef BM
 #define BM 128
 #endif
@@ -77,6 +94,10 @@
 #ifndef PERSISTENT
 #define PERSISTENT 0
 #endif
+#ifndef SPLIT_B
+#define SPLIT_B 0
+#endif
+#define SPLIT_B_THREADS 256
 #ifndef ADAPT
 #define ADAPT 1  // host side only: the launch picks BN and split-K per shape (nnbench/workloads/gemm/session.py, step9_tile)
 #endif
@@ -170,6 +191,44 @@ __device__ __forceinline__ void reduce_split_k(const float (&acc)[NACC], int wt,
     }
     split_k_leave(count, splits, threadIdx.x == 128, consumers_sync);
 }
+
+#if SPLIT_B
+// B -> the workspace `work`: big at work, small (3xTF32) at work + ldw N, element (k, n) at k + n ldw. Four
+// consecutive k of one column per thread and step: one float4 store per copy (ldw is a multiple of 4, so a
+// quad never crosses a column), one float4 load where K is a multiple of 4 and B 16-byte aligned (then
+// ldw = K and the quads are B's own), else four guarded loads, zero past K.
+extern "C" __global__ void __launch_bounds__(SPLIT_B_THREADS)
+split_b(int K, int N, int ldw, const float* __restrict__ B, float* __restrict__ work) {
+    const int col_quads = ldw / 4;
+    const bool vector = (K & 3) == 0 && (reinterpret_cast<size_t>(B) & 15) == 0;
+    const size_t quads = (size_t)col_quads * N;
+    float4* big = reinterpret_cast<float4*>(work);
+#if PRECISION == 3
+    float4* small = big + quads;
+#endif
+    for (size_t q = (size_t)blockIdx.x * SPLIT_B_THREADS + threadIdx.x; q < quads;
+         q += (size_t)gridDim.x * SPLIT_B_THREADS) {
+        float x[4];
+        if (vector) {
+            const float4 v = __ldg(reinterpret_cast<const float4*>(B) + q);
+            x[0] = v.x, x[1] = v.y, x[2] = v.z, x[3] = v.w;
+        } else {
+            const size_t n = q / col_quads;
+            const int k = (int)(q - n * col_quads) * 4;
+            const float* col = B + n * K;
+#pragma unroll
+            for (int j = 0; j < 4; ++j) x[j] = k + j < K ? __ldg(col + k + j) : 0.0f;
+        }
+        unsigned h[4], l[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) split(x[j], h[j], l[j]);
+        big[q] = make_float4(__uint_as_float(h[0]), __uint_as_float(h[1]), __uint_as_float(h[2]), __uint_as_float(h[3]));
+#if PRECISION == 3
+        small[q] = make_float4(__uint_as_float(l[0]), __uint_as_float(l[1]), __uint_as_float(l[2]), __uint_as_float(l[3]));
+#endif
+    }
+}
+#endif
 
 #if CLUSTER_M > 1
 #define CLUSTER_DIMS __cluster_dims__(CLUSTER_M, 1, 1)

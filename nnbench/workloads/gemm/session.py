@@ -315,7 +315,8 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     its workspace. An operand that cannot be mapped takes the kernel's cp.async path (a B whose leading
     dimension is not a multiple of 4: a padded copy first, inside the timed launch, measured slower on
     7 of 8 such shapes, lab/journal/gemm.md). `path` says which, for the table ("" without maps). One
-    launch, always."""
+    launch; with step 9's SPLIT_B=1 two, every time: `split_b` (B into its workspace, `presplit_b`), then the
+    GEMM, whose B maps are the workspace's."""
     sig, extra, path = SIGNATURE, (), ""
     wide = wide_plan(shape, params, backend.device.sm_count, backend.device.smem_per_block_optin) \
         if v.tensor_maps else None
@@ -329,12 +330,15 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         path = f"{changed} here ({why}), "
     block = v.launch_block(params)
     keep = []  # device buffers the launches use, alive as long as launch_for
+    split = None  # SPLIT_B=1: B's split workspace and the launch that fills it
     if v.tensor_maps:
         operands = {"A": (pa, shape.M, shape.K), "B": (pb, shape.K, shape.N)}  # (pointer, rows, columns)
         bits, phased, fallback = 0, [], []
+        split = presplit_b(backend, kernel, params, shape, pb) if params.get("SPLIT_B") else None
         for i, tm in enumerate(v.tensor_maps):
             ptr, rows, cols = operands[tm.operand]
-            made = operand_maps(ptr, rows, cols, v.map_box(tm, params), tm.swizzle, phases=tm.operand == "A")
+            made = (split.maps(v.map_box(tm, params), tm.swizzle), False) if split and tm.operand == "B" else \
+                operand_maps(ptr, rows, cols, v.map_box(tm, params), tm.swizzle, phases=tm.operand == "A")
             if made is None:
                 extra += (bytes(PHASES * tensormap.MAP_BYTES),)
                 fallback.append(tm.operand)
@@ -352,6 +356,9 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
         keep += [sync, work]
         extra += (np.int32(bits), backend.ptr(sync), backend.ptr(work))
         path += copy_path(phased, fallback)
+        if split:
+            keep.append(split.work)
+            path += ", B split first (split_b)"
     if splits > 1:
         grid = (grid[0], grid[1], splits)
         path += f", split-K {splits}"
@@ -364,9 +371,47 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
     def launch_for(alpha: float, beta: float):
         main = backend.bind(kernel, grid, block, (M, N, K, np.float32(alpha), pa, pb, np.float32(beta), pc)
                             + extra, sig, smem=smem)
+        if split:  # B as it is now, split at every launch: the GEMM never reads a split made for an earlier B
+            first = split.launch
+            return lambda: (keep, first(), main())[2]
         return lambda: (keep, main())[1]
 
     return launch_for, path
+
+
+SPLIT_B_THREADS = 256  # kernels_cu/gemm/09_tf32x3_wgmma.cu's SPLIT_B_THREADS
+SPLIT_B_BLOCKS_PER_SM = 8  # 2,048 threads an SM: a full SM of an elementwise, bandwidth-bound pass
+
+
+@dataclass
+class PresplitB:
+    """Step 9's B split once per launch (SPLIT_B=1): `launch` runs `split_b`, which writes big = tf32(B) and,
+    for 3xTF32, small = tf32(B - big) into `work`, each K-major with leading dimension `ld` (K rounded up to 4,
+    rows past K zero), so that their maps always meet the 16-byte stride rule, whatever K."""
+    work: object  # the workspace buffer: `copies` x ld x N floats
+    ptr: int
+    ld: int
+    cols: int
+    copies: int
+    launch: object  # no-argument callable: split_b on the current B
+
+    def maps(self, box: tuple[int, int], swizzle: int) -> bytes:
+        """The kernel's B OperandMaps: m[0] over the big copy, m[1] over the small one (3xTF32), the rest 0."""
+        size = 4 * self.ld * self.cols
+        maps = b"".join(tensormap.encode_tiled(self.ptr + c * size, (self.ld, self.cols), (4 * self.ld,), box, swizzle)
+                        for c in range(self.copies))
+        return maps + bytes((PHASES - self.copies) * tensormap.MAP_BYTES)
+
+
+def presplit_b(backend, kernel, params: dict[str, int], shape: Shape, pb: int) -> PresplitB:
+    """SPLIT_B=1's workspace and its `split_b` launch (the GEMM kernel's own module: `kernel.sibling`)."""
+    ld, copies = -(-shape.K // PHASES) * PHASES, 2 if params.get("PRECISION", 3) == 3 else 1
+    work = backend.alloc(4 * copies * ld * shape.N)
+    quads = ld // 4 * shape.N
+    blocks = max(1, min(-(-quads // SPLIT_B_THREADS), SPLIT_B_BLOCKS_PER_SM * backend.device.sm_count))
+    launch = backend.bind(kernel.sibling("split_b"), (blocks, 1, 1), (SPLIT_B_THREADS, 1, 1),
+                          (np.int32(shape.K), np.int32(shape.N), np.int32(ld), pb, backend.ptr(work)), "iiiPP")
+    return PresplitB(work, backend.ptr(work), ld, shape.N, copies, launch)
 
 
 @dataclass(frozen=True)
@@ -497,8 +542,9 @@ def step9_tile(shape: Shape, params: dict[str, int], sms: int) -> tuple[dict[str
     - N <= 64: BN = 64 (101x7x4096: 11.2 -> 9.9 us);
     - B by cp.async (K % 4 != 0) and M <= 64, or a 128-column grid that would leave half the SMs idle:
       BN = 64 (100x4096x501: 30.2 -> 23.2 us; 1000x777x1234: 57.5 -> 46.2 us; 7x4096x101 above);
-    - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us)."""
-    by_copy = shape.K % PHASES != 0
+    - B by cp.async and M <= 64: no split-K (7x4096x101: 26.0 -> 11.8 us).
+    With SPLIT_B=1 B always comes by the copy engine (from its split workspace), so the cp.async rules do not apply."""
+    by_copy = shape.K % PHASES != 0 and not params.get("SPLIT_B")
     tile, why = dict(params), []
     if shape.M <= 64 and params.get("BM") == 128:
         tile["BM"] = 64
