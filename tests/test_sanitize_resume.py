@@ -252,3 +252,23 @@ def test_a_resumed_run_keeps_to_its_workloads(tmp_path, monkeypatch):
     assert "2 of 2 cases to run" in res.output
     assert sorted(calls(tmp_path)) == [0, 1]  # the conv part's plan, as its child counts it with --workload conv
     assert [r["workload"] for r in rows(out)] == ["gemm"] * 3 + ["conv"] * 2
+
+
+def test_a_resumed_run_runs_again_the_cases_whose_kernel_changed(on_gpu, tmp_path, monkeypatch):
+    """Editing a kernel re-runs its cases (issue 45): a held row whose provenance is not the case's digest now (its
+    source, headers, flags or nnbench changed; the row's own driver, CUDA and nvcc) is not skipped."""
+    from nnbench.runtime import provenance
+    from nnbench.sweeps import config, sanitized
+    out = tmp_path / "racecheck.csv"
+    stand_in(tmp_path, monkeypatch)
+    assert invoke(on_gpu, out).exit_code == 0
+    (tmp_path / "calls").unlink()
+    assert "0 of 6 cases to run" in invoke(on_gpu, out).output and calls(tmp_path) == []
+    closure = provenance._closure
+    monkeypatch.setattr(provenance, "_closure", lambda src, inc: closure(src, inc) + ("edited" if "tiled" in str(src)
+                                                                                        else ""))
+    planned = sanitized.plan(config.load_config(str(on_gpu)), "cuda")
+    edited = [k for k, (_, job) in enumerate(planned) if job.case.variant.name == "tiled"]
+    res = invoke(on_gpu, out)
+    assert res.exit_code == 0, res.output
+    assert f"resuming, {len(edited)} of 6 cases" in res.output and sorted(calls(tmp_path)) == edited

@@ -6,7 +6,8 @@ K` for the K-th case of the plan (every part's cases in the sweep's order, vendo
 
 A run resumes where its `--out` file exists (`done`): the cases that file holds a verdict of, PASS or FAIL, are
 skipped, by the sweep's own case identity (sweep.read_done: workload, variant, parameters, problem, warm or cold),
-an ERROR row's case again only with --retry-errors; the new rows are added to it. Skipping is the parent's alone:
+unless its kernel, headers, flags or nnbench changed since (its provenance), an ERROR row's case again only with
+--retry-errors; the new rows are added to it. Skipping is the parent's alone:
 the child counts the whole plan, so K names the same case in both. A file of another tool is refused."""
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 
-from nnbench import harness, sanitize
+from nnbench import harness, results, sanitize
 from nnbench.errors import NnbenchError
-from nnbench.sweeps.sweep import Job, _base_record, _done_rows, job_key, plan_jobs, read_done
+from nnbench.sweeps.sweep import Job, _base_record, _done_rows, job_key, job_provenance, plan_jobs, read_done
 
 
 def plan(specs, backend: str) -> list[tuple[object, Job]]:
@@ -46,9 +47,21 @@ def done_cases(path: Path, specs, tool: str, retry_errors: bool) -> frozenset[st
             what = f"holds {said} rows" if said else "holds rows no sanitizer wrote (a timed run's?)"
             raise NnbenchError(f"--out {path}: {what}; this run is --sanitize {tool}: name another file")
     keys: set[str] = set()
+    planned = {job_key(spec, job): (spec, job) for spec, job in plan(specs, "cuda")}
     for workload in dict.fromkeys(spec.workload_name for spec in specs):
-        keys |= read_done(path, workload, retry_errors, None).keys
-    return frozenset(keys & {job_key(spec, job) for spec, job in plan(specs, "cuda")})
+        envs: dict[str, dict] = {}  # each case's last row: the environment its provenance was taken in
+        done = read_done(path, workload, retry_errors, None,
+                         lambda row: envs.__setitem__(results.case_key_of(row), row))
+        keys |= {k for k in done.keys & planned.keys() if not _edited(planned[k], done.provenance.get(k), envs[k])}
+    return frozenset(keys)
+
+
+def _edited(spec_job, provenance: str | None, row: dict) -> bool:
+    """Whether a done row's case changed since (its kernel, headers, flags or nnbench): its provenance against the
+    digest the case has now in the row's own environment (driver, CUDA, nvcc, compute capability), which the
+    parent, opening no GPU, takes from the row; a row without provenance counts as changed."""
+    spec, job = spec_job
+    return provenance != job_provenance(spec, job, row)
 
 
 def row_tool(row: dict) -> str | None:
