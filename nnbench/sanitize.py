@@ -6,7 +6,9 @@ Design: the command's process plans its cases as always, and for each one starts
 one sample and no energy window, and writes its record to the file NNBENCH_SANITIZE_RECORD names. One process per
 case: a memcheck error can poison a CUDA context, and the sanitizer's report then belongs to that case alone.
 Up to `--sanitize-jobs N` of these processes run at once (`in_order`), each with its own CUDA context on the same
-GPU: nothing is timed, so they may share it; the rows still come in the cases' order.
+GPU: nothing is timed, so they may share it; the rows still come in the cases' order. Each case's process leads a
+session of its own (compute-sanitizer starts python as its child), so that Ctrl-C or SIGTERM in the parent kills
+every process of the cases in flight, and the parent ends at once with the rows of the cases already done.
 
 The parent's row (`verdict`): the sanitizer's first report line makes it FAIL with error "TOOL: <line>"; a
 clean run keeps the child's verdict (PASS, or the FAIL of a wrong answer) with `sanitizer` = "sanitized: TOOL".
@@ -18,9 +20,11 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -88,16 +92,68 @@ def run_case(tool: str, argv: list[str], index: int, base: dict) -> dict:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(paths.ROOT),
                                                                         os.environ.get("PYTHONPATH")])))
         env[RECORD_ENV] = str(out)
-        try:
-            done = subprocess.run(child_command(tool, argv, index, log), capture_output=True, text=True, env=env,
-                                  stdin=subprocess.DEVNULL, timeout=CHILD_TIMEOUT_S)
-            rc, said = done.returncode, done.stdout + done.stderr
-        except subprocess.TimeoutExpired:
-            rc, said = None, f"no end after {CHILD_TIMEOUT_S:g} s"
+        children = getattr(_THREAD, "children", None) or Children()  # in_order's, or this call's own
+        rc, said = children.run(child_command(tool, argv, index, log), env)
         # The report goes to the log; a sanitizer that cannot open it (or a stand-in) prints it instead.
         report = first_report(log.read_text(errors="replace") if log.exists() else "") or first_report(said)
         record = json.loads(out.read_text()) if out.exists() else None
     return verdict(base, tool, rc, report, record, said)
+
+
+class Stopped(Exception):
+    """A case's process not started: the run was interrupted."""
+
+
+class Children:
+    """The cases' processes in flight, so that an interrupted parent can end them: a worker thread waits in its
+    process for up to CHILD_TIMEOUT_S, and the interpreter joins those threads at exit. Each process leads a session
+    of its own, killed as a group: compute-sanitizer starts python as its child, and a kill of the sanitizer alone
+    would leave that python on the GPU. A new session also keeps the terminal's Ctrl-C from the children: the
+    parent answers it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.live: set[subprocess.Popen] = set()
+        self.stopped = False
+
+    def run(self, command: list[str], env: dict) -> tuple[int | None, str]:
+        """(exit code, or None after CHILD_TIMEOUT_S; what it printed)."""
+        with self.lock:  # no process starts after kill_all
+            if self.stopped:
+                raise Stopped()
+            proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                                    stdin=subprocess.DEVNULL, start_new_session=True)
+            self.live.add(proc)
+        try:
+            out, err = proc.communicate(timeout=CHILD_TIMEOUT_S)
+            return proc.returncode, out + err
+        except subprocess.TimeoutExpired:
+            _kill_group(proc)
+            proc.communicate()
+            return None, f"no end after {CHILD_TIMEOUT_S:g} s"
+        finally:
+            with self.lock:
+                self.live.discard(proc)
+
+    def kill_all(self) -> None:
+        with self.lock:
+            self.stopped = True
+            for proc in self.live:
+                _kill_group(proc)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the session's group: its id is the leader's pid
+    except (ProcessLookupError, PermissionError):
+        pass  # already gone
+
+
+_THREAD = threading.local()  # a worker thread of in_order's pool: its Children
+
+
+def _adopt(children: Children) -> None:
+    _THREAD.children = children
 
 
 def default_jobs() -> int:
@@ -107,8 +163,12 @@ def default_jobs() -> int:
 def in_order(work: Iterable[dict | Callable[[], dict]], jobs: int) -> Iterator[dict]:
     """The rows of `work` in its order: a dict is a row already (a SKIP), a callable is a case's process, run on
     one of `jobs` threads (each waits on its process), so up to `jobs` cases are under the sanitizer at once. A
-    row is yielded as soon as it and every row before it are done."""
-    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="nnbench-sanitize")
+    row is yielded as soon as it and every row before it are done. On Ctrl-C or SIGTERM (KeyboardInterrupt) the
+    cases' processes are killed, and the rows done but held back behind a slower case are yielded then, out of
+    the cases' order, before the interrupt goes on: a resumed run skips them."""
+    children = Children()
+    pool = ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="nnbench-sanitize", initializer=_adopt,
+                              initargs=(children,))
     pending: deque[dict | Future] = deque()
     try:
         for item in work:
@@ -117,8 +177,21 @@ def in_order(work: Iterable[dict | Callable[[], dict]], jobs: int) -> Iterator[d
                 yield _row(pending.popleft())
         while pending:
             yield _row(pending.popleft())
-    finally:  # a reader that stops early (Ctrl-C, the first FAIL) starts no further case
-        pool.shutdown(wait=False, cancel_futures=True)
+    except KeyboardInterrupt:
+        # which cases were done, before the kill: a killed case's row (ERROR, signal 9) is not its verdict
+        done = [item for item in pending if isinstance(item, dict) or (item.done() and not item.cancelled()
+                                                                       and item.exception() is None)]
+        _stop(pool, children)
+        for item in done:
+            yield _row(item)
+        raise
+    finally:  # a reader that stops early (Ctrl-C, the first FAIL) starts no further case and leaves none running
+        _stop(pool, children)
+
+
+def _stop(pool: ThreadPoolExecutor, children: Children) -> None:
+    children.kill_all()
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _row(item: dict | Future) -> dict:

@@ -208,7 +208,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
                 app.out.print(_compile_line(outcome.compile))
         return
     if sanitize.MODE["tool"] or sanitize.MODE["child"] is not None:
-        _sanitized(specs, backend, out_path)
+        _sanitized(specs, backend, out_path, retry_errors)
         return
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
                          gpus=gpus, replay=replay_path, mpi=mpi)
@@ -237,8 +237,9 @@ def parts_of(specs, only: tuple[str, ...], config_path) -> list:
     return kept
 
 
-def _sanitized(specs, backend: str, out_path) -> None:
-    """--sanitize: each case once under compute-sanitizer, into a file of its own (nnbench/sweeps/sanitized.py)."""
+def _sanitized(specs, backend: str, out_path, retry_errors: bool = False) -> None:
+    """--sanitize: each case once under compute-sanitizer, into a file of its own (nnbench/sweeps/sanitized.py);
+    an existing --out file of the same tool is resumed: its cases are skipped, the rest added to it."""
     from nnbench.sweeps import sanitized
     tool, child = sanitize.MODE["tool"], sanitize.MODE["child"]
     if child is not None:
@@ -247,9 +248,22 @@ def _sanitized(specs, backend: str, out_path) -> None:
         app.stream(app.open_sink(None, "sweep", env["gpu"]), sanitized.child(specs, child, be, env))
         return
     total = len(sanitized.plan(specs, "cuda"))
-    sink = app.open_sink(out_path, f"sanitize-{specs[0].name}", tool)
+    done: frozenset[str] = frozenset()
+    if out_path and Path(out_path).exists():
+        from nnbench import safeio
+        # locked before the done cases are read: a second run on the same file is refused, not run twice
+        sink = results.CsvSink(Path(out_path), fields=results.FIELDS, mode=safeio.APPEND)
+        try:
+            done = sanitized.done_cases(Path(out_path), specs, tool, retry_errors)
+        except BaseException:
+            sink.close()
+            raise
+        app.out.print(f"{out_path}: resuming, {total - len(done)} of {total} cases to run under {tool}")
+    else:
+        sink = app.open_sink(out_path, f"sanitize-{specs[0].name}", tool)
     path = sink.path
-    rows = app.stream(sink, sanitized.parent(specs, tool, sanitize.MODE["argv"], sanitize.MODE["jobs"] or 1), total)
+    rows = app.stream(sink, sanitized.parent(specs, tool, sanitize.MODE["argv"], sanitize.MODE["jobs"] or 1, done),
+                      total - len(done))
     for r in rows:
         if r.get("status") in results.FAILED:
             where = f"{r['variant']} {r.get('params') or ''} {r['shape']}"
