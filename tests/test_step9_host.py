@@ -2,6 +2,7 @@
 the CUDA ABI does, the tensor-map rules that choose the fallback path, and the refusal below sm_90."""
 
 import struct
+from types import MethodType, SimpleNamespace
 
 import pytest
 
@@ -15,6 +16,13 @@ from nnbench.runtime.tensormap import tiled_problem
 from nnbench.workloads.gemm import session as gemm
 
 STEP9 = workloads.get("gemm", "tf32x3_wgmma")
+
+
+def _h100():
+    """An H100's SM count and shared memory, with the device's own grid rule for grid-stride passes (split_b's)."""
+    device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+    device.stride_blocks = MethodType(DeviceInfo.stride_blocks, device)
+    return device
 
 
 def test_raw_params_go_where_the_kernel_reads_them():
@@ -206,12 +214,11 @@ def test_the_transposed_launch_without_a_gpu(monkeypatch):
     kernel `gemm_wide`, grid (32, 1, 4) of (256, 1, 1) threads (a 3-tuple: PyCUDA's prepared call takes no
     other), per = 4 and zeroed split-K counters among the arguments, and `ran` naming what runs (for the
     record's resource columns)."""
-    from types import SimpleNamespace
     built, launched, uploaded = [], [], []
     monkeypatch.setattr(gemm, "_tile_module", lambda backend, v, params: built.append(params) or "module")
 
     class Backend:
-        device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+        device = _h100()
 
         def load(self, module, name):
             return SimpleNamespace(name=name, module=module)
@@ -255,7 +262,7 @@ class _RecordingBackend:
     """gemm_launch's backend without a GPU: buffers are addresses, each bound launch appends its kernel's name
     to `ran` when called."""
     from types import SimpleNamespace
-    device = SimpleNamespace(sm_count=132, smem_per_block_optin=232448)
+    device = _h100()
 
     def __init__(self):
         self.allocs, self.bound, self.ran = [], [], []

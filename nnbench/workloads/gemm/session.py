@@ -380,7 +380,6 @@ def gemm_launch(backend, kernel, v: Variant, params: dict[str, int], shape: Shap
 
 
 SPLIT_B_THREADS = 256  # kernels_cu/gemm/09_tf32x3_wgmma.cu's SPLIT_B_THREADS
-SPLIT_B_BLOCKS_PER_SM = 8  # 2,048 threads an SM: a full SM of an elementwise, bandwidth-bound pass
 
 
 @dataclass
@@ -407,8 +406,7 @@ def presplit_b(backend, kernel, params: dict[str, int], shape: Shape, pb: int) -
     """SPLIT_B=1's workspace and its `split_b` launch (the GEMM kernel's own module: `kernel.sibling`)."""
     ld, copies = -(-shape.K // PHASES) * PHASES, 2 if params.get("PRECISION", 3) == 3 else 1
     work = backend.alloc(4 * copies * ld * shape.N)
-    quads = ld // 4 * shape.N
-    blocks = max(1, min(-(-quads // SPLIT_B_THREADS), SPLIT_B_BLOCKS_PER_SM * backend.device.sm_count))
+    blocks = backend.device.stride_blocks(ld // 4 * shape.N, SPLIT_B_THREADS)  # a thread a quad of k
     launch = backend.bind(kernel.sibling("split_b"), (blocks, 1, 1), (SPLIT_B_THREADS, 1, 1),
                           (np.int32(shape.K), np.int32(shape.N), np.int32(ld), pb, backend.ptr(work)), "iiiPP")
     return PresplitB(work, backend.ptr(work), ld, shape.N, copies, launch)
