@@ -266,4 +266,13 @@ def test_api_misuse_is_an_nnbench_error(good, tmp_path, name):
 
 
 def test_check_takes_a_percentage(good):
-    assert nnbench.check(str(good[0]), str(good[0]), tolerance="5%").passed
+    """"5%" is the tolerance 0.05: the same verdicts, whatever this host's timing noise makes of them (a CPU
+    run of a 16^3 GEMM can be too noisy to call SAME at 5%: UNSTABLE, which fails a gate unless allowed)."""
+    def verdicts(tolerance):
+        found = nnbench.check(str(good[0]), str(good[0]), tolerance=tolerance, allow_unstable=True)
+        assert found.passed
+        return [(v.variant, v.shape, v.verdict, v.why) for v in found.verdicts]
+    from nnbench import apiargs
+    assert apiargs.tolerance("check", "5%") == apiargs.tolerance("check", " 5 %") == 0.05
+    assert verdicts("5%") == verdicts(0.05)
+    assert verdicts(" 5 %") == verdicts(0.05)

@@ -903,7 +903,9 @@ def test_api_valid_calls_are_accepted(good, tmp_path):
     assert nnbench.load(config)
     rows = nnbench.benchmark(config, backend="cpu", frame=False, problems=[{"N": 64}], budget=0.01, seed=3)
     assert rows and rows[0]["status"] == "REFERENCE"
-    assert nnbench.check([str(good[0])], str(good[0]), tolerance=0.05).passed
+    # a file against itself is never SLOWER; a noisy CPU run may be UNSTABLE, too noisy to call SAME at 5%
+    itself = nnbench.check([str(good[0])], str(good[0]), tolerance=0.05, allow_unstable=True)
+    assert itself.passed and {v.verdict for v in itself.verdicts} <= {"SAME", "UNSTABLE"}
 
 
 if sys.platform != "linux":  # FIFOs, /dev/full and /dev/zero are Linux's
