@@ -312,3 +312,21 @@ def test_the_plugin_returns_a_list_and_takes_nnbench_backend(tmp_path):
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr  # PLUGIN_TEST unpacks [rec]
     p = pytester_run(tmp_path, env={"NNBENCH_BACKEND": "tpu", "XDG_CONFIG_HOME": str(tmp_path)})
     assert p.returncode == 4 and "NNBENCH_BACKEND=tpu: choose from cuda, cpu, auto" in p.stderr, p.stderr
+
+
+def readme_plugin_example() -> str:
+    """The README's pytest-plugin test as a user pastes it, its config path made absolute (pytest runs in a temp
+    folder) and its rate threshold dropped (a GPU's figure; the CPU path times the reference)."""
+    text = (paths.ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "nnbench_kernel" in b)
+    test = block[block.index("def test_"):]
+    test = "\n".join(ln for ln in test.splitlines() if not ln.strip().startswith("assert "))
+    return test.replace('"examples/', f'"{paths.ROOT}/examples/') + "\n"
+
+
+def test_the_readmes_plugin_example_runs_on_the_cpu_path(tmp_path):
+    """`[rec] = nnbench_kernel(...)` unpacks one record: the call must pick one case and one problem."""
+    from .test_kernel_suite import pytester_run
+    p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={tmp_path / 'r.csv'}",
+                     env={"XDG_CONFIG_HOME": str(tmp_path)}, source=readme_plugin_example())
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:] + p.stderr

@@ -431,9 +431,9 @@ def test_vector_add(nnbench_kernel):
 """
 
 
-def pytester_run(tmp_path, *args, env=None):
+def pytester_run(tmp_path, *args, env=None, source=PLUGIN_TEST):
     test = tmp_path / "test_user_kernel.py"
-    test.write_text(PLUGIN_TEST)
+    test.write_text(source)
     installed = any(ep.value == "nnbench.pytest_plugin" for ep in entry_points(group="pytest11"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(test),
            "--rootdir", str(tmp_path), *args]
