@@ -330,3 +330,17 @@ def test_the_readmes_plugin_example_runs_on_the_cpu_path(tmp_path):
     p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={tmp_path / 'r.csv'}",
                      env={"XDG_CONFIG_HOME": str(tmp_path)}, source=readme_plugin_example())
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:] + p.stderr
+
+
+@no_gpu
+def test_the_gate_of_gpu_kernels_is_refused_on_the_cpu_before_anything_runs(tmp_path):
+    """configs/ci.yaml has no CPU variant: on the CPU, `check --run` would write a file of SKIP rows and then ask
+    for a baseline of 10 such runs. One line instead, naming what runs where, and no file."""
+    out = tmp_path / "ci.csv"
+    res = run("check", "--run", "configs/ci.yaml", "--out", out)
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("nnbench: error")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert "--run configs/ci.yaml" in errors[0] and "cpu backend" in errors[0] and "GPU" in errors[0], errors[0]
+    assert not out.exists()
+    res = run("check", "--run", "examples/vector_add/vector_add.yaml", "--backend", "cpu", "--out", out)
+    assert "runs on the cpu backend" not in res.output and out.exists(), res.output  # a kernel config's reference
