@@ -330,6 +330,7 @@ def test_the_readmes_plugin_example_runs_on_the_cpu_path(tmp_path):
     p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={tmp_path / 'r.csv'}",
                      env={"XDG_CONFIG_HOME": str(tmp_path)}, source=readme_plugin_example())
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:] + p.stderr
+    assert "1 record saved to" in p.stdout, p.stdout[-2000:]
 
 
 @no_gpu
