@@ -345,3 +345,15 @@ def test_the_gate_of_gpu_kernels_is_refused_on_the_cpu_before_anything_runs(tmp_
     assert not out.exists()
     res = run("check", "--run", "examples/vector_add/vector_add.yaml", "--backend", "cpu", "--out", out)
     assert "runs on the cpu backend" not in res.output and out.exists(), res.output  # a kernel config's reference
+
+
+@no_gpu
+def test_a_sweep_of_gpu_kernels_on_the_cpu_says_why_nothing_ran(tmp_path):
+    """`nnbench sweep configs/gemm_sweep.yaml` on a machine without a GPU: every case is a SKIP row, and the only
+    word was '480 skipped for this device'. One line says that none runs on this backend and what does."""
+    res = run("sweep", "configs/gemm_sweep.yaml", "--out", tmp_path / "s.csv")
+    assert res.exit_code == 0, res.output
+    line = next((ln for ln in res.output.splitlines() if "none of its variants runs" in ln), "")
+    assert "configs/gemm_sweep.yaml" in line and "cpu backend" in line and "--compile-only" in line, res.output
+    res = run("sweep", "examples/vector_add/vector_add.yaml", "--out", tmp_path / "v.csv")
+    assert res.exit_code == 0 and "none of its variants runs" not in res.output, res.output
