@@ -128,6 +128,9 @@ def test_the_line_names_the_extras_installed(tmp_path, gpu):
     res, calls, _ = _run(tmp_path, gpu=gpu, nvcc=True, extras=("test", "plot"))
     assert res.returncode == 0 and calls[-1].endswith(f"-e .[{'gpu,' if gpu else ''}test,plot]"), calls
     assert res.stdout.rstrip().endswith("; with the extras test, plot"), res.stdout
+    (tmp_path / "one").mkdir()
+    res, _, _ = _run(tmp_path / "one", gpu=gpu, nvcc=True, extras=("plot",))
+    assert res.stdout.rstrip().endswith("; with the extra plot"), res.stdout
     (tmp_path / "none").mkdir()
     res, _, _ = _run(tmp_path / "none", gpu=gpu, nvcc=True)
-    assert "with the extras" not in res.stdout, res.stdout
+    assert "with the extra" not in res.stdout, res.stdout
