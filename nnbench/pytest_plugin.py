@@ -153,7 +153,8 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tr = terminalreporter
     tr.section("nnbench")
     if rec.saved:
-        tr.write_line(f"{len(rec.records)} records saved to {rec.saved}")
+        n = len(rec.records)
+        tr.write_line(f"{n} record{'' if n == 1 else 's'} saved to {rec.saved}")
     if rec.result is not None:
         for v in rec.result.verdicts:
             if v.verdict != "SAME":

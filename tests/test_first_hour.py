@@ -312,3 +312,48 @@ def test_the_plugin_returns_a_list_and_takes_nnbench_backend(tmp_path):
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr  # PLUGIN_TEST unpacks [rec]
     p = pytester_run(tmp_path, env={"NNBENCH_BACKEND": "tpu", "XDG_CONFIG_HOME": str(tmp_path)})
     assert p.returncode == 4 and "NNBENCH_BACKEND=tpu: choose from cuda, cpu, auto" in p.stderr, p.stderr
+
+
+def readme_plugin_example() -> str:
+    """The README's pytest-plugin test as a user pastes it, its config path made absolute (pytest runs in a temp
+    folder) and its rate threshold dropped (a GPU's figure; the CPU path times the reference)."""
+    text = (paths.ROOT / "README.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", text, re.S) if "nnbench_kernel" in b)
+    test = block[block.index("def test_"):]
+    test = "\n".join(ln for ln in test.splitlines() if not ln.strip().startswith("assert "))
+    return test.replace('"examples/', f'"{paths.ROOT}/examples/') + "\n"
+
+
+def test_the_readmes_plugin_example_runs_on_the_cpu_path(tmp_path):
+    """`[rec] = nnbench_kernel(...)` unpacks one record: the call must pick one case and one problem."""
+    from .test_kernel_suite import pytester_run
+    p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={tmp_path / 'r.csv'}",
+                     env={"XDG_CONFIG_HOME": str(tmp_path)}, source=readme_plugin_example())
+    assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout[-2000:] + p.stderr
+    assert "1 record saved to" in p.stdout, p.stdout[-2000:]
+
+
+@no_gpu
+def test_the_gate_of_gpu_kernels_is_refused_on_the_cpu_before_anything_runs(tmp_path):
+    """configs/ci.yaml has no CPU variant: on the CPU, `check --run` would write a file of SKIP rows and then ask
+    for a baseline of 10 such runs. One line instead, naming what runs where, and no file."""
+    out = tmp_path / "ci.csv"
+    res = run("check", "--run", "configs/ci.yaml", "--out", out)
+    errors = [ln for ln in res.output.splitlines() if ln.startswith("nnbench: error")]
+    assert res.exit_code == 2 and len(errors) == 1, res.output
+    assert "--run configs/ci.yaml" in errors[0] and "cpu backend" in errors[0] and "GPU" in errors[0], errors[0]
+    assert not out.exists()
+    res = run("check", "--run", "examples/vector_add/vector_add.yaml", "--backend", "cpu", "--out", out)
+    assert "runs on the cpu backend" not in res.output and out.exists(), res.output  # a kernel config's reference
+
+
+@no_gpu
+def test_a_sweep_of_gpu_kernels_on_the_cpu_says_why_nothing_ran(tmp_path):
+    """`nnbench sweep configs/gemm_sweep.yaml` on a machine without a GPU: every case is a SKIP row, and the only
+    word was '480 skipped for this device'. One line says that none runs on this backend and what does."""
+    res = run("sweep", "configs/gemm_sweep.yaml", "--out", tmp_path / "s.csv")
+    assert res.exit_code == 0, res.output
+    line = next((ln for ln in res.output.splitlines() if "none of its variants runs" in ln), "")
+    assert "configs/gemm_sweep.yaml" in line and "cpu backend" in line and "--compile-only" in line, res.output
+    res = run("sweep", "examples/vector_add/vector_add.yaml", "--out", tmp_path / "v.csv")
+    assert res.exit_code == 0 and "none of its variants runs" not in res.output, res.output

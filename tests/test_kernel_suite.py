@@ -431,9 +431,9 @@ def test_vector_add(nnbench_kernel):
 """
 
 
-def pytester_run(tmp_path, *args, env=None):
+def pytester_run(tmp_path, *args, env=None, source=PLUGIN_TEST):
     test = tmp_path / "test_user_kernel.py"
-    test.write_text(PLUGIN_TEST)
+    test.write_text(source)
     installed = any(ep.value == "nnbench.pytest_plugin" for ep in entry_points(group="pytest11"))
     cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", str(test),
            "--rootdir", str(tmp_path), *args]
@@ -463,7 +463,7 @@ def test_the_plugin_saves_and_gates_on_the_cpu_path(tmp_path):
     base = tmp_path / "base.csv"
     p = pytester_run(tmp_path, "--nnbench-backend", "cpu", f"--nnbench-save={base}")
     assert p.returncode == 0 and "1 passed" in p.stdout, p.stdout + p.stderr
-    assert "1 records saved to" in p.stdout and base.exists()
+    assert "1 record saved to" in p.stdout and base.exists()
     # The baseline ten times as fast: a regression that the second run's own noise cannot hide. At twice as fast,
     # a first run slowed by a loaded 2-core CI host left the second within 5% of the doctored baseline (UNSTABLE).
     quiet = _doctored(base, tmp_path / "quiet.csv", 0.1)

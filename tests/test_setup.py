@@ -119,3 +119,18 @@ def test_without_a_virtual_environment_it_refuses_in_one_line(tmp_path):
 def test_in_a_virtual_environment_it_installs_into_its_python(tmp_path):
     res, calls, _ = _run(tmp_path, gpu=False, nvcc=False, venv=True)
     assert res.returncode == 0 and len(calls) == 1, res.stdout + res.stderr
+
+
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_line_names_the_extras_installed(tmp_path, gpu):
+    """`bash scripts/setup plot` on a machine without a GPU said only 'installed the NumPy CPU path': the user who
+    asked for plot could not tell that it was installed."""
+    res, calls, _ = _run(tmp_path, gpu=gpu, nvcc=True, extras=("test", "plot"))
+    assert res.returncode == 0 and calls[-1].endswith(f"-e .[{'gpu,' if gpu else ''}test,plot]"), calls
+    assert res.stdout.rstrip().endswith("; with the extras test, plot"), res.stdout
+    (tmp_path / "one").mkdir()
+    res, _, _ = _run(tmp_path / "one", gpu=gpu, nvcc=True, extras=("plot",))
+    assert res.stdout.rstrip().endswith("; with the extra plot"), res.stdout
+    (tmp_path / "none").mkdir()
+    res, _, _ = _run(tmp_path / "none", gpu=gpu, nvcc=True)
+    assert "with the extra" not in res.stdout, res.stdout

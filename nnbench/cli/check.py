@@ -11,7 +11,7 @@ from rich.markup import escape
 from nnbench import results
 from nnbench.cli import app
 from nnbench.cli.app import backend_option
-from nnbench.cli.sweep import run_sweep
+from nnbench.cli.sweep import run_sweep, runs_nothing_on
 from nnbench.errors import NnbenchError
 from nnbench.report import gate as gatereport
 from nnbench.report import tables
@@ -126,7 +126,13 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
         if app.KEEP_THROTTLED[0]:
             from dataclasses import replace
             specs = [replace(spec, settings=replace(spec.settings, keep_throttled=True)) for spec in specs]
-        current = run_sweep(specs, app.worker_backend(backend), out_path, not resume, None, retry_errors=retry_errors,
+        backend = app.worker_backend(backend)
+        if runs_nothing_on(specs, backend):
+            # Every case would be a SKIP row: a file of them gates nothing, and a baseline of them would pass forever
+            raise NnbenchError(f"--run {run_config}: none of its variants runs on the {backend} backend (its kernels "
+                               f"need an NVIDIA GPU); run the gate on the GPU it gates, or compare two result files: "
+                               f"nnbench check BASELINE.csv CURRENT.csv")
+        current = run_sweep(specs, backend, out_path, not resume, None, retry_errors=retry_errors,
                             show=fmt == "table", json_path=app.JSON[0])[0].path
         if not baseline_path and not against_history:
             gpu = verdict.gpus(verdict.load(current))

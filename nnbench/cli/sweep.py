@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import click
+from rich.markup import escape
 
 from nnbench import options, results, sanitize
 from nnbench.cli import app
@@ -82,6 +83,11 @@ def _compile_line(st) -> str:
     if st.load_s is not None:
         line += f" · loaded into the GPU context in {st.load_s:.2f} s"
     return line
+
+
+def runs_nothing_on(specs, backend: str) -> bool:
+    """Whether no case of the config runs on this backend: a GPU config on the CPU, every case a SKIP row."""
+    return not any(spec.workload.runs_on(case.variant, backend) for spec in specs for case in spec.cases)
 
 
 def run_sweep(specs, backend: str, out_path, fresh: bool, jobs, load_only: bool = False, show: bool = True,
@@ -210,6 +216,10 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     if sanitize.MODE["tool"] or sanitize.MODE["child"] is not None:
         _sanitized(specs, backend, out_path, retry_errors)
         return
+    if not replay_path and runs_nothing_on(specs, backend):
+        app.err.print(f"nnbench: {escape(str(config_path))}: none of its variants runs on the {backend} backend, so "
+                      f"every case is a SKIP row; `--dry-run` shows the plan and `--compile-only` compiles its "
+                      f"kernels without a GPU", soft_wrap=True)
     outcomes = run_sweep(specs, backend, out_path, fresh, jobs, retry_errors=retry_errors, json_path=app.JSON[0],
                          gpus=gpus, replay=replay_path, mpi=mpi)
     code = 1 if any(o.failed for o in outcomes) else 0
