@@ -175,3 +175,25 @@ def test_check_run_refuses_its_baseline_before_running_the_sweep(good, tmp_path,
     before = files_of(tmp_path)
     outcome(invoke("check", "--run", cfg, "--baseline", path, *CPU, "--out", tmp_path / "new.csv"), path.name)
     assert files_of(tmp_path) == before
+
+
+# -- the autotune cache ------------------------------------------------------------------------------
+class _Clock:
+    """A tuner's timer whose every candidate takes 1 ms, so the choice needs no GPU."""
+
+    def sample(self, launch):
+        return 1.0, 0.0, 1
+
+    def once(self, launch, reps):
+        return 1.0
+
+
+def test_an_autotune_cache_that_is_a_fifo_is_tuned_again_not_waited_on(tmp_path):
+    """The cache is nnbench's own file, read before every tuned case on a GPU: a FIFO there (or a link to
+    /dev/zero, which read until memory ran out) is no cache, so the case is tuned and the cache written anew."""
+    from nnbench.runtime.autotune import PAIRED, TIMED, Identity, Tuner
+    path = _fifo(tmp_path, "autotune.json")
+    tuner = Tuner(Identity("a GPU", "a driver"), _Clock(), path=path)
+    choice = tuner.choose("k", "source", "8x8x8", [{"T": 1}, {"T": 2}], lambda c: (lambda: None))
+    assert choice.how in (TIMED, PAIRED) and tuner.timings == 2
+    assert path.is_file()  # the FIFO replaced by the cache written whole
