@@ -197,3 +197,38 @@ def test_an_autotune_cache_that_is_a_fifo_is_tuned_again_not_waited_on(tmp_path)
     choice = tuner.choose("k", "source", "8x8x8", [{"T": 1}, {"T": 2}], lambda c: (lambda: None))
     assert choice.how in (TIMED, PAIRED) and tuner.timings == 2
     assert path.is_file()  # the FIFO replaced by the cache written whole
+
+
+def test_two_sanitized_runs_on_one_out_file_at_once(tmp_path, monkeypatch):
+    """A second run on the --out file a first is writing is refused (the first holds its lock): no case of its own
+    starts, and the first's rows are left as they are."""
+    import signal
+    import subprocess
+    import sys
+
+    from nnbench.cli import app
+    from tests.test_sanitize_resume import PARENT, ours, started_pids, wait_for
+    monkeypatch.setattr(app, "worker_backend", lambda backend: "cuda")
+    env = stand_in(tmp_path, monkeypatch, sleep={0: 60})
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "racecheck.csv"
+    first = subprocess.Popen([sys.executable, "-c", PARENT, "sweep", str(cfg), "--sanitize", "racecheck",
+                              "--sanitize-jobs", "1", "--out", str(out)], cwd=tmp_path, env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        assert wait_for(lambda: (tmp_path / "pids").exists(), 30)  # case 0 runs, the file is open and locked
+        before = out.read_bytes()
+        res = invoke("sweep", cfg, "--sanitize", "racecheck", "--out", out)
+        assert res.exit_code == 2 and "Traceback" not in res.output, res.output
+        last = res.output.strip().splitlines()[-1]
+        assert last.startswith("nnbench: error:") and str(out) in last and "another nnbench process" in last, last
+        assert calls(tmp_path) == [0] and out.read_bytes() == before
+    finally:
+        first.send_signal(signal.SIGINT)
+        try:
+            first.wait(timeout=10)
+        finally:
+            first.kill()
+            for pid in filter(ours, started_pids(tmp_path)):
+                os.kill(pid, signal.SIGKILL)
