@@ -136,6 +136,15 @@ def test_a_plain_sweep_refuses_a_file_it_cannot_resume_before_its_plan(good, tmp
     assert files_of(tmp_path) == before
 
 
+def test_retry_errors_with_fresh_is_refused(tmp_path):
+    """--fresh starts a new file: it has no ERROR rows for --retry-errors to run again (the pair ran, ignoring one)."""
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(SWEEP)
+    outcome(invoke("sweep", cfg, *CPU, "--fresh", "--retry-errors", "--out", tmp_path / "new.csv"),
+            ("--retry-errors", "--fresh"))
+    assert not (tmp_path / "new.csv").exists()
+
+
 # -- empty paths, and check --run's baseline ---------------------------------------------------------
 EMPTY = {  # an option given '' (a shell variable that was never set) -> what the one line must name
     "report --html": (["report", "{good}", "--html", ""], "--html"),

@@ -159,6 +159,9 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     from nnbench.sweeps import config
     if dry_run and compile_only:
         raise NnbenchError("--dry-run and --compile-only are exclusive: give one of them")
+    if retry_errors and fresh:
+        raise NnbenchError("--retry-errors and --fresh are exclusive: --fresh starts a new file, with no ERROR rows "
+                           "to run again")
     if out_path and fresh and Path(out_path).exists():
         raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
     if sanitize.MODE["tool"]:
