@@ -288,7 +288,8 @@ def test_a_resume_refused_for_its_content_leaves_the_file_as_it_was(tmp_path):
         out = tmp_path / "o.csv"
         out.write_bytes(content)
         res = run("sweep", cfg, "--backend", "cpu", "--out", out)
-        assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "--fresh" in res.stderr, res.output
+        # "name a new file": --fresh with an --out that exists is refused, so it cannot be the way out
+        assert res.exit_code == 2 and res.stderr.count("\n") == 1 and "name a new file" in res.stderr, res.output
         assert out.read_bytes() == content
 
 

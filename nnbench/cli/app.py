@@ -47,8 +47,23 @@ def _terminate(signum, frame):
     raise Terminated()
 
 
+class NnbenchCommand(click.Command):
+    """A command whose file options refuse an empty path: `--out "$UNSET"` would otherwise read as no --out at all
+    (a default file written, or nothing written and exit 0) instead of the mistake it is."""
+
+    def parse_args(self, ctx, args):
+        rest = super().parse_args(ctx, args)
+        for param in self.get_params(ctx):
+            if isinstance(param.type, click.Path) and param.name and ctx.params.get(param.name) == "":
+                what = param.opts[0] if isinstance(param, click.Option) else param.human_readable_name
+                raise click.UsageError(f"{what} '': an empty path; name a file", ctx)
+        return rest
+
+
 class NnbenchGroup(click.Group):
     """Runs click without its multi-line usage dumps: any error is one line and exit code 2."""
+
+    command_class = NnbenchCommand
 
     def invoke(self, ctx):
         # SIGTERM (a CI timeout, `kill`, mpirun ending its ranks) unwinds like Ctrl-C, so the result files

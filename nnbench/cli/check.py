@@ -121,6 +121,8 @@ def _check(files, tolerance, run_config, baseline_path, out_path, show_all, any_
         for b in baseline_path:
             if not Path(b).exists():
                 raise NnbenchError(f"--baseline {b}: no such file or folder")
+        if baseline_path:
+            verdict.load_baseline(baseline_path)  # read now: one that cannot be is refused before the sweep runs
         specs = config.load_config(run_config)
         resume = out_path is not None and Path(out_path).exists()
         if app.KEEP_THROTTLED[0]:

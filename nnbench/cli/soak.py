@@ -14,9 +14,13 @@ from nnbench import options
 from nnbench.cli import app
 from nnbench.errors import NnbenchError
 
+# A million seeds are ten days of two H200s (1.16 seeds/s); the seeds are drawn up front, and 10**9 of them
+# took all of a host's memory before the first ran.
+MAX_SEEDS = 1_000_000
+
 
 @app.cli.command()
-@click.option("--seeds", "count", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--seeds", "count", type=click.IntRange(min=1, max=MAX_SEEDS), default=20, show_default=True,
               help="How many fresh seeds (from the operating system's entropy) each workload runs.")
 @click.option("--seed", type=options.SEED, default=None,
               help="Run this one seed instead of fresh ones: how a reported failure is reproduced.")
@@ -30,7 +34,7 @@ from nnbench.errors import NnbenchError
               help="With --gpus: worker processes per GPU, each with its own CUDA context and its own slice of the "
                    "seeds (a seed is mostly host work: Python, float64 references, audits). auto: the host's cores "
                    "over the GPUs, at most 16 per GPU; 1 with --backend cpu, where --gpus N counts the workers.")
-@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--time-limit", "time_limit", type=options.POSITIVE, default=None,
               metavar="SECONDS",
               help="Start no seed after this many seconds (a seed under way finishes); say how many seeds ran.")
 @app.json_option
@@ -58,11 +62,11 @@ def soak(count: int, seed: int | None, workload: str, gpus_opt: str | None, per_
         raise NnbenchError(f"--seeds {count} and --seed {seed} are exclusive: --seed runs that one seed")
     per_gpu_text(per_gpu_opt)
     given_per_gpu = click.get_current_context().get_parameter_source("per_gpu_opt")
-    if given_per_gpu == click.core.ParameterSource.COMMANDLINE and not gpus_opt:
+    if given_per_gpu == click.core.ParameterSource.COMMANDLINE and gpus_opt is None:
         raise NnbenchError(f"--workers-per-gpu {per_gpu_opt}: needs --gpus all|N (without it the soak runs in this "
                            "one process)")
     gpus = None
-    if gpus_opt:
+    if gpus_opt is not None:  # `--gpus ""` (a variable never set) is refused by _gpus, not read as no --gpus
         from nnbench.cli.sweep import _gpus
         from nnbench.sweeps import soakpool
         backend = app.worker_backend(backend)  # this process never initialises CUDA: its workers own the GPUs

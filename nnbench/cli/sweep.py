@@ -165,11 +165,24 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
     from nnbench.sweeps import config
     if dry_run and compile_only:
         raise NnbenchError("--dry-run and --compile-only are exclusive: give one of them")
+    if retry_errors and fresh:
+        raise NnbenchError("--retry-errors and --fresh are exclusive: --fresh starts a new file, with no ERROR rows "
+                           "to run again")
     if out_path and fresh and Path(out_path).exists():
         raise NnbenchError(f"--out {out_path}: the file exists and --fresh would overwrite it; name a new file")
-    if out_path:
+    if sanitize.MODE["tool"]:
+        # each case once, in a process of its own on the one GPU: none of these has a meaning there
+        for flag, given in (("--replay", replay_path), ("--mpi", mpi), ("--gpus", gpus_opt is not None),
+                            ("--compile-only", compile_only)):
+            if given:
+                raise NnbenchError(f"--sanitize and {flag} are exclusive: a sanitized run runs each case once under "
+                                   "compute-sanitizer, in a process of its own on one GPU")
+    if out_path is not None:
         from nnbench.sweeps.sweep import refuse_old_schema
         refuse_old_schema(Path(out_path))
+        if sanitize.MODE["tool"] and Path(out_path).is_file():
+            from nnbench.sweeps.sanitized import refuse_another_tool
+            refuse_another_tool(Path(out_path), sanitize.MODE["tool"])  # again, locked, when it is resumed
     specs = parts_of(config.load_config(config_path), only, config_path)
     if watchdog:
         specs = [replace(spec, watchdog_s=watchdog) for spec in specs]
@@ -182,9 +195,9 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         raise NnbenchError("--replay and --compile-only are exclusive: a replay compiles nothing")
     if replay_path and not Path(replay_path).is_file():
         raise NnbenchError(f"--replay {replay_path}: no such file")
-    if mpi and gpus_opt:
+    if mpi and gpus_opt is not None:
         raise NnbenchError("--mpi and --gpus are exclusive: under MPI every rank takes one GPU of its node")
-    if gpus_opt:
+    if gpus_opt is not None:
         _gpus_text(gpus_opt)  # a dry run opens no GPU to count, but `--gpus 0` is wrong whatever runs
     if not (dry_run or replay_path or (compile_only and arch)):
         backend = app.worker_backend(backend)
@@ -193,7 +206,7 @@ def sweep(config_path, out_path, fresh, jobs, watchdog, dry_run, compile_only, a
         from nnbench.backend_choice import NO_GPU_ARCH
         arch = NO_GPU_ARCH
         app.err.print(f"nnbench: no GPU: compiling for {arch} (--arch picks another)")
-    gpus = _gpus(gpus_opt, backend) if gpus_opt and not (dry_run or compile_only) else None
+    gpus = _gpus(gpus_opt, backend) if gpus_opt is not None and not (dry_run or compile_only) else None
     for spec in specs:
         n_shapes = len(spec.shapes)
         app.out.print(f"sweep {spec.name} ({spec.path}){f' part {spec.part}' if spec.part else ''} · workload "

@@ -174,6 +174,8 @@ class Tuner:
 
     # -- the cache ----------------------------------------------------------------------------------
     def _read(self) -> dict:
+        if self.path.exists() and not self.path.is_file():
+            return {}  # a FIFO would wait for a writer, /dev/zero read forever: no cache, replaced when written
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):

@@ -42,10 +42,7 @@ def parent(specs, tool: str, argv: list[str], jobs: int = 1, done: frozenset[str
 def done_cases(path: Path, specs, tool: str, retry_errors: bool) -> frozenset[str]:
     """The keys of the plan's cases the existing file at `path` holds a verdict of, for a resumed run of `tool`; a
     file whose rows another tool wrote (or none: a timed run's file) is refused."""
-    for row in _done_rows(path):
-        if (said := row_tool(row)) != tool:
-            what = f"holds {said} rows" if said else "holds rows no sanitizer wrote (a timed run's?)"
-            raise NnbenchError(f"--out {path}: {what}; this run is --sanitize {tool}: name another file")
+    refuse_another_tool(path, tool)
     keys: set[str] = set()
     planned = {job_key(spec, job): (spec, job) for spec, job in plan(specs, "cuda")}
     for workload in dict.fromkeys(spec.workload_name for spec in specs):
@@ -54,6 +51,14 @@ def done_cases(path: Path, specs, tool: str, retry_errors: bool) -> frozenset[st
                          lambda row: envs.__setitem__(results.case_key_of(row), row))
         keys |= {k for k in done.keys & planned.keys() if not _edited(planned[k], done.provenance.get(k), envs[k])}
     return frozenset(keys)
+
+
+def refuse_another_tool(path: Path, tool: str) -> None:
+    """An --out file to resume under `tool` whose rows another tool wrote, or no sanitizer (a timed run's)."""
+    for row in _done_rows(path):
+        if (said := row_tool(row)) != tool:
+            what = f"holds {said} rows" if said else "holds rows no sanitizer wrote (a timed run's?)"
+            raise NnbenchError(f"--out {path}: {what}; this run is --sanitize {tool}: name another file")
 
 
 def _edited(spec_job, provenance: str | None, row: dict) -> bool:

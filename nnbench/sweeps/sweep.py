@@ -156,11 +156,25 @@ def require_memory(spec: SweepSpec, free: int | None, gpu: str) -> None:
 
 
 def refuse_old_schema(out: Path) -> None:
-    """A result file named to add to that was written before rows recorded their provenance: refused in one line
-    (every case in it would run again, and its columns cannot take a new row)."""
-    if out.exists() and _schema(out) == results.FIELDS_BEFORE_PROVENANCE:
+    """A result file named to add to that this nnbench cannot resume, refused in one line before the plan is shown
+    and before any case runs: a FIFO or a device (opening it would wait, or read forever), a file of another kind
+    or of another nnbench's columns, or one written before rows recorded their provenance (every case in it would
+    run again, and its columns cannot take a new row). An empty file is a new one."""
+    safeio.readable(out, "result CSV")
+    if not out.is_file() or out.stat().st_size == 0:
+        return
+    try:
+        open(out, "rb").close()
+    except OSError as e:
+        raise safeio.os_problem(out, e, "cannot read") from None
+    header = _schema(out)
+    if header == results.FIELDS_BEFORE_PROVENANCE:
         raise NnbenchError(f"--out {out}: written before results recorded their provenance, so every case in it "
                            "would run again and a new row cannot be added to its columns; name a new file")
+    if header not in (results.FIELDS, results.FIELDS_BEFORE_WORKLOAD):
+        raise NnbenchError(f"--out {out}: not a result CSV of this nnbench (its first line is not the header this "
+                           "version writes: another program's file, a JSON file, one cut short, or another "
+                           "version's); name a new file")
 
 
 def results_dir(spec: SweepSpec) -> Path:
