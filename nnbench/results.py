@@ -268,6 +268,16 @@ class NullSink:
         pass
 
 
+def refuse_sanitized(path, sanitizer_values, use: str) -> None:
+    """A file whose every row a sanitized run wrote (--sanitize TOOL: each case run once under compute-sanitizer,
+    its hazards recorded, nothing timed) has no timings for `use`: refused in one line, not read as a timed run
+    whose medians are missing."""
+    values = [str(v).strip() for v in sanitizer_values]
+    if values and all(v and v.lower() != "nan" for v in values):
+        raise NnbenchError(f"{path}: the rows of a sanitized run (--sanitize): they record each case's hazards, not "
+                           f"its timings; {use} takes the rows of a timed run")
+
+
 def case_key(workload: str, variant: str, params: str, shape: str, cold) -> str:
     """What makes two rows the same case, for resuming a sweep and for regression verdicts: the workload, the
     variant, its parameters (`case_params`, never the display text around them) and the problem."""

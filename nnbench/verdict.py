@@ -225,6 +225,8 @@ def load(path: Path) -> pd.DataFrame:
     missing = [c for c in NEEDED if c not in df.columns]
     if missing:
         raise NnbenchError(f"{path}: not an nnbench result file; missing columns: {', '.join(missing)}")
+    if "sanitizer" in df.columns:
+        results.refuse_sanitized(path, df["sanitizer"].fillna(""), "the gate")
     valid = df["status"].isin(results.STATUSES)
     if not valid.all():
         notes.append(f"{path}: {(~valid).sum()} rows without a valid status (cut short?) were set aside")

@@ -272,3 +272,17 @@ def test_a_resumed_run_runs_again_the_cases_whose_kernel_changed(on_gpu, tmp_pat
     res = invoke(on_gpu, out)
     assert res.exit_code == 0, res.output
     assert f"resuming, {len(edited)} of 6 cases" in res.output and sorted(calls(tmp_path)) == edited
+
+
+def test_a_sanitized_runs_file_is_refused_by_the_gate_and_the_history(on_gpu, tmp_path, monkeypatch):
+    """A sanitized run's rows hold hazards and no timings: the gate and the history say so in one line (exit 2);
+    they read it as a timed run with its medians missing (INVALID rows, exit 1; 'no timestamp; not an nnbench
+    result file')."""
+    out = tmp_path / "racecheck.csv"
+    stand_in(tmp_path, monkeypatch)
+    assert invoke(on_gpu, out).exit_code == 0
+    for cmd in (["check", str(out), str(out)], ["history", "record", str(out), "--db", str(tmp_path / "h.sqlite")]):
+        res = CliRunner().invoke(cli, cmd)
+        line = one_line(res)
+        assert len(res.output.strip().splitlines()) == 1, res.output
+        assert f"{out}: the rows of a sanitized run (--sanitize)" in line and "timed run" in line

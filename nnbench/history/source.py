@@ -57,6 +57,7 @@ def read(path: str | Path) -> list[Run]:
     cases = _cases(Path(path))
     if not cases:
         raise NnbenchError(f"{path}: no records to record")
+    results.refuse_sanitized(path, [c.fields.get("sanitizer") or "" for c in cases], "a history")
     runs: dict[tuple[str, str, str], Run] = {}
     latest: dict[tuple[str, str, str], dict[str, Case]] = {}  # each run's cases by key: linear in the file's records
     for c in cases:
