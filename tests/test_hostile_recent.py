@@ -241,3 +241,22 @@ def test_two_sanitized_runs_on_one_out_file_at_once(tmp_path, monkeypatch):
             first.kill()
             for pid in filter(ours, started_pids(tmp_path)):
                 os.kill(pid, signal.SIGKILL)
+
+
+# -- profile: another workload's problem option ---------------------------------------------------------------------
+PROFILE_OTHER = {  # argv after `profile` -> what the one line must name; each option was taken and ignored before
+    "gemm --net": (["gemm", "-v", "tiled", "--net", "3"], ("--net", "profile gemm reads --m, --n, --k")),
+    "gemm --batch": (["gemm", "-v", "tiled", "--batch", "64"], ("--batch", "--m, --n, --k")),
+    "train --m": (["train", "-v", "fused", "--m", "64"], ("--m", "profile train reads --net, --batch")),
+    "train --layer": (["train", "-v", "fused", "--layer", "1,3,8,8,4,3"], ("--layer", "--net, --batch")),
+    "conv --k": (["conv", "-v", "tiled", "--k", "64"], ("--k", "profile conv reads --layer, --model, --batch")),
+    "conv --batch without --model": (["conv", "-v", "tiled", "--batch", "8"], ("--batch", "goes with --model")),
+    "kernel --m with --config": (["kernel", "-v", "tiled", "--m", "64", "--config",
+                                  "examples/tiled_gemm/tiled_gemm.yaml"], ("--m", "--problem N")),
+}
+
+
+@pytest.mark.parametrize("name", list(PROFILE_OTHER))
+def test_profile_refuses_a_problem_option_it_would_not_read(name):
+    argv, needles = PROFILE_OTHER[name]
+    outcome(invoke("profile", *argv, *CPU, "--arch", "sm_90"), needles)

@@ -72,9 +72,11 @@ def profile(work_name, variant, m, n, k, net, batch, layer, model, config_path, 
     from nnbench.profiling import profile as profiler
     overrides = {name.upper(): v for name, v in params.items() if v is not None}
     case = None
-    given = click.get_current_context().get_parameter_source("problem_index")
-    if config_path is None and given == click.core.ParameterSource.COMMANDLINE:
+    ctx = click.get_current_context()
+    given = {name for name in ctx.params if ctx.get_parameter_source(name) == click.core.ParameterSource.COMMANDLINE}
+    if config_path is None and "problem_index" in given:
         raise NnbenchError("--problem: goes with --config (which of the config's problems)")
+    _refuse_other_problems(profiler.ALIASES.get(work_name, work_name), given, config_path, model)
     if config_path is not None:
         found, case, problem = profiler.from_config(config_path, variant, overrides, problem_index)
         if profiler.ALIASES.get(work_name, work_name) != found:
@@ -121,6 +123,25 @@ def profile(work_name, variant, m, n, k, net, batch, layer, model, config_path, 
     if prof.split is not None and prof.split.status != "PASS":
         sys.exit(1)  # a failed verification: exit 1 after the results are written
 
+
+
+# The options that make each workload's problem (_problem); another workload's, given, would be silently ignored
+PROBLEM_OPTIONS = {"gemm": ("m", "n", "k"), "train": ("net", "batch"), "conv": ("layer", "model", "batch")}
+
+
+def _refuse_other_problems(work_name: str, given: set[str], config_path, model) -> None:
+    """One line for a problem option that this profile would not read: another workload's (`profile gemm --net 3`),
+    any with --config (the config's problems are the problems), conv's --batch without --model (a layer has its N)."""
+    if config_path is not None:
+        reads, where = (), f"the problems come from --config {config_path} (pick one with --problem N)"
+    else:
+        reads = PROBLEM_OPTIONS.get(work_name, ())
+        where = f"profile {work_name} reads " + (", ".join(f"--{o}" for o in reads) or "none of them")
+    for name in sorted(given & {o for opts in PROBLEM_OPTIONS.values() for o in opts}):
+        if name not in reads:
+            raise NnbenchError(f"--{name}: not an option of this profile; {where}")
+    if work_name == "conv" and config_path is None and "batch" in given and model is None:
+        raise NnbenchError("--batch: goes with --model (a whole model's step); a --layer gives its own N")
 
 
 def _problem(work_name: str, m: int, n: int, k: int, net: str, batch: int, layer: str | None, model: str | None):
