@@ -82,13 +82,39 @@ def open_locked(path: Path, mode: str = NEW, flag: str | None = "--force") -> tu
     return path, fd
 
 
+def refuse_if_busy(path) -> None:
+    """Refuse now, in the words of the lock, a regular file that another nnbench is writing: a command names its
+    --out before it plans and prints, and would otherwise find the lock taken only when it opens the file to run.
+    The lock is only tried here, not held: opening the file to write takes it again, so a writer that starts in
+    between is still refused there."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return  # missing, a folder, unreadable: the caller's open says so in its own words
+    try:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise _busy(path) from None
+            except OSError:
+                return  # a file system without locks: opening it to write says so
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _busy(path) -> NnbenchError:
+    return NnbenchError(f"{path}: another nnbench process is writing this file; wait for it to finish, or write to "
+                        "another file")
+
+
 def _lock(path: Path, fd: int) -> None:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise NnbenchError(f"{path}: another nnbench process is writing this file; wait for it to finish, or "
-                           "write to another file") from None
+        raise _busy(path) from None
     except OSError as e:
         os.close(fd)
         raise os_problem(path, e, "cannot lock") from None

@@ -14,7 +14,7 @@ import pytest
 
 from tests import test_campaign2 as first
 from tests.test_campaign2 import invoke
-from tests.test_campaign2_more import _fifo, _no_hang, _write, outcome  # noqa: F401 (_no_hang: a FIFO that blocks fails as a hang)
+from tests.test_campaign2_more import ACCEPTED, _fifo, _no_hang, _write, outcome  # noqa: F401 (_no_hang: a FIFO that blocks fails as a hang)
 from tests.test_sanitize import SWEEP
 from tests.test_sanitize_resume import calls, stand_in
 
@@ -260,3 +260,18 @@ PROFILE_OTHER = {  # argv after `profile` -> what the one line must name; each o
 def test_profile_refuses_a_problem_option_it_would_not_read(name):
     argv, needles = PROFILE_OTHER[name]
     outcome(invoke("profile", *argv, *CPU, "--arch", "sm_90"), needles)
+
+
+def test_a_sweep_on_an_out_file_another_nnbench_is_writing_is_refused_before_its_plan(good, tmp_path):
+    """The lock was found taken only when the file was opened to run, after the plan was printed; now one line."""
+    import fcntl
+    cfg = tmp_path / "tiny.yaml"
+    cfg.write_text(SWEEP)
+    out = tmp_path / "busy.csv"
+    out.write_bytes(good[0].read_bytes())
+    before = out.read_bytes()
+    with open(out, "a") as writer:  # another nnbench's sink holds this lock while it writes
+        fcntl.flock(writer.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        outcome(invoke("sweep", str(cfg), *CPU, "--out", str(out)), (str(out), "another nnbench process is writing"))
+    assert out.read_bytes() == before
+    outcome(invoke("sweep", str(cfg), *CPU, "--dry-run", "--out", str(out)), ACCEPTED)  # unlocked: as before

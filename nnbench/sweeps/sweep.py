@@ -167,6 +167,7 @@ def refuse_old_schema(out: Path) -> None:
         open(out, "rb").close()
     except OSError as e:
         raise safeio.os_problem(out, e, "cannot read") from None
+    safeio.refuse_if_busy(out)
     header = _schema(out)
     if header == results.FIELDS_BEFORE_PROVENANCE:
         raise NnbenchError(f"--out {out}: written before results recorded their provenance, so every case in it "
