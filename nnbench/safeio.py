@@ -86,11 +86,13 @@ def refuse_if_busy(path) -> None:
     """Refuse now, in the words of the lock, a regular file that another nnbench is writing: a command names its
     --out before it plans and prints, and would otherwise find the lock taken only when it opens the file to run.
     The lock is only tried here, not held: opening the file to write takes it again, so a writer that starts in
-    between is still refused there."""
+    between is still refused there. A file that cannot be opened to read is one line too."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
-    except OSError:
-        return  # missing, a folder, unreadable: the caller's open says so in its own words
+    except (FileNotFoundError, IsADirectoryError):
+        return  # the caller's open says so in its own words
+    except OSError as e:
+        raise os_problem(path, e, "cannot read") from None
     try:
         if stat.S_ISREG(os.fstat(fd).st_mode):
             try:

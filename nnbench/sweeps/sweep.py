@@ -163,11 +163,7 @@ def refuse_old_schema(out: Path) -> None:
     safeio.readable(out, "result CSV")
     if not out.is_file() or out.stat().st_size == 0:
         return
-    try:
-        open(out, "rb").close()
-    except OSError as e:
-        raise safeio.os_problem(out, e, "cannot read") from None
-    safeio.refuse_if_busy(out)
+    safeio.refuse_if_busy(out)  # also: a file this user cannot read, in one line
     header = _schema(out)
     if header == results.FIELDS_BEFORE_PROVENANCE:
         raise NnbenchError(f"--out {out}: written before results recorded their provenance, so every case in it "
